@@ -1,0 +1,70 @@
+"""The mini-batch every reader produces and every layer reads (Angel's PlaceHolder)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class SparseField:
+    """One categorical field of a batch in CSR form.
+
+    Row ``b`` holds ``ids[offsets[b]:offsets[b+1]]`` (empty when the value is missing,
+    several for a multi-valued field), with optional per-id ``values`` (default 1).
+    Ids are 64-bit hashes of (field, value), unique across fields.
+    """
+
+    ids: np.ndarray                    # uint64 [nnz]
+    offsets: np.ndarray                # int64 [B+1], offsets[0] == 0
+    values: np.ndarray | None = None   # float32 [nnz] or None
+
+    @property
+    def rows(self) -> int:
+        return len(self.offsets) - 1
+
+    def take(self, rows: np.ndarray) -> "SparseField":
+        """The sub-field of the given rows (in that order)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        starts, ends = self.offsets[rows], self.offsets[rows + 1]
+        lengths = ends - starts
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        # positions of every kept id, without a Python loop over rows
+        pos = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
+        values = None if self.values is None else self.values[pos]
+        return SparseField(self.ids[pos], offsets, values)
+
+
+@dataclass
+class Batch:
+    """A mini-batch: labels, sparse fields (CSR), dense features, where it came from."""
+
+    labels: np.ndarray                                 # float32 [B]
+    sparse: dict[str, SparseField] = field(default_factory=dict)
+    dense: np.ndarray | None = None                    # float32 [B, D]
+    dense_names: tuple[str, ...] = ()
+    offsets: dict = field(default_factory=dict)        # source position to commit after the update
+    timestamps: np.ndarray | None = None               # float64 [B] event time, seconds
+
+    def __post_init__(self):
+        if self.dense is None:
+            self.dense = np.zeros((len(self.labels), 0), dtype=np.float32)
+
+    @property
+    def size(self) -> int:
+        return len(self.labels)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def take(self, rows) -> "Batch":
+        """The rows given, as a new batch (offsets are not carried over)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        return Batch(
+            labels=self.labels[rows],
+            sparse={k: f.take(rows) for k, f in self.sparse.items()},
+            dense=self.dense[rows],
+            dense_names=self.dense_names,
+            timestamps=None if self.timestamps is None else self.timestamps[rows],
+        )

@@ -1,0 +1,53 @@
+"""Every error streamtrain raises on purpose, in one place.
+
+Each says what it got and where: a config path, a layer name, a store shard.
+"""
+from __future__ import annotations
+
+
+class StreamtrainError(Exception):
+    """Base class of streamtrain's own errors."""
+
+
+class ConfigError(StreamtrainError, ValueError):
+    """One or more problems in a config, each with its JSON path.
+
+    >>> str(ConfigError([("layers[2].inputs", "unknown layer 'fc9'")]))
+    "invalid config:\\n  layers[2].inputs: unknown layer 'fc9'"
+    """
+
+    def __init__(self, problems, *, source: str | None = None):
+        if isinstance(problems, str):
+            problems = [("", problems)]
+        self.problems = [(str(p), str(m)) for p, m in problems]
+        self.source = source
+        head = f"invalid config{f' {source}' if source else ''}:"
+        lines = [f"  {p}: {m}" if p else f"  {m}" for p, m in self.problems]
+        super().__init__("\n".join([head, *lines]))
+
+
+class LayerStateError(StreamtrainError, RuntimeError):
+    """A phase was called on a layer that is not in the state the phase needs."""
+
+    def __init__(self, layer: str, phase: str, expected, actual):
+        self.layer, self.phase, self.expected, self.actual = layer, phase, expected, actual
+        super().__init__(
+            f"layer '{layer}': cannot run {phase} in state {actual.name} "
+            f"(it needs state {expected.name})"
+        )
+
+
+class ShapeError(StreamtrainError, ValueError):
+    """Shapes that do not fit together; the message prints both."""
+
+
+class StoreError(StreamtrainError):
+    """The parameter store could not do what was asked (after its retries)."""
+
+
+class ReaderError(StreamtrainError):
+    """A reader could not be opened or configured (bad records are counted, not raised)."""
+
+
+class NonFiniteError(StreamtrainError, FloatingPointError):
+    """A loss or gradient was NaN or infinite; the batch is skipped, parameters untouched."""
