@@ -1,0 +1,183 @@
+"""The layer lifecycle every kind follows, and the registry of kinds by name.
+
+``__init__`` stores config (validated against ``options``), ``build`` declares parameters by
+name and returns the output shape, ``forward`` keeps in the context what ``backward`` needs,
+``backward`` returns input gradients and adds parameter gradients into the context. The
+engine (``streamtrain.graph``), not the layer, handles compute-once and gradient
+accumulation over several consumers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+
+from streamtrain.errors import ConfigError, ShapeError
+from streamtrain.params import INITS, ParamSpec
+
+REGISTRY: dict[str, type["Layer"]] = {}
+REQUIRED = object()
+
+
+def register(cls):
+    """Class decorator: make a layer kind available to JSON configs under ``cls.kind``."""
+    if cls.kind in REGISTRY and REGISTRY[cls.kind] is not cls:
+        raise ValueError(f"layer kind '{cls.kind}' registered twice")
+    REGISTRY[cls.kind] = cls
+    return cls
+
+
+@dataclass(frozen=True)
+class Option:
+    """One layer option: default (or REQUIRED), accepted types, choices, an extra check."""
+
+    default: Any = REQUIRED
+    types: tuple = ()
+    choices: tuple = ()
+    check: Callable[[Any], str | None] | None = None
+    doc: str = ""
+
+    def problem(self, value) -> str | None:
+        if self.types:
+            wrong = not isinstance(value, self.types) or (isinstance(value, bool) and bool not in self.types)
+            if wrong:
+                names = "/".join(t.__name__ for t in self.types)
+                return f"expected {names}, got {type(value).__name__} {value!r}"
+        if self.choices and value not in self.choices:
+            return f"expected one of {', '.join(map(str, self.choices))}, got {value!r}"
+        if self.check is not None:
+            return self.check(value)
+        return None
+
+
+def positive(value) -> str | None:
+    return None if value > 0 else f"must be > 0, got {value!r}"
+
+
+def non_negative(value) -> str | None:
+    return None if value >= 0 else f"must be >= 0, got {value!r}"
+
+
+def probability(value) -> str | None:
+    return None if 0 <= value < 1 else f"must be in [0, 1), got {value!r}"
+
+
+INIT_OPTIONS = {
+    "init": Option("normal", (str,), INITS, doc="initializer of the weights"),
+    "init_scale": Option(0.01, (int, float), check=non_negative, doc="std (normal) or bound (uniform)"),
+}
+
+RESERVED = ("name", "type", "inputs", "param", "optimizer")
+
+
+@dataclass(frozen=True)
+class SparseShape:
+    """The 'shape' of a sparse input: the categorical fields it carries."""
+
+    fields: tuple
+
+
+class Layer:
+    """Base of every layer kind. Subclasses set ``kind``, ``options`` and ``arity``."""
+
+    kind: ClassVar[str] = ""
+    options: ClassVar[dict[str, Option]] = {}
+    arity: ClassVar[tuple[int, int | None]] = (1, 1)   # (min, max) inputs; max None = any
+    reads_batch: ClassVar[bool] = False                  # input layers
+    is_loss: ClassVar[bool] = False
+
+    def __init__(self, name: str, inputs=(), *, param: str | None = None,
+                 optimizer: dict | None = None, **options):
+        if isinstance(inputs, str):
+            inputs = [inputs]
+        self.name = name
+        self.inputs = list(inputs)
+        self.param = param
+        self.optimizer = optimizer
+        problems = self.option_problems(options)
+        if problems:
+            raise ConfigError([(f"layers.{name}.{key}", msg) for key, msg in problems])
+        self.opts = {k: options.get(k, o.default) for k, o in self.options.items()}
+        self.params: dict[str, ParamSpec] = {}
+        self.output_shape = None
+
+    # ---- config -------------------------------------------------------------------------
+    @classmethod
+    def option_problems(cls, options: dict) -> list[tuple[str, str]]:
+        """Every problem with ``options`` as (key, message); empty when they are fine."""
+        problems = []
+        for key in options:
+            if key not in cls.options:
+                known = ", ".join(sorted(cls.options)) or "none"
+                problems.append((key, f"unknown option for layer type '{cls.kind}' (known: {known})"))
+        for key, opt in cls.options.items():
+            if key not in options:
+                if opt.default is REQUIRED:
+                    problems.append((key, f"required by layer type '{cls.kind}'"))
+                continue
+            msg = opt.problem(options[key])
+            if msg:
+                problems.append((key, msg))
+        return problems
+
+    def get_config(self) -> dict:
+        cfg = {"name": self.name, "type": self.kind, "inputs": list(self.inputs)}
+        cfg.update(self.opts)
+        if self.param is not None:
+            cfg["param"] = self.param
+        if self.optimizer is not None:
+            cfg["optimizer"] = dict(self.optimizer)
+        return cfg
+
+    @classmethod
+    def from_config(cls, config: dict) -> "Layer":
+        config = dict(config)
+        config.pop("type", None)
+        return cls(**config)
+
+    # ---- parameters ---------------------------------------------------------------------
+    def param_name(self, slot: str) -> str:
+        """Global name of this layer's parameter ``slot``; layers with the same ``param`` share it."""
+        return f"{self.param or self.name}.{slot}"
+
+    def declare(self, slot: str, shape, *, table: bool = False, init: str | None = None,
+                scale: float | None = None) -> ParamSpec:
+        spec = ParamSpec(
+            name=self.param_name(slot), shape=tuple(int(s) for s in shape), table=table,
+            init=init if init is not None else self.opts.get("init", "normal"),
+            scale=float(scale if scale is not None else self.opts.get("init_scale", 0.01)),
+            optimizer=self.optimizer)
+        self.params[slot] = spec
+        return spec
+
+    # ---- lifecycle (override) -----------------------------------------------------------
+    def build(self, input_shapes: list, schema) -> tuple:
+        """Declare parameters; return the per-example output shape."""
+        raise NotImplementedError
+
+    def forward(self, ctx, xs: list):
+        raise NotImplementedError
+
+    def backward(self, ctx, gy) -> list:
+        """Gradients w.r.t. each input (None where there is none); parameter grads go to ctx."""
+        raise NotImplementedError
+
+    def table_ids(self, ctx) -> dict[str, np.ndarray]:
+        """For layers with table parameters: the ids this batch touches, per table name."""
+        return {}
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} inputs={self.inputs}>"
+
+
+def flat_dim(shape) -> int:
+    """Number of features per example of a dense per-example shape."""
+    if isinstance(shape, SparseShape):
+        raise ShapeError("a sparse input cannot be used where dense features are expected")
+    return int(np.prod(shape)) if len(shape) else 1
+
+
+def expect_shape(layer: Layer, what: str, got, want) -> None:
+    if tuple(got) != tuple(want):
+        raise ShapeError(f"layer '{layer.name}': {what} has shape {tuple(got)}, expected {tuple(want)}")

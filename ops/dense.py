@@ -1,0 +1,85 @@
+"""Fully connected layer with an activation."""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import INIT_OPTIONS, REQUIRED, Layer, Option, flat_dim, positive, register
+
+ACTIVATIONS = ("identity", "relu", "sigmoid", "tanh")
+
+
+def activate(kind: str, z: np.ndarray) -> np.ndarray:
+    if kind == "identity":
+        return z
+    if kind == "relu":
+        return np.maximum(z, 0)
+    if kind == "sigmoid":
+        return sigmoid(z)
+    if kind == "tanh":
+        return np.tanh(z)
+    raise ValueError(kind)
+
+
+def activation_grad(kind: str, y: np.ndarray, gy: np.ndarray) -> np.ndarray:
+    """Gradient through the activation, from its output ``y``."""
+    if kind == "identity":
+        return gy
+    if kind == "relu":
+        return gy * (y > 0)
+    if kind == "sigmoid":
+        return gy * y * (1 - y)
+    if kind == "tanh":
+        return gy * (1 - y * y)
+    raise ValueError(kind)
+
+
+def sigmoid(z: np.ndarray) -> np.ndarray:
+    """Overflow-free logistic function."""
+    out = np.empty_like(z)
+    pos = z >= 0
+    out[pos] = 1.0 / (1.0 + np.exp(-z[pos]))
+    ez = np.exp(z[~pos])
+    out[~pos] = ez / (1.0 + ez)
+    return out
+
+
+@register
+class FC(Layer):
+    """``y = act(x W + b)`` on the flattened input ``[B, n]`` → ``[B, dim]``."""
+
+    kind = "fc"
+    options = {
+        "dim": Option(REQUIRED, (int,), check=positive, doc="output size"),
+        "activation": Option("identity", (str,), ACTIVATIONS),
+        "bias": Option(True, (bool,)),
+        **INIT_OPTIONS,
+        "init": Option("xavier", (str,), ("zeros", "normal", "uniform", "xavier", "ones")),
+    }
+
+    def build(self, input_shapes, schema):
+        (shape,) = input_shapes
+        self.n_in = flat_dim(shape)
+        dim = self.opts["dim"]
+        self.declare("W", (self.n_in, dim))
+        if self.opts["bias"]:
+            self.declare("b", (dim,), init="zeros")
+        return (dim,)
+
+    def forward(self, ctx, xs):
+        (x,) = xs
+        x2 = x.reshape(len(x), -1)
+        z = x2 @ ctx.value(self.param_name("W"))
+        if self.opts["bias"]:
+            z += ctx.value(self.param_name("b"))
+        y = activate(self.opts["activation"], z)
+        ctx.saved[self.name] = (x, x2, y)
+        return y
+
+    def backward(self, ctx, gy):
+        x, x2, y = ctx.saved[self.name]
+        gz = activation_grad(self.opts["activation"], y, gy)
+        W = ctx.value(self.param_name("W"))
+        ctx.add_param_grad(self.param_name("W"), x2.T @ gz)
+        if self.opts["bias"]:
+            ctx.add_param_grad(self.param_name("b"), gz.sum(axis=0))
+        return [(gz @ W.T).reshape(x.shape)]

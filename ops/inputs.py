@@ -1,0 +1,94 @@
+"""Input layers: they read the batch and have no inputs of their own."""
+from __future__ import annotations
+
+import numpy as np
+
+from streamtrain.errors import ShapeError
+
+from .base import Layer, Option, SparseShape, register
+
+
+def _field_list(value):
+    if value is None:
+        return None
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return None
+    return f"expected a list of field names or null, got {value!r}"
+
+
+@register
+class SparseInput(Layer):
+    """Categorical fields of the batch in CSR form: every field the reader reports, or ``fields``.
+
+    The output is a dict ``{field: SparseField}``; embedding layers consume it.
+    """
+
+    kind = "sparse_input"
+    arity = (0, 0)
+    reads_batch = True
+    options = {
+        "fields": Option(None, check=_field_list, doc="categorical fields to take (default: all)"),
+        "exclude": Option([], (list,), doc="categorical fields to leave out"),
+    }
+
+    def build(self, input_shapes, schema):
+        fields = self.opts["fields"] if self.opts["fields"] is not None else list(schema.sparse)
+        missing = [f for f in fields if f not in schema.sparse]
+        if missing:
+            raise ShapeError(f"layer '{self.name}': fields {missing} are not in the data "
+                             f"(the reader reports: {', '.join(schema.sparse) or 'none'})")
+        fields = [f for f in fields if f not in self.opts["exclude"]]
+        if not fields:
+            raise ShapeError(f"layer '{self.name}': no categorical fields to read")
+        self.fields = tuple(fields)
+        return SparseShape(self.fields)
+
+    def forward(self, ctx, xs):
+        from streamtrain.batch import SparseField
+        batch = ctx.batch
+        empty = None
+        out = {}
+        for f in self.fields:
+            field = batch.sparse.get(f)
+            if field is None:   # a field absent from this batch reads as missing everywhere
+                if empty is None:
+                    empty = SparseField(np.zeros(0, np.uint64), np.zeros(batch.size + 1, np.int64))
+                field = empty
+            out[f] = field
+        return out
+
+    def backward(self, ctx, gy):
+        return []
+
+
+@register
+class DenseInput(Layer):
+    """Numeric features of the batch, ``[B, D]``: every numeric field, or ``fields``."""
+
+    kind = "dense_input"
+    arity = (0, 0)
+    reads_batch = True
+    options = {
+        "fields": Option(None, check=_field_list, doc="numeric fields to take (default: all)"),
+    }
+
+    def build(self, input_shapes, schema):
+        fields = self.opts["fields"]
+        if fields is None:
+            self.columns = None
+            return (len(schema.dense),)
+        missing = [f for f in fields if f not in schema.dense]
+        if missing:
+            raise ShapeError(f"layer '{self.name}': fields {missing} are not in the data "
+                             f"(the reader reports: {', '.join(schema.dense) or 'none'})")
+        self.columns = np.array([schema.dense.index(f) for f in fields], dtype=np.int64)
+        return (len(fields),)
+
+    def forward(self, ctx, xs):
+        dense = ctx.batch.dense
+        if self.columns is not None:
+            dense = dense[:, self.columns]
+        return dense.astype(ctx.dtype, copy=False)
+
+    def backward(self, ctx, gy):
+        return []

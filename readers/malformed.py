@@ -1,0 +1,57 @@
+"""Counting the input lines a reader had to skip, by reason.
+
+Bad records are counted, never raised (``ReaderError`` is for readers that cannot
+start at all). The reasons are a small fixed set so they can become Prometheus
+labels with bounded cardinality.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+DECODE = "decode"            # bytes that are not UTF-8
+FIELD_COUNT = "field_count"  # wrong number of fields for the format / header
+NUMBER = "number"            # a value that must be a (finite) number is not
+LABEL = "label"              # label missing, not a number, or not in the allowed set
+
+REASONS = (DECODE, FIELD_COUNT, NUMBER, LABEL)
+
+
+class Malformed:
+    """A thread-safe counter of skipped lines per reason, with an optional hook.
+
+    >>> m = Malformed()
+    >>> m.add("number"); m.add("label", 2)
+    >>> m.counts["label"], m.total
+    (2, 3)
+    """
+
+    def __init__(self, on_bad: Callable[[bytes, str], None] | None = None):
+        self.counts: dict[str, int] = {r: 0 for r in REASONS}
+        self.on_bad = on_bad
+        self._lock = threading.Lock()
+
+    def add(self, reason: str, n: int = 1) -> None:
+        if reason not in self.counts:
+            raise ValueError(f"unknown malformed reason {reason!r} (known: {', '.join(REASONS)})")
+        with self._lock:
+            self.counts[reason] += int(n)
+
+    def report(self, line, reason: str) -> None:
+        """Count one bad line and hand it to the ``on_bad`` hook (a dead-letter sink)."""
+        self.add(reason)
+        if self.on_bad is not None:
+            self.on_bad(line, reason)
+
+    @property
+    def total(self) -> int:
+        with self._lock:
+            return sum(self.counts.values())
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.counts)
+
+    def __repr__(self) -> str:
+        nonzero = {k: v for k, v in self.snapshot().items() if v}
+        return f"Malformed(total={sum(nonzero.values())}, {nonzero})"

@@ -1,0 +1,96 @@
+"""What one evaluator or trainer keeps per batch: activations, saved tensors, gradients.
+
+Layers hold config and topology only; everything that changes per batch lives here, so many
+evaluators can share one model from many threads (Paddle's Evaluator).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .state import Status
+
+
+@dataclass
+class Gradients:
+    """What a step pushes: dense grads by name, table grads as (unique ids, rows)."""
+
+    dense: dict = field(default_factory=dict)
+    tables: dict = field(default_factory=dict)
+
+    def arrays(self):
+        yield from self.dense.values()
+        for _, rows in self.tables.values():
+            yield rows
+
+    def all_finite(self) -> bool:
+        return all(np.isfinite(a).all() for a in self.arrays())
+
+
+class Context:
+    """Per-evaluator state of one graph run."""
+
+    def __init__(self, layer_names, *, training: bool = True, dtype=np.float32, seed: int = 0):
+        self.training = training
+        self.dtype = np.dtype(dtype)
+        self.rng = np.random.default_rng(seed)
+        self.status = {name: Status.NULL for name in layer_names}
+        self.batch = None
+        self.values: dict[str, np.ndarray] = {}       # pulled params (tables: rows of table_ids)
+        self.table_ids: dict[str, np.ndarray] = {}    # table -> sorted unique ids of this batch
+        self.outputs: dict[str, object] = {}
+        self.saved: dict[str, object] = {}
+        self.grad_out: dict[str, np.ndarray] = {}     # accumulated output gradient per layer
+        self.param_grads: dict[str, np.ndarray] = {}
+        self.loss = float("nan")
+        self.predictions = None
+        self._buffers: dict = {}
+        self._written: set = set()
+
+    # ---- buffers reused across batches of the same size (sam_backend) --------------------
+    def buffer(self, key, shape, dtype=None) -> np.ndarray:
+        """An array for ``key``; the same one as last batch when shape and dtype match."""
+        dtype = np.dtype(dtype or self.dtype)
+        buf = self._buffers.get(key)
+        if buf is None or buf.shape != tuple(shape) or buf.dtype != dtype:
+            buf = np.empty(shape, dtype)
+            self._buffers[key] = buf
+        return buf
+
+    def accumulate(self, store: dict, key: str, grad: np.ndarray) -> None:
+        """First contribution of the batch is copied into a reused buffer, later ones added."""
+        tag = (id(store), key)
+        if tag not in self._written:
+            buf = self.buffer(("grad", id(store), key), grad.shape, grad.dtype)
+            np.copyto(buf, grad)
+            store[key] = buf
+            self._written.add(tag)
+        else:
+            store[key] += grad
+
+    def add_param_grad(self, name: str, grad: np.ndarray) -> None:
+        self.accumulate(self.param_grads, name, grad)
+
+    # ---- parameters -----------------------------------------------------------------------
+    def value(self, name: str) -> np.ndarray:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise KeyError(f"parameter '{name}' was not pulled for this batch") from None
+
+    def rows_of(self, table: str, ids: np.ndarray) -> np.ndarray:
+        """Positions of ``ids`` among this batch's pulled rows of ``table``."""
+        return np.searchsorted(self.table_ids[table], ids)
+
+    def reset(self, batch) -> None:
+        for name in self.status:
+            self.status[name] = Status.NULL
+        self.batch = batch
+        self.outputs.clear()
+        self.saved.clear()
+        self.grad_out.clear()
+        self.param_grads.clear()
+        self._written.clear()
+        self.loss = float("nan")
+        self.predictions = None

@@ -1,0 +1,247 @@
+"""The layer graph (Angel's AngelGraph): topology, parameters, and the phases of one step.
+
+Topological order is computed once. ``forward`` asks each layer for its output through the
+state machine, so a layer consumed by several layers computes once per batch; ``backward``
+walks the order in reverse and hands every layer the *sum* of its consumers' gradients.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from streamtrain.ops import REGISTRY, load_all
+from streamtrain.ops.base import Layer
+
+from .context import Context, Gradients
+from .errors import ConfigError, ShapeError
+from .params import ParamSpec
+from .state import Status, advance
+
+
+@dataclass(frozen=True)
+class Schema:
+    """The fields a reader reports: categorical (sparse) and numeric (dense) names."""
+
+    sparse: tuple = ()
+    dense: tuple = ()
+
+    @classmethod
+    def of(cls, batch) -> "Schema":
+        return cls(tuple(batch.sparse), tuple(batch.dense_names))
+
+
+def layers_from_config(configs: list) -> list[Layer]:
+    """Instantiate layers from JSON dicts, collecting every problem with its JSON path."""
+    load_all()
+    layers, problems = [], []
+    for i, cfg in enumerate(configs):
+        where = f"layers[{i}]"
+        if not isinstance(cfg, dict):
+            problems.append((where, f"expected an object, got {type(cfg).__name__}"))
+            continue
+        name, kind = cfg.get("name"), cfg.get("type")
+        if not isinstance(name, str) or not name:
+            problems.append((f"{where}.name", "required: a non-empty string"))
+        if kind not in REGISTRY:
+            known = ", ".join(sorted(REGISTRY))
+            problems.append((f"{where}.type", f"unknown layer type {kind!r} (known: {known})"))
+            continue
+        cls = REGISTRY[kind]
+        opts = {k: v for k, v in cfg.items() if k not in ("name", "type", "inputs", "param", "optimizer")}
+        for key, msg in cls.option_problems(opts):
+            problems.append((f"{where}.{key}", msg))
+        inputs = cfg.get("inputs", [])
+        if isinstance(inputs, str):
+            inputs = [inputs]
+        if not isinstance(inputs, list) or not all(isinstance(x, str) for x in inputs):
+            problems.append((f"{where}.inputs", "expected a list of layer names"))
+        if "optimizer" in cfg and not isinstance(cfg["optimizer"], dict):
+            problems.append((f"{where}.optimizer", "expected an object like {\"type\": \"adam\"}"))
+        if "param" in cfg and not isinstance(cfg["param"], str):
+            problems.append((f"{where}.param", "expected a parameter name (string)"))
+        if not problems:
+            layers.append(cls.from_config(cfg))
+    if problems:
+        raise ConfigError(problems)
+    return layers
+
+
+def topology_problems(layers: list[Layer]) -> list[tuple[str, str]]:
+    """Names, inputs, arity, cycles and the single loss layer, checked without data."""
+    problems = []
+    index = {}
+    for i, layer in enumerate(layers):
+        if layer.name in index:
+            problems.append((f"layers[{i}].name", f"duplicate layer name '{layer.name}' (also layers[{index[layer.name]}])"))
+        index.setdefault(layer.name, i)
+    known = ", ".join(index)
+    for i, layer in enumerate(layers):
+        lo, hi = layer.arity
+        n = len(layer.inputs)
+        if n < lo or (hi is not None and n > hi):
+            want = f"{lo}" if lo == hi else f"{lo}..{hi if hi is not None else 'any'}"
+            problems.append((f"layers[{i}].inputs", f"layer type '{layer.kind}' takes {want} inputs, got {n}"))
+        for j, src in enumerate(layer.inputs):
+            if src not in index:
+                problems.append((f"layers[{i}].inputs[{j}]", f"unknown layer '{src}' (known: {known})"))
+            elif src == layer.name:
+                problems.append((f"layers[{i}].inputs[{j}]", f"layer '{layer.name}' cannot consume itself"))
+    losses = [layer.name for layer in layers if layer.is_loss]
+    if len(losses) != 1:
+        problems.append(("layers", f"need exactly one loss layer, found {len(losses)}"
+                                   f"{' (' + ', '.join(losses) + ')' if losses else ''}"))
+    if not problems:
+        try:
+            topological_order(layers)
+        except ConfigError as err:
+            problems.extend(err.problems)
+    return problems
+
+
+def topological_order(layers: list[Layer]) -> list[Layer]:
+    by_name = {layer.name: layer for layer in layers}
+    order, state = [], {}
+
+    def visit(layer, path):
+        mark = state.get(layer.name)
+        if mark == "done":
+            return
+        if mark == "active":
+            cycle = " -> ".join([*path[path.index(layer.name):], layer.name])
+            raise ConfigError([("layers", f"cycle: {cycle}")])
+        state[layer.name] = "active"
+        for src in layer.inputs:
+            visit(by_name[src], [*path, layer.name])
+        state[layer.name] = "done"
+        order.append(layer)
+
+    for layer in layers:
+        visit(layer, [])
+    return order
+
+
+class Graph:
+    """Topology plus named parameters; the phases of a step act on a ``Context``."""
+
+    def __init__(self, layers: list[Layer], schema: Schema):
+        problems = topology_problems(layers)
+        if problems:
+            raise ConfigError(problems)
+        self.schema = schema
+        self.order = topological_order(layers)
+        self.layers = {layer.name: layer for layer in self.order}
+        self.consumers = {name: [] for name in self.layers}
+        for layer in self.order:
+            for src in layer.inputs:
+                self.consumers[src].append(layer.name)
+        self.loss = next(layer for layer in self.order if layer.is_loss)
+        self.params: dict[str, ParamSpec] = {}
+        self._param_owner: dict[str, str] = {}
+        self._build()
+        self.dense_params = [n for n, s in self.params.items() if not s.table]
+        self.table_params = [n for n, s in self.params.items() if s.table]
+        self.table_layers = [layer for layer in self.order
+                             if any(s.table for s in layer.params.values())]
+
+    @classmethod
+    def from_config(cls, layer_configs: list, schema: Schema) -> "Graph":
+        return cls(layers_from_config(layer_configs), schema)
+
+    def get_config(self) -> list[dict]:
+        return [layer.get_config() for layer in self.order]
+
+    def _build(self) -> None:
+        for layer in self.order:
+            shapes = [self.layers[src].output_shape for src in layer.inputs]
+            try:
+                layer.output_shape = layer.build(shapes, self.schema)
+            except ShapeError as err:
+                raise ConfigError([(f"layers.{layer.name}", str(err))]) from None
+            for spec in layer.params.values():
+                self._add_param(layer, spec)
+
+    def _add_param(self, layer: Layer, spec: ParamSpec) -> None:
+        old = self.params.get(spec.name)
+        if old is None:
+            self.params[spec.name] = spec
+            self._param_owner[spec.name] = layer.name
+        elif not old.same_as(spec):
+            owner = self._param_owner[spec.name]
+            raise ConfigError([(f"layers.{layer.name}.param",
+                                f"parameter '{spec.name}' is declared as {_describe(spec)} here but as "
+                                f"{_describe(old)} by layer '{owner}'")])
+
+    # ---- one step -----------------------------------------------------------------------
+    def context(self, *, training: bool = True, dtype=np.float32, seed: int = 0) -> Context:
+        return Context(self.layers, training=training, dtype=dtype, seed=seed)
+
+    def feed(self, ctx: Context, batch) -> None:
+        """Every layer back to Null; work out the unique rows of every table this batch needs."""
+        ctx.reset(batch)
+        wanted: dict[str, list] = {}
+        for layer in self.table_layers:
+            for table, ids in layer.table_ids(ctx).items():
+                wanted.setdefault(table, []).append(ids)
+        ctx.table_ids = {t: np.unique(np.concatenate(parts)) if len(parts) > 1 else np.unique(parts[0])
+                         for t, parts in wanted.items()}
+        for t in self.table_params:
+            ctx.table_ids.setdefault(t, np.zeros(0, np.uint64))
+
+    def needs(self, ctx: Context) -> tuple[list, dict]:
+        """What to pull: every dense parameter and, per table, only this batch's unique ids."""
+        return self.dense_params, ctx.table_ids
+
+    def forward(self, ctx: Context, upto: str | None = None):
+        """Compute (once) every layer ``upto`` depends on; return its output (default: loss)."""
+        target = self.loss.name if upto is None else upto
+        if target not in self.layers:
+            raise KeyError(f"no layer named '{target}' (known: {', '.join(self.layers)})")
+        return self._forward(ctx, self.layers[target])
+
+    def _forward(self, ctx: Context, layer: Layer):
+        if ctx.status[layer.name] >= Status.FORWARD:
+            return ctx.outputs[layer.name]
+        xs = [self._forward(ctx, self.layers[src]) for src in layer.inputs]
+        advance(ctx.status, layer.name, "forward")
+        out = layer.forward(ctx, xs)
+        ctx.outputs[layer.name] = out
+        return out
+
+    def backward(self, ctx: Context) -> None:
+        """Reverse topological walk; each layer gets the sum of its consumers' gradients."""
+        for layer in reversed(self.order):
+            if not advance(ctx.status, layer.name, "backward"):
+                continue
+            if layer.is_loss:
+                gy = None
+            else:
+                gy = ctx.grad_out.get(layer.name)
+                if gy is None:          # output reaches no loss: nothing flows back
+                    continue
+            grads = layer.backward(ctx, gy)
+            for src, g in zip(layer.inputs, grads):
+                if g is not None:
+                    ctx.accumulate(ctx.grad_out, src, g)
+
+    def gradients(self, ctx: Context) -> Gradients:
+        """Collect parameter gradients for the push; every layer moves to Gradient."""
+        for layer in self.order:
+            advance(ctx.status, layer.name, "gradient")
+        grads = Gradients()
+        for name, g in ctx.param_grads.items():
+            if self.params[name].table:
+                grads.tables[name] = (ctx.table_ids[name], g)
+            else:
+                grads.dense[name] = g
+        return grads
+
+    def update(self, ctx: Context) -> None:
+        """Mark the update applied (the store applied it where the parameters live)."""
+        for layer in self.order:
+            advance(ctx.status, layer.name, "update")
+
+
+def _describe(spec: ParamSpec) -> str:
+    kind = f"table of dim {spec.dim}" if spec.table else f"dense {tuple(spec.shape)}"
+    return f"{kind}, init {spec.init}({spec.scale})"

@@ -1,0 +1,100 @@
+"""Helpers for tests: random batches and a finite-difference gradient check for any layer.
+
+Part of the package (not of tests/) so that plug-in layer authors can run the same check.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .batch import Batch, SparseField
+from .context import Context
+from .graph import Schema
+from .hashing import splitmix64
+from .ops.base import Layer, SparseShape
+
+
+def random_batch(size=16, fields=("a", "b", "c"), dense=3, *, cardinality=10, multivalue=(),
+                 missing=0.1, values=False, seed=0) -> Batch:
+    """A small batch with ids from a few values per field, some missing, some multi-valued."""
+    rng = np.random.default_rng(seed)
+    sparse = {}
+    for fi, name in enumerate(fields):
+        counts = rng.integers(1, 4, size) if name in multivalue else np.ones(size, np.int64)
+        counts = np.where(rng.random(size) < missing, 0, counts)
+        offsets = np.zeros(size + 1, np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        raw = rng.integers(0, cardinality, offsets[-1]).astype(np.uint64)
+        ids = splitmix64(raw + np.uint64(1000 * (fi + 1)))
+        vals = rng.uniform(0.5, 1.5, offsets[-1]).astype(np.float32) if values else None
+        sparse[name] = SparseField(ids, offsets, vals)
+    return Batch(labels=(rng.random(size) < 0.4).astype(np.float32), sparse=sparse,
+                 dense=rng.standard_normal((size, dense)).astype(np.float32),
+                 dense_names=tuple(f"d{i}" for i in range(dense)))
+
+
+def input_shape(x):
+    if isinstance(x, dict):
+        return SparseShape(tuple(x))
+    return tuple(np.shape(x)[1:])
+
+
+def gradcheck(layer: Layer, xs: list, batch: Batch, *, eps=1e-6, rtol=1e-5, atol=1e-7,
+              max_checks=40, seed=0, param_scale=0.5) -> dict:
+    """Compare ``layer.backward`` with central differences, in float64, for every input and
+    parameter (a sample of ``max_checks`` entries each). Returns the worst relative errors by
+    name; raises ``AssertionError`` naming the first entry that disagrees."""
+    rng = np.random.default_rng(seed)
+    xs = [x if isinstance(x, dict) else np.asarray(x, np.float64) for x in xs]
+    layer.output_shape = layer.build([input_shape(x) for x in xs], Schema.of(batch))
+    ctx = Context([layer.name], dtype=np.float64, seed=seed)
+    ctx.reset(batch)
+    ctx.table_ids = {t: np.unique(ids) for t, ids in layer.table_ids(ctx).items()}
+    for slot, spec in layer.params.items():
+        shape = (len(ctx.table_ids.get(spec.name, ())), spec.dim) if spec.table else spec.shape
+        ctx.values[spec.name] = rng.standard_normal(shape) * param_scale
+    probe = None
+
+    def run():
+        nonlocal probe
+        ctx.reset(batch)
+        ctx.rng = np.random.default_rng(seed)
+        out = layer.forward(ctx, xs)
+        if layer.is_loss:
+            n = batch.size if layer.opts.get("reduction", "sum") == "sum" else 1
+            return ctx.loss * n, out
+        if probe is None:
+            probe = rng.standard_normal(np.shape(out))
+        return float(np.sum(np.asarray(out) * probe)), out
+
+    run()
+    grads_in = layer.backward(ctx, None if layer.is_loss else probe)
+    grads_param = {k: np.array(v) for k, v in ctx.param_grads.items()}
+    report = {}
+
+    def check(name, array, analytic):
+        flat = array.reshape(-1)
+        picks = rng.choice(flat.size, min(max_checks, flat.size), replace=False) if flat.size else []
+        worst = 0.0
+        for i in picks:
+            old = flat[i]
+            flat[i] = old + eps
+            up, _ = run()
+            flat[i] = old - eps
+            down, _ = run()
+            flat[i] = old
+            numeric = (up - down) / (2 * eps)
+            got = analytic.reshape(-1)[i]
+            err = abs(got - numeric)
+            if err > atol + rtol * max(abs(numeric), abs(got)):
+                raise AssertionError(f"layer '{layer.name}' ({layer.kind}): d/d{name}[{i}] "
+                                     f"analytic {got:.8g} vs numeric {numeric:.8g}")
+            worst = max(worst, err / max(abs(numeric), 1e-12))
+        report[name] = worst
+
+    for j, (x, g) in enumerate(zip(xs, grads_in)):
+        if isinstance(x, dict) or g is None:
+            continue
+        check(f"input{j}", x, np.asarray(g))
+    for slot, spec in layer.params.items():
+        check(spec.name, ctx.values[spec.name], grads_param.get(spec.name, np.zeros_like(ctx.values[spec.name])))
+    return report
