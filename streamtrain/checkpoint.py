@@ -1,0 +1,148 @@
+"""Checkpoints: a whole store (weights + optimizer state) plus where the stream was, on disk.
+
+Layout of one checkpoint directory (format 1)::
+
+    ckpt-000000001234/
+      meta.json      {"format": 1, "step", "examples", "offsets", "created", "params": {...}, "optimizers": {...},
+                      "files": {"dense": "dense.npz", "tables": {name: "tables/<n>.npz"}}}
+      dense.npz      "<param>::value" and "<param>::<slot>" arrays
+      tables/<n>.npz "ids" (uint64, sorted), "value" [rows, dim], one array per optimizer slot
+
+A checkpoint is written into a temporary sibling directory, every file fsynced, then renamed
+into place, and only then is ``LATEST`` (a one-line file) replaced atomically; a crash or a
+full disk at any point leaves the previous checkpoint intact and ``LATEST`` pointing at it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .params import ParamSpec
+from .store.base import Snapshot
+
+FORMAT = 1
+LATEST = "LATEST"
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as fh:
+        os.fsync(fh.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _spec_json(spec: ParamSpec) -> dict:
+    return {"shape": list(spec.shape), "table": spec.table, "init": spec.init, "scale": spec.scale,
+            "optimizer": spec.optimizer}
+
+
+def _spec_from(name: str, d: dict) -> ParamSpec:
+    return ParamSpec(name=name, shape=tuple(d["shape"]), table=d["table"], init=d["init"],
+                     scale=d["scale"], optimizer=d.get("optimizer"))
+
+
+def write(root, snapshot: Snapshot, *, step: int = 0, examples: int = 0, offsets=None,
+          keep: int | None = None, extra: dict | None = None) -> Path:
+    """Write a checkpoint under ``root`` atomically; point ``LATEST`` at it; keep the newest ``keep``."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"ckpt-{step:012d}-{time.time_ns() // 1_000_000}"
+    tmp = root / f".{name}.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    try:
+        (tmp / "tables").mkdir(parents=True)
+        dense = {f"{p}::{k}": a for p, arrays in snapshot.dense.items() for k, a in arrays.items()}
+        np.savez(tmp / "dense.npz", **dense)
+        files = {"dense": "dense.npz", "tables": {}}
+        for i, (pname, arrays) in enumerate(sorted(snapshot.tables.items())):
+            rel = f"tables/{i}.npz"
+            np.savez(tmp / rel, **arrays)
+            files["tables"][pname] = rel
+        meta = {
+            "format": FORMAT, "step": step, "examples": examples, "created": time.time(),
+            "offsets": _offsets_json(offsets or {}),
+            "params": {n: _spec_json(s) for n, s in snapshot.specs.items()},
+            "optimizers": snapshot.optimizers, "files": files, **(extra or {}),
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
+        for path in tmp.rglob("*"):
+            if path.is_file():
+                _fsync_file(path)
+        _fsync_dir(tmp / "tables")
+        _fsync_dir(tmp)
+        final = root / name
+        os.rename(tmp, final)
+        _fsync_dir(root)
+        pointer = root / f".{LATEST}.tmp"
+        pointer.write_text(name + "\n")
+        _fsync_file(pointer)
+        os.replace(pointer, root / LATEST)
+        _fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if keep:
+        prune(root, keep)
+    return final
+
+
+def prune(root, keep: int) -> None:
+    """Remove all but the newest ``keep`` checkpoints (never the one ``LATEST`` names)."""
+    root = Path(root)
+    latest = resolve(root, "latest").name if (root / LATEST).exists() else None
+    found = sorted(p for p in root.glob("ckpt-*") if p.is_dir())
+    for path in found[:-keep] if keep > 0 else []:
+        if path.name != latest:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def resolve(root_or_dir, which: str = "latest") -> Path:
+    """The checkpoint directory meant by ``root`` + ``latest``, or a checkpoint directory itself."""
+    path = Path(root_or_dir)
+    if (path / "meta.json").exists():
+        return path
+    if which == "latest":
+        pointer = path / LATEST
+        if not pointer.exists():
+            raise FileNotFoundError(f"no checkpoint in {path} (no {LATEST} file)")
+        return path / pointer.read_text().strip()
+    return path / which
+
+
+def read(path) -> tuple[Snapshot, dict]:
+    """Load a checkpoint directory (or ``root`` → its latest) into a Snapshot and its meta."""
+    path = resolve(path)
+    meta = json.loads((path / "meta.json").read_text())
+    if meta.get("format") != FORMAT:
+        raise ValueError(f"checkpoint {path}: format {meta.get('format')!r}, this version reads {FORMAT}")
+    specs = {n: _spec_from(n, d) for n, d in meta["params"].items()}
+    snap = Snapshot(specs=specs, optimizers=meta["optimizers"])
+    with np.load(path / meta["files"]["dense"]) as z:
+        for key in z.files:
+            pname, slot = key.rsplit("::", 1)
+            snap.dense.setdefault(pname, {})[slot] = z[key]
+    for pname, rel in meta["files"]["tables"].items():
+        with np.load(path / rel) as z:
+            snap.tables[pname] = {k: z[k] for k in z.files}
+    meta["offsets"] = _offsets_from(meta.get("offsets", []))
+    return snap, meta
+
+
+def _offsets_json(offsets: dict) -> list:
+    return [{"key": list(k) if isinstance(k, tuple) else k, "offset": v} for k, v in offsets.items()]
+
+
+def _offsets_from(items: list) -> dict:
+    return {tuple(d["key"]) if isinstance(d["key"], list) else d["key"]: d["offset"] for d in items}

@@ -1,0 +1,96 @@
+"""``streamtrain run | validate | produce``; every option also reads a STREAMTRAIN_* variable."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+from . import config as configmod
+from .errors import ConfigError, StreamtrainError
+
+ENV = "STREAMTRAIN_"
+
+
+def _env(name, default=None):
+    return os.environ.get(ENV + name, default)
+
+
+def _env_sets() -> list[str]:
+    raw = _env("SET", "")
+    return [s for s in raw.split(";") if s.strip()]
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", nargs="?", default=_env("CONFIG"),
+                   help="the job's JSON config [env STREAMTRAIN_CONFIG]")
+    p.add_argument("--set", dest="sets", action="append", default=_env_sets(), metavar="PATH=VALUE",
+                   help="override a config value by dotted path, e.g. reader.path=/data/x.tsv.gz, "
+                        "layers.emb.dim=16 (repeatable) [env STREAMTRAIN_SET, ';'-separated]")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="streamtrain", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="train on a stream until it ends or a signal asks to stop")
+    _common(run)
+    run.add_argument("--max-examples", type=int, default=_int_env("MAX_EXAMPLES"), metavar="N",
+                     help="stop after N examples, drain, exit 0 [env STREAMTRAIN_MAX_EXAMPLES]")
+    run.add_argument("--summary", default=_env("SUMMARY"), metavar="FILE.json",
+                     help="write a JSON summary on exit [env STREAMTRAIN_SUMMARY]")
+    run.add_argument("--restore", default=_env("RESTORE"), metavar="DIR|latest",
+                     help="start from a checkpoint directory, or 'latest' under checkpoint.dir "
+                          "[env STREAMTRAIN_RESTORE]")
+    run.add_argument("--log-format", choices=("text", "json"), default=_env("LOG_FORMAT"),
+                     help="log line format (default: config log.format) [env STREAMTRAIN_LOG_FORMAT]")
+    run.add_argument("--log-level", default=_env("LOG_LEVEL"),
+                     help="logging level (default: config log.level) [env STREAMTRAIN_LOG_LEVEL]")
+
+    val = sub.add_parser("validate", help="check a config; exit 0, or 2 with every problem listed")
+    _common(val)
+
+    try:
+        from streamtrain.readers.produce import add_produce_parser
+    except ImportError:
+        pass
+    else:
+        add_produce_parser(sub)
+    return parser
+
+
+def _int_env(name):
+    v = _env(name)
+    return int(v) if v not in (None, "") else None
+
+
+def load_config(args) -> dict:
+    if not args.config:
+        raise ConfigError([("", "no config given (argument CONFIG or env STREAMTRAIN_CONFIG)")])
+    cfg = configmod.load(args.config, args.sets)
+    return configmod.validate(cfg, source=args.config)
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "validate":
+            load_config(args)
+            print(f"{args.config}: ok")
+            return 0
+        if args.command == "run":
+            from .daemon import run_job
+            cfg = load_config(args)
+            return run_job(cfg, args)
+        return args.func(args)
+    except ConfigError as err:
+        print(str(err), file=sys.stderr)
+        return 2
+    except StreamtrainError as err:
+        print(f"streamtrain: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""Serving (Paddle's Evaluator): many threads predict from one model, each with its own activations."""
+from __future__ import annotations
+
+import numpy as np
+
+from .graph import Graph
+from .store.base import ParamStore
+
+
+class Evaluator:
+    """Forward-only view of a model. Create one per thread; they share graph and store.
+
+    Unknown ids read as their deterministic initial rows and are not added to the store.
+    """
+
+    def __init__(self, graph: Graph, store: ParamStore, *, dtype=np.float32):
+        self.graph, self.store = graph, store
+        self.ctx = graph.context(training=False, dtype=dtype)
+
+    def forward(self, batch) -> np.ndarray:
+        g, ctx = self.graph, self.ctx
+        g.feed(ctx, batch)
+        dense, tables = g.needs(ctx)
+        ctx.values = self.store.pull(dense, tables, create=False)
+        g.forward(ctx)
+        return ctx.predictions
+
+    predict = forward
+
+    def activation(self, name: str):
+        """Output of any named layer for the last batch (computed on demand, once)."""
+        return self.graph.forward(self.ctx, upto=name)

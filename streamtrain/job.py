@@ -1,0 +1,162 @@
+"""The training job: reader → batches → trainer → store, until the stream ends or a stop is asked.
+
+The graph is built from the first batch's schema (the model file names no data columns).
+Offsets of a batch are committed only after its update was applied to the store.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from . import checkpoint
+from .graph import Graph, Schema
+from .store import make_store
+from .trainer import Trainer
+
+log = logging.getLogger("streamtrain")
+
+
+class Job:
+    def __init__(self, config: dict, *, max_examples: int | None = None, restore: str | None = None):
+        from streamtrain.readers import Malformed, open_reader
+
+        self.config = config
+        self.max_examples = max_examples
+        self.restore_from = restore
+        self.malformed = Malformed()
+        self.source = open_reader(config["reader"], config["batch_size"], self.malformed)
+        self.store = make_store(config["store"])
+        self.graph: Graph | None = None
+        self.trainer: Trainer | None = None
+        self.stop_requested = False
+        self.started = time.monotonic()
+        self.offsets: dict = {}
+        self.last_checkpoint: str | None = None
+        self.truncated = 0
+        self.hooks = []          # callables(job, batch, result) after every step (metrics, daemon)
+
+    # ---- building ------------------------------------------------------------------------
+    def _build(self, batch) -> None:
+        schema = Schema.of(batch)
+        self.graph = Graph.from_config(self.config["layers"], schema)
+        self.store.declare(self.graph.params, self.config["default_optimizer"])
+        self.trainer = Trainer(self.graph, self.store, seed=self.config.get("seed", 0))
+        log.info("model built: %d layers, %d parameters (%d tables) on fields %s; store %s",
+                 len(self.graph.layers), len(self.graph.params), len(self.graph.table_params),
+                 ",".join(schema.sparse) or "-", self.store.describe())
+        if self.restore_from:
+            self.restore(self.restore_from)
+
+    def restore(self, where) -> dict:
+        snap, meta = checkpoint.read(where)
+        self.store.restore(snap)
+        self.trainer.batches = meta.get("step", 0)
+        self.trainer.examples = meta.get("examples", 0)
+        if meta.get("offsets") and hasattr(self.source, "seek"):
+            self.source.seek(meta["offsets"])
+        log.info("restored checkpoint %s (step %d)", checkpoint.resolve(where), meta.get("step", 0))
+        return meta
+
+    # ---- the loop --------------------------------------------------------------------------
+    def run(self) -> dict:
+        every = float(self.config.get("log", {}).get("every_seconds", 10.0))
+        next_log = time.monotonic() + every
+        try:
+            for batch in self.source.batches():
+                if self.graph is None:
+                    self._build(batch)
+                batch, complete = self._limit(batch)
+                if batch is None:
+                    break
+                result = self.trainer.step(batch)
+                if complete:
+                    self.source.commit(batch.offsets)
+                    self.offsets.update(batch.offsets)
+                for hook in self.hooks:
+                    hook(self, batch, result)
+                if time.monotonic() >= next_log:
+                    log.info("%s", self.progress_line())
+                    next_log = time.monotonic() + every
+                if self.stop_requested or not complete or self._reached_limit():
+                    break
+        finally:
+            self.finish()
+        return self.summary()
+
+    def _reached_limit(self) -> bool:
+        return self.max_examples is not None and self.trainer is not None \
+            and self.trainer.examples >= self.max_examples
+
+    def _limit(self, batch):
+        """Cut the batch at ``max_examples``; a cut batch is trained but its offsets not committed."""
+        if self.max_examples is None:
+            return batch, True
+        left = self.max_examples - self.trainer.examples
+        if left <= 0:
+            return None, False
+        if batch.size <= left:
+            return batch, True
+        self.truncated = batch.size - left
+        return batch.take(np.arange(left)), False
+
+    def finish(self) -> None:
+        """Teardown: final checkpoint when configured, then close reader and store."""
+        try:
+            if self.trainer is not None and self.config.get("checkpoint", {}).get("dir"):
+                self.write_checkpoint()
+        finally:
+            try:
+                self.source.close()
+            finally:
+                self.store.close()
+
+    def write_checkpoint(self):
+        cfg = self.config["checkpoint"]
+        path = checkpoint.write(cfg["dir"], self.store.snapshot(), step=self.trainer.batches,
+                                examples=self.trainer.examples, offsets=self.offsets,
+                                keep=cfg.get("keep") or None)
+        self.last_checkpoint = str(path)
+        log.info("checkpoint written: %s", path)
+        return path
+
+    # ---- reporting -------------------------------------------------------------------------
+    def progress_line(self) -> str:
+        t = self.trainer
+        elapsed = time.monotonic() - self.started
+        if t is None:
+            return "waiting for the first batch"
+        p = t.progressive
+        return (f"examples={t.examples} batches={t.batches} ex/s={t.examples / max(elapsed, 1e-9):.0f} "
+                f"logloss={p.logloss:.5f} auc={p.auc:.4f} malformed={self.malformed.total}")
+
+    def summary(self) -> dict:
+        elapsed = time.monotonic() - self.started
+        t = self.trainer
+        p = t.progressive if t else None
+        out = {
+            "examples": t.examples if t else 0,
+            "batches": t.batches if t else 0,
+            "malformed": self.malformed.total,
+            "malformed_by_reason": dict(self.malformed.counts),
+            "nonfinite_batches": t.nonfinite if t else 0,
+            "elapsed_s": round(elapsed, 3),
+            "examples_per_s": round((t.examples if t else 0) / max(elapsed, 1e-9), 1),
+            "logloss": _num(p.logloss) if p else None,
+            "auc": _num(p.auc) if p else None,
+            "predicted_ctr": _num(p.predicted_ctr) if p else None,
+            "observed_ctr": _num(p.observed_ctr) if p else None,
+            "reader": self.source.describe(),
+            "store": self.store.describe(),
+            "checkpoint": self.last_checkpoint,
+        }
+        truth = getattr(self.source, "truth", None)
+        if truth is not None:
+            out["planted_auc"] = _num(truth.auc())
+            out["planted_logloss"] = _num(truth.logloss())
+        return out
+
+
+def _num(x):
+    return None if x is None or not np.isfinite(x) else round(float(x), 6)

@@ -1,0 +1,110 @@
+"""The parameter-store interface both backends implement.
+
+A step pulls the dense parameters and only the table rows its batch touches, and pushes
+gradients; the update rule runs where the parameters live. Rows that do not exist yet are
+created by the deterministic (table, id) initializer, so every backend and every trainer
+agrees on them without talking.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from streamtrain.context import Gradients
+from streamtrain.optim import Optimizer, make_optimizer
+from streamtrain.params import ParamSpec, init_dense, init_rows
+
+
+@dataclass
+class StoreStats:
+    """Counters a store keeps for the metrics module."""
+
+    rows_pulled: int = 0
+    rows_pushed: int = 0
+    rows_created: int = 0
+    errors: int = 0
+    table_rows: dict = field(default_factory=dict)   # table -> live rows
+
+
+@dataclass
+class Snapshot:
+    """A whole store in memory, the unit of checkpoints: every parameter with its state.
+
+    ``dense[name] = {"value": array, <slot>: array}``;
+    ``tables[name] = {"ids": uint64[n], "value": [n, dim], <slot>: [n, ...]}``.
+    """
+
+    specs: dict
+    optimizers: dict
+    dense: dict = field(default_factory=dict)
+    tables: dict = field(default_factory=dict)
+
+
+def resolve_optimizers(specs: dict, default: dict) -> dict[str, Optimizer]:
+    """The optimizer of every parameter: its layer's override, else the default."""
+    return {name: make_optimizer(spec.optimizer or default,
+                                 where=f"layers.{name.rsplit('.', 1)[0]}.optimizer" if spec.optimizer
+                                 else "default_optimizer")
+            for name, spec in specs.items()}
+
+
+def initial_dense(spec: ParamSpec, optimizer: Optimizer, dtype=np.float32) -> np.ndarray:
+    if optimizer.zero_init:
+        return np.zeros(spec.shape, dtype)
+    return init_dense(spec, dtype)
+
+
+def initial_rows(spec: ParamSpec, optimizer: Optimizer, ids: np.ndarray, dtype=np.float32) -> np.ndarray:
+    if optimizer.zero_init:
+        return np.zeros((len(ids), spec.dim), dtype)
+    return init_rows(spec, ids, dtype)
+
+
+class ParamStore(abc.ABC):
+    """Where the parameters live. ``declare`` once, then ``pull``/``push`` every step."""
+
+    specs: dict
+    optimizers: dict
+
+    def __init__(self):
+        self.stats = StoreStats()
+        self.specs = {}
+        self.optimizers = {}
+
+    def declare(self, specs: dict[str, ParamSpec], default_optimizer: dict) -> None:
+        """Register parameters and their optimizers; create what does not exist yet."""
+        self.specs = dict(specs)
+        self.optimizers = resolve_optimizers(self.specs, default_optimizer)
+        self._declare()
+
+    @abc.abstractmethod
+    def _declare(self) -> None: ...
+
+    @abc.abstractmethod
+    def pull(self, dense: list[str], tables: dict[str, np.ndarray], *, create: bool = True) -> dict:
+        """Values of the dense parameters and of the rows of ``tables[name]`` (sorted unique ids).
+        With ``create=False`` missing rows read as their initial value but are not stored."""
+
+    @abc.abstractmethod
+    def push(self, grads: Gradients) -> None:
+        """Apply each parameter's update rule to its gradient (atomic per row)."""
+
+    def apply(self) -> None:
+        """Sync mode: apply what was staged. Async stores apply on push; nothing to do."""
+
+    @abc.abstractmethod
+    def snapshot(self) -> Snapshot: ...
+
+    @abc.abstractmethod
+    def restore(self, snapshot: Snapshot) -> None: ...
+
+    def ready(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+    def describe(self) -> str:
+        return type(self).__name__

@@ -1,0 +1,147 @@
+"""The in-process store: numpy arrays, tables that grow as ids arrive. One trainer; the fastest path."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from streamtrain.context import Gradients
+from streamtrain.optim import Optimizer
+from streamtrain.params import ParamSpec
+
+from .base import ParamStore, Snapshot, initial_dense, initial_rows
+from .idindex import IdIndex
+
+
+class Table:
+    """Rows of one table parameter with their optimizer state, indexed by id."""
+
+    def __init__(self, spec: ParamSpec, optimizer: Optimizer, dtype=np.float32, capacity=1024):
+        self.spec, self.optimizer, self.dtype = spec, optimizer, dtype
+        self.index = IdIndex()
+        self.weights = np.zeros((capacity, spec.dim), dtype)
+        self.state = optimizer.init_state((capacity, spec.dim), table=True, dtype=dtype)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def _grow(self, needed: int) -> None:
+        capacity = len(self.weights)
+        if needed <= capacity:
+            return
+        while capacity < needed:
+            capacity *= 2
+        grown = np.zeros((capacity, self.spec.dim), self.dtype)
+        grown[:len(self.weights)] = self.weights
+        self.weights = grown
+        fresh = self.optimizer.init_state((capacity, self.spec.dim), table=True, dtype=self.dtype)
+        for k, arr in self.state.items():
+            fresh[k][:len(arr)] = arr
+        self.state = fresh
+
+    def rows(self, ids: np.ndarray, create: bool) -> tuple[np.ndarray, int]:
+        """Row numbers of ``ids`` (creating missing ones if asked; -1 otherwise), and how many were created."""
+        rows = self.index.lookup(ids)
+        missing = rows < 0
+        n_new = int(missing.sum())
+        if n_new and create:
+            new_ids = ids[missing]
+            new_rows = self.index.insert(new_ids)
+            self._grow(len(self.index))
+            self.weights[new_rows] = initial_rows(self.spec, self.optimizer, new_ids, self.dtype)
+            rows[missing] = new_rows
+        return rows, n_new
+
+    def put(self, ids, weights, state) -> None:
+        rows, _ = self.rows(np.asarray(ids, np.uint64), create=True)
+        self.weights[rows] = weights
+        for k, arr in state.items():
+            self.state[k][rows] = arr
+
+
+class MemoryStore(ParamStore):
+    """Parameters as numpy arrays in this process; a lock makes pull/push safe across threads."""
+
+    def __init__(self, dtype=np.float32):
+        super().__init__()
+        self.dtype = np.dtype(dtype)
+        self.dense: dict[str, np.ndarray] = {}
+        self.dense_state: dict[str, dict] = {}
+        self.tables: dict[str, Table] = {}
+        self._lock = threading.Lock()
+
+    def _declare(self) -> None:
+        for name, spec in self.specs.items():
+            opt = self.optimizers[name]
+            if spec.table:
+                self.tables.setdefault(name, Table(spec, opt, self.dtype))
+            elif name not in self.dense:
+                self.dense[name] = initial_dense(spec, opt, self.dtype)
+                self.dense_state[name] = opt.init_state(spec.shape, table=False, dtype=self.dtype)
+
+    def pull(self, dense, tables, *, create=True):
+        out = {}
+        with self._lock:
+            for name in dense:
+                out[name] = self.dense[name].copy()
+            for name, ids in tables.items():
+                table = self.tables[name]
+                rows, n_new = table.rows(ids, create)
+                values = table.weights[np.maximum(rows, 0)]
+                if not create and n_new:
+                    missing = rows < 0
+                    values[missing] = initial_rows(table.spec, table.optimizer, ids[missing], self.dtype)
+                out[name] = values
+                self.stats.rows_pulled += len(ids)
+                self.stats.rows_created += n_new if create else 0
+        return out
+
+    def push(self, grads: Gradients) -> None:
+        with self._lock:
+            for name, g in grads.dense.items():
+                self.optimizers[name].step(self.dense[name], g.astype(self.dtype, copy=False),
+                                           self.dense_state[name])
+            for name, (ids, g) in grads.tables.items():
+                table = self.tables[name]
+                rows, _ = table.rows(ids, create=True)
+                w = table.weights[rows]
+                state = {k: arr[rows] for k, arr in table.state.items()}
+                table.optimizer.step(w, g.astype(self.dtype, copy=False), state)
+                table.weights[rows] = w
+                for k, arr in state.items():
+                    table.state[k][rows] = arr
+                self.stats.rows_pushed += len(ids)
+            self.stats.table_rows = {name: len(t) for name, t in self.tables.items()}
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            snap = Snapshot(specs=dict(self.specs),
+                            optimizers={k: o.get_config() for k, o in self.optimizers.items()})
+            for name, value in self.dense.items():
+                snap.dense[name] = {"value": value.copy(),
+                                    **{k: a.copy() for k, a in self.dense_state[name].items()}}
+            for name, table in self.tables.items():
+                ids, rows = table.index.items()
+                snap.tables[name] = {"ids": ids, "value": table.weights[rows],
+                                     **{k: a[rows] for k, a in table.state.items()}}
+        return snap
+
+    def restore(self, snapshot: Snapshot) -> None:
+        with self._lock:
+            for name, arrays in snapshot.dense.items():
+                if name not in self.dense:
+                    continue
+                self.dense[name][...] = arrays["value"]
+                for k in self.dense_state[name]:
+                    if k in arrays:
+                        self.dense_state[name][k][...] = arrays[k]
+            for name, arrays in snapshot.tables.items():
+                table = self.tables.get(name)
+                if table is None:
+                    continue
+                table.put(arrays["ids"], arrays["value"],
+                          {k: arrays[k] for k in table.state if k in arrays})
+            self.stats.table_rows = {name: len(t) for name, t in self.tables.items()}
+
+    def describe(self) -> str:
+        return "memory"

@@ -1,0 +1,81 @@
+"""One training step (DESIGN.md): feed, pull, forward, backward, push, update.
+
+Predictions are made before the batch updates the parameters (progressive validation).
+A batch whose loss or gradient is not finite is skipped: nothing is pushed, it is counted.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .graph import Graph
+from .progressive import Progressive
+from .store.base import ParamStore
+
+PHASES = ("pull", "forward", "backward", "push", "update")
+
+
+@dataclass
+class StepResult:
+    loss: float
+    predictions: np.ndarray
+    applied: bool                  # False: skipped (non-finite); its offsets may still be committed
+    reason: str = ""
+    seconds: dict = field(default_factory=dict)
+
+
+class Trainer:
+    """Drives the graph's phases for one batch against a parameter store."""
+
+    def __init__(self, graph: Graph, store: ParamStore, *, barrier=None, seed: int = 0,
+                 dtype=np.float32):
+        self.graph = graph
+        self.store = store
+        self.barrier = barrier           # sync mode: callable(phase) -> bool (am I the applier)
+        self.ctx = graph.context(training=True, dtype=dtype, seed=seed)
+        self.progressive = Progressive()
+        self.batches = 0
+        self.examples = 0
+        self.nonfinite = 0
+        self.binary = graph.loss.kind == "logloss"
+
+    def step(self, batch) -> StepResult:
+        g, ctx, t = self.graph, self.ctx, {}
+        clock = time.perf_counter
+        g.feed(ctx, batch)
+        t0 = clock()
+        dense, tables = g.needs(ctx)
+        ctx.values = self.store.pull(dense, tables)
+        t1 = clock()
+        g.forward(ctx)
+        t2 = clock()
+        predictions = ctx.predictions
+        t.update(pull=t1 - t0, forward=t2 - t1)
+        if not np.isfinite(ctx.loss):
+            return self._skip(batch, predictions, "loss", t)
+        if self.binary:
+            self.progressive.update(batch.labels, predictions)
+        g.backward(ctx)
+        grads = g.gradients(ctx)
+        t3 = clock()
+        t["backward"] = t3 - t2
+        if not grads.all_finite():
+            return self._skip(batch, predictions, "gradient", t)
+        self.store.push(grads)
+        t4 = clock()
+        t["push"] = t4 - t3
+        if self.barrier is not None:
+            self.barrier(self.store)
+        g.update(ctx)
+        t["update"] = clock() - t4
+        self.batches += 1
+        self.examples += batch.size
+        return StepResult(ctx.loss, predictions, True, seconds=t)
+
+    def _skip(self, batch, predictions, reason, t) -> StepResult:
+        self.nonfinite += 1
+        self.batches += 1
+        self.examples += batch.size
+        return StepResult(float("nan"), predictions, False, reason=f"non-finite {reason}", seconds=t)
