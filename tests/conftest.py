@@ -1,0 +1,28 @@
+"""Shared fixtures. Every ``tests/fixtures_*.py`` module is loaded as a pytest plugin, so the
+Redis, Kafka and Prometheus fixtures live in modules of their own."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = sorted(f"tests.{p.stem}" for p in Path(__file__).parent.glob("fixtures_*.py"))
+
+DATA = Path(os.environ.get("STREAMTRAIN_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    if not DATA.exists():
+        pytest.skip(f"public data not found at {DATA} (set STREAMTRAIN_DATA)")
+    return DATA
+
+
+@pytest.fixture(scope="session")
+def criteo_path(data_dir) -> Path:
+    path = data_dir / "criteo_kaggle_head7625.tsv.gz"
+    if not path.exists():
+        pytest.skip(f"{path} missing")
+    return path
