@@ -45,3 +45,81 @@ class LogLoss(Layer):
     def backward(self, ctx, gy):
         shape, p, y = ctx.saved[self.name]
         return [((p - y) * _scale(self, len(p))).reshape(shape)]
+
+
+@register
+class SoftmaxCE(Layer):
+    """Softmax cross-entropy on ``K`` logits per example; labels are class indices ``0..K−1``
+    (float labels are cast to int; a label that is not one raises ``ValueError``).
+    Predictions are the class probabilities ``[B, K]``."""
+
+    kind = "softmax_ce"
+    is_loss = True
+    options = {"reduction": REDUCTION}
+
+    def build(self, input_shapes, schema):
+        (shape,) = input_shapes
+        if flat_dim(shape) < 2:
+            raise ShapeError(f"layer '{self.name}': expects K >= 2 logits per example, got shape {tuple(shape)}")
+        return (flat_dim(shape),)
+
+    def _classes(self, labels: np.ndarray, k: int) -> np.ndarray:
+        with np.errstate(invalid="ignore"):
+            classes = labels.astype(np.int64)
+        bad = (classes != labels) | (classes < 0) | (classes >= k)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"layer '{self.name}' (softmax_ce): label {float(labels[i])!r} of example {i} "
+                             f"is not a class index in 0..{k - 1}")
+        return classes
+
+    def forward(self, ctx, xs):
+        (x,) = xs
+        z = x.reshape(len(x), -1)
+        classes = self._classes(ctx.batch.labels, z.shape[1])
+        shifted = z - z.max(axis=1, keepdims=True)
+        lse = np.log(np.exp(shifted).sum(axis=1))
+        p = np.exp(shifted - lse[:, None])
+        losses = lse - shifted[np.arange(len(z)), classes]
+        ctx.loss = float(losses.mean()) if len(z) else 0.0
+        ctx.predictions = p
+        ctx.saved[self.name] = (x.shape, p, classes)
+        return p
+
+    def backward(self, ctx, gy):
+        shape, p, classes = ctx.saved[self.name]
+        g = p.copy()
+        g[np.arange(len(p)), classes] -= 1
+        if self.opts["reduction"] == "mean":
+            g *= g.dtype.type(_scale(self, len(p)))
+        return [g.reshape(shape)]
+
+
+@register
+class MSE(Layer):
+    """Squared error of one output per example against the label: ``ctx.loss`` is the plain mean
+    of ``(z − y)²`` (no ½, so it reads as the MSE metric); the gradient is ``2 (z − y)``.
+    Predictions are the input."""
+
+    kind = "mse"
+    is_loss = True
+    options = {"reduction": REDUCTION}
+
+    def build(self, input_shapes, schema):
+        (shape,) = input_shapes
+        if flat_dim(shape) != 1:
+            raise ShapeError(f"layer '{self.name}': expects one output per example, got shape {tuple(shape)}")
+        return (1,)
+
+    def forward(self, ctx, xs):
+        (x,) = xs
+        z = x.reshape(-1).copy()       # the input may be a buffer the next batch overwrites
+        diff = z - ctx.batch.labels.astype(z.dtype, copy=False)
+        ctx.loss = float(np.mean(diff * diff)) if len(z) else 0.0
+        ctx.predictions = z
+        ctx.saved[self.name] = (x.shape, diff)
+        return z
+
+    def backward(self, ctx, gy):
+        shape, diff = ctx.saved[self.name]
+        return [(diff * diff.dtype.type(2 * _scale(self, len(diff)))).reshape(shape)]

@@ -62,12 +62,17 @@ def gradcheck(layer: Layer, xs: list, batch: Batch, *, eps=1e-6, rtol=1e-5, atol
         if layer.is_loss:
             n = batch.size if layer.opts.get("reduction", "sum") == "sum" else 1
             return ctx.loss * n, out
+        if isinstance(out, dict):       # sparse output (sparse_input): nothing differentiable
+            return 0.0, out
         if probe is None:
             probe = rng.standard_normal(np.shape(out))
         return float(np.sum(np.asarray(out) * probe)), out
 
-    run()
-    grads_in = layer.backward(ctx, None if layer.is_loss else probe)
+    _, out = run()
+    if isinstance(out, dict):
+        return {}
+    # copies: a layer may hand back arrays it reuses in the next forward
+    grads_in = [None if g is None else np.array(g) for g in layer.backward(ctx, None if layer.is_loss else probe)]
     grads_param = {k: np.array(v) for k, v in ctx.param_grads.items()}
     report = {}
 
