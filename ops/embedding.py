@@ -15,8 +15,9 @@ class Embedding(Layer):
 
     A multi-valued field sums (or averages, ``combiner: mean``) its ids' rows, weighted by
     the ids' values when the reader gives them. A missing value gives a zero row. Only the
-    rows this batch touches are pulled from the store; the lookup and its gradient are one
-    sparse matrix product over the whole batch.
+    rows this batch touches are pulled from the store. When every field holds at most one id
+    per example (the usual case) the lookup is one ``take`` and its gradient one ``bincount``;
+    otherwise both are one sparse-matrix product over the whole batch.
     """
 
     kind = "embedding"
@@ -41,59 +42,91 @@ class Embedding(Layer):
         self.tables = list(dict.fromkeys(self.table_of.values()))
         return (len(self.fields), dim)
 
-    def table_ids(self, ctx):
-        x = ctx.batch.sparse
-        parts: dict[str, list] = {}
+    def _fields(self, ctx):
+        """This batch's CSR field of every input field (an empty one when the batch lacks it)."""
+        from streamtrain.batch import SparseField
+        batch, out = ctx.batch, []
         for f in self.fields:
-            field = x.get(f)
-            if field is not None:
-                parts.setdefault(self.table_of[f], []).append(field.ids)
-        return {t: np.concatenate(p) if len(p) > 1 else p[0] for t, p in parts.items()}
-
-    def _lookup_matrix(self, ctx, fields: dict) -> tuple[sp.csr_matrix, np.ndarray]:
-        """The [F*B, U] matrix (field-major rows) whose product with the pulled rows pools them."""
-        bases = {}
-        total = 0
-        for t in self.tables:
-            bases[t] = total
-            total += len(ctx.table_ids[t])
-        batch_size = ctx.batch.size
-        cols, data, indptr = [], [], []
-        nnz = 0
-        for f in self.fields:
-            field = fields[f]
-            t = self.table_of[f]
-            cols.append(ctx.rows_of(t, field.ids) + bases[t])
-            values = field.values if field.values is not None else np.ones(len(field.ids), ctx.dtype)
-            if self.opts["combiner"] == "mean":
-                counts = np.diff(field.offsets)
-                values = values / np.repeat(np.maximum(counts, 1), counts)
-            data.append(values.astype(ctx.dtype, copy=False))
-            indptr.append(field.offsets[:-1] + nnz)
-            nnz += int(field.offsets[-1])
-        indptr.append(np.array([nnz], dtype=np.int64))
-        matrix = sp.csr_matrix(
-            (np.concatenate(data), np.concatenate(cols), np.concatenate(indptr)),
-            shape=(len(self.fields) * batch_size, total))
-        return matrix, bases
-
-    def forward(self, ctx, xs):
-        (fields,) = xs
-        matrix, bases = self._lookup_matrix(ctx, fields)
-        rows = [ctx.value(t) for t in self.tables]
-        table = rows[0] if len(rows) == 1 else np.concatenate(rows)
-        pooled = matrix @ table.astype(ctx.dtype, copy=False)           # [F*B, dim]
-        ctx.saved[self.name] = matrix
-        batch_size, dim = ctx.batch.size, self.opts["dim"]
-        out = ctx.buffer((self.name, "out"), (batch_size, len(self.fields), dim))
-        out[...] = pooled.reshape(len(self.fields), batch_size, dim).transpose(1, 0, 2)
+            field = batch.sparse.get(f)
+            if field is None:
+                field = SparseField(np.zeros(0, np.uint64), np.zeros(batch.size + 1, np.int64))
+            out.append(field)
         return out
 
+    def table_ids(self, ctx):
+        """Ids per table, field after field: the order of the batch's CSR data."""
+        parts: dict[str, list] = {}
+        for f, field in zip(self.fields, self._fields(ctx)):
+            parts.setdefault(self.table_of[f], []).append(field.ids)
+        return {t: p[0] if len(p) == 1 else np.concatenate(p) for t, p in parts.items()}
+
+    def forward(self, ctx, xs):
+        fields = self._fields(ctx)
+        B, F, dim = ctx.batch.size, len(self.fields), self.opts["dim"]
+        bases, total = [], 0
+        for t in self.tables:
+            bases.append(total)
+            total += len(ctx.table_ids[t])
+        pos = np.concatenate([ctx.table_pos[(self.name, t)] + base for t, base in zip(self.tables, bases)]) \
+            if total else np.zeros(0, np.int64)
+        rows = [ctx.value(t) for t in self.tables]
+        counts = np.concatenate([np.diff(f.offsets) for f in fields])          # field-major [F*B]
+        weights = self._weights(ctx, fields, counts)
+        if counts.max(initial=0) <= 1:
+            r = np.repeat(np.arange(F * B), counts)
+            slot = (r % B) * F + r // B                                         # batch-major row
+            index = np.full(B * F, total, np.int64)                             # missing -> zero row
+            index[slot] = pos
+            table = np.concatenate([*rows, np.zeros((1, dim), ctx.dtype)]).astype(ctx.dtype, copy=False)
+            out = ctx.buffer((self.name, "out"), (B * F, dim))
+            np.take(table, index, axis=0, out=out)
+            w = None
+            if weights is not None:
+                w = np.ones(B * F, ctx.dtype)
+                w[slot] = weights
+                out *= w[:, None]
+            ctx.saved[self.name] = ("take", index, w, total)
+            return out.reshape(B, F, dim)
+        data = weights if weights is not None else np.ones(len(pos), ctx.dtype)
+        indptr = np.zeros(F * B + 1, np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        matrix = sp.csr_matrix((data, pos, indptr), shape=(F * B, total))
+        table = rows[0] if len(rows) == 1 else np.concatenate(rows)
+        pooled = matrix @ table.astype(ctx.dtype, copy=False)                  # [F*B, dim]
+        ctx.saved[self.name] = ("matrix", matrix, None, total)
+        out = ctx.buffer((self.name, "out"), (B, F, dim))
+        out[...] = pooled.reshape(F, B, dim).transpose(1, 0, 2)
+        return out
+
+    def _weights(self, ctx, fields, counts):
+        """Per-id multipliers: the reader's values, divided by the field's count for ``mean``."""
+        mean = self.opts["combiner"] == "mean" and counts.max(initial=0) > 1
+        if not mean and all(f.values is None for f in fields):
+            return None
+        w = np.concatenate([f.values if f.values is not None else np.ones(len(f.ids), ctx.dtype)
+                            for f in fields]).astype(ctx.dtype, copy=False)
+        if mean:
+            w = w / np.repeat(np.maximum(counts, 1), counts).astype(ctx.dtype)
+        return w
+
     def backward(self, ctx, gy):
-        matrix = ctx.saved[self.name]
+        how, a, w, total = ctx.saved[self.name]
         dim = self.opts["dim"]
-        g = np.ascontiguousarray(gy.transpose(1, 0, 2)).reshape(-1, dim)
-        grad_rows = matrix.T @ g                                          # [U_total, dim]
+        if how == "take":
+            g = gy.reshape(-1, dim)
+            if w is not None:
+                g = g * w[:, None]
+            if dim == 1:
+                grad_rows = np.bincount(a, weights=g[:, 0], minlength=total + 1)[:total, None]
+            else:
+                flat = (a[:, None] * dim + np.arange(dim)).reshape(-1)
+                grad_rows = np.bincount(flat, weights=g.reshape(-1),
+                                        minlength=(total + 1) * dim).reshape(total + 1, dim)[:total]
+            grad_rows = grad_rows.astype(ctx.dtype)
+        else:
+            B = ctx.batch.size
+            g = np.ascontiguousarray(gy.transpose(1, 0, 2)).reshape(-1, dim)
+            grad_rows = a.T @ g
         start = 0
         for t in self.tables:
             n = len(ctx.table_ids[t])

@@ -39,6 +39,7 @@ class Context:
         self.batch = None
         self.values: dict[str, np.ndarray] = {}       # pulled params (tables: rows of table_ids)
         self.table_ids: dict[str, np.ndarray] = {}    # table -> sorted unique ids of this batch
+        self.table_pos: dict[tuple, np.ndarray] = {}  # (layer, table) -> position of each of its ids
         self.outputs: dict[str, object] = {}
         self.saved: dict[str, object] = {}
         self.grad_out: dict[str, np.ndarray] = {}     # accumulated output gradient per layer

@@ -1,55 +1,88 @@
-"""Running a job as a long-lived process: logging, signals, summary, exit code."""
+"""Running a job as a long-lived process: signals, HTTP endpoints, metrics, systemd, teardown.
+
+Signals (rq's two-stage shutdown):
+
+* first SIGTERM/SIGINT — finish the current batch (push, commit), write a checkpoint, exit 0;
+  the handlers are re-pointed so that
+* a second SIGTERM/SIGINT exits at once (the process dies of that signal: rc 128+N);
+* SIGHUP — write a checkpoint at the next safe point (after the current step) and go on.
+
+Teardown (final checkpoint, reader and store closed, HTTP server stopped, ``STOPPING=1``)
+always runs in ``finally``.
+"""
 from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
-import sys
 import threading
 
+from . import systemd
+from .health import Health, MetricsServer, job_readiness
 from .job import Job
+from .logs import JsonFormatter, setup_logging  # noqa: F401  (re-exported for old imports)
+from .metrics import Metrics
 
 log = logging.getLogger("streamtrain")
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-def setup_logging(fmt: str = "text", level: str = "INFO") -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+class Signals:
+    """Installs the handlers on a job; ``restore()`` puts the previous ones back."""
+
+    def __init__(self, job: Job, notify=systemd.notify):
+        self.job, self.notify = job, notify
+        self.previous: dict = {}
+
+    def install(self) -> "Signals":
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for sig in (*STOP_SIGNALS, signal.SIGHUP):
+            self.previous[sig] = signal.getsignal(sig)
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, self.soft)
+        signal.signal(signal.SIGHUP, self.checkpoint)
+        return self
+
+    def soft(self, signum, frame) -> None:
+        log.info("%s: finishing the current batch, then checkpoint and exit (send it again to exit at once)",
+                 signal.Signals(signum).name)
+        self.job.stop_requested = True
+        self.notify("STOPPING=1")
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, self.hard)
+
+    @staticmethod
+    def hard(signum, frame) -> None:
+        log.warning("second stop signal (%s): exiting at once", signal.Signals(signum).name)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    def checkpoint(self, signum, frame) -> None:
+        log.info("SIGHUP: writing a checkpoint after the current step")
+        self.job.checkpoint_requested = True
+
+    def restore(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
 
 
-class JsonFormatter(logging.Formatter):
-    def format(self, record):
-        out = {"ts": round(record.created, 3), "level": record.levelname, "logger": record.name,
-               "msg": record.getMessage()}
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out)
-
-
-def install_signals(job: Job) -> None:
-    """First SIGTERM/SIGINT: finish the batch, commit, checkpoint, exit 0. Second: exit at once."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-
-    def hard(signum, frame):
-        log.warning("second %s: exiting now", signal.Signals(signum).name)
-        import os
-        os._exit(130)
-
-    def soft(signum, frame):
-        log.info("%s: finishing the current batch, then stopping", signal.Signals(signum).name)
-        job.stop_requested = True
-        signal.signal(signal.SIGTERM, hard)
-        signal.signal(signal.SIGINT, hard)
-
-    signal.signal(signal.SIGTERM, soft)
-    signal.signal(signal.SIGINT, soft)
+def serve(job: Job, cfg: dict) -> tuple[Metrics | None, MetricsServer | None, Health]:
+    """Wire metrics and the heartbeat into the job's hooks; start the HTTP server if enabled."""
+    mcfg = cfg.get("metrics", {})
+    health = Health(stall_seconds=mcfg.get("stall_seconds", 300.0), ready=job_readiness(job))
+    job.hooks.append(health.beat)
+    if not mcfg.get("enabled", True):
+        return None, None, health
+    metrics = Metrics(window=mcfg.get("window", 100_000), refresh_seconds=mcfg.get("refresh_seconds", 1.0))
+    job.hooks.append(metrics.on_step)
+    job.checkpoint_hooks.append(metrics.on_checkpoint)
+    server = MetricsServer(metrics.registry, health, mcfg.get("host", "127.0.0.1"), mcfg.get("port", 9464))
+    server.start()
+    return metrics, server, health
 
 
 def run_job(cfg: dict, args) -> int:
@@ -59,10 +92,31 @@ def run_job(cfg: dict, args) -> int:
     if restore == "latest":
         restore = cfg.get("checkpoint", {}).get("dir")
     job = Job(cfg, max_examples=args.max_examples, restore=restore)
-    install_signals(job)
-    summary = job.run()
+    signals = Signals(job).install()
+    server = watchdog = None
+    ran = False
+    try:
+        _, server, health = serve(job, cfg)
+        watchdog = systemd.Watchdog(lambda: health.alive()[0], status=lambda: _status(job)).start()
+        systemd.notify("READY=1\nSTATUS=training")
+        ran = True
+        summary = job.run()          # its own finally: final checkpoint, reader and store closed
+    finally:
+        if not ran:
+            job.finish()
+        systemd.notify("STOPPING=1")
+        if watchdog is not None:
+            watchdog.stop()
+        if server is not None:
+            server.stop()
+        signals.restore()
     log.info("done: %s", job.progress_line())
     if args.summary:
         with open(args.summary, "w") as fh:
             json.dump(summary, fh, indent=2)
     return 0
+
+
+def _status(job: Job) -> str:
+    t = job.trainer
+    return "waiting for the first batch" if t is None else f"examples={t.examples} batches={t.batches}"

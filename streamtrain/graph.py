@@ -17,6 +17,7 @@ from .context import Context, Gradients
 from .errors import ConfigError, ShapeError
 from .params import ParamSpec
 from .state import Status, advance
+from .uniq import unique_inverse
 
 
 @dataclass(frozen=True)
@@ -136,13 +137,24 @@ class Graph:
             for src in layer.inputs:
                 self.consumers[src].append(layer.name)
         self.loss = next(layer for layer in self.order if layer.is_loss)
+        live = self._ancestors(self.loss.name)
+        self.train_order = [layer for layer in self.order if layer.name in live]
         self.params: dict[str, ParamSpec] = {}
         self._param_owner: dict[str, str] = {}
         self._build()
         self.dense_params = [n for n, s in self.params.items() if not s.table]
         self.table_params = [n for n, s in self.params.items() if s.table]
-        self.table_layers = [layer for layer in self.order
+        self.table_layers = [layer for layer in self.train_order
                              if any(s.table for s in layer.params.values())]
+
+    def _ancestors(self, name: str) -> set:
+        seen, todo = set(), [name]
+        while todo:
+            n = todo.pop()
+            if n not in seen:
+                seen.add(n)
+                todo.extend(self.layers[n].inputs)
+        return seen
 
     @classmethod
     def from_config(cls, layer_configs: list, schema: Schema) -> "Graph":
@@ -177,14 +189,21 @@ class Graph:
         return Context(self.layers, training=training, dtype=dtype, seed=seed)
 
     def feed(self, ctx: Context, batch) -> None:
-        """Every layer back to Null; work out the unique rows of every table this batch needs."""
+        """Every layer back to Null; find the unique rows of every table this batch needs and,
+        for each layer, where each of its ids falls among them."""
         ctx.reset(batch)
         wanted: dict[str, list] = {}
         for layer in self.table_layers:
             for table, ids in layer.table_ids(ctx).items():
-                wanted.setdefault(table, []).append(ids)
-        ctx.table_ids = {t: np.unique(np.concatenate(parts)) if len(parts) > 1 else np.unique(parts[0])
-                         for t, parts in wanted.items()}
+                wanted.setdefault(table, []).append((layer.name, ids))
+        ctx.table_ids, ctx.table_pos = {}, {}
+        for table, parts in wanted.items():
+            ids = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
+            ctx.table_ids[table], inverse = unique_inverse(ids)
+            start = 0
+            for name, part in parts:
+                ctx.table_pos[(name, table)] = inverse[start:start + len(part)]
+                start += len(part)
         for t in self.table_params:
             ctx.table_ids.setdefault(t, np.zeros(0, np.uint64))
 
@@ -209,8 +228,9 @@ class Graph:
         return out
 
     def backward(self, ctx: Context) -> None:
-        """Reverse topological walk; each layer gets the sum of its consumers' gradients."""
-        for layer in reversed(self.order):
+        """Reverse topological walk; each layer gets the sum of its consumers' gradients.
+        Layers the loss does not depend on are left alone (they stay Null)."""
+        for layer in reversed(self.train_order):
             if not advance(ctx.status, layer.name, "backward"):
                 continue
             if layer.is_loss:
@@ -226,7 +246,7 @@ class Graph:
 
     def gradients(self, ctx: Context) -> Gradients:
         """Collect parameter gradients for the push; every layer moves to Gradient."""
-        for layer in self.order:
+        for layer in self.train_order:
             advance(ctx.status, layer.name, "gradient")
         grads = Gradients()
         for name, g in ctx.param_grads.items():
@@ -238,7 +258,7 @@ class Graph:
 
     def update(self, ctx: Context) -> None:
         """Mark the update applied (the store applied it where the parameters live)."""
-        for layer in self.order:
+        for layer in self.train_order:
             advance(ctx.status, layer.name, "update")
 
 

@@ -36,6 +36,10 @@ class Job:
         self.last_checkpoint: str | None = None
         self.truncated = 0
         self.hooks = []          # callables(job, batch, result) after every step (metrics, daemon)
+        self.checkpoint_hooks = []   # callables(job, path, ok) after every checkpoint attempt
+        self.checkpoint_requested = False   # set by SIGHUP: write one at the next safe point
+        self._ckpt_batches = 0
+        self._ckpt_time = time.monotonic()
 
     # ---- building ------------------------------------------------------------------------
     def _build(self, batch) -> None:
@@ -72,12 +76,16 @@ class Job:
                     break
                 result = self.trainer.step(batch)
                 if complete:
+                    t0 = time.perf_counter()
                     self.source.commit(batch.offsets)
+                    result.seconds["commit"] = time.perf_counter() - t0
                     self.offsets.update(batch.offsets)
                 for hook in self.hooks:
                     hook(self, batch, result)
+                self._maybe_checkpoint()
                 if time.monotonic() >= next_log:
-                    log.info("%s", self.progress_line())
+                    fields = self.progress()
+                    log.info("%s", self.progress_line(fields), extra={"fields": fields})
                     next_log = time.monotonic() + every
                 if self.stop_requested or not complete or self._reached_limit():
                     break
@@ -112,24 +120,62 @@ class Job:
             finally:
                 self.store.close()
 
+    def _maybe_checkpoint(self) -> None:
+        """Periodic checkpoints (every N batches / N seconds) and SIGHUP's; a failure is logged
+        and counted, the previous checkpoint stays, and training goes on."""
+        cfg = self.config.get("checkpoint", {})
+        self._ckpt_batches += 1
+        every_b, every_s = cfg.get("every_batches") or 0, cfg.get("every_seconds") or 0
+        due = (self.checkpoint_requested or (every_b and self._ckpt_batches >= every_b)
+               or (every_s and time.monotonic() - self._ckpt_time >= every_s))
+        if not due or not cfg.get("dir"):
+            self.checkpoint_requested = False
+            return
+        try:
+            self.write_checkpoint()
+        except OSError as err:
+            log.error("checkpoint failed, keeping the previous one: %s", err)
+
     def write_checkpoint(self):
         cfg = self.config["checkpoint"]
-        path = checkpoint.write(cfg["dir"], self.store.snapshot(), step=self.trainer.batches,
-                                examples=self.trainer.examples, offsets=self.offsets,
-                                keep=cfg.get("keep") or None)
+        self.checkpoint_requested = False
+        self._ckpt_batches, self._ckpt_time = 0, time.monotonic()
+        try:
+            path = checkpoint.write(cfg["dir"], self.store.snapshot(), step=self.trainer.batches,
+                                    examples=self.trainer.examples, offsets=self.offsets,
+                                    keep=cfg.get("keep") or None)
+        except BaseException:
+            for hook in self.checkpoint_hooks:
+                hook(self, None, False)
+            raise
         self.last_checkpoint = str(path)
         log.info("checkpoint written: %s", path)
+        for hook in self.checkpoint_hooks:
+            hook(self, path, True)
         return path
 
     # ---- reporting -------------------------------------------------------------------------
-    def progress_line(self) -> str:
-        t = self.trainer
-        elapsed = time.monotonic() - self.started
+    def progress(self) -> dict:
+        """The figures of the progress line: totals, rate since the last line, loss, AUC, lag."""
+        from .metrics import total_lag
+        t, now = self.trainer, time.monotonic()
         if t is None:
-            return "waiting for the first batch"
+            return {}
+        last_t, last_n = getattr(self, "_last_progress", (self.started, 0))
+        self._last_progress = (now, t.examples)
         p = t.progressive
-        return (f"examples={t.examples} batches={t.batches} ex/s={t.examples / max(elapsed, 1e-9):.0f} "
-                f"logloss={p.logloss:.5f} auc={p.auc:.4f} malformed={self.malformed.total}")
+        return {"examples": t.examples, "batches": t.batches,
+                "examples_per_s": round((t.examples - last_n) / max(now - last_t, 1e-9), 1),
+                "logloss": _num(p.logloss), "auc": _num(p.auc), "lag": total_lag(self.source),
+                "malformed": self.malformed.total, "nonfinite": t.nonfinite}
+
+    def progress_line(self, fields: dict | None = None) -> str:
+        f = fields if fields is not None else self.progress()
+        if not f:
+            return "waiting for the first batch"
+        return (f"examples={f['examples']} batches={f['batches']} ex/s={f['examples_per_s']:.0f} "
+                f"logloss={f['logloss']} auc={f['auc']} lag={f['lag'] if f['lag'] is not None else '-'} "
+                f"malformed={f['malformed']} nonfinite={f['nonfinite']}")
 
     def summary(self) -> dict:
         elapsed = time.monotonic() - self.started

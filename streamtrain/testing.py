@@ -11,6 +11,7 @@ from .context import Context
 from .graph import Schema
 from .hashing import splitmix64
 from .ops.base import Layer, SparseShape
+from .uniq import unique_inverse
 
 
 def random_batch(size=16, fields=("a", "b", "c"), dense=3, *, cardinality=10, multivalue=(),
@@ -38,6 +39,12 @@ def input_shape(x):
     return tuple(np.shape(x)[1:])
 
 
+def feed_tables(ctx: Context, layer: Layer) -> None:
+    """What ``Graph.feed`` does for one layer alone: unique ids per table and their positions."""
+    for t, ids in layer.table_ids(ctx).items():
+        ctx.table_ids[t], ctx.table_pos[(layer.name, t)] = unique_inverse(ids)
+
+
 def gradcheck(layer: Layer, xs: list, batch: Batch, *, eps=1e-6, rtol=1e-5, atol=1e-7,
               max_checks=40, seed=0, param_scale=0.5) -> dict:
     """Compare ``layer.backward`` with central differences, in float64, for every input and
@@ -48,7 +55,7 @@ def gradcheck(layer: Layer, xs: list, batch: Batch, *, eps=1e-6, rtol=1e-5, atol
     layer.output_shape = layer.build([input_shape(x) for x in xs], Schema.of(batch))
     ctx = Context([layer.name], dtype=np.float64, seed=seed)
     ctx.reset(batch)
-    ctx.table_ids = {t: np.unique(ids) for t, ids in layer.table_ids(ctx).items()}
+    feed_tables(ctx, layer)
     for slot, spec in layer.params.items():
         shape = (len(ctx.table_ids.get(spec.name, ())), spec.dim) if spec.table else spec.shape
         ctx.values[spec.name] = rng.standard_normal(shape) * param_scale

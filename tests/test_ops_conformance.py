@@ -18,7 +18,7 @@ from streamtrain.context import Context
 from streamtrain.errors import ConfigError, ShapeError
 from streamtrain.graph import Schema
 from streamtrain.ops import REGISTRY, load_all
-from streamtrain.testing import gradcheck, input_shape, random_batch
+from streamtrain.testing import feed_tables, gradcheck, input_shape, random_batch
 
 load_all()
 BATCH = 5
@@ -117,7 +117,7 @@ def prepare(layer, xs, batch, values=None, *, dtype=np.float64, seed=0, training
     layer.output_shape = layer.build([input_shape(x) for x in xs], Schema.of(batch))
     ctx = Context([layer.name], dtype=dtype, seed=seed, training=training)
     ctx.reset(batch)
-    ctx.table_ids = {t: np.unique(ids) for t, ids in layer.table_ids(ctx).items()}
+    feed_tables(ctx, layer)
     if values is None:
         rng = np.random.default_rng(seed)
         values = {}

@@ -1,0 +1,204 @@
+"""Every Prometheus metric streamtrain exports, defined here and nowhere else.
+
+``Metrics(registry)`` registers them on the registry it is given (a fresh ``CollectorRegistry``
+by default, so tests never share state); ``on_step`` is a job hook called after every step.
+Labels are bounded: phases, malformed reasons, row states and layer states are fixed sets;
+tables and layers come from the model file; topic/partition pairs from the source's assignment.
+Figures that cost more than a counter (the sliding window, store and source gauges) are
+refreshed at most every ``refresh_seconds``.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from .progressive import Window
+from .state import Status
+
+PHASES = ("pull", "forward", "backward", "push", "update", "commit")
+ROW_STATES = ("live", "admitted", "expired")
+LAYER_STATES = [s.name.lower() for s in Status]
+STEP_BUCKETS = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10)
+FRESHNESS_BUCKETS = (.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 21600, 86400)
+try:
+    from streamtrain.readers.malformed import REASONS
+except ImportError:  # pragma: no cover - readers not installed
+    REASONS = ("decode", "field_count", "number", "label")
+
+
+class BulkHistogram(Collector):
+    """A histogram fed a whole numpy array at a time (one observation per example)."""
+
+    def __init__(self, name, documentation, buckets, registry):
+        self.name, self.documentation = name, documentation
+        self.bounds = np.asarray(buckets, np.float64)
+        self.counts = np.zeros(len(self.bounds) + 1, np.int64)   # last bucket: above every bound
+        self.sum = 0.0
+        registry.register(self)
+
+    def observe_many(self, values) -> None:
+        values = np.asarray(values, np.float64)
+        values = values[np.isfinite(values)]
+        if values.size:
+            self.counts = self.counts + np.bincount(np.searchsorted(self.bounds, values, side="left"),
+                                       minlength=len(self.counts))
+            self.sum += float(values.sum())
+
+    def describe(self):
+        return [HistogramMetricFamily(self.name, self.documentation)]
+
+    def collect(self):
+        counts = self.counts                  # replaced, never mutated: a consistent view
+        cumulative = np.cumsum(counts)
+        buckets = [(repr(float(b)), int(c)) for b, c in zip(self.bounds, cumulative[:-1])]
+        buckets.append(("+Inf", int(cumulative[-1])))
+        yield HistogramMetricFamily(self.name, self.documentation, buckets=buckets, sum_value=self.sum)
+
+
+class Metrics:
+    """The metric objects plus the bookkeeping that turns job state into them."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, *, window: int = 100_000,
+                 refresh_seconds: float = 1.0):
+        r = self.registry = registry if registry is not None else CollectorRegistry()
+        self.window = Window(int(window))
+        self.refresh_seconds = float(refresh_seconds)
+        self._next_refresh = 0.0
+        self._seen: dict = {}
+        self._lag_labels: set = set()
+        self.examples = Counter("streamtrain_examples_total", "Examples trained on (skipped batches included)", registry=r)
+        self.batches = Counter("streamtrain_batches_total", "Mini-batches stepped", registry=r)
+        self.malformed = Counter("streamtrain_records_malformed_total", "Input records skipped, by reason",
+                                 ["reason"], registry=r)
+        self.step_seconds = Histogram("streamtrain_step_seconds", "Seconds per phase of one step", ["phase"],
+                                      buckets=STEP_BUCKETS, registry=r)
+        self.logloss = Gauge("streamtrain_progressive_logloss", "Predict-then-learn logloss over the sliding window", registry=r)
+        self.auc = Gauge("streamtrain_progressive_auc", "Predict-then-learn AUC over the sliding window", registry=r)
+        self.predicted_ctr = Gauge("streamtrain_predicted_ctr", "Mean prediction over the sliding window", registry=r)
+        self.observed_ctr = Gauge("streamtrain_observed_ctr", "Mean label over the sliding window", registry=r)
+        self.window_examples = Gauge("streamtrain_window_examples", "Examples in the sliding window", registry=r)
+        self.kafka_lag = Gauge("streamtrain_kafka_lag", "Records behind the end of each assigned partition",
+                               ["topic", "partition"], registry=r)
+        self.freshness = BulkHistogram("streamtrain_event_to_update_seconds",
+                                       "Seconds from an example's event time to its update being applied",
+                                       FRESHNESS_BUCKETS, r)
+        self.rows_pulled = Counter("streamtrain_store_rows_pulled_total", "Parameter rows pulled from the store", registry=r)
+        self.rows_pushed = Counter("streamtrain_store_rows_pushed_total", "Parameter rows pushed to the store", registry=r)
+        self.store_errors = Counter("streamtrain_store_errors_total", "Store operations that failed (and were retried)", registry=r)
+        self.embedding_rows = Gauge("streamtrain_embedding_rows", "Rows of each embedding table, by state",
+                                    ["table", "state"], registry=r)
+        self.layer_state = Enum("streamtrain_layer_state", "Each layer's state after the last step",
+                                ["layer"], states=LAYER_STATES, registry=r)
+        self.checkpoint_ts = Gauge("streamtrain_checkpoint_last_success_timestamp_seconds",
+                                   "Unix time of the last checkpoint written", registry=r)
+        self.checkpoint_failures = Counter("streamtrain_checkpoint_failures_total", "Checkpoints that failed", registry=r)
+        self.nonfinite = Counter("streamtrain_nonfinite_batches_total",
+                                 "Batches skipped because their loss or gradient was not finite", registry=r)
+        self.last_batch_ts = Gauge("streamtrain_last_batch_timestamp_seconds", "Unix time of the last step", registry=r)
+        for reason in REASONS:
+            self.malformed.labels(reason)
+        for phase in PHASES:
+            self.step_seconds.labels(phase)
+
+    # ---- job hooks ---------------------------------------------------------------------------
+    def on_step(self, job, batch, result) -> None:
+        self.batches.inc()
+        self.examples.inc(batch.size)
+        self.last_batch_ts.set_to_current_time()
+        for phase, seconds in result.seconds.items():
+            if phase in PHASES:
+                self.step_seconds.labels(phase).observe(seconds)
+        if not result.applied:
+            self.nonfinite.inc()
+        elif getattr(job.trainer, "binary", False) and result.predictions is not None:
+            self.window.update(batch.labels, result.predictions)
+        if batch.timestamps is not None and result.applied:
+            self.freshness.observe_many(time.time() - np.asarray(batch.timestamps, np.float64))
+        self._sync_counters(job)
+        if time.monotonic() >= self._next_refresh:
+            self.refresh(job)
+
+    def on_checkpoint(self, job, path, ok: bool = True) -> None:
+        if ok:
+            self.checkpoint_ts.set_to_current_time()
+        else:
+            self.checkpoint_failures.inc()
+
+    # ---- bookkeeping -------------------------------------------------------------------------
+    def _delta(self, key, total) -> float:
+        """How much a cumulative count grew since the last look (restarts of the source count from 0)."""
+        total = float(total or 0)
+        before = self._seen.get(key, 0.0)
+        self._seen[key] = total
+        return total - before if total >= before else total
+
+    def _sync_counters(self, job) -> None:
+        counts = job.malformed.snapshot() if hasattr(job.malformed, "snapshot") else dict(job.malformed.counts)
+        for reason, n in counts.items():
+            if reason in REASONS:
+                self.malformed.labels(reason).inc(self._delta(("malformed", reason), n))
+        stats = getattr(job.store, "stats", None)
+        if stats is not None:
+            self.rows_pulled.inc(self._delta("pulled", stats.rows_pulled))
+            self.rows_pushed.inc(self._delta("pushed", stats.rows_pushed))
+            self.store_errors.inc(self._delta("errors", stats.errors))
+
+    def refresh(self, job) -> None:
+        """Recompute the gauges: window figures, table rows, layer states, source lag."""
+        self._next_refresh = time.monotonic() + self.refresh_seconds
+        figures = self.window.figures()
+        self.window_examples.set(figures.count)
+        if figures.count:
+            for gauge, value in ((self.logloss, figures.logloss), (self.auc, figures.auc),
+                                 (self.predicted_ctr, figures.predicted_ctr),
+                                 (self.observed_ctr, figures.observed_ctr)):
+                gauge.set(value)
+        self._table_rows(getattr(getattr(job.store, "stats", None), "table_rows", None) or {})
+        trainer = getattr(job, "trainer", None)
+        if trainer is not None:
+            for layer, status in trainer.ctx.status.items():
+                self.layer_state.labels(layer).state(Status(status).name.lower())
+        self.set_lag(source_lag(job.source))
+
+    def _table_rows(self, table_rows: dict) -> None:
+        for table, rows in table_rows.items():
+            by_state = rows if isinstance(rows, dict) else {"live": rows}
+            for state, n in by_state.items():
+                if state in ROW_STATES:
+                    self.embedding_rows.labels(table, state).set(n)
+
+    def set_lag(self, lag: dict | None) -> None:
+        """``{(topic, partition): records behind}``; partitions no longer assigned are dropped."""
+        if lag is None:
+            return
+        current = set()
+        for key, value in lag.items():
+            if value is None:
+                continue
+            topic, partition = (key.topic, key.partition) if hasattr(key, "topic") else key
+            labels = (str(topic), str(partition))
+            current.add(labels)
+            self.kafka_lag.labels(*labels).set(value)
+        for labels in self._lag_labels - current:
+            self.kafka_lag.remove(*labels)
+        self._lag_labels = current
+
+
+def source_lag(source) -> dict | None:
+    """The source's lag if it reports one (``source.lag()`` or a ``lag`` mapping), else None."""
+    lag = getattr(source, "lag", None)
+    if callable(lag):
+        try:
+            lag = lag()
+        except Exception:  # a broker hiccup must not break training; the next refresh retries
+            return None
+    return lag if isinstance(lag, dict) else None
+
+
+def total_lag(source) -> int | None:
+    lag = source_lag(source)
+    return None if lag is None else int(sum(v for v in lag.values() if v is not None))

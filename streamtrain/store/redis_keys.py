@@ -1,0 +1,116 @@
+"""Key names and key → shard routing for the Redis store: pure functions, no I/O.
+
+Every row of every table lands in one of ``buckets`` groups, chosen by a stable hash of
+(table, id). The bucket is the key's Redis Cluster hash tag, so a batch's rows group into at
+most ``buckets`` slots and each group can be read or written with one multi-key command or one
+script. Over standalone servers the bucket picks the server: ``shard = bucket % n_shards``.
+
+>>> row_keys("default", "emb.a", np.array([255], np.uint64), 64)[0][:14]
+b'st:{default/3'
+>>> shard_of_bucket(np.array([0, 1, 2, 3]), 3).tolist()
+[0, 1, 2, 0]
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+from redis.crc import key_slot
+
+from streamtrain.hashing import hash_str, splitmix64
+
+PREFIX = "st"
+NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+_HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
+
+
+def check_name(name: str, what: str) -> str | None:
+    """A problem with a namespace or parameter name used inside keys, or None."""
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        return f"{what} {name!r} may only use letters, digits, '_', '.', '-'"
+    return None
+
+
+def bucket_of(table: str, ids: np.ndarray, buckets: int) -> np.ndarray:
+    """Bucket of each id of ``table``: a stable hash of (table, id), in ``[0, buckets)``."""
+    ids = np.asarray(ids, np.uint64)
+    return (splitmix64(ids ^ np.uint64(hash_str(table))) % np.uint64(buckets)).astype(np.int64)
+
+
+def shard_of_bucket(bucket, n_shards: int):
+    """Standalone servers: the server that holds a bucket."""
+    return np.asarray(bucket) % n_shards
+
+
+def shard_of_tag(tag_: str, n_shards: int) -> int:
+    """Standalone servers: the server of a hash tag. A bucket tag ``<ns>/<b>`` goes to
+    ``b % n``; a named group (``<ns>/dense``, ``<ns>/meta``) to its Cluster slot ``% n``."""
+    tail = tag_.rsplit("/", 1)[-1]
+    if tail.isdigit():
+        return int(tail) % n_shards
+    return key_slot(f"{{{tag_}}}".encode()) % n_shards
+
+
+def tag(namespace: str, bucket) -> str:
+    """The Cluster hash tag of a bucket (or of a named group such as ``sync`` or ``dense``)."""
+    return f"{namespace}/{bucket}"
+
+
+def tag_of_key(key: bytes | str) -> str:
+    """The hash tag inside a key (what Redis Cluster hashes), or the whole key."""
+    if isinstance(key, bytes):
+        key = key.decode()
+    start = key.find("{")
+    end = key.find("}", start + 1)
+    return key[start + 1:end] if start >= 0 and end > start + 1 else key
+
+
+def hex_ids(ids: np.ndarray) -> np.ndarray:
+    """uint64 ids as 16 lowercase hex digits each, ``uint8[n, 16]`` (vectorised)."""
+    be = np.asarray(ids, np.uint64).astype(">u8").view(np.uint8).reshape(-1, 8)
+    out = np.empty((len(be), 16), np.uint8)
+    out[:, 0::2] = _HEX[be >> 4]
+    out[:, 1::2] = _HEX[be & 15]
+    return out
+
+
+def row_keys(namespace: str, table: str, ids: np.ndarray, buckets: int, kind: str = "r") -> list[bytes]:
+    """``st:{<ns>/<bucket>}:<table>:<kind>:<id hex>`` for every id (``r`` rows, ``s`` sightings)."""
+    ids = np.asarray(ids, np.uint64)
+    b = bucket_of(table, ids, buckets)
+    width = len(str(buckets - 1))
+    heads = np.array([f"{PREFIX}:{{{namespace}/{i:0{width}d}}}:{table}:{kind}:".encode()
+                      for i in range(buckets)])
+    head_len = heads.dtype.itemsize
+    mat = np.empty((len(ids), head_len + 16), np.uint8)
+    mat[:, :head_len] = heads.view(np.uint8).reshape(buckets, head_len)[b]
+    mat[:, head_len:] = hex_ids(ids)
+    return mat.view(f"S{head_len + 16}").reshape(-1).tolist()
+
+
+def key_id(key: bytes) -> int:
+    """The id at the end of a row key."""
+    return int(key[-16:], 16)
+
+
+def dense_key(namespace: str, name: str) -> bytes:
+    return f"{PREFIX}:{{{tag(namespace, 'dense')}}}:{name}".encode()
+
+
+def table_pattern(namespace: str, table: str, kind: str = "r") -> str:
+    """SCAN pattern of every row key of a table (names are checked free of glob characters)."""
+    return f"{PREFIX}:{{{namespace}/*}}:{table}:{kind}:*"
+
+
+def namespace_pattern(namespace: str) -> str:
+    return f"{PREFIX}:{{{namespace}/*"
+
+
+def meta_key(namespace: str, what: str) -> bytes:
+    """Counters, sync staging, barrier: all in one slot per namespace (tag ``<ns>/meta``)."""
+    return f"{PREFIX}:{{{tag(namespace, 'meta')}}}:{what}".encode()
+
+
+def receipt_key(row_key: bytes, push_id: str) -> bytes:
+    """A push's receipt in the slot of ``row_key`` (same tag), so one script can write both."""
+    return f"{PREFIX}:{{{tag_of_key(row_key)}}}:receipt:{push_id}".encode()

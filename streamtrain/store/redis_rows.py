@@ -1,0 +1,90 @@
+"""How one row (or one dense parameter) is laid out in a Redis value: pure numpy, no I/O.
+
+A value is ``tag (8 bytes) | weights float32[dim] | each optimizer slot, sorted by name``,
+a "full" slot as ``float32[dim]`` and a "row" slot as one float32. The tag is a random 64-bit
+number written afresh with every update: it is the row's version for compare-and-set.
+Weights and state sit in one key so one read gives all a rule needs and one write is atomic.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from streamtrain.errors import StoreError
+
+from .base import initial_dense, initial_rows
+
+TAG = 8
+
+
+class RowLayout:
+    """The value layout of one parameter: a table's row, or a whole dense parameter as one row."""
+
+    def __init__(self, spec, optimizer, dtype=np.float32):
+        self.spec, self.optimizer = spec, optimizer
+        self.dtype = np.dtype(dtype)
+        self.dim = spec.dim if spec.table else int(np.prod(spec.shape))
+        self.slots = [(k, self.dim if how == "full" else 1) for k, how in sorted(optimizer.slots.items())]
+        self.floats = self.dim + sum(w for _, w in self.slots)
+        self.nbytes = TAG + 4 * self.floats
+
+    # ---- fresh rows --------------------------------------------------------------------
+    def initial(self, ids: np.ndarray | None) -> tuple[np.ndarray, dict]:
+        """Initial weights ``[n, dim]`` and state ``{slot: [n, width]}`` (``ids=None``: dense)."""
+        if ids is None:
+            w = initial_dense(self.spec, self.optimizer, self.dtype).reshape(1, -1)
+            state = self.optimizer.init_state(self.spec.shape, table=False, dtype=self.dtype)
+        else:
+            w = initial_rows(self.spec, self.optimizer, ids, self.dtype)
+            state = self.optimizer.init_state((len(ids), self.dim), table=True, dtype=self.dtype)
+        n = len(w)
+        return w, {k: state[k].reshape(n, width) for k, width in self.slots}
+
+    # ---- bytes <-> arrays --------------------------------------------------------------
+    def encode(self, tags: np.ndarray, w: np.ndarray, state: dict) -> list[bytes]:
+        """One value per row. ``tags`` is ``uint64[n]``."""
+        n = len(w)
+        mat = np.empty((n, self.floats), "<f4")
+        mat[:, :self.dim] = w.reshape(n, self.dim)
+        col = self.dim
+        for k, width in self.slots:
+            mat[:, col:col + width] = state[k].reshape(n, width)
+            col += width
+        out = np.empty((n, self.nbytes), np.uint8)
+        out[:, :TAG] = np.asarray(tags, "<u8").view(np.uint8).reshape(n, TAG)
+        out[:, TAG:] = mat.view(np.uint8)
+        return out.view(f"V{self.nbytes}").reshape(-1).tolist()
+
+    def decode(self, values: list, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+        """``values`` (bytes or None per row) → present mask, tags, weights, state (zeros where absent)."""
+        n = len(values)
+        present = np.fromiter((v is not None for v in values), bool, n)
+        mat = np.zeros((n, self.nbytes), np.uint8)
+        if present.any():
+            found = [v for v in values if v is not None]
+            if any(len(v) != self.nbytes for v in found):
+                bad = next(len(v) for v in found if len(v) != self.nbytes)
+                raise StoreError(f"{where}: a stored value has {bad} bytes, the layout of "
+                                 f"'{self.spec.name}' ({self.optimizer.kind}, dim {self.dim}) needs "
+                                 f"{self.nbytes}; was the namespace written with another model?")
+            mat[present] = np.frombuffer(b"".join(found), np.uint8).reshape(-1, self.nbytes)
+        tags = mat[:, :TAG].copy().view("<u8").reshape(n)
+        floats = mat[:, TAG:].copy().view("<f4").reshape(n, self.floats)
+        w = floats[:, :self.dim].astype(self.dtype)
+        state, col = {}, self.dim
+        for k, width in self.slots:
+            state[k] = floats[:, col:col + width].astype(self.dtype)
+            col += width
+        return present, tags, w, state
+
+    # ---- the rule, with the memory store's shapes ---------------------------------------
+    def step(self, w: np.ndarray, g: np.ndarray, state: dict) -> None:
+        """Run the optimizer in place on ``n`` rows, shaped exactly as the memory store shapes them."""
+        if self.spec.table:
+            st = {k: state[k] for k, _ in self.slots}
+            self.optimizer.step(w, g.astype(self.dtype, copy=False), st)
+            return
+        shape = tuple(self.spec.shape)
+        wv = w.reshape(shape)
+        st = {k: state[k].reshape(shape if self.optimizer.slots[k] == "full" else (1,))
+              for k, _ in self.slots}
+        self.optimizer.step(wv, g.reshape(shape).astype(self.dtype, copy=False), st)
