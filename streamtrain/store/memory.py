@@ -13,6 +13,20 @@ from .base import ParamStore, Snapshot, initial_dense, initial_rows
 from .idindex import IdIndex
 
 
+def take_rows(arr: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``arr[rows]`` for a 2-D array; ``np.take`` is several times faster than fancy indexing."""
+    return np.take(arr, rows, axis=0)
+
+
+def put_rows(arr: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
+    """``arr[rows] = values``, rows as opaque records: one 1-D scatter instead of a 2-D one."""
+    if arr.ndim == 2 and arr.flags.c_contiguous and arr.shape[1] > 1:
+        row = np.dtype((np.void, arr.dtype.itemsize * arr.shape[1]))
+        arr.view(row).reshape(-1)[rows] = np.ascontiguousarray(values, arr.dtype).view(row).reshape(-1)
+    else:
+        arr[rows] = values
+
+
 class Table:
     """Rows of one table parameter with their optimizer state, indexed by id."""
 
@@ -21,6 +35,7 @@ class Table:
         self.index = IdIndex()
         self.weights = np.zeros((capacity, spec.dim), dtype)
         self.state = optimizer.init_state((capacity, spec.dim), table=True, dtype=dtype)
+        self._last = (None, None)   # (ids array, rows) of the last lookup: a push follows its pull
 
     def __len__(self) -> int:
         return len(self.index)
@@ -41,6 +56,9 @@ class Table:
 
     def rows(self, ids: np.ndarray, create: bool) -> tuple[np.ndarray, int]:
         """Row numbers of ``ids`` (creating missing ones if asked; -1 otherwise), and how many were created."""
+        last_ids, last_rows = self._last
+        if ids is last_ids and create:
+            return last_rows, 0
         rows = self.index.lookup(ids)
         missing = rows < 0
         n_new = int(missing.sum())
@@ -48,15 +66,17 @@ class Table:
             new_ids = ids[missing]
             new_rows = self.index.insert(new_ids)
             self._grow(len(self.index))
-            self.weights[new_rows] = initial_rows(self.spec, self.optimizer, new_ids, self.dtype)
+            put_rows(self.weights, new_rows, initial_rows(self.spec, self.optimizer, new_ids, self.dtype))
             rows[missing] = new_rows
+        if create:
+            self._last = (ids, rows)
         return rows, n_new
 
     def put(self, ids, weights, state) -> None:
         rows, _ = self.rows(np.asarray(ids, np.uint64), create=True)
-        self.weights[rows] = weights
+        put_rows(self.weights, rows, weights)
         for k, arr in state.items():
-            self.state[k][rows] = arr
+            put_rows(self.state[k], rows, arr)
 
 
 class MemoryStore(ParamStore):
@@ -87,7 +107,7 @@ class MemoryStore(ParamStore):
             for name, ids in tables.items():
                 table = self.tables[name]
                 rows, n_new = table.rows(ids, create)
-                values = table.weights[np.maximum(rows, 0)]
+                values = take_rows(table.weights, np.maximum(rows, 0))
                 if not create and n_new:
                     missing = rows < 0
                     values[missing] = initial_rows(table.spec, table.optimizer, ids[missing], self.dtype)
@@ -104,12 +124,12 @@ class MemoryStore(ParamStore):
             for name, (ids, g) in grads.tables.items():
                 table = self.tables[name]
                 rows, _ = table.rows(ids, create=True)
-                w = table.weights[rows]
-                state = {k: arr[rows] for k, arr in table.state.items()}
+                w = take_rows(table.weights, rows)
+                state = {k: take_rows(arr, rows) for k, arr in table.state.items()}
                 table.optimizer.step(w, g.astype(self.dtype, copy=False), state)
-                table.weights[rows] = w
+                put_rows(table.weights, rows, w)
                 for k, arr in state.items():
-                    table.state[k][rows] = arr
+                    put_rows(table.state[k], rows, arr)
                 self.stats.rows_pushed += len(ids)
             self.stats.table_rows = {name: len(t) for name, t in self.tables.items()}
 
@@ -122,8 +142,8 @@ class MemoryStore(ParamStore):
                                     **{k: a.copy() for k, a in self.dense_state[name].items()}}
             for name, table in self.tables.items():
                 ids, rows = table.index.items()
-                snap.tables[name] = {"ids": ids, "value": table.weights[rows],
-                                     **{k: a[rows] for k, a in table.state.items()}}
+                snap.tables[name] = {"ids": ids, "value": take_rows(table.weights, rows),
+                                     **{k: take_rows(a, rows) for k, a in table.state.items()}}
         return snap
 
     def restore(self, snapshot: Snapshot) -> None:
