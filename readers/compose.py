@@ -1,0 +1,128 @@
+"""Composition helpers over readers (Paddle style): each takes reader functions and returns one.
+
+A *reader* is a function with no arguments that returns a fresh iterator; calling it again
+starts over. These helpers never consume anything until the composed reader is called.
+
+>>> r = batched(take(lambda: iter(range(10)), 7), 3)
+>>> list(r())
+[[0, 1, 2], [3, 4, 5], [6]]
+"""
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+import queue as _queue
+
+from .records import records_to_batch  # noqa: F401  (part of this module's public API)
+
+
+def batched(reader, size: int, drop_last: bool = False):
+    """Records → lists of ``size`` records (the last list may be shorter unless ``drop_last``)."""
+    if size < 1:
+        raise ValueError(f"batch size must be >= 1, got {size}")
+
+    def gen():
+        it = iter(reader())
+        while True:
+            chunk = list(itertools.islice(it, size))
+            if not chunk or (drop_last and len(chunk) < size):
+                return
+            yield chunk
+    return gen
+
+
+def shuffle(reader, buffer_size: int, seed: int | None = None):
+    """Shuffle within a sliding buffer of ``buffer_size`` items (deterministic given ``seed``).
+
+    Each call of the returned reader reshuffles with the same seed, so a run is repeatable.
+    """
+    if buffer_size < 1:
+        raise ValueError(f"buffer_size must be >= 1, got {buffer_size}")
+
+    def gen():
+        rng = random.Random(seed)
+        buf = []
+        for item in reader():
+            buf.append(item)
+            if len(buf) >= buffer_size:
+                i = rng.randrange(len(buf))
+                buf[i], buf[-1] = buf[-1], buf[i]
+                yield buf.pop()
+        rng.shuffle(buf)
+        yield from buf
+    return gen
+
+
+def map_readers(fn, *readers):
+    """``fn`` applied to items of the readers taken in lock-step (stops at the shortest)."""
+    def gen():
+        return map(fn, *[r() for r in readers])
+    return gen
+
+
+def take(reader, n: int):
+    """The first ``n`` items."""
+    def gen():
+        return itertools.islice(reader(), n)
+    return gen
+
+
+def chain(*readers):
+    """All items of the first reader, then of the second, ..."""
+    def gen():
+        for r in readers:
+            yield from r()
+    return gen
+
+
+class _End:
+    def __init__(self, error: BaseException | None = None):
+        self.error = error
+
+
+def buffered(reader, size: int):
+    """Prefetch up to ``size`` items in a background thread.
+
+    The thread ends when the source ends, when the consumer stops early (the generator is
+    closed or garbage-collected), or on an error, which is re-raised in the consumer.
+    """
+    if size < 1:
+        raise ValueError(f"buffer size must be >= 1, got {size}")
+
+    def gen():
+        q: _queue.Queue = _queue.Queue(maxsize=size)
+        stop = threading.Event()
+
+        def put(item) -> bool:
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.05)
+                    return True
+                except _queue.Full:
+                    continue
+            return False
+
+        def work():
+            try:
+                for item in reader():
+                    if not put(item):
+                        return
+                put(_End())
+            except BaseException as e:  # noqa: BLE001 - handed to the consumer
+                put(_End(e))
+
+        t = threading.Thread(target=work, name="streamtrain-buffered", daemon=True)
+        t.start()
+        try:
+            while True:
+                item = q.get()
+                if isinstance(item, _End):
+                    if item.error is not None:
+                        raise item.error
+                    return
+                yield item
+        finally:
+            stop.set()
+            t.join(timeout=5)
+    return gen

@@ -1,0 +1,55 @@
+"""Criteo DAC: headerless TSV of label, I1..I13 (integers), C1..C26 (categorical)."""
+from __future__ import annotations
+
+import numpy as np
+
+from streamtrain.batch import Batch
+
+from . import malformed as mf
+from .batching import fields_from_columns
+from .formats import Parser
+from .ids import field_seed, hash_spans
+from .lines import Chunk, fixed_fields, split
+from .numbers import parse_spans, signed_log1p
+
+DENSE = tuple(f"I{i}" for i in range(1, 14))
+SPARSE = tuple(f"C{i}" for i in range(1, 27))
+N_FIELDS = 1 + len(DENSE) + len(SPARSE)
+
+
+class CriteoParser(Parser):
+    """Dense ``I1..I13`` as ``sign(x)*log1p(|x|)`` (missing = 0); sparse fields ``C1..C26``."""
+
+    name = "criteo"
+    OPTIONS = ("numeric_transform",)
+
+    def __init__(self, options=None, malformed=None):
+        super().__init__(options, malformed)
+        self.transform = self.options.get("numeric_transform", "log1p")
+        self.seeds = np.array([field_seed(c) for c in SPARSE], dtype=np.uint64)
+
+    @classmethod
+    def check_options(cls, options):
+        problems = super().check_options(options)
+        if options.get("numeric_transform", "log1p") not in ("log1p", "none"):
+            problems.append(("numeric_transform", "expected 'log1p' or 'none'"))
+        return problems
+
+    def parse_chunk(self, chunk: Chunk) -> Batch:
+        rows, st, en = fixed_fields(chunk, split(chunk, b"\t"), N_FIELDS)
+        labels, lab_ok = self.labels.parse(chunk, st[:, 0], en[:, 0])
+        vals, ok, empty = parse_spans(chunk, st[:, 1:14], en[:, 1:14])
+        num_ok = (ok | empty).all(axis=1)
+        keep = lab_ok & num_ok
+        if not keep.all():
+            self._mark_rows(chunk, rows, ~lab_ok, mf.LABEL)
+            self._mark_rows(chunk, rows, ~num_ok, mf.NUMBER)
+            labels, vals, st, en = labels[keep], vals[keep], st[keep], en[keep]
+        dense = (signed_log1p(vals) if self.transform == "log1p" else vals).astype(np.float32)
+        cst = np.ascontiguousarray(st[:, 14:].T)                  # [26, R]: one row per field
+        clen = np.ascontiguousarray(en[:, 14:].T) - cst
+        ids = hash_spans(chunk.words, cst, clen, self.seeds[:, None])
+        present = clen > 0
+        sparse = dict(zip(SPARSE, fields_from_columns(ids, present)))
+        self._finish(chunk)
+        return Batch(labels=labels, sparse=sparse, dense=dense, dense_names=DENSE)

@@ -1,0 +1,142 @@
+"""CSV with a header: label, numeric (dense), multi-valued and plain categorical columns.
+
+The header comes from ``set_header(line)`` (the file reader passes each file's first line),
+from the ``columns`` option (streams without a header), or else from the first line parsed.
+Quoting is not interpreted: a quoted field that contains the delimiter changes the field
+count, so that line is counted as ``field_count``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from streamtrain.batch import Batch
+from streamtrain.errors import ReaderError
+
+from . import malformed as mf
+from .batching import field_from_rows, fields_from_columns
+from .formats import Parser
+from .ids import field_seed, hash_spans
+from .lines import Chunk, fixed_fields, split
+from .numbers import parse_spans, signed_log1p
+
+
+class CsvParser(Parser):
+    name = "csv"
+    OPTIONS = ("columns", "label", "numeric", "multivalue", "drop", "delimiter",
+               "numeric_transform")
+
+    def __init__(self, options=None, malformed=None):
+        super().__init__(options, malformed)
+        o = self.options
+        self.delimiter = o.get("delimiter", ",").encode()
+        self.label_col = o.get("label", "label")
+        self.numeric = list(o.get("numeric", []))
+        self.multivalue = dict(o.get("multivalue", {}))
+        self.drop = set(o.get("drop", []))
+        self.transform = o.get("numeric_transform", "log1p")
+        self.columns: list[str] | None = None
+        if o.get("columns") is not None:
+            self._plan(list(o["columns"]))
+
+    @classmethod
+    def check_options(cls, options):
+        problems = super().check_options(options)
+        d = options.get("delimiter", ",")
+        if not isinstance(d, str) or len(d.encode()) != 1 or d in "\r\n":
+            problems.append(("delimiter", f"expected one single-byte character, got {d!r}"))
+        for key in ("numeric", "drop", "columns"):
+            v = options.get(key, [])
+            if v is not None and (not isinstance(v, list) or not all(isinstance(x, str) for x in v)):
+                problems.append((key, f"expected a list of column names, got {v!r}"))
+        mv = options.get("multivalue", {})
+        if not isinstance(mv, dict):
+            problems.append(("multivalue", f"expected {{column: separator}}, got {mv!r}"))
+        else:
+            for col, sep in mv.items():
+                if not isinstance(sep, str) or len(sep.encode()) != 1 or sep == d:
+                    problems.append((f"multivalue.{col}", "separator must be one single-byte "
+                                     f"character other than the delimiter, got {sep!r}"))
+        if not isinstance(options.get("label", "label"), str):
+            problems.append(("label", "expected a column name"))
+        if options.get("numeric_transform", "log1p") not in ("log1p", "none"):
+            problems.append(("numeric_transform", "expected 'log1p' or 'none'"))
+        return problems
+
+    @property
+    def needs_header(self) -> bool:
+        return self.options.get("columns") is None
+
+    def set_header(self, line) -> None:
+        if isinstance(line, bytes):
+            line = line.decode("utf-8-sig", errors="replace")
+        cols = [c.strip().strip('"') for c in line.rstrip("\r\n").split(self.delimiter.decode())]
+        self._plan(cols)
+
+    def _plan(self, cols: list[str]) -> None:
+        missing = [c for c in [self.label_col, *self.numeric, *self.multivalue] if c not in cols]
+        if missing:
+            raise ReaderError(f"csv columns {cols} lack {missing} (label / numeric / multivalue "
+                              "options name columns that are not in the header)")
+        self.columns = cols
+        idx = {c: i for i, c in enumerate(cols)}
+        self.label_idx = idx[self.label_col]
+        self.num_idx = [idx[c] for c in self.numeric]
+        self.mv = [(c, idx[c], ord(s)) for c, s in self.multivalue.items()]
+        taken = {self.label_col, *self.numeric, *self.multivalue, *self.drop}
+        self.cat = [c for c in cols if c not in taken]
+        self.cat_idx = [idx[c] for c in self.cat]
+        self.cat_seeds = np.array([field_seed(c) for c in self.cat], dtype=np.uint64)
+
+    def parse(self, lines) -> Batch:
+        lines = list(lines)
+        if self.columns is None and lines:
+            self.set_header(lines[0])
+            lines = lines[1:]
+        return super().parse(lines)
+
+    def parse_chunk(self, chunk: Chunk) -> Batch:
+        if self.columns is None:
+            raise ReaderError("csv parser has no header: give option 'columns' or call set_header()")
+        rows, st, en = fixed_fields(chunk, split(chunk, self.delimiter), len(self.columns))
+        labels, keep = self.labels.parse(chunk, st[:, self.label_idx], en[:, self.label_idx])
+        self._mark_rows(chunk, rows, ~keep, mf.LABEL)
+        vals = np.zeros((len(rows), len(self.num_idx)))
+        if self.num_idx:
+            vals, ok, empty = parse_spans(chunk, st[:, self.num_idx], en[:, self.num_idx])
+            num_ok = (ok | empty).all(axis=1)
+            self._mark_rows(chunk, rows, ~num_ok, mf.NUMBER)
+            keep &= num_ok
+        if not keep.all():
+            labels, vals, st, en = labels[keep], vals[keep], st[keep], en[keep]
+        if self.transform == "log1p":
+            vals = signed_log1p(vals)
+        sparse = {}
+        if self.cat_idx:
+            cst, clen = st[:, self.cat_idx], en[:, self.cat_idx] - st[:, self.cat_idx]
+            ids = hash_spans(chunk.words, cst, clen, self.cat_seeds[None, :]).T
+            present = (clen > 0).T
+            sparse = dict(zip(self.cat, fields_from_columns(ids, present)))
+        for name, j, sep in self.mv:
+            sparse[name] = _multivalue_field(chunk, name, st[:, j], en[:, j], sep)
+        self._finish(chunk)
+        return Batch(labels=labels, sparse=sparse, dense=vals.astype(np.float32),
+                     dense_names=tuple(self.numeric))
+
+
+def _multivalue_field(chunk: Chunk, name: str, st: np.ndarray, en: np.ndarray, sep: int):
+    """Split each row's span at ``sep``; empty parts are dropped (an empty cell = no ids)."""
+    q = np.flatnonzero(chunk.arr == sep)
+    if len(st) and len(q):
+        r = np.searchsorted(st, q, side="right") - 1
+        inside = (r >= 0) & (q < en[np.maximum(r, 0)])
+        q = q[inside]
+    else:
+        q = q[:0]
+    lefts = np.sort(np.concatenate([st, q + 1]))
+    rights = np.sort(np.concatenate([q, en]))
+    lengths = rights - lefts
+    nonempty = lengths > 0
+    lefts, lengths = lefts[nonempty], lengths[nonempty]
+    row = np.searchsorted(st, lefts, side="right") - 1
+    ids = hash_spans(chunk.words, lefts, lengths, field_seed(name))
+    return field_from_rows(ids, row, len(st))

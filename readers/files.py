@@ -1,0 +1,242 @@
+"""Reading line files (plain or gzip) into batches: ``file_reader(...)`` is a reader factory.
+
+Paddle's reader protocol: ``file_reader(...)`` returns a function; each call of that function
+starts a fresh generator of ``Batch``. Files are read in binary blocks of ``block_bytes``;
+each block is cut at its last newline and parsed in one vectorised call, and the parsed rows
+are re-cut into batches of exactly ``batch_size`` rows (the last one may be smaller; an empty
+batch is never yielded).
+
+``Batch.offsets`` is ``{"file": path, "line": n}``: n lines of the file had been consumed
+when the batch was complete (files do not commit; this is for logs and resumption by hand).
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from collections import deque
+from pathlib import Path
+
+from streamtrain.errors import ReaderError
+
+import numpy as np
+
+from .batching import concat_batches, slice_batch
+from .compose import buffered
+from .formats import Parser, make_parser
+from .malformed import Malformed
+
+GZIP_MAGIC = b"\x1f\x8b"
+BLOCK_BYTES = 1 << 18      # 256 KiB: keeps numpy temporaries small (fewer page faults)
+GZ_READ_BYTES = 1 << 20    # compressed bytes per zlib call: long GIL-free stretches
+
+
+def open_binary(path: str | os.PathLike):
+    """Open a file for binary reading, gunzipping when it is gzip (by suffix or magic bytes)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ReaderError(f"cannot open {str(path)!r}: no such file")
+    with open(p, "rb") as f:
+        magic = f.read(2)
+    if p.suffix == ".gz" or magic == GZIP_MAGIC:
+        return gzip.open(p, "rb")
+    return open(p, "rb")
+
+
+def iter_blocks(f, block_bytes: int = BLOCK_BYTES):
+    """Yield buffers of whole lines (each ending with '\\n') from a binary file object."""
+    rest = b""
+    while True:
+        data = f.read(block_bytes)
+        if not data:
+            break
+        data = rest + data if rest else data
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:
+            rest = data
+            continue
+        rest = data[cut:]
+        yield data[:cut]
+    if rest:
+        yield rest + b"\n"
+
+
+def _read_header(blocks):
+    """Split the first line off the block stream: (header line, remaining blocks)."""
+    for block in blocks:
+        nl = block.index(b"\n")
+        header, tail = block[:nl], block[nl + 1:]
+
+        def rest(tail=tail):
+            if tail:
+                yield tail
+            yield from blocks
+        return header, rest()
+    return None, iter(())
+
+
+class _Rebatcher:
+    """Re-cut parsed pieces into batches of ``size`` rows."""
+
+    def __init__(self, size: int):
+        self.size, self.pieces, self.rows, self.cursor = size, deque(), 0, 0
+
+    def add(self, batch) -> None:
+        if batch.size:
+            self.pieces.append(batch)
+            self.rows += batch.size
+
+    def take(self, n: int, offsets: dict):
+        head = self.pieces[0]
+        if self.cursor == 0 and head.size == n:          # the common case: no copy
+            self.pieces.popleft()
+            self.rows -= n
+            head.offsets = dict(offsets)
+            return head
+        parts = []
+        while n:
+            head = self.pieces[0]
+            k = min(n, head.size - self.cursor)
+            parts.append(slice_batch(head, self.cursor, self.cursor + k))
+            self.cursor += k
+            n -= k
+            self.rows -= k
+            if self.cursor == head.size:
+                self.pieces.popleft()
+                self.cursor = 0
+        return concat_batches(parts, offsets)
+
+
+def file_reader(path, fmt: str, options: dict | None = None, batch_size: int = 1024,
+                malformed: Malformed | None = None, *, loop: bool = False,
+                limit: int | None = None, block_bytes: int = BLOCK_BYTES, prefetch: int = 4):
+    """A reader factory over one line file: ``for batch in file_reader(...)(): ...``.
+
+    ``loop`` cycles over the file forever (stopping if a whole pass gave no example);
+    ``limit`` stops after that many good examples. Bad lines are counted in ``malformed``.
+    Reading and gunzipping run in a background thread (``prefetch`` blocks ahead; 0 = inline).
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    malformed = malformed if malformed is not None else Malformed()
+    make_parser(fmt, options, malformed)            # fail fast on bad options
+    path = str(path)
+    if not Path(path).is_file():
+        raise ReaderError(f"cannot open {path!r}: no such file")
+
+    def reader():
+        parser = make_parser(fmt, options, malformed)
+        out = _Rebatcher(batch_size)
+        emitted, line = 0, 0
+        while True:
+            pass_examples = 0
+            for piece, nlines in _parsed_pieces(path, parser, block_bytes, out, prefetch):
+                line += nlines
+                out.add(piece)
+                pass_examples += piece.size
+                while out.rows >= batch_size:
+                    n = batch_size if limit is None else min(batch_size, limit - emitted)
+                    yield out.take(n, {"file": path, "line": line})
+                    emitted += n
+                    if limit is not None and emitted >= limit:
+                        return
+            if not loop or pass_examples == 0:
+                break
+        if out.rows:
+            n = out.rows if limit is None else min(out.rows, limit - emitted)
+            if n > 0:
+                yield out.take(n, {"file": path, "line": line})
+
+    return reader
+
+
+MAX_PIECE_LINES = 1024
+
+
+def _raw_blocks(path: str, block_bytes: int):
+    def gen():
+        with open_binary(path) as f:
+            if isinstance(f, gzip.GzipFile):
+                try:
+                    yield from _gunzip_blocks(f.fileobj, block_bytes)
+                except zlib.error as e:
+                    raise ReaderError(f"cannot read {path!r}: corrupt gzip data ({e})") from e
+            else:
+                yield from iter_blocks(f, block_bytes)
+    return gen
+
+
+def _gunzip_blocks(raw, block_bytes: int):
+    """Whole-line blocks of a gzip stream (members concatenated), decompressed by zlib.
+
+    One ``decompress`` call per MiB of compressed input releases the GIL for all of it, so
+    the prefetch thread really runs beside the parser (GzipFile works in small steps, and
+    each step has to win the GIL back from the parsing thread).
+    """
+    raw.seek(0)
+    d = zlib.decompressobj(wbits=31)
+    rest = b""
+    while True:
+        data = raw.read(GZ_READ_BYTES)
+        if not data:
+            break
+        out = []
+        while data:
+            out.append(d.decompress(data))
+            data = d.unused_data if d.eof else b""
+            if d.eof:
+                d = zlib.decompressobj(wbits=31)
+        buf = rest + b"".join(out)
+        cut = buf.rfind(b"\n") + 1
+        rest = buf[cut:]
+        if cut:
+            yield buf[:cut]
+    rest += d.flush()
+    if rest:
+        yield rest if rest.endswith(b"\n") else rest + b"\n"
+
+
+def _parsed_pieces(path: str, parser: Parser, block_bytes: int, out: "_Rebatcher",
+                   prefetch: int):
+    """(parsed batch, lines consumed) for pieces of the file.
+
+    A piece holds as many lines as the batch being filled still needs (at most
+    ``MAX_PIECE_LINES``), so without bad lines a batch is one parsed piece and is never copied.
+    """
+    raw = _raw_blocks(path, block_bytes)
+    blocks = iter((buffered(raw, prefetch) if prefetch else raw)())
+    try:
+        if parser.needs_header:
+            header, blocks = _read_header(blocks)
+            if header is None:
+                return
+            parser.set_header(header)
+            yield parser.parse_buffer(b""), 1
+        rest = b""
+        for buf in blocks:
+            rest = yield from _cut(rest + buf if rest else buf, parser, out, final=False)
+        yield from _cut(rest, parser, out, final=True)
+    finally:
+        close = getattr(blocks, "close", None)
+        if close:
+            close()
+
+
+
+def _cut(buf: bytes, parser: Parser, out: "_Rebatcher", final: bool):
+    """Parse ``buf`` in pieces sized to fill the current batch; return the unparsed tail.
+
+    Unless ``final``, a tail too short to finish the batch waits for the next block, so a
+    batch is one piece (no copy) whenever no line was bad.
+    """
+    ends = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8) == 10)
+    i = 0
+    while i < len(ends):
+        want = min(out.size - out.rows % out.size, MAX_PIECE_LINES)
+        if i + want > len(ends) and not final:
+            break
+        j = min(i + want, len(ends))
+        a = 0 if i == 0 else int(ends[i - 1]) + 1
+        yield parser.parse_buffer(buf[a: int(ends[j - 1]) + 1]), j - i
+        i = j
+    return buf[int(ends[i - 1]) + 1:] if i else buf

@@ -1,0 +1,66 @@
+"""libsvm / svmlight: ``label idx:val idx:val ...`` → one sparse field ``features`` with values.
+
+Indices are hashed as strings in the field ``features`` (so ``"7"`` and ``"07"`` differ);
+values are float32. By default the label ``-1`` is mapped to ``0`` (``label_map``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from streamtrain.batch import Batch
+
+from . import malformed as mf
+from .batching import field_from_rows
+from .formats import Parser
+from .ids import field_seed, hash_spans
+from .lines import Chunk, split
+from .numbers import parse_spans
+
+FIELD = "features"
+COLON = ord(":")
+
+
+class LibsvmParser(Parser):
+    name = "libsvm"
+    OPTIONS = ("field",)
+    DEFAULT_LABEL_MAP = {-1: 0}
+
+    def __init__(self, options=None, malformed=None):
+        super().__init__(options, malformed)
+        self.field = self.options.get("field", FIELD)
+        self.seed = field_seed(self.field)
+
+    def parse_chunk(self, chunk: Chunk) -> Batch:
+        sp = split(chunk, b" \t", drop_empty=True)
+        self._mark_rows(chunk, np.arange(chunk.n), (sp.count == 0) & ~chunk.blank, mf.FIELD_COUNT)
+        first = np.zeros(len(sp.start), dtype=bool)
+        first[np.cumsum(sp.count)[sp.count > 0] - sp.count[sp.count > 0]] = True
+        # label
+        lab_line = sp.line[first]
+        labels_all, lab_ok = self.labels.parse(chunk, sp.start[first], sp.end[first])
+        self._mark_rows(chunk, lab_line, ~lab_ok, mf.LABEL)
+        # features: exactly one ':' inside, non-empty index, numeric value
+        fs, fe, fl = sp.start[~first], sp.end[~first], sp.line[~first]
+        c = np.flatnonzero(chunk.arr == COLON)
+        k = np.searchsorted(fs, c, side="right") - 1
+        inside = (k >= 0) & (c < fe[np.maximum(k, 0)])
+        k, c = k[inside], c[inside]
+        n_colon = np.bincount(k, minlength=len(fs))
+        colon = np.full(len(fs), -1, dtype=np.int64)
+        colon[k] = c
+        good = (n_colon == 1) & (colon > fs)
+        colon = np.where(good, colon, fe - 1)
+        vals, ok, _ = parse_spans(chunk, colon + 1, fe)
+        good &= ok
+        self._mark_rows(chunk, fl, ~good, mf.NUMBER)
+        # keep the good lines
+        line_ok = chunk.reason == 0
+        keep_lab = line_ok[lab_line]
+        keep_feat = line_ok[fl]
+        fs, colon, fl, vals = fs[keep_feat], colon[keep_feat], fl[keep_feat], vals[keep_feat]
+        rows = lab_line[keep_lab]
+        row_of = np.searchsorted(rows, fl)
+        ids = hash_spans(chunk.words, fs, colon - fs, self.seed)
+        self._finish(chunk)
+        return Batch(labels=labels_all[keep_lab],
+                     sparse={self.field: field_from_rows(ids, row_of, len(rows), vals)})

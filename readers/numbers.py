@@ -1,0 +1,93 @@
+"""Vectorised parsing of numbers out of byte spans.
+
+Integers of up to 8 bytes (sign included) are parsed with SWAR arithmetic on the 64-bit word
+that holds them: no per-token Python work. Every other token (decimals, exponents, long
+integers) goes through numpy's bytes-to-float cast in one call; only when that call fails are
+the failing tokens found one by one (they are bad anyway).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .ids import MASKS
+
+_U = np.uint64
+_ZEROS = _U(0x3030303030303030)
+_F0 = _U(0xF0F0F0F0F0F0F0F0)
+_SIX = _U(0x0606060606060606)
+_THREES = _U(0x3333333333333333)
+_LOW8 = _U(0xFF)
+
+
+def _swar_int(words: np.ndarray, lengths: np.ndarray):
+    """(value, ok) for tokens of 1..8 bytes that are ``[+-]?[0-9]+``."""
+    n8 = np.minimum(lengths, 8)
+    w = words & MASKS[n8]
+    first = w & _LOW8
+    neg = first == _U(0x2D)
+    signed = neg | (first == _U(0x2B))
+    w += signed * (_U(0x30) - first)                            # the sign becomes a leading '0'
+    pad = 8 - n8
+    w <<= (pad * 8).astype(np.uint64)                           # right-align the digits ...
+    w |= _ZEROS & MASKS[pad]                                    # ... behind leading '0's
+    ok = ((w & _F0) | (((w + _SIX) & _F0) >> _U(4))) == _THREES
+    ok &= (lengths - signed - 1).astype(np.uint64) < (8 - signed)
+    w -= _ZEROS
+    w = ((w & _U(0x0F0F0F0F0F0F0F0F)) * _U(2561)) >> _U(8)
+    w = ((w & _U(0x00FF00FF00FF00FF)) * _U(6553601)) >> _U(16)
+    w = ((w & _U(0x0000FFFF0000FFFF)) * _U(42949672960001)) >> _U(32)
+    val = w.astype(np.float64)
+    np.negative(val, out=val, where=neg)
+    return val, ok
+
+
+def gather_bytes(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The tokens as a numpy ``S`` array (zero-padded fixed width), built without a loop."""
+    width = int(lengths.max()) if lengths.size else 0
+    if width == 0:
+        return np.zeros(len(starts), dtype="S1")
+    cols = np.arange(width)
+    idx = starts[:, None] + cols
+    mat = np.where(cols < lengths[:, None], arr[np.minimum(idx, len(arr) - 1)], 0).astype(np.uint8)
+    return np.ascontiguousarray(mat).view(f"S{width}").ravel()
+
+
+def _cast_float(tokens: np.ndarray):
+    try:
+        return tokens.astype(np.float64), np.ones(len(tokens), dtype=bool)
+    except ValueError:
+        pass
+    vals = np.zeros(len(tokens), dtype=np.float64)
+    ok = np.zeros(len(tokens), dtype=bool)
+    for i, t in enumerate(tokens.tolist()):   # only reached when some token is not a number
+        try:
+            vals[i], ok[i] = float(t), True
+        except ValueError:
+            pass
+    return vals, ok
+
+
+def parse_spans(chunk, starts: np.ndarray, ends: np.ndarray):
+    """Parse the byte spans of ``chunk`` as numbers.
+
+    Returns ``(values float64, ok bool, empty bool)`` with the input's shape. Empty spans are
+    ``ok=False, empty=True, value 0``; non-finite numbers (nan, inf) are not ok.
+    """
+    shape = starts.shape
+    starts, ends = starts.ravel(), ends.ravel()
+    lengths = ends - starts
+    vals, ok = _swar_int(chunk.words[starts], lengths)
+    empty = lengths == 0
+    rest = np.flatnonzero(~ok & ~empty)
+    if rest.size:
+        v2, ok2 = _cast_float(gather_bytes(chunk.arr, starts[rest], lengths[rest]))
+        ok2 &= np.isfinite(v2)
+        vals[rest] = np.where(ok2, v2, 0.0)
+        ok[rest] = ok2
+    return vals.reshape(shape), ok.reshape(shape), empty.reshape(shape)
+
+
+def signed_log1p(x: np.ndarray) -> np.ndarray:
+    """``sign(x) * log1p(|x|)``: keeps counts in a range a linear model can use."""
+    x = np.asarray(x, dtype=np.float32)
+    return np.copysign(np.log1p(np.abs(x)), x)

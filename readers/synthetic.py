@@ -1,0 +1,216 @@
+"""A synthetic click stream with a planted ground truth, so a learner can be graded.
+
+Field ``f{i}`` takes values ``0..cardinality-1`` drawn Zipf(``zipf``) (value 0 is the most
+common); each value's id is ``hash_values("f{i}", str(value))``, the same id a csv file with
+that column and value would give. Dense columns ``d{j}`` are N(0, 1). The label is
+Bernoulli(sigmoid(logit)) with
+
+    logit = bias + sum_f w_f[value_f] + dense . w_dense  [+ sum_{f<g} <v_f[value_f], v_g[value_g]>]
+            (+ the mean weight of the values of each multi-valued field ``m{k}``)
+
+and every planted weight (and latent coordinate, divided by sqrt(fm_dim)) ~ N(0, weight_scale^2).
+With ``drift`` > 0 the weights rotate: example t uses cos(drift*t) W_a + sin(drift*t) W_b.
+
+The stream is generated in fixed blocks, so it is the same whatever ``batch_size`` is, and it
+depends only on ``seed``. ``truth`` keeps the planted probability of every emitted example:
+``truth.auc(start, stop)`` / ``truth.logloss(start, stop)`` grade the planted model itself.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from streamtrain.batch import Batch
+
+from .batching import field_from_column, field_from_rows
+from .files import _Rebatcher
+from .ids import hash_values
+from .metrics import auc as exact_auc, logloss as exact_logloss
+
+DEFAULTS = {"fields": 8, "cardinality": 1000, "zipf": 1.1, "dense": 4, "model": "lr",
+            "fm_dim": 4, "weight_scale": 1.0, "bias": -1.0, "drift": 0.0, "examples": None,
+            "seed": 0, "multivalue": 0, "multivalue_max": 4}
+BLOCK = 4096
+
+
+def check_synthetic(cfg: dict) -> list[tuple[str, str]]:
+    """Problems in a synthetic reader config as (key, message)."""
+    problems = []
+    for key in cfg:
+        if key not in DEFAULTS and key not in ("type",):
+            problems.append((key, f"unknown option for a synthetic reader "
+                                  f"(known: {', '.join(sorted(DEFAULTS))})"))
+    c = {**DEFAULTS, **cfg}
+
+    def need(key, ok, what):
+        if not ok:
+            problems.append((key, f"expected {what}, got {c[key]!r}"))
+    isint = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
+    need("fields", isint(c["fields"]) and c["fields"] >= 0, "an integer >= 0")
+    card = c["cardinality"]
+    if isinstance(card, list):
+        need("cardinality", len(card) == c["fields"] and all(isint(x) and x >= 1 for x in card),
+             f"one integer >= 1 per field ({c['fields']})")
+    else:
+        need("cardinality", isint(card) and card >= 1, "an integer >= 1 or a list of them")
+    for key in ("zipf", "weight_scale", "bias", "drift"):
+        need(key, isinstance(c[key], (int, float)) and not isinstance(c[key], bool)
+             and math.isfinite(c[key]), "a number")
+    need("zipf", isinstance(c["zipf"], (int, float)) and c["zipf"] >= 0, "a number >= 0")
+    need("dense", isint(c["dense"]) and c["dense"] >= 0, "an integer >= 0")
+    need("model", c["model"] in ("lr", "fm"), "'lr' or 'fm'")
+    need("fm_dim", isint(c["fm_dim"]) and c["fm_dim"] >= 1, "an integer >= 1")
+    need("examples", c["examples"] is None or (isint(c["examples"]) and c["examples"] >= 0),
+         "null or an integer >= 0")
+    need("seed", isint(c["seed"]), "an integer")
+    need("multivalue", isint(c["multivalue"]) and c["multivalue"] >= 0, "an integer >= 0")
+    need("multivalue_max", isint(c["multivalue_max"]) and c["multivalue_max"] >= 1,
+         "an integer >= 1")
+    return problems
+
+
+class SyntheticTruth:
+    """The planted probabilities and labels of every example emitted since the last reset."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self._p, self._y, self._stored, self.n = [], [], 0, 0
+
+    def _record(self, p: np.ndarray, y: np.ndarray) -> None:
+        self._p.append(p.astype(np.float64))
+        self._y.append(y.astype(np.float64))
+        self._stored += len(p)
+
+    def arrays(self, start: int | None = None, stop: int | None = None):
+        """(planted probability, label) of emitted examples ``start:stop`` (0 = first emitted)."""
+        if len(self._p) > 1:
+            self._p, self._y = [np.concatenate(self._p)], [np.concatenate(self._y)]
+        p = self._p[0][: self.n] if self._p else np.zeros(0)
+        y = self._y[0][: self.n] if self._y else np.zeros(0)
+        return p[start:stop], y[start:stop]
+
+    def auc(self, start: int | None = None, stop: int | None = None) -> float:
+        return exact_auc(*reversed(self.arrays(start, stop)))
+
+    def logloss(self, start: int | None = None, stop: int | None = None) -> float:
+        return exact_logloss(*reversed(self.arrays(start, stop)))
+
+    @property
+    def positive_rate(self) -> float:
+        _, y = self.arrays()
+        return float(y.mean()) if len(y) else float("nan")
+
+
+class SyntheticStream:
+    """The planted model and the reader over it: ``stream.reader()`` is a reader function."""
+
+    def __init__(self, cfg: dict, batch_size: int = 1024):
+        self.cfg = {**DEFAULTS, **{k: v for k, v in cfg.items() if k != "type"}}
+        self.batch_size = batch_size
+        c = self.cfg
+        n = c["fields"]
+        card = c["cardinality"]
+        self.cards = list(card) if isinstance(card, list) else [card] * n
+        self.names = [f"f{i}" for i in range(n)]
+        self.mv_names = [f"m{k}" for k in range(c["multivalue"])]
+        self.mv_card = max(self.cards) if self.cards else 1000
+        self.dense_names = tuple(f"d{j}" for j in range(c["dense"]))
+        rng = np.random.default_rng([c["seed"], 0])
+        s, fm = c["weight_scale"], c["model"] == "fm"
+        k = c["fm_dim"]
+        cards = self.cards + [self.mv_card] * len(self.mv_names)
+        # two weight sets (a, b) for drift; b is only used when drift != 0
+        self.w = [[rng.normal(0, s, size=m) for m in cards] for _ in range(2)]
+        self.wd = [rng.normal(0, s, size=c["dense"]) for _ in range(2)]
+        self.v = [[rng.normal(0, s / math.sqrt(k), size=(m, k)) for m in self.cards]
+                  for _ in range(2)] if fm else None
+        self.cdfs = {m: _zipf_cdf(m, c["zipf"]) for m in set(cards)}
+        self.ids = [hash_values(name, np.arange(m)) for name, m in
+                    zip(self.names + self.mv_names, cards)]
+        self.truth = SyntheticTruth()
+
+    def describe(self) -> str:
+        c = self.cfg
+        return (f"synthetic {c['model']} fields={c['fields']} dense={c['dense']} "
+                f"zipf={c['zipf']} drift={c['drift']} seed={c['seed']} "
+                f"examples={c['examples'] if c['examples'] is not None else 'inf'}")
+
+    def _block(self, rng, t0: int, size: int):
+        """One block: (Batch, planted probability)."""
+        c = self.cfg
+        values = [np.searchsorted(self.cdfs[m], rng.random(size), side="right")
+                  for m in self.cards]
+        dense = rng.standard_normal((size, c["dense"]))
+        mv = []
+        for _ in self.mv_names:
+            counts = rng.integers(1, c["multivalue_max"] + 1, size=size)
+            vals = np.searchsorted(self.cdfs[self.mv_card], rng.random(counts.sum()), side="right")
+            mv.append((counts, vals))
+        u = rng.random(size)
+        logit = np.full(size, float(c["bias"]))
+        sets = (0, 1) if c["drift"] else (0,)
+        angle = c["drift"] * (t0 + np.arange(size))
+        mix = {0: np.cos(angle) if c["drift"] else 1.0, 1: np.sin(angle)}
+        for a in sets:
+            part = dense @ self.wd[a]
+            for f, vals in enumerate(values):
+                part += self.w[a][f][vals]
+            for k, (counts, vals) in enumerate(mv):
+                rows = np.repeat(np.arange(size), counts)
+                part += np.bincount(rows, self.w[a][len(values) + k][vals], size) / counts
+            logit += mix[a] * part
+        if self.v is not None and values:
+            vecs = []                                   # each field's latent vector, per example
+            for f, vals in enumerate(values):
+                vf = self.v[0][f][vals]
+                if c["drift"]:
+                    vf = mix[0][:, None] * vf + mix[1][:, None] * self.v[1][f][vals]
+                vecs.append(vf)
+            vsum, vsq = sum(vecs), sum(v * v for v in vecs)
+            logit += 0.5 * ((vsum ** 2).sum(axis=1) - vsq.sum(axis=1))
+        p = 1.0 / (1.0 + np.exp(-logit))
+        labels = (u < p).astype(np.float32)
+        sparse = {name: field_from_column(self.ids[f][vals], np.ones(size, bool))
+                  for f, (name, vals) in enumerate(zip(self.names, values))}
+        for k, (name, (counts, vals)) in enumerate(zip(self.mv_names, mv)):
+            sparse[name] = field_from_rows(self.ids[len(values) + k][vals],
+                                           np.repeat(np.arange(size), counts), size)
+        batch = Batch(labels=labels, sparse=sparse, dense=dense.astype(np.float32),
+                      dense_names=self.dense_names)
+        return batch, p
+
+    def reader(self):
+        """A reader function; every call restarts the same stream and resets ``truth``."""
+        def gen():
+            self.truth.reset()
+            rng = np.random.default_rng([self.cfg["seed"], 1])
+            total = self.cfg["examples"]
+            out = _Rebatcher(self.batch_size)
+            t = 0
+            while total is None or t < total:
+                size = BLOCK if total is None else min(BLOCK, total - t)
+                batch, p = self._block(rng, t, size)
+                self.truth._record(p, batch.labels)
+                out.add(batch)
+                t += size
+                while out.rows >= self.batch_size:
+                    yield self._emit(out, self.batch_size)
+            if out.rows:
+                yield self._emit(out, out.rows)
+        return gen
+
+    def _emit(self, out, n):
+        batch = out.take(n, {"synthetic": self.truth.n + n})
+        self.truth.n += n
+        return batch
+
+
+def _zipf_cdf(m: int, s: float) -> np.ndarray:
+    w = 1.0 / np.arange(1, m + 1, dtype=np.float64) ** s
+    cdf = np.cumsum(w)
+    cdf /= cdf[-1]
+    cdf[-1] = 1.0 + 1e-12   # rng.random() < 1, so searchsorted never returns m
+    return cdf
