@@ -21,6 +21,7 @@ import math
 
 import numpy as np
 
+from streamtrain.progressive import Progressive
 from streamtrain.batch import Batch
 
 from .batching import field_from_column, field_from_rows
@@ -71,37 +72,81 @@ def check_synthetic(cfg: dict) -> list[tuple[str, str]]:
 
 
 class SyntheticTruth:
-    """The planted probabilities and labels of every example emitted since the last reset."""
+    """The planted probabilities and labels of the examples emitted since the last reset.
 
-    def __init__(self):
+    The last ``keep`` examples are kept exactly (``arrays``/``auc``/``logloss`` over an index
+    range inside them); all-time figures come from constant-size histograms, so an endless
+    stream does not grow memory.
+    """
+
+    KEEP = 1 << 20
+
+    def __init__(self, keep: int = KEEP):
+        self.keep = keep
         self.reset()
 
     def reset(self) -> None:
-        self._p, self._y, self._stored, self.n = [], [], 0, 0
+        self._p, self._y = [], []
+        self._first = 0        # absolute index of the first kept example
+        self._stored = 0       # examples recorded (may run ahead of n by one block)
+        self._counted = 0      # examples folded into the all-time histograms
+        self._total = Progressive()
+        self.n = 0             # examples emitted
 
     def _record(self, p: np.ndarray, y: np.ndarray) -> None:
         self._p.append(p.astype(np.float64))
         self._y.append(y.astype(np.float64))
         self._stored += len(p)
+        self._fold()
+        while len(self._p) > 1 and self._stored - self._first - len(self._p[0]) >= self.keep \
+                and self._first + len(self._p[0]) <= self._counted:
+            self._first += len(self._p.pop(0))
+            self._y.pop(0)
+
+    def _fold(self) -> None:
+        """Add the emitted examples not yet counted to the all-time histograms."""
+        if self._counted < self.n:
+            p, y = self._slice(self._counted, self.n)
+            self._total.update(y, p)
+            self._counted = self.n
+
+    def _slice(self, start: int, stop: int):
+        """Examples ``start:stop`` (absolute) from the kept chunks, without merging them."""
+        ps, ys, base = [], [], self._first
+        for p, y in zip(self._p, self._y):
+            a, b = max(start - base, 0), min(stop - base, len(p))
+            if a < b:
+                ps.append(p[a:b])
+                ys.append(y[a:b])
+            base += len(p)
+        if not ps:
+            return np.zeros(0), np.zeros(0)
+        return (ps[0], ys[0]) if len(ps) == 1 else (np.concatenate(ps), np.concatenate(ys))
 
     def arrays(self, start: int | None = None, stop: int | None = None):
         """(planted probability, label) of emitted examples ``start:stop`` (0 = first emitted)."""
-        if len(self._p) > 1:
-            self._p, self._y = [np.concatenate(self._p)], [np.concatenate(self._y)]
-        p = self._p[0][: self.n] if self._p else np.zeros(0)
-        y = self._y[0][: self.n] if self._y else np.zeros(0)
-        return p[start:stop], y[start:stop]
+        start, stop, _ = slice(start, stop).indices(self.n)
+        if start < self._first:
+            raise ValueError(f"the synthetic truth keeps only the last {self.keep} examples "
+                             f"(from #{self._first}); asked from #{start}")
+        return self._slice(start, max(start, stop))
 
     def auc(self, start: int | None = None, stop: int | None = None) -> float:
+        if start is None and stop is None and self._first > 0:
+            self._fold()
+            return self._total.auc
         return exact_auc(*reversed(self.arrays(start, stop)))
 
     def logloss(self, start: int | None = None, stop: int | None = None) -> float:
+        if start is None and stop is None and self._first > 0:
+            self._fold()
+            return self._total.logloss
         return exact_logloss(*reversed(self.arrays(start, stop)))
 
     @property
     def positive_rate(self) -> float:
-        _, y = self.arrays()
-        return float(y.mean()) if len(y) else float("nan")
+        self._fold()
+        return self._total.observed_ctr
 
 
 class SyntheticStream:
