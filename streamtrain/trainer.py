@@ -33,7 +33,9 @@ class Trainer:
                  dtype=np.float32):
         self.graph = graph
         self.store = store
-        self.barrier = barrier           # sync mode: callable(phase) -> bool (am I the applier)
+        # sync mode: callable(store) after the push; a store that stages pushes (the redis store
+        # in sync mode) brings its own as ``store.barrier``
+        self.barrier = barrier if barrier is not None else getattr(store, "barrier", None)
         self.ctx = graph.context(training=True, dtype=dtype, seed=seed)
         self.progressive = Progressive()
         self.batches = 0

@@ -26,6 +26,7 @@ class StoreStats:
     rows_created: int = 0
     errors: int = 0
     table_rows: dict = field(default_factory=dict)   # table -> live rows
+    lifecycle: dict = field(default_factory=dict)    # table -> {created, admitted, expired, live, ...} (redis)
 
 
 @dataclass

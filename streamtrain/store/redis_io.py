@@ -16,7 +16,7 @@ from . import redis_keys, redis_scripts
 from .redis_shards import Shards
 
 MGET_CHUNK = 10_000
-RECEIPT_MS = 600_000
+RECEIPT_MS = 60_000     # default; the store sets it to outlive its whole retry window
 
 
 class RowIO:
@@ -24,6 +24,7 @@ class RowIO:
         self.shards, self.ns, self.buckets = shards, namespace, buckets
         self.DENSE, self.META = buckets, buckets + 1
         self.client_id = os.urandom(6).hex()
+        self.receipt_ms = RECEIPT_MS
         self._seq = 0
         self._sha = None
         self._map = None
@@ -34,7 +35,7 @@ class RowIO:
         """Shard of every group; recomputed when the cluster map changed."""
         key = id(self.shards._slot_shard) if self.shards.cluster else len(self.shards.clients)
         if self._map_of != key:
-            tags = [redis_keys.tag(self.ns, b) for b in range(self.buckets)]
+            tags = [redis_keys.bucket_tag(self.ns, b, self.buckets) for b in range(self.buckets)]
             tags += [redis_keys.tag(self.ns, "dense"), redis_keys.tag(self.ns, "meta")]
             self._map = np.array([self.shards.shard_of_tag(t) for t in tags], np.int64)
             self._map_of = key
@@ -80,42 +81,63 @@ class RowIO:
 
         return self.shards.retrying(what, attempt)
 
+    def per_key(self, keys: np.ndarray, groups: np.ndarray, commands, what: str) -> list:
+        """Run ``commands(key) -> [command, ...]`` for every key, pipelined per shard; the
+        answers of each key's commands, in key order."""
+        def attempt():
+            shards = self.group_shard()[np.asarray(groups, np.int64)]
+            plan, owner = [], []
+            for i, (key, shard) in enumerate(zip(keys.tolist(), shards.tolist())):
+                for cmd in commands(key):
+                    plan.append((shard, None, cmd))
+                    owner.append(i)
+            out = [[] for _ in range(len(keys))]
+            for i, answer in zip(owner, self._run(plan)):
+                out[i].append(answer)
+            return out
+        return self.shards.retrying(what, attempt)
+
     # ---- compare-and-set -------------------------------------------------------------------
-    def cas(self, keys: np.ndarray, groups: np.ndarray, expected: list, values: list,
-            ttl_ms: np.ndarray | None, what: str = "write rows") -> np.ndarray:
-        """Write ``values[i]`` where the row's tag is still ``expected[i]`` (b"" = absent).
-        Returns a bool mask of the rows NOT written (changed by someone else meanwhile).
+    def cas(self, parts: list[tuple], what: str = "write rows") -> list[np.ndarray]:
+        """Compare-and-set rows of several parameters. A part is ``(keys, groups, expected
+        uint64[n] (0 = must be absent), values uint8[n, length], ttl_ms)``. Returns, per part,
+        a bool mask of the rows NOT written (changed by someone else since read).
         Idempotent under retries: every script call carries a receipt id."""
-        failed = np.zeros(len(keys), bool)
-        if not len(keys):
+        failed = [np.zeros(len(p[0]), bool) for p in parts]
+        if not sum(len(p[0]) for p in parts):
             return failed
         self._seq += 1
-        stride = 2 if ttl_ms is None else 3
+        groups = np.concatenate([p[1] for p in parts])
+        part_of = np.concatenate([np.full(len(p[0]), i, np.int64) for i, p in enumerate(parts)])
+        local = np.concatenate([np.arange(len(p[0])) for p in parts])
         plan = []
-        for i, (shard, pos) in enumerate(self.units(groups, redis_scripts.MAX_ROWS)):
-            ks = keys[pos].tolist()
-            args = [None] * (stride * len(pos))
-            args[0::stride] = [expected[j] for j in pos]
-            args[1::stride] = [values[j] for j in pos]
-            if stride == 3:
-                args[2::stride] = ttl_ms[pos].tolist()
-            receipt = redis_keys.receipt_key(ks[0], f"{self.client_id}:{self._seq}:{i}")
-            plan.append((shard, pos, [receipt, *ks], [stride, RECEIPT_MS, *args]))
+        for c, (shard, pos) in enumerate(self.units(groups, redis_scripts.MAX_ROWS)):
+            keys, argv, segments = [], [], 0
+            for run in np.split(pos, np.flatnonzero(np.diff(part_of[pos])) + 1):
+                p_keys, _, expected, values, ttl_ms = parts[part_of[run[0]]]
+                rows = local[run]
+                keys += p_keys[rows].tolist()
+                argv += [len(rows), values.shape[1], int(ttl_ms),
+                         np.asarray(expected[rows], "<u8").tobytes(), values[rows].tobytes()]
+                segments += 1
+            receipt = redis_keys.receipt_key(keys[0], f"{self.client_id}:{self._seq}:{c}")
+            plan.append((shard, pos, [receipt, *keys], [self.receipt_ms, segments, *argv]))
 
         def attempt():
-            sha = self._load_script()
-            items = [(s, pos, ("EVALSHA", sha, len(ks), *ks, *argv)) for s, pos, ks, argv in plan]
-            try:
-                answers = self._run(items)
-            except NoScriptError:
-                self._sha = None                  # a restarted server forgot the script
+            for retry_script in (False, True):
                 sha = self._load_script()
                 items = [(s, pos, ("EVALSHA", sha, len(ks), *ks, *argv)) for s, pos, ks, argv in plan]
-                answers = self._run(items)
+                try:
+                    answers = self._run(items)
+                    break
+                except NoScriptError:
+                    self._sha = None              # a restarted server forgot the script
+                    if retry_script:
+                        raise
             for (_, pos, _), answer in zip(items, answers):
-                bad = redis_scripts.parse_answer(answer)
-                if bad:
-                    failed[pos[bad]] = True
+                bad = pos[redis_scripts.parse_answer(answer)]
+                for i in bad.tolist():
+                    failed[part_of[i]][local[i]] = True
             return failed
 
         return self.shards.retrying(what, attempt)
@@ -157,7 +179,6 @@ class RowIO:
         return self.shards.retrying(what, lambda: self.shards.call(int(self.group_shard()[self.META]), *command))
 
     def meta_many(self, commands: list[tuple], what: str = "meta"):
-        shard = int
         def attempt():
             s = int(self.group_shard()[self.META])
             return self.shards.run({s: commands})[s]

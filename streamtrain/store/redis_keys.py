@@ -5,8 +5,8 @@ Every row of every table lands in one of ``buckets`` groups, chosen by a stable 
 most ``buckets`` slots and each group can be read or written with one multi-key command or one
 script. Over standalone servers the bucket picks the server: ``shard = bucket % n_shards``.
 
->>> row_keys("default", "emb.a", np.array([255], np.uint64), 64)[0][:14]
-b'st:{default/3'
+>>> row_keys("default", "emb.a", np.array([255], np.uint64), 64).tolist()[0]
+b'st:{default/38}:emb.a:r:00000000000000ff'
 >>> shard_of_bucket(np.array([0, 1, 2, 3]), 3).tolist()
 [0, 1, 2, 0]
 """
@@ -65,6 +65,11 @@ def tag_of_key(key: bytes | str) -> str:
     return key[start + 1:end] if start >= 0 and end > start + 1 else key
 
 
+def bucket_tag(namespace: str, bucket: int, buckets: int) -> str:
+    """The hash tag of a bucket as it appears in row keys (zero-padded)."""
+    return f"{namespace}/{bucket:0{len(str(buckets - 1))}d}"
+
+
 def hex_ids(ids: np.ndarray) -> np.ndarray:
     """uint64 ids as 16 lowercase hex digits each, ``uint8[n, 16]`` (vectorised)."""
     be = np.asarray(ids, np.uint64).astype(">u8").view(np.uint8).reshape(-1, 8)
@@ -74,18 +79,18 @@ def hex_ids(ids: np.ndarray) -> np.ndarray:
     return out
 
 
-def row_keys(namespace: str, table: str, ids: np.ndarray, buckets: int, kind: str = "r") -> list[bytes]:
-    """``st:{<ns>/<bucket>}:<table>:<kind>:<id hex>`` for every id (``r`` rows, ``s`` sightings)."""
+def row_keys(namespace: str, table: str, ids: np.ndarray, buckets: int, kind: str = "r") -> np.ndarray:
+    """``st:{<ns>/<bucket>}:<table>:<kind>:<id hex>`` for every id (``r`` rows, ``s`` sightings),
+    as a numpy bytes array (``.tolist()`` gives the keys)."""
     ids = np.asarray(ids, np.uint64)
     b = bucket_of(table, ids, buckets)
-    width = len(str(buckets - 1))
-    heads = np.array([f"{PREFIX}:{{{namespace}/{i:0{width}d}}}:{table}:{kind}:".encode()
+    heads = np.array([f"{PREFIX}:{{{bucket_tag(namespace, i, buckets)}}}:{table}:{kind}:".encode()
                       for i in range(buckets)])
     head_len = heads.dtype.itemsize
     mat = np.empty((len(ids), head_len + 16), np.uint8)
     mat[:, :head_len] = heads.view(np.uint8).reshape(buckets, head_len)[b]
     mat[:, head_len:] = hex_ids(ids)
-    return mat.view(f"S{head_len + 16}").reshape(-1).tolist()
+    return mat.view(f"S{head_len + 16}").reshape(-1)
 
 
 def key_id(key: bytes) -> int:

@@ -40,8 +40,8 @@ class RowLayout:
         return w, {k: state[k].reshape(n, width) for k, width in self.slots}
 
     # ---- bytes <-> arrays --------------------------------------------------------------
-    def encode(self, tags: np.ndarray, w: np.ndarray, state: dict) -> list[bytes]:
-        """One value per row. ``tags`` is ``uint64[n]``."""
+    def encode(self, tags: np.ndarray, w: np.ndarray, state: dict) -> np.ndarray:
+        """The values of ``n`` rows as ``uint8[n, nbytes]``. ``tags`` is ``uint64[n]``."""
         n = len(w)
         mat = np.empty((n, self.floats), "<f4")
         mat[:, :self.dim] = w.reshape(n, self.dim)
@@ -52,21 +52,27 @@ class RowLayout:
         out = np.empty((n, self.nbytes), np.uint8)
         out[:, :TAG] = np.asarray(tags, "<u8").view(np.uint8).reshape(n, TAG)
         out[:, TAG:] = mat.view(np.uint8)
-        return out.view(f"V{self.nbytes}").reshape(-1).tolist()
+        return out
 
     def decode(self, values: list, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
         """``values`` (bytes or None per row) → present mask, tags, weights, state (zeros where absent)."""
         n = len(values)
-        present = np.fromiter((v is not None for v in values), bool, n)
+        found = [v for v in values if v is not None]
+        present = np.ones(n, bool) if len(found) == n else \
+            np.fromiter((v is not None for v in values), bool, n)
         mat = np.zeros((n, self.nbytes), np.uint8)
-        if present.any():
-            found = [v for v in values if v is not None]
-            if any(len(v) != self.nbytes for v in found):
-                bad = next(len(v) for v in found if len(v) != self.nbytes)
+        if found:
+            joined = b"".join(found)
+            if len(joined) != len(found) * self.nbytes or any(len(v) != self.nbytes for v in found[:1]):
+                bad = next((len(v) for v in found if len(v) != self.nbytes), len(found[0]))
                 raise StoreError(f"{where}: a stored value has {bad} bytes, the layout of "
                                  f"'{self.spec.name}' ({self.optimizer.kind}, dim {self.dim}) needs "
                                  f"{self.nbytes}; was the namespace written with another model?")
-            mat[present] = np.frombuffer(b"".join(found), np.uint8).reshape(-1, self.nbytes)
+            flat = np.frombuffer(joined, np.uint8).reshape(-1, self.nbytes)
+            if len(found) == n:
+                mat = flat
+            else:
+                mat[present] = flat
         tags = mat[:, :TAG].copy().view("<u8").reshape(n)
         floats = mat[:, TAG:].copy().view("<f4").reshape(n, self.floats)
         w = floats[:, :self.dim].astype(self.dtype)

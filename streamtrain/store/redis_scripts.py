@@ -1,10 +1,12 @@
 """The one Lua script of the Redis store: a chunked, idempotent, per-row compare-and-set.
 
-``KEYS = [receipt, row_1 .. row_n]`` (all in one slot), ``ARGV = [stride, receipt_ms,
-then per row: expected tag, new value, (ttl ms when stride is 3)]``.
+``KEYS = [receipt, row_1 .. row_n]`` (all in one slot), ``ARGV = [receipt_ms, segments,
+then per segment: count, value length, ttl ms (0 = none), expected tags (8 bytes per row,
+concatenated), new values (concatenated)]``. A segment is a run of rows of one parameter;
+packing a segment's rows into two strings keeps the call cheap to send and to unpack.
 
 For each row, the new value is written only if the row's current 8-byte tag equals the
-expected one (``""`` = the row must not exist: create-once). The update arithmetic was done
+expected one (all zero bytes = the row must not exist: create-once; no written row has tag 0). The update arithmetic was done
 by the client with the same numpy rule as the memory store, from the value carrying that tag;
 every write carries a fresh random tag, so "tag unchanged" means "nobody wrote this row since I
 read it", and the check and the write run inside one script, which Redis runs atomically.
@@ -21,29 +23,35 @@ from __future__ import annotations
 CAS = r"""
 local done = redis.call('GET', KEYS[1])
 if done then return done end
+local sub, zero = string.sub, string.rep('\0', 8)
 local n = #KEYS - 1
-local stride = tonumber(ARGV[1])
 local vals = redis.call('MGET', unpack(KEYS, 2, n + 1))
-local failed, sets = {}, {}
-for i = 1, n do
-  local v = vals[i]
-  local cur = ''
-  if v then cur = string.sub(v, 1, 8) end
-  local a = 3 + (i - 1) * stride
-  if cur == ARGV[a] then
-    if stride == 3 and tonumber(ARGV[a + 2]) > 0 then
-      redis.call('SET', KEYS[i + 1], ARGV[a + 1], 'PX', ARGV[a + 2])
+local failed, sets, m, nf = {}, {}, 0, 0
+local i, a = 0, 3
+for s = 1, tonumber(ARGV[2]) do
+  local count, len, ttl = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  local tags, blob = ARGV[a + 3], ARGV[a + 4]
+  a = a + 5
+  for j = 1, count do
+    i = i + 1
+    local v = vals[i]
+    local cur = zero
+    if v then cur = sub(v, 1, 8) end
+    if cur == sub(tags, 8 * j - 7, 8 * j) then
+      local value = sub(blob, (j - 1) * len + 1, j * len)
+      if ttl > 0 then
+        redis.call('SET', KEYS[i + 1], value, 'PX', ttl)
+      else
+        m = m + 1; sets[m] = KEYS[i + 1]; m = m + 1; sets[m] = value
+      end
     else
-      sets[#sets + 1] = KEYS[i + 1]
-      sets[#sets + 1] = ARGV[a + 1]
+      nf = nf + 1; failed[nf] = i
     end
-  else
-    failed[#failed + 1] = i
   end
 end
-if #sets > 0 then redis.call('MSET', unpack(sets)) end
+if m > 0 then redis.call('MSET', unpack(sets)) end
 local answer = 'ok:' .. table.concat(failed, ',')
-redis.call('SET', KEYS[1], answer, 'PX', ARGV[2])
+redis.call('SET', KEYS[1], answer, 'PX', ARGV[1])
 return answer
 """
 

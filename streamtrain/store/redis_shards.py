@@ -12,18 +12,31 @@ import random
 import time
 
 import redis
+import redis.retry
+from redis.backoff import NoBackoff
 from redis.crc import key_slot
-from redis.exceptions import BusyLoadingError, ResponseError
+from redis.exceptions import (AskError, BusyLoadingError, ClusterDownError, MovedError, ResponseError,
+                              TryAgainError)
 
 from streamtrain.errors import StoreError
 
 from . import redis_keys
+
+try:
+    from hiredis import pack_command as _pack_one
+
+    def _pack(conn, commands):
+        return [b"".join(_pack_one(tuple(c)) for c in commands)]
+except ImportError:                   # redis-py's own packer
+    def _pack(conn, commands):
+        return conn.pack_commands(commands)
 
 log = logging.getLogger("streamtrain.store.redis")
 
 TRANSIENT = (redis.ConnectionError, redis.TimeoutError, BusyLoadingError, ConnectionResetError,
              BrokenPipeError, OSError)
 RETRY_REPLIES = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "MASTERDOWN")
+RETRY_ERRORS = (MovedError, AskError, TryAgainError, ClusterDownError)
 
 
 class Retry:
@@ -34,8 +47,9 @@ class Retry:
 
 
 def _client(host, port, timeout_s) -> redis.Redis:
+    # redis-py's own silent retries are off: ``Shards.retrying`` retries, logs and counts
     return redis.Redis(host=host, port=int(port), socket_timeout=timeout_s,
-                       socket_connect_timeout=timeout_s, retry_on_timeout=False)
+                       socket_connect_timeout=timeout_s, retry=redis.retry.Retry(NoBackoff(), 0))
 
 
 def _host_port(url: str) -> tuple[str, int]:
@@ -108,7 +122,7 @@ class Shards:
                     continue
                 conn = self.clients[shard].connection_pool.get_connection()
                 conns[shard] = conn
-                conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+                conn.send_packed_command(_pack(conn, commands), check_health=False)
             for shard, conn in conns.items():
                 answers = []
                 for _ in groups[shard]:
@@ -139,7 +153,8 @@ class Shards:
             try:
                 result = fn()
             except TRANSIENT + (ResponseError,) as err:
-                if isinstance(err, ResponseError) and not str(err).startswith(RETRY_REPLIES):
+                if isinstance(err, ResponseError) and not isinstance(err, RETRY_ERRORS) \
+                        and not str(err).startswith(RETRY_REPLIES):
                     raise StoreError(f"redis store: {what}: {err}") from err
                 attempt += 1
                 if self.stats is not None:

@@ -1,0 +1,379 @@
+"""The ``redis`` parameter store: parameters sharded over Redis servers or a Redis Cluster.
+
+* **Keys** (redis_keys): a row is ``st:{<ns>/<bucket>}:<table>:r:<id hex>``, a dense parameter
+  ``st:{<ns>/dense}:<name>``; one value holds weights and optimizer state (redis_rows).
+* **Pull**: one MGET per server (per slot group in a Cluster), all sent before any answer is
+  read; missing rows are created with the deterministic initializer by a create-if-absent
+  compare-and-set, so concurrent trainers create each row once.
+* **Push**: the update rule is the memory store's numpy rule, run on the value just read, and
+  written back by a per-row compare-and-set script (redis_scripts): atomic per row, no lost
+  update, retried on conflicts; the values read by the pull are reused when nobody wrote since.
+* **Sync mode** (redis_sync): pushes are staged; ``store.barrier`` is the trainer's barrier.
+* **Lifecycle** (redis_lifecycle): TTL, admission, cap, counters. **Failures** (redis_shards):
+  retries with backoff, then ``StoreError`` — a push either lands or raises.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from streamtrain.context import Gradients
+from streamtrain.errors import StoreError
+
+from . import redis_keys, redis_lifecycle, register_backend
+from .base import ParamStore, Snapshot
+from .redis_config import RedisConfig, validate
+from .redis_io import RowIO
+from .redis_rows import RowLayout
+from .redis_server import RedisServer
+from .redis_shards import Retry, Shards
+from .redis_sync import SyncBarrier
+
+
+class _Rows:
+    """One parameter's rows in flight: keys, and the current value read for each."""
+
+    def __init__(self, store, name, ids):
+        self.name, self.ids = name, ids
+        self.layout: RowLayout = store.layouts[name]
+        self.policy = store.cfg.policy(name) if ids is not None else None
+        self.present = None             # not read yet
+        if ids is None:
+            self.keys = np.array([redis_keys.dense_key(store.ns, name)])
+            self.groups = np.array([store.io.DENSE], np.int64)
+        else:
+            self.keys = redis_keys.row_keys(store.ns, name, ids, store.io.buckets)
+            self.groups = redis_keys.bucket_of(name, ids, store.io.buckets)
+
+    def set_values(self, values, where: str, rows=None) -> None:
+        present, tags, w, state = self.layout.decode(list(values), where)
+        if rows is None:
+            self.present, self.tags, self.w, self.state = present, tags, w, state
+            return
+        self.present[rows], self.tags[rows], self.w[rows] = present, tags, w
+        for k in self.state:
+            self.state[k][rows] = state[k]
+
+    def fill_initial(self, rows: np.ndarray) -> None:
+        """Absent rows take their initial weights and state."""
+        if len(rows):
+            w, state = self.layout.initial(None if self.ids is None else self.ids[rows])
+            self.w[rows] = w
+            for k in self.state:
+                self.state[k][rows] = state[k]
+
+    @property
+    def ttl(self) -> int:
+        return self.policy.ttl_ms if self.policy else 0
+
+    def out(self) -> np.ndarray:
+        return self.w.reshape(self.layout.spec.shape).copy() if self.ids is None else self.w.copy()
+
+
+class RedisStore(ParamStore):
+    def __init__(self, cfg: dict | RedisConfig | None = None):
+        super().__init__()
+        self.cfg = cfg if isinstance(cfg, RedisConfig) else RedisConfig.from_dict(cfg or {})
+        self.ns = self.cfg.namespace
+        self.server = None
+        self.embedded = False
+        urls, cluster = self.cfg.urls, self.cfg.cluster
+        if not urls and not cluster:
+            self.server = RedisServer().start()
+            self.embedded = True
+            urls = [self.server.url]
+        try:
+            self.shards = Shards(urls=urls, cluster=cluster, timeout_s=self.cfg.timeout_s,
+                                 retry=Retry(**self.cfg.retry), stats=self.stats)
+        except BaseException:
+            if self.server:
+                self.server.stop()
+            raise
+        self.io = RowIO(self.shards, self.ns, self.cfg.buckets)
+        retry = self.shards.retry           # receipts must outlive every retry of their push
+        self.io.receipt_ms = int((retry.give_up_s + retry.max_s + 2 * self.cfg.timeout_s) * 1000) + 1000
+        self.counters = redis_lifecycle.Counters(self.io)
+        self.layouts: dict[str, RowLayout] = {}
+        self._cache: dict[str, _Rows] = {}
+        self._rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))
+        self.barrier = None
+        if self.cfg.mode == "sync":
+            self.barrier = SyncBarrier(self, self.cfg.trainers, self.cfg.worker,
+                                       self.cfg.barrier_timeout_s, self.cfg.sync_combine)
+
+    # ---- declare ---------------------------------------------------------------------------
+    def _declare(self) -> None:
+        problems = [m for n in self.specs if (m := redis_keys.check_name(n, "parameter name"))]
+        if problems:
+            raise StoreError("redis store: " + "; ".join(problems))
+        self.layouts = {n: RowLayout(s, self.optimizers[n]) for n, s in self.specs.items()}
+        dense = [n for n, s in self.specs.items() if not s.table]
+        if dense:
+            self.pull(dense, {})
+            self._cache.clear()
+
+    # ---- pull ------------------------------------------------------------------------------
+    def pull(self, dense, tables, *, create=True):
+        items = [_Rows(self, n, None) for n in dense]
+        items += [_Rows(self, n, np.asarray(ids, np.uint64)) for n, ids in tables.items()]
+        self._read(items, "pull")
+        creating = []
+        for it in items:
+            missing = np.flatnonzero(~it.present)
+            it.blocked = np.zeros(len(it.present), bool)
+            if not len(missing):
+                continue
+            gated = it.policy is not None and it.policy.gated
+            if create and gated:
+                ok = redis_lifecycle.gate(self.io, self.counters, it.name, it.ids[missing], it.policy)
+                it.blocked[missing[~ok]] = True
+                missing = missing[ok]
+            elif not create and gated:
+                it.blocked[missing] = True
+                continue
+            it.fill_initial(missing)
+            if create:
+                creating.append((it, missing))
+        if creating:
+            self._create(creating)
+        out = {}
+        for it in items:
+            w = it.out()
+            if it.ids is not None:
+                w[it.blocked] = 0.0
+            out[it.name] = w
+            if it.ids is not None:
+                self.stats.rows_pulled += len(it.ids)
+            self._cache[it.name] = it
+        self.counters.flush()
+        self.stats.table_rows = self.counters.live()
+        return out
+
+    def _read(self, items: list[_Rows], what: str, rows: list | None = None) -> None:
+        """Read the current values of ``items`` (or of ``rows[i]`` of each) in one round trip."""
+        sel = rows or [slice(None)] * len(items)
+        keys = [it.keys[s] for it, s in zip(items, sel)]
+        if not sum(len(k) for k in keys):
+            return
+        values = self.io.mget(np.concatenate(keys), np.concatenate([it.groups[s] for it, s in zip(items, sel)]),
+                              what=what)
+        start = 0
+        for it, s, k in zip(items, sel, keys):
+            it.set_values(values[start:start + len(k)], f"{what} '{it.name}'", None if rows is None else s)
+            start += len(k)
+
+    def _create(self, creating: list) -> None:
+        """Create-if-absent; rows someone else created first are re-read."""
+        parts = [(it, rows, np.zeros(len(rows), np.uint64),
+                  it.layout.encode(self._tags(len(rows)), it.w[rows], {k: a[rows] for k, a in it.state.items()}))
+                 for it, rows in creating]
+        failed = self._cas(parts, "create rows")
+        lost = []
+        for (it, rows, _, _), bad in zip(parts, failed):
+            won = rows[~bad]
+            it.present[won] = True
+            self._count_created(it, len(won), int(bad.sum()))
+            if bad.any():
+                lost.append((it, rows[bad]))
+        if lost:
+            self._read([it for it, _ in lost], "re-read rows created concurrently", [r for _, r in lost])
+
+    def _count_created(self, it: _Rows, won: int, lost: int) -> None:
+        if it.ids is None:
+            return
+        self.stats.rows_created += won
+        self.counters.add(it.name, "created", won)
+        if it.policy.max_rows > 0:
+            if lost:
+                self.counters.incr_now(it.name, "live", -lost)
+        else:
+            self.counters.add(it.name, "live", won)
+        if it.policy.admit_after > 1:
+            self.counters.add(it.name, "admitted", won)
+
+    # ---- push ------------------------------------------------------------------------------
+    def push(self, grads: Gradients) -> None:
+        if self.barrier is not None:
+            self.barrier.stage(grads)
+        else:
+            self.apply_now(grads)
+
+    def apply_now(self, grads: Gradients) -> None:
+        """Apply the rules to ``grads`` now: read (or reuse the pull's values), compute with
+        numpy, compare-and-set; rows that changed meanwhile are re-read and recomputed."""
+        work = []
+        for name, g in grads.dense.items():
+            work.append((self._reuse(name, None) or _Rows(self, name, None), np.asarray(g).reshape(1, -1)))
+        for name, (ids, g) in grads.tables.items():
+            ids = np.asarray(ids, np.uint64)
+            work.append((self._reuse(name, ids) or _Rows(self, name, ids), np.asarray(g)))
+        stale = [it for it, _ in work if it.present is None]
+        self._read(stale, "read rows to update")
+        pending = []
+        for it, g in work:
+            absent = np.flatnonzero(~it.present)
+            drop = np.zeros(len(it.present), bool)
+            if it.policy is not None and it.policy.gated:
+                drop[absent] = True
+                self.counters.add(it.name, "dropped", len(absent))
+            it.fill_initial(absent[~drop[absent]])
+            pending.append(np.flatnonzero(~drop))
+            if it.ids is not None:
+                self.stats.rows_pushed += len(it.ids)
+        for attempt in range(self.cfg.max_push_attempts):
+            parts = []
+            for (it, g), rows in zip(work, pending):
+                if not len(rows):
+                    continue
+                w, state = it.w[rows].copy(), {k: a[rows].copy() for k, a in it.state.items()}
+                it.layout.step(w, g[rows], state)
+                expected = np.where(it.present[rows], it.tags[rows], np.uint64(0))
+                parts.append((it, rows, expected, it.layout.encode(self._tags(len(rows)), w, state)))
+            if not parts:
+                break
+            failed = self._cas(parts, "update rows")
+            retry_items, retry_rows = [], []
+            for (it, rows, expected, _), bad in zip(parts, failed):
+                self._count_created(it, int(((expected == 0) & ~bad).sum()), 0)
+                if bad.any():
+                    retry_items.append(it)
+                    retry_rows.append(rows[bad])
+            if not retry_items:
+                break
+            self._read(retry_items, "re-read rows changed by another trainer", retry_rows)
+            for i, (it, rows) in enumerate(zip(retry_items, retry_rows)):
+                gone = rows[~it.present[rows]]          # expired meanwhile
+                if it.policy is not None and it.policy.gated:
+                    self.counters.add(it.name, "dropped", len(gone))
+                    retry_rows[i] = rows[it.present[rows]]
+                else:
+                    it.fill_initial(gone)
+            pending_by = {id(it): r for it, r in zip(retry_items, retry_rows)}
+            pending = [pending_by.get(id(it), np.zeros(0, np.int64)) for it, _ in work]
+        else:
+            raise StoreError(f"redis store: push not applied: rows kept changing under "
+                             f"{self.cfg.max_push_attempts} compare-and-set attempts")
+        for it, _ in work:
+            self._cache.pop(it.name, None)
+        self.counters.flush()
+        self.stats.table_rows = self.counters.live()
+
+    def _reuse(self, name, ids):
+        """The rows the last pull read, when the push is for exactly those ids."""
+        it = self._cache.pop(name, None)
+        if it is None or (ids is None) != (it.ids is None):
+            return None
+        if ids is not None and not np.array_equal(ids, it.ids):
+            return None
+        return it
+
+    def _tags(self, n: int) -> np.ndarray:
+        """Fresh row versions: random, never 0 (0 means "absent" to the CAS script)."""
+        return self._rng.integers(1, np.iinfo(np.uint64).max, n, dtype=np.uint64, endpoint=True)
+
+    def _cas(self, parts: list, what: str) -> list[np.ndarray]:
+        """One chunked compare-and-set over ``(rows item, row numbers, expected tags, values)``."""
+        return self.io.cas([(it.keys[rows], it.groups[rows], expected, values, it.ttl)
+                            for it, rows, expected, values in parts], what=what)
+
+    # ---- lifecycle and stats ----------------------------------------------------------------
+    def lifecycle(self) -> dict:
+        """Per table: live, created, admitted, rejected, dropped, expired (counted now)."""
+        counts = self.counters.read()
+        for name, spec in self.specs.items():
+            if not spec.table:
+                continue
+            c = counts.setdefault(name, {})
+            if self.cfg.policy(name).ttl_s > 0:
+                live = len(self.io.scan(redis_keys.table_pattern(self.ns, name), what="count live rows"))
+                c["expired"] = max(0, c.get("created", 0) - live)
+                c["live"] = live
+                self.counters.set(name, live=live, expired=c["expired"])
+            for k in redis_lifecycle.NAMES:
+                c.setdefault(k, 0)
+        self.stats.table_rows = {n: c["live"] for n, c in counts.items() if n in self.specs}
+        self.stats.lifecycle = {n: c for n, c in counts.items() if n in self.specs}
+        return self.stats.lifecycle
+
+    # ---- checkpoints ---------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        snap = Snapshot(specs=dict(self.specs), optimizers={k: o.get_config() for k, o in self.optimizers.items()})
+        for name, spec in self.specs.items():
+            if spec.table:
+                keys = self.io.scan(redis_keys.table_pattern(self.ns, name), what=f"list rows of '{name}'")
+                ids = np.array([redis_keys.key_id(k) for k in keys], np.uint64)
+                it = _Rows(self, name, np.sort(ids))
+            else:
+                it = _Rows(self, name, None)
+            self._read([it], "snapshot")
+            keep = np.flatnonzero(it.present) if spec.table else np.arange(1)
+            if not spec.table and not it.present[0]:
+                it.fill_initial(keep)
+            arrays = {"value": it.w[keep] if spec.table else it.out()}
+            for k, a in it.state.items():
+                kind = self.optimizers[name].slots[k]
+                arrays[k] = a[keep] if spec.table else a.reshape(spec.shape if kind == "full" else (1,)).copy()
+            if spec.table:
+                arrays = {"ids": it.ids[keep], **arrays}
+                snap.tables[name] = arrays
+            else:
+                snap.dense[name] = arrays
+        return snap
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Replace this namespace's parameters by the snapshot's (declared parameters only)."""
+        self._cache.clear()
+        for name, spec in self.specs.items():
+            if spec.table and name in snapshot.tables:
+                self.io.delete(self.io.scan(redis_keys.table_pattern(self.ns, name)), what="clear table")
+        parts = []
+        for name, arrays in [*snapshot.dense.items(), *snapshot.tables.items()]:
+            if name not in self.specs:
+                continue
+            spec = self.specs[name]
+            it = _Rows(self, name, np.asarray(arrays["ids"], np.uint64) if spec.table else None)
+            n = len(it.keys)
+            w, state = it.layout.initial(it.ids)
+            w[...] = np.asarray(arrays["value"]).reshape(n, -1)
+            for k, width in it.layout.slots:
+                if k in arrays:
+                    state[k][...] = np.asarray(arrays[k]).reshape(n, width)
+            values = it.layout.encode(self._tags(n), w, state)
+            if not spec.table:
+                self.io.delete(list(it.keys), what="clear dense parameter")
+            parts.append((it, np.arange(n), np.zeros(n, np.uint64), values))
+            if spec.table:
+                self.counters.set(name, created=n, live=n)
+        if parts:
+            failed = self._cas(parts, "restore")
+            if any(f.any() for f in failed):
+                raise StoreError("redis store: restore raced with another writer (rows appeared meanwhile)")
+        self.stats.table_rows = {n: len(a["ids"]) for n, a in snapshot.tables.items() if n in self.specs}
+
+    # ---- the rest ------------------------------------------------------------------------------
+    def ready(self) -> bool:
+        try:
+            return all(c.ping() for c in self.shards.clients)
+        except Exception:
+            return False
+
+    def close(self) -> None:
+        try:
+            self.counters.flush(force=True)
+        except StoreError:
+            pass
+        finally:
+            self.shards.close()
+            if self.server is not None:
+                self.server.stop()
+                self.server = None
+
+    def describe(self) -> str:
+        where = (f"cluster {self.cfg.cluster}" if self.cfg.cluster else
+                 f"embedded {self.shards.names[0]}" if self.embedded else
+                 f"{len(self.shards.names)} shard(s) {','.join(self.shards.names)}")
+        return f"redis ({where}; namespace {self.ns}; {self.cfg.mode})"
+
+
+register_backend("redis", lambda cfg: RedisStore(cfg), validate)

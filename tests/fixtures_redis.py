@@ -1,0 +1,174 @@
+"""Real Redis for tests: ``STREAMTRAIN_TEST_REDIS`` if set, else testcontainers when a Docker
+engine answers, else local ``redis-server`` processes on free loopback ports (never 6379),
+including a 3-node Redis Cluster. Every process started here is killed by pid at teardown.
+
+Fixtures: ``redis_url`` (one server), ``redis_urls3`` (three standalone servers),
+``redis_cluster_url`` (any node of a 3-node cluster), ``redis_factory`` (start private servers,
+e.g. to kill one), ``redis_namespace`` (a fresh namespace per test).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+
+import numpy as np
+import pytest
+import redis
+
+from streamtrain.graph import Graph, Schema
+from streamtrain.store.redis_server import RedisServer, free_port
+from streamtrain.testing import random_batch
+from streamtrain.trainer import Trainer
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker  # optional
+        docker.from_env(timeout=2).ping()
+        return True
+    except Exception:
+        return False
+
+
+class _Servers:
+    def __init__(self):
+        self.started: list[RedisServer] = []
+
+    def start(self, *extra, port=None, workdir=None) -> RedisServer:
+        if not shutil.which("redis-server"):
+            pytest.skip("no redis-server binary on PATH (apt install redis-server)")
+        server = RedisServer(port, extra=extra, workdir=workdir).start()
+        self.started.append(server)
+        return server
+
+    def stop_all(self):
+        for s in self.started:
+            s.stop()
+
+
+@pytest.fixture(scope="session")
+def _redis_servers():
+    servers = _Servers()
+    yield servers
+    servers.stop_all()
+
+
+@pytest.fixture(scope="session")
+def redis_url(_redis_servers):
+    url = os.environ.get("STREAMTRAIN_TEST_REDIS")
+    if url:
+        yield url
+        return
+    if _docker_answers():               # pragma: no cover - no Docker engine on the dev machines
+        from testcontainers.redis import RedisContainer
+        with RedisContainer() as c:
+            yield f"redis://{c.get_container_host_ip()}:{c.get_exposed_port(6379)}"
+        return
+    yield _redis_servers.start().url
+
+
+@pytest.fixture(scope="session")
+def redis_urls3(_redis_servers):
+    return [_redis_servers.start().url for _ in range(3)]
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(_redis_servers):
+    if not shutil.which("redis-cli"):
+        pytest.skip("no redis-cli on PATH to create a cluster")
+    workdir = tempfile.mkdtemp(prefix="streamtrain-cluster-")
+    nodes = []
+    for _ in range(3):
+        port = free_port(below=55536)
+        nodes.append(_redis_servers.start("--cluster-enabled", "yes", "--cluster-config-file",
+                                          f"nodes-{port}.conf", port=port,
+                                          workdir=tempfile.mkdtemp(dir=workdir)))
+    addrs = [f"127.0.0.1:{n.port}" for n in nodes]
+    subprocess.run(["redis-cli", "--cluster", "create", *addrs, "--cluster-replicas", "0", "--cluster-yes"],
+                   check=True, capture_output=True, timeout=30)
+    client = redis.Redis(port=nodes[0].port)
+    import time
+    deadline = time.monotonic() + 10
+    while client.cluster("info").get("cluster_state") != "ok":
+        if time.monotonic() > deadline:
+            pytest.fail("cluster did not reach state ok")
+        time.sleep(0.05)
+    yield f"redis://{addrs[0]}"
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def redis_factory(_redis_servers):
+    """Start private servers for one test; they are killed when it ends."""
+    mine = _Servers()
+    yield mine
+    mine.stop_all()
+
+
+@pytest.fixture
+def redis_namespace():
+    return "t" + uuid.uuid4().hex[:10]
+
+
+# ---- a small model and a stream, shared by the Redis tests --------------------------------
+
+OPTIMIZER_SETS = {
+    "adagrad+momentum+adam": ({"type": "adagrad", "lr": 0.05},
+                              {"emb": {"type": "adam", "lr": 0.01}, "hidden": {"type": "momentum", "lr": 0.02}}),
+    "ftrl+sgd": ({"type": "sgd", "lr": 0.05}, {"emb": {"type": "ftrl", "alpha": 0.1}}),
+}
+
+
+def layers(overrides=None, reduction="sum"):
+    overrides = overrides or {}
+    out = [
+        {"name": "sp", "type": "sparse_input"},
+        {"name": "dn", "type": "dense_input"},
+        {"name": "emb", "type": "embedding", "inputs": ["sp"], "dim": 4, "combiner": "sum"},
+        {"name": "cat", "type": "concat", "inputs": ["emb", "dn"]},
+        {"name": "hidden", "type": "fc", "inputs": ["cat"], "dim": 8, "activation": "relu"},
+        {"name": "out", "type": "fc", "inputs": ["hidden"], "dim": 1},
+        {"name": "loss", "type": "logloss", "inputs": ["out"], "reduction": reduction},
+    ]
+    for layer in out:
+        if layer["name"] in overrides:
+            layer["optimizer"] = overrides[layer["name"]]
+    return out
+
+
+def stream(n, size=32, seed=0, cardinality=60):
+    return [random_batch(size, fields=("a", "b", "c"), dense=3, cardinality=cardinality,
+                         multivalue=("c",), seed=seed + i) for i in range(n)]
+
+
+def build(store, default, overrides=None, reduction="sum"):
+    first = stream(1)[0]
+    graph = Graph.from_config(layers(overrides, reduction), Schema.of(first))
+    store.declare(graph.params, default)
+    return graph
+
+
+def run(store, batches, default, overrides=None, reduction="sum"):
+    """Train ``store`` on ``batches``; return (progressive logloss, per-batch losses, snapshot)."""
+    graph = build(store, default, overrides, reduction)
+    trainer = Trainer(graph, store)
+    losses = [trainer.step(b).loss for b in batches]
+    return trainer.progressive.logloss, np.array(losses), store.snapshot()
+
+
+def assert_snapshots_close(a, b, atol=1e-6):
+    assert sorted(a.tables) == sorted(b.tables) and sorted(a.dense) == sorted(b.dense)
+    for name in a.tables:
+        np.testing.assert_array_equal(a.tables[name]["ids"], b.tables[name]["ids"], err_msg=name)
+        for k in a.tables[name]:
+            np.testing.assert_allclose(a.tables[name][k], b.tables[name][k], rtol=0, atol=atol,
+                                       err_msg=f"{name}.{k}")
+    for name in a.dense:
+        assert sorted(a.dense[name]) == sorted(b.dense[name])
+        for k in a.dense[name]:
+            assert np.shape(a.dense[name][k]) == np.shape(b.dense[name][k]), f"{name}.{k}"
+            np.testing.assert_allclose(a.dense[name][k], b.dense[name][k], rtol=0, atol=atol,
+                                       err_msg=f"{name}.{k}")

@@ -1,0 +1,62 @@
+"""Sync mode: two trainers on halves of each batch reproduce one process on whole batches."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from streamtrain.errors import StoreError
+from streamtrain.params import ParamSpec
+from streamtrain.store import MemoryStore
+from streamtrain.store.redis_store import RedisStore
+from streamtrain.context import Gradients
+from streamtrain.trainer import Trainer
+from tests.fixtures_redis import OPTIMIZER_SETS, assert_snapshots_close, build, run, stream
+
+
+@pytest.mark.parametrize("where", ["x1", "cluster"])
+def test_two_sync_trainers_match_one_process(where, redis_url, redis_cluster_url, redis_namespace):
+    default, overrides = OPTIMIZER_SETS["adagrad+momentum+adam"]
+    batches = stream(40, size=64, seed=100)
+    # the reference: one process, whole batches, gradient of the batch mean
+    ref_logloss, _, ref_snap = run(MemoryStore(), batches, default, overrides, reduction="mean")
+
+    addr = {"urls": [redis_url]} if where == "x1" else {"cluster": redis_cluster_url}
+    stores = [RedisStore({**addr, "namespace": redis_namespace, "mode": "sync", "trainers": 2,
+                          "worker": w, "barrier_timeout_s": 20}) for w in range(2)]
+    trainers = [Trainer(build(s, default, overrides, reduction="mean"), s) for s in stores]
+    assert all(t.barrier is s.barrier for t, s in zip(trainers, stores))
+    errors = []
+
+    def work(w):
+        try:
+            for b in batches:
+                half = np.arange(32) + 32 * w           # trainer w gets its half of every batch
+                trainers[w].step(b.take(half))
+        except Exception as err:                       # pragma: no cover - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    snap = stores[0].snapshot()
+    for s in stores:
+        s.close()
+    assert_snapshots_close(snap, ref_snap)
+    logloss = (trainers[0].progressive.logloss + trainers[1].progressive.logloss) / 2
+    assert abs(logloss - ref_logloss) <= 1e-6
+
+
+def test_barrier_timeout_names_the_missing_trainer(redis_url, redis_namespace):
+    store = RedisStore({"urls": [redis_url], "namespace": redis_namespace, "mode": "sync",
+                        "trainers": 3, "worker": 0, "barrier_timeout_s": 0.3})
+    store.declare({"W": ParamSpec("W", (2,), init="zeros")}, {"type": "sgd", "lr": 1.0})
+    store.push(Gradients(dense={"W": np.ones(2, np.float32)}))
+    assert (store.pull(["W"], {})["W"] == 0).all()            # staged, not applied
+    with pytest.raises(StoreError, match=r"round 0: trainer\(s\) 1, 2 did not arrive"):
+        store.barrier(store)
+    store.close()
