@@ -17,9 +17,10 @@ import logging
 import os
 import signal
 import threading
+from pathlib import Path
 
-from . import systemd
-from .health import Health, MetricsServer, job_readiness
+from . import checkpoint, systemd
+from .health import Health, MetricsServer, caught_up, job_readiness
 from .job import Job
 from .logs import JsonFormatter, setup_logging  # noqa: F401  (re-exported for old imports)
 from .metrics import Metrics
@@ -46,12 +47,12 @@ class Signals:
         return self
 
     def soft(self, signum, frame) -> None:
+        for sig in STOP_SIGNALS:               # first, so a second signal is never taken for a first
+            signal.signal(sig, self.hard)
+        self.job.stop_requested = True         # also wakes a reader waiting on a quiet stream
         log.info("%s: finishing the current batch, then checkpoint and exit (send it again to exit at once)",
                  signal.Signals(signum).name)
-        self.job.stop_requested = True
         self.notify("STOPPING=1")
-        for sig in STOP_SIGNALS:
-            signal.signal(sig, self.hard)
 
     @staticmethod
     def hard(signum, frame) -> None:
@@ -73,11 +74,14 @@ class Signals:
 def serve(job: Job, cfg: dict) -> tuple[Metrics | None, MetricsServer | None, Health]:
     """Wire metrics and the heartbeat into the job's hooks; start the HTTP server if enabled."""
     mcfg = cfg.get("metrics", {})
-    health = Health(stall_seconds=mcfg.get("stall_seconds", 300.0), ready=job_readiness(job))
+    health = Health(stall_seconds=mcfg.get("stall_seconds", 300.0), ready=job_readiness(job),
+                    idle=lambda: caught_up(job.source))
     job.hooks.append(health.beat)
     if not mcfg.get("enabled", True):
         return None, None, health
-    metrics = Metrics(window=mcfg.get("window", 100_000), refresh_seconds=mcfg.get("refresh_seconds", 1.0))
+    metrics = Metrics(window=mcfg.get("window", 100_000), refresh_seconds=mcfg.get("refresh_seconds", 1.0),
+                      lifecycle_seconds=mcfg.get("lifecycle_seconds", 60.0), process=True)
+    metrics.attach(job)
     job.hooks.append(metrics.on_step)
     job.checkpoint_hooks.append(metrics.on_checkpoint)
     server = MetricsServer(metrics.registry, health, mcfg.get("host", "127.0.0.1"), mcfg.get("port", 9464))
@@ -88,9 +92,7 @@ def serve(job: Job, cfg: dict) -> tuple[Metrics | None, MetricsServer | None, He
 def run_job(cfg: dict, args) -> int:
     logcfg = cfg.get("log", {})
     setup_logging(args.log_format or logcfg.get("format", "text"), args.log_level or logcfg.get("level", "INFO"))
-    restore = args.restore
-    if restore == "latest":
-        restore = cfg.get("checkpoint", {}).get("dir")
+    restore = resolve_restore(args.restore, cfg)
     job = Job(cfg, max_examples=args.max_examples, restore=restore)
     signals = Signals(job).install()
     server = watchdog = None
@@ -115,6 +117,18 @@ def run_job(cfg: dict, args) -> int:
         with open(args.summary, "w") as fh:
             json.dump(summary, fh, indent=2)
     return 0
+
+
+def resolve_restore(restore: str | None, cfg: dict) -> str | None:
+    """``latest`` = the newest checkpoint under ``checkpoint.dir`` if there is one (a first start
+    under systemd or in a container has none yet and starts fresh); a directory must exist."""
+    if restore != "latest":
+        return restore or None
+    root = cfg.get("checkpoint", {}).get("dir")
+    if not root or not (Path(root) / checkpoint.LATEST).exists():
+        log.info("--restore latest: no checkpoint under %s yet, starting fresh", root)
+        return None
+    return root
 
 
 def _status(job: Job) -> str:

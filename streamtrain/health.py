@@ -23,19 +23,26 @@ log = logging.getLogger("streamtrain.http")
 class Health:
     """Liveness from a heartbeat; readiness from a callable returning (ok, reason)."""
 
-    def __init__(self, stall_seconds: float = 300.0, ready=None):
+    def __init__(self, stall_seconds: float = 300.0, ready=None, idle=None):
         self.stall_seconds = float(stall_seconds)
         self.last_beat = time.monotonic()
         self.ready_check = ready
+        self.idle = idle              # callable: True when the source has nothing left to train
 
     def beat(self, *_args) -> None:
         self.last_beat = time.monotonic()
 
     def alive(self) -> tuple[bool, str]:
         idle = time.monotonic() - self.last_beat
-        if idle > self.stall_seconds:
+        if 0 < self.stall_seconds < idle and not self._caught_up():   # 0: never called stalled
             return False, f"stalled: no step for {idle:.0f}s (limit {self.stall_seconds:.0f}s)"
         return True, f"ok: last step {idle:.1f}s ago"
+
+    def _caught_up(self) -> bool:
+        try:
+            return bool(self.idle and self.idle())
+        except Exception:
+            return False
 
     def ready(self) -> tuple[bool, str]:
         if self.ready_check is None:
@@ -44,6 +51,13 @@ class Health:
             return self.ready_check()
         except Exception as err:      # a probe answers, it does not crash
             return False, f"readiness check failed: {err}"
+
+
+def caught_up(source) -> bool:
+    """A source that reports lag and has none is waiting for data, not stalled."""
+    from .metrics import source_lag
+    lag = source_lag(source)
+    return lag is not None and all(v == 0 for v in lag.values())
 
 
 def job_readiness(job):

@@ -6,7 +6,9 @@ Offsets of a batch are committed only after its update was applied to the store.
 from __future__ import annotations
 
 import logging
+import shutil
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -20,26 +22,45 @@ log = logging.getLogger("streamtrain")
 
 class Job:
     def __init__(self, config: dict, *, max_examples: int | None = None, restore: str | None = None):
+        from streamtrain import limit_blas_threads
         from streamtrain.readers import Malformed, open_reader
 
+        limit_blas_threads()
         self.config = config
         self.max_examples = max_examples
         self.restore_from = restore
         self.malformed = Malformed()
         self.source = open_reader(config["reader"], config["batch_size"], self.malformed)
-        self.store = make_store(config["store"])
+        store_cfg = dict(config["store"])
+        if store_cfg.get("backend") == "redis":     # several models can share one Redis
+            store_cfg.setdefault("namespace", config.get("name") or "default")
+        self.store = make_store(store_cfg)
         self.graph: Graph | None = None
         self.trainer: Trainer | None = None
         self.stop_requested = False
+        self.sought = False      # restore() moved the reader back to a checkpoint's offsets
         self.started = time.monotonic()
         self.offsets: dict = {}
         self.last_checkpoint: str | None = None
         self.truncated = 0
+        self.received_at = None
         self.hooks = []          # callables(job, batch, result) after every step (metrics, daemon)
         self.checkpoint_hooks = []   # callables(job, path, ok) after every checkpoint attempt
         self.checkpoint_requested = False   # set by SIGHUP: write one at the next safe point
         self._ckpt_batches = 0
         self._ckpt_time = time.monotonic()
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop_requested
+
+    @stop_requested.setter
+    def stop_requested(self, value: bool) -> None:
+        """Asking to stop also wakes a reader that waits for data (Kafka on a quiet topic)."""
+        self._stop_requested = bool(value)
+        request_stop = getattr(self.source, "request_stop", None)
+        if value and request_stop is not None:
+            request_stop()
 
     # ---- building ------------------------------------------------------------------------
     def _build(self, batch) -> None:
@@ -60,6 +81,7 @@ class Job:
         self.trainer.examples = meta.get("examples", 0)
         if meta.get("offsets") and hasattr(self.source, "seek"):
             self.source.seek(meta["offsets"])
+            self.sought = True
         log.info("restored checkpoint %s (step %d)", checkpoint.resolve(where), meta.get("step", 0))
         return meta
 
@@ -69,8 +91,11 @@ class Job:
         next_log = time.monotonic() + every
         try:
             for batch in self.source.batches():
+                self.received_at = time.time()      # freshness fallback when a batch has no event times
                 if self.graph is None:
                     self._build(batch)
+                    if self.sought:      # read before the reader was sought back: it comes again
+                        continue
                 batch, complete = self._limit(batch)
                 if batch is None:
                     break
@@ -139,6 +164,9 @@ class Job:
     def write_checkpoint(self):
         cfg = self.config["checkpoint"]
         self.checkpoint_requested = False
+        if self.last_checkpoint is None:            # a kill -9 mid-write leaves a temp dir behind
+            for stale in Path(cfg["dir"]).glob(".ckpt-*.tmp"):
+                shutil.rmtree(stale, ignore_errors=True)
         self._ckpt_batches, self._ckpt_time = 0, time.monotonic()
         try:
             path = checkpoint.write(cfg["dir"], self.store.snapshot(), step=self.trainer.batches,

@@ -9,16 +9,19 @@ refreshed at most every ``refresh_seconds``.
 """
 from __future__ import annotations
 
+import logging
 import time
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram
-from prometheus_client.core import HistogramMetricFamily
+from prometheus_client import (CollectorRegistry, Counter, Enum, Gauge, Histogram, PlatformCollector,
+                               ProcessCollector)
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from .progressive import Window
 from .state import Status
 
+log = logging.getLogger("streamtrain.metrics")
 PHASES = ("pull", "forward", "backward", "push", "update", "commit")
 ROW_STATES = ("live", "admitted", "expired")
 LAYER_STATES = [s.name.lower() for s in Status]
@@ -63,13 +66,18 @@ class Metrics:
     """The metric objects plus the bookkeeping that turns job state into them."""
 
     def __init__(self, registry: CollectorRegistry | None = None, *, window: int = 100_000,
-                 refresh_seconds: float = 1.0):
+                 refresh_seconds: float = 1.0, lifecycle_seconds: float = 60.0, process: bool = False):
         r = self.registry = registry if registry is not None else CollectorRegistry()
+        if process:                      # process_* (start time, memory, fds) and python_info
+            ProcessCollector(registry=r)
+            PlatformCollector(registry=r)
         self.window = Window(int(window))
         self.refresh_seconds = float(refresh_seconds)
         self._next_refresh = 0.0
+        self.lifecycle_seconds = float(lifecycle_seconds)
+        self._next_lifecycle = 0.0
         self._seen: dict = {}
-        self._lag_labels: set = set()
+        self.source = None                 # whose lag() the scrape reads (set by on_step / attach)
         self.examples = Counter("streamtrain_examples_total", "Examples trained on (skipped batches included)", registry=r)
         self.batches = Counter("streamtrain_batches_total", "Mini-batches stepped", registry=r)
         self.malformed = Counter("streamtrain_records_malformed_total", "Input records skipped, by reason",
@@ -81,8 +89,7 @@ class Metrics:
         self.predicted_ctr = Gauge("streamtrain_predicted_ctr", "Mean prediction over the sliding window", registry=r)
         self.observed_ctr = Gauge("streamtrain_observed_ctr", "Mean label over the sliding window", registry=r)
         self.window_examples = Gauge("streamtrain_window_examples", "Examples in the sliding window", registry=r)
-        self.kafka_lag = Gauge("streamtrain_kafka_lag", "Records behind the end of each assigned partition",
-                               ["topic", "partition"], registry=r)
+        r.register(_LagCollector(self))
         self.freshness = BulkHistogram("streamtrain_event_to_update_seconds",
                                        "Seconds from an example's event time to its update being applied",
                                        FRESHNESS_BUCKETS, r)
@@ -105,7 +112,11 @@ class Metrics:
             self.step_seconds.labels(phase)
 
     # ---- job hooks ---------------------------------------------------------------------------
+    def attach(self, job) -> None:
+        self.source = job.source
+
     def on_step(self, job, batch, result) -> None:
+        self.source = job.source
         self.batches.inc()
         self.examples.inc(batch.size)
         self.last_batch_ts.set_to_current_time()
@@ -116,11 +127,19 @@ class Metrics:
             self.nonfinite.inc()
         elif getattr(job.trainer, "binary", False) and result.predictions is not None:
             self.window.update(batch.labels, result.predictions)
-        if batch.timestamps is not None and result.applied:
-            self.freshness.observe_many(time.time() - np.asarray(batch.timestamps, np.float64))
+        if result.applied:
+            self._freshness(job, batch)
         self._sync_counters(job)
         if time.monotonic() >= self._next_refresh:
             self.refresh(job)
+
+    def _freshness(self, job, batch) -> None:
+        """Event time → update; a source without event times gives arrival → update instead."""
+        now = time.time()
+        if batch.timestamps is not None:
+            self.freshness.observe_many(now - np.asarray(batch.timestamps, np.float64))
+        elif getattr(job, "received_at", None) is not None:
+            self.freshness.observe_many(np.full(batch.size, now - job.received_at))
 
     def on_checkpoint(self, job, path, ok: bool = True) -> None:
         if ok:
@@ -157,12 +176,25 @@ class Metrics:
                                  (self.predicted_ctr, figures.predicted_ctr),
                                  (self.observed_ctr, figures.observed_ctr)):
                 gauge.set(value)
-        self._table_rows(getattr(getattr(job.store, "stats", None), "table_rows", None) or {})
+        self._store_rows(job.store)
         trainer = getattr(job, "trainer", None)
         if trainer is not None:
             for layer, status in trainer.ctx.status.items():
                 self.layer_state.labels(layer).state(Status(status).name.lower())
-        self.set_lag(source_lag(job.source))
+
+    def _store_rows(self, store) -> None:
+        """Live rows from the store's stats; admitted/expired from ``store.lifecycle()`` (a
+        count that may scan the store) every ``lifecycle_seconds``, when the store has one."""
+        lifecycle = getattr(store, "lifecycle", None)
+        if callable(lifecycle) and time.monotonic() >= self._next_lifecycle:
+            self._next_lifecycle = time.monotonic() + self.lifecycle_seconds
+            try:
+                lifecycle()
+            except Exception as err:   # the store retries on its own; a count can wait
+                log.warning("could not count the store's rows: %s", err)
+        stats = getattr(store, "stats", None)
+        self._table_rows(getattr(stats, "table_rows", None) or {})
+        self._table_rows(getattr(stats, "lifecycle", None) or {})
 
     def _table_rows(self, table_rows: dict) -> None:
         for table, rows in table_rows.items():
@@ -171,25 +203,31 @@ class Metrics:
                 if state in ROW_STATES:
                     self.embedding_rows.labels(table, state).set(n)
 
-    def set_lag(self, lag: dict | None) -> None:
-        """``{(topic, partition): records behind}``; partitions no longer assigned are dropped."""
-        if lag is None:
-            return
-        current = set()
-        for key, value in lag.items():
-            if value is None:
-                continue
-            topic, partition = (key.topic, key.partition) if hasattr(key, "topic") else key
-            labels = (str(topic), str(partition))
-            current.add(labels)
-            self.kafka_lag.labels(*labels).set(value)
-        for labels in self._lag_labels - current:
-            self.kafka_lag.remove(*labels)
-        self._lag_labels = current
+
+class _LagCollector(Collector):
+    """``streamtrain_kafka_lag{topic,partition}`` read from ``source.lag()`` at scrape time, so it
+    stays current while the loop waits for data; partitions no longer assigned simply vanish."""
+
+    NAME, HELP = "streamtrain_kafka_lag", "Records not yet applied, per assigned partition"
+
+    def __init__(self, metrics: Metrics):
+        self.metrics = metrics
+
+    def describe(self):
+        return [GaugeMetricFamily(self.NAME, self.HELP, labels=["topic", "partition"])]
+
+    def collect(self):
+        family = GaugeMetricFamily(self.NAME, self.HELP, labels=["topic", "partition"])
+        for key, value in sorted((source_lag(self.metrics.source) or {}).items(), key=str):
+            if value is not None:
+                topic, partition = (key.topic, key.partition) if hasattr(key, "topic") else key
+                family.add_metric([str(topic), str(partition)], float(value))
+        yield family
 
 
 def source_lag(source) -> dict | None:
-    """The source's lag if it reports one (``source.lag()`` or a ``lag`` mapping), else None."""
+    """The source's lag if it reports one (``source.lag()``, which must be thread-safe, or a
+    ``lag`` mapping), else None."""
     lag = getattr(source, "lag", None)
     if callable(lag):
         try:

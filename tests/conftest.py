@@ -2,7 +2,9 @@
 Redis, Kafka and Prometheus fixtures live in modules of their own."""
 from __future__ import annotations
 
+import functools
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -26,3 +28,10 @@ def criteo_path(data_dir) -> Path:
     if not path.exists():
         pytest.skip(f"{path} missing")
     return path
+
+
+@functools.lru_cache(maxsize=None)
+def install_system_tools() -> None:
+    """Debian packages with no PyPI route (prometheus, docker-compose), installed once per run by
+    ``.ci/install-system-tools`` (idempotent, never fails); tests skip if they are still absent."""
+    subprocess.run(["bash", str(ROOT / ".ci" / "install-system-tools")], check=False, timeout=600)

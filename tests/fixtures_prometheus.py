@@ -1,0 +1,203 @@
+"""Fixtures for the daemon, metrics and Prometheus tests.
+
+* ``fake_stream`` — replaces ``streamtrain.readers.open_reader`` with an in-process source of
+  random batches (offsets, event timestamps, a ``lag()``), so Job-level tests need no reader.
+* ``free_port``, ``daemon_config``, ``start_daemon`` — a real ``streamtrain run`` subprocess on
+  the synthetic stream, with tmp dirs and a free metrics port.
+* ``prometheus_bin`` / ``run_prometheus`` — Debian's prometheus binary (``.ci/install-system-tools``
+  installs it); tests skip with a reason when it is absent.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = json.loads((ROOT / "examples" / "synthetic.json").read_text())["layers"]
+
+
+def pick_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def free_port() -> int:
+    return pick_port()
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+        except OSError:
+            value = None
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+# ---- an in-process source ---------------------------------------------------------------------
+class FakeSource:
+    """Random batches (fields a, b, c; 3 dense) with offsets ``{("fake", 0): n}`` and timestamps."""
+
+    def __init__(self, batch_size=64, batches=None, poison=None, delay=0.0):
+        from streamtrain.testing import random_batch
+        self._make = random_batch
+        self.batch_size, self.limit = batch_size, batches
+        self.poison = poison or {}          # batch number -> callable(batch) that spoils it
+        self.position = 0
+        self.delay = delay
+        self.committed: list[dict] = []
+        self.closed = False
+
+    def batches(self):
+        n = 0
+        while self.limit is None or n < self.limit:
+            batch = self._make(self.batch_size, cardinality=50, seed=self.position)
+            self.position += 1
+            batch.offsets = {("fake", 0): self.position}
+            batch.timestamps = np.full(batch.size, time.time() - 2.0)
+            if n in self.poison:
+                self.poison[n](batch)
+            n += 1
+            if self.delay:
+                time.sleep(self.delay)
+            yield batch
+
+    def commit(self, offsets):
+        self.committed.append(dict(offsets))
+
+    def seek(self, offsets):
+        self.position = offsets.get(("fake", 0), 0)
+
+    def lag(self):
+        return {("fake", 0): 1000 - self.position, ("fake", 1): 7}
+
+    def describe(self):
+        return "fake"
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.fixture
+def fake_stream(monkeypatch):
+    """``make(**kw)`` → the FakeSource the next Job will read from."""
+    import streamtrain.readers as readers
+    from streamtrain.readers.malformed import Malformed
+    made = {}
+
+    def make(**kw):
+        made["source"] = FakeSource(**kw)
+        return made["source"]
+
+    monkeypatch.setattr(readers, "Malformed", Malformed, raising=False)
+    monkeypatch.setattr(readers, "open_reader", lambda cfg, bs, malformed: made["source"], raising=False)
+    return make
+
+
+def job_config(tmp_path, **over) -> dict:
+    from streamtrain import config as configmod
+    cfg = configmod.merge(configmod.DEFAULTS, {"layers": MODEL, "batch_size": 64,
+                                               "checkpoint": {"dir": str(tmp_path / "ckpt")}})
+    return configmod.merge(cfg, over)
+
+
+# ---- a daemon subprocess ----------------------------------------------------------------------
+def daemon_args(tmp_path, port, *extra) -> list[str]:
+    return [sys.executable, "-m", "streamtrain", "run", str(ROOT / "examples" / "synthetic.json"),
+            "--set", f"metrics.port={port}", "--set", f"checkpoint.dir={tmp_path / 'ckpt'}",
+            "--set", "checkpoint.every_seconds=2", "--set", "log.every_seconds=1",
+            "--set", "metrics.refresh_seconds=0.2", *extra]
+
+
+@pytest.fixture
+def start_daemon(tmp_path):
+    """Start ``streamtrain run`` on the synthetic stream; every process is killed at teardown."""
+    procs = []
+
+    def start(*extra, port=None, env=None, log_name="daemon.log"):
+        port = port or pick_port()
+        logf = open(tmp_path / log_name, "wb")
+        proc = subprocess.Popen(daemon_args(tmp_path, port, *extra), stdout=logf, stderr=subprocess.STDOUT,
+                                env={**os.environ, **(env or {})}, cwd=tmp_path)
+        proc.port, proc.log = port, tmp_path / log_name
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+
+
+def wait_metrics(proc, predicate=lambda text: "streamtrain_batches_total" in text, timeout=30.0) -> str:
+    def scrape():
+        assert proc.poll() is None, f"daemon exited with {proc.returncode}:\n{proc.log.read_text()[-3000:]}"
+        code, text = http_get(f"http://127.0.0.1:{proc.port}/metrics")
+        return text if code == 200 and predicate(text) else None
+    return wait_for(scrape, timeout, "the daemon's /metrics")
+
+
+# ---- a real Prometheus ------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def prometheus_bin() -> str:
+    path = shutil.which("prometheus")
+    if not path:
+        from tests.conftest import install_system_tools
+        install_system_tools()
+        path = shutil.which("prometheus")
+    if path is None:
+        pytest.skip("the prometheus binary is absent (run .ci/install-system-tools: Debian package 'prometheus')")
+    return path
+
+
+@pytest.fixture
+def run_prometheus(prometheus_bin, tmp_path):
+    """``start(target_port, rule_files)`` → base URL of a Prometheus scraping 127.0.0.1:target every 1 s."""
+    procs = []
+
+    def start(target_port: int, rule_files=()):
+        port = pick_port()
+        conf = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "rule_files": [str(p) for p in rule_files],
+                "scrape_configs": [{"job_name": "streamtrain",
+                                    "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}]}]}
+        (tmp_path / "prometheus.yml").write_text(json.dumps(conf))   # JSON is YAML
+        logf = open(tmp_path / "prometheus.log", "wb")
+        procs.append(subprocess.Popen(
+            [prometheus_bin, f"--config.file={tmp_path / 'prometheus.yml'}",
+             f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
+            stdout=logf, stderr=subprocess.STDOUT))
+        base = f"http://127.0.0.1:{port}"
+        wait_for(lambda: http_get(base + "/-/ready", 1)[0] == 200, 20, "prometheus to be ready")
+        return base
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait(10)

@@ -1,0 +1,205 @@
+"""The daemon against a real Kafka-protocol broker and a real Redis: kill -9 and restart, broker restart.
+
+The contract checked: every offset below a committed offset was applied to the store. The
+Kafka reader's ``trace_file`` lists each applied message (``topic partition offset``), written
+and flushed after the update and before the offset commit, so a committed offset with no trace
+line is an update that was lost.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import struct
+import subprocess
+import threading
+import time
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+from tests.fixtures_prometheus import wait_for, wait_metrics
+
+pytestmark = pytest.mark.timeout(240)
+broker_mod = pytest.importorskip("streamtrain.kafka_broker")
+
+
+def lag_of(text: str) -> dict:
+    from prometheus_client.parser import text_string_to_metric_families
+    return {(s.labels["topic"], s.labels["partition"]): s.value
+            for f in text_string_to_metric_families(text) if f.name == "streamtrain_kafka_lag" for s in f.samples}
+
+
+def criteo_lines(n: int, seed: int) -> list[bytes]:
+    rng = np.random.default_rng(seed)
+    ints = rng.integers(0, 50, (n, 13))
+    cats = rng.zipf(1.3, (n, 26)) % 500
+    labels = (rng.random(n) < 1 / (1 + np.exp(-(cats[:, 0] % 7 - 3.0)))).astype(int)
+    return [("\t".join([str(y), *map(str, i), *(f"{c:08x}" for c in cs)])).encode()
+            for y, i, cs in zip(labels, ints, cats)]
+
+
+def produce(bootstrap, topic, lines):
+    from streamtrain.readers.produce import produce as send
+    send(iter(lines), bootstrap, topic)
+
+
+def applied(trace_path, since_line: int = 0) -> dict:
+    """{partition: set of offsets} applied, from the reader's trace (lines after ``since_line``)."""
+    out = defaultdict(set)
+    if trace_path.exists():
+        for line in trace_path.read_text().splitlines()[since_line:]:
+            _, p, o = line.split()
+            out[int(p)].add(int(o))
+    return out
+
+
+def assert_committed_were_applied(committed: dict, done: dict) -> None:
+    for p, c in committed.items():
+        missing = set(range(c or 0)) - done.get(p, set())
+        assert not missing, f"partition {p}: committed {c} but offsets {sorted(missing)[:10]}... never applied"
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    server_mod = pytest.importorskip("streamtrain.store.redis_server")
+    try:
+        server = server_mod.RedisServer(workdir=str(tmp_path)).start()
+    except Exception as err:
+        pytest.skip(f"no redis-server: {err}")
+    yield server.url
+    server.stop()
+
+
+def kafka_sets(bootstrap, topic, group, trace, redis_url, **reader) -> list[str]:
+    from streamtrain.readers.kafka_config import TEST_CONSUMER
+    cfg = {"type": "kafka", "bootstrap": bootstrap, "topic": topic, "group": group, "format": "criteo",
+           "max_wait_ms": 100, "trace_file": str(trace), "consumer": TEST_CONSUMER, **reader}
+    store = {"backend": "redis", "urls": [redis_url], "timeout_s": 1.0}
+    return ["--set", "reader=" + json.dumps(cfg), "--set", "store=" + json.dumps(store),
+            "--set", "checkpoint.dir=null"]
+
+
+def test_kill_9_and_restart_loses_no_committed_update(start_daemon, tmp_path, kafka_bootstrap,
+                                                      kafka_topic, kafka_names, redis_url):
+    committed_offsets, end_offsets = broker_mod.committed_offsets, broker_mod.end_offsets
+    topic, group = kafka_topic(partitions=4), kafka_names("g")
+    produce(kafka_bootstrap, topic, criteo_lines(60_000, seed=1))
+    first = start_daemon(*kafka_sets(kafka_bootstrap, topic, group, tmp_path / "trace1", redis_url),
+                         log_name="first.log")
+    wait_for(lambda: sum(map(len, applied(tmp_path / "trace1").values())) >= 8000, 90, "8000 applied rows")
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    committed = committed_offsets(kafka_bootstrap, topic, group)
+    assert any(committed.values()), committed
+    before = applied(tmp_path / "trace1")
+    assert_committed_were_applied(committed, before)
+
+    second = start_daemon(*kafka_sets(kafka_bootstrap, topic, group, tmp_path / "trace2", redis_url,
+                                      stop_at_end=True), log_name="second.log")
+    assert second.wait(120) == 0, second.log.read_text()[-3000:]
+    end = end_offsets(kafka_bootstrap, topic)
+    final = committed_offsets(kafka_bootstrap, topic, group)
+    assert final == end and sum(end.values()) == 60_000
+    after = applied(tmp_path / "trace2")
+    for p in end:                       # the restart resumed exactly at the committed offset
+        assert min(after[p]) == (committed[p] or 0), (p, committed[p], min(after[p]))
+    assert_committed_were_applied(final, {p: before[p] | after[p] for p in end})
+
+
+class Proxy:
+    """A TCP forwarder standing in for the broker's address: ``stop()`` refuses and resets every
+    connection as a dying broker would; ``start()`` accepts again. The broker behind it keeps its
+    state, like a Kafka broker restarted over its durable log (Tansu here keeps only memory)."""
+
+    def __init__(self, target_port: int, port: int):
+        self.target, self.port, self.conns, self.server = target_port, port, [], None
+
+    def start(self) -> "Proxy":
+        self.server = socket.create_server(("127.0.0.1", self.port), reuse_port=False)
+        self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        threading.Thread(target=self._accept, args=(self.server,), daemon=True).start()
+        return self
+
+    def _accept(self, server):
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            self.conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a, b):
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def stop(self) -> None:
+        self.server.close()
+        for s in self.conns:
+            try:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))   # RST
+                s.close()
+            except OSError:
+                pass
+        self.conns = []
+
+
+@pytest.fixture
+def proxied_broker():
+    """A Tansu broker that advertises a proxy's address, and that proxy."""
+    try:
+        binary = broker_mod._tansu_binary()
+    except RuntimeError as err:
+        pytest.skip(f"no Tansu broker: {err}")
+    inner, outer = broker_mod.free_port(), broker_mod.free_port()
+    proc = subprocess.Popen([binary, "broker", "--listener-url", f"tcp://127.0.0.1:{inner}",
+                             "--advertised-listener-url", f"tcp://127.0.0.1:{outer}", "--silent"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        broker_mod.wait_for_port("127.0.0.1", inner, 15, proc)
+        proxy = Proxy(inner, outer).start()
+        yield f"127.0.0.1:{outer}", proxy
+        proxy.stop()
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_broker_restart_mid_run(start_daemon, tmp_path, kafka_names, redis_url, proxied_broker):
+    bootstrap, proxy = proxied_broker
+    topic, group = kafka_names("t"), kafka_names("g")
+    broker_mod.create_topic(bootstrap, topic, 4)
+    produce(bootstrap, topic, criteo_lines(40_000, seed=2))
+    trace = tmp_path / "trace"
+    proc = start_daemon(*kafka_sets(bootstrap, topic, group, trace, redis_url, max_wait_ms=50),
+                        "--set", "batch_size=128")
+    wait_for(lambda: sum(map(len, applied(trace).values())) >= 5000, 90, "5000 applied rows")
+    proxy.stop()                                     # the broker goes away mid-stream ...
+    time.sleep(5)
+    assert proc.poll() is None, "the daemon survived the broker outage"
+    proxy.start()                                    # ... and comes back with its log and offsets
+    produce(bootstrap, topic, criteo_lines(10_000, seed=3))
+    end = broker_mod.end_offsets(bootstrap, topic)
+    assert sum(end.values()) == 50_000
+    wait_for(lambda: broker_mod.committed_offsets(bootstrap, topic, group) == end, 120,
+             "the daemon to train on and commit every message", interval=1)
+    assert_committed_were_applied(end, applied(trace))
+    lag = lag_of(wait_metrics(proc, lambda text: lag_of(text) and set(lag_of(text).values()) == {0.0}, timeout=15))
+    assert lag and set(lag.values()) == {0.0}, lag
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(15) == 0, proc.log.read_text()[-3000:]
+    assert "Connection" in proc.log.read_text()      # it did see the broker go away

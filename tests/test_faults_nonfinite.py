@@ -1,0 +1,72 @@
+"""A batch whose loss or gradient is NaN/inf is skipped and counted; parameters stay untouched."""
+from __future__ import annotations
+
+import numpy as np
+from prometheus_client import CollectorRegistry
+
+from streamtrain.job import Job
+from streamtrain.metrics import Metrics
+from tests.fixtures_prometheus import job_config
+
+
+def nan_dense(batch):
+    batch.dense[3] = np.nan           # one example: its logit, hence the loss, becomes NaN
+
+
+def values(snapshot, like=None) -> dict:
+    """Every parameter value (table rows by id), restricted to the ids of ``like``."""
+    out = {f"{name}::{slot}": a.copy() for name, arrays in snapshot.dense.items() for slot, a in arrays.items()}
+    for name, arrays in snapshot.tables.items():
+        ids = arrays["ids"]
+        keep = np.ones(len(ids), bool) if like is None else np.isin(ids, like[f"{name}::ids"])
+        for slot, a in arrays.items():
+            out[f"{name}::{slot}"] = a[keep]
+    return out
+
+
+def test_nonfinite_loss_and_gradient_skip_the_update(tmp_path, fake_stream):
+    source = fake_stream(batch_size=64, batches=8, poison={3: nan_dense})
+    job = Job(job_config(tmp_path))
+    metrics = Metrics(CollectorRegistry(), refresh_seconds=0)
+    seen = []
+
+    def spoil_gradients_of_batch_5(job, batch, result):
+        n = len(seen)
+        seen.append((values(job.store.snapshot()), result))
+        if n == 4:                      # wrap before batch 5 runs: a NaN in one table row
+            real = job.graph.gradients
+
+            def gradients(ctx):
+                grads = real(ctx)
+                if len(seen) == 5:
+                    name = next(iter(grads.tables))
+                    grads.tables[name][1][0, 0] = np.inf
+                return grads
+            job.graph.gradients = gradients
+
+    job.hooks += [spoil_gradients_of_batch_5, metrics.on_step]
+    summary = job.run()
+
+    results = [r for _, r in seen]
+    assert [r.applied for r in results] == [True, True, True, False, True, False, True, True]
+    assert results[3].reason == "non-finite loss" and results[5].reason == "non-finite gradient"
+    assert summary["nonfinite_batches"] == 2
+    assert metrics.registry.get_sample_value("streamtrain_nonfinite_batches_total") == 2
+    for skipped in (3, 5):
+        before, after = seen[skipped - 1][0], seen[skipped][0]
+        after = {k: v for k, v in after.items()}
+        for key, value in before.items():         # rows that existed before are bit-identical
+            if key.endswith("::ids"):
+                continue
+            table = key.split("::")[0]
+            if f"{table}::ids" in before:
+                ids_after = after[f"{table}::ids"]
+                pos = np.searchsorted(ids_after, before[f"{table}::ids"])
+                np.testing.assert_array_equal(after[key][pos], value, err_msg=key)
+            else:
+                np.testing.assert_array_equal(after[key], value, err_msg=key)
+    changed = [k for k, v in seen[6][0].items() if k in seen[5][0] and not np.array_equal(v, seen[5][0][k])]
+    assert changed, "a normal batch after the skipped ones updates parameters again"
+    # every batch's offsets were committed exactly once, in order, after its step
+    assert [c[("fake", 0)] for c in source.committed] == list(range(1, 9))
+    assert np.isfinite(summary["logloss"])

@@ -1,0 +1,122 @@
+"""Redis down mid-run: the store retries, the job does not crash, nothing is lost or applied twice.
+
+The outage is ``STREAMTRAIN_FAULT_OUTAGE_S`` seconds (default 4 to keep CI short; set 30 for the
+issue's full scenario). Redis runs with ``appendfsync always`` so a SIGKILLed server comes back
+with every acknowledged write; the trainer's retries must then leave exactly the parameters of
+an undisturbed run over the same stream.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+
+from streamtrain import config as configmod
+from streamtrain.job import Job
+from streamtrain.metrics import Metrics
+
+pytestmark = pytest.mark.timeout(240)
+ROOT = Path(__file__).resolve().parents[1]
+OUTAGE = float(os.environ.get("STREAMTRAIN_FAULT_OUTAGE_S", "4"))
+EXAMPLES = 256 * 40
+AOF = ("--appendonly", "yes", "--appendfsync", "always")
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    server_mod = pytest.importorskip("streamtrain.store.redis_server")
+    try:
+        server_mod.find_binary()
+    except Exception as err:
+        pytest.skip(str(err))
+    made = []
+
+    def start(name, port=None):
+        workdir = tmp_path / name
+        workdir.mkdir(exist_ok=True)
+        made.append(server_mod.RedisServer(port, extra=AOF, workdir=str(workdir)).start())
+        return made[-1]
+    yield start
+    for server in made:
+        server.stop()
+
+
+def make_job(tmp_path, url):
+    store = {"backend": "redis", "urls": [url], "timeout_s": 1.0,
+             "retry": {"initial_s": 0.05, "max_s": 0.5, "give_up_s": OUTAGE + 60}}
+    cfg = configmod.load(ROOT / "examples" / "synthetic.json",
+                         [f"checkpoint.dir={tmp_path / 'ckpt'}", "metrics.enabled=false"])
+    cfg["store"] = store
+    return Job(configmod.validate(cfg), max_examples=EXAMPLES)
+
+
+def audited(job):
+    """Wrap push/commit: every commit must follow a push that returned (was applied)."""
+    log = {"pushed": 0, "commits": []}
+    push, commit = job.store.push, job.source.commit
+
+    def push_(grads):
+        push(grads)
+        log["pushed"] += 1
+
+    def commit_(offsets):
+        log["commits"].append((dict(offsets), log["pushed"]))
+        commit(offsets)
+    job.store.push, job.source.commit = push_, commit_
+    return log
+
+
+def params(snapshot) -> dict:
+    out = {f"{n}::{k}": a for n, arrays in snapshot.dense.items() for k, a in arrays.items()}
+    for n, arrays in snapshot.tables.items():
+        order = np.argsort(arrays["ids"])
+        out.update({f"{n}::{k}": a[order] for k, a in arrays.items()})
+    return out
+
+
+def test_redis_down_mid_run_retries_and_loses_nothing(tmp_path, redis_server):
+    reference = redis_server("reference")
+    job = make_job(tmp_path / "a", reference.url)
+    job.run()
+    expected = _snapshot(job, reference)
+
+    victim = redis_server("victim")
+    job = make_job(tmp_path / "b", victim.url)
+    metrics = Metrics(CollectorRegistry(), refresh_seconds=0)
+    log = audited(job)
+    outage = {}
+
+    def fault(job, batch, result):
+        if job.trainer.batches == 10 and not outage:
+            outage["down"] = time.monotonic()
+            threading.Timer(0.02, victim.stop).start()                       # lands mid-step
+            threading.Timer(OUTAGE, lambda: (victim.start(), outage.setdefault("up", time.monotonic()))).start()
+    job.hooks += [metrics.on_step, fault]
+    started = time.monotonic()
+    summary = job.run()                                 # no exception: the outage was ridden out
+    assert summary["examples"] == EXAMPLES and summary["batches"] == 40
+    assert "up" in outage and time.monotonic() - started >= OUTAGE
+    errors = metrics.registry.get_sample_value("streamtrain_store_errors_total")
+    assert errors and errors >= 1, "the outage shows as store errors (retries)"
+    pushes = [n for _, n in log["commits"]]
+    assert pushes == sorted(set(pushes)) and len(pushes) == 40, "each commit follows its own applied push"
+    got = _snapshot(job, victim)
+    assert got.keys() == expected.keys()
+    for key in expected:                                # the same parameters as the undisturbed run
+        np.testing.assert_allclose(got[key], expected[key], rtol=1e-6, atol=1e-7, err_msg=key)
+
+
+def _snapshot(job, server) -> dict:
+    """Read the parameters back from the server through a fresh store (the job's is closed)."""
+    from streamtrain.store import make_store
+    store = make_store({**job.config["store"], "urls": [server.url], "namespace": job.store.ns})
+    try:
+        store.declare(job.graph.params, job.config["default_optimizer"])
+        return params(store.snapshot())
+    finally:
+        store.close()
