@@ -213,3 +213,25 @@ def test_push_that_cannot_be_applied_raises(redis_factory, redis_namespace):
     with pytest.raises(StoreError, match="failed after"):
         store.push(Gradients(tables={"t": (ids, np.ones((2, 2), np.float32))}))
     store.close()
+
+
+def test_snapshot_of_a_table_with_no_rows_yet(redis_url):
+    """A declared table nobody has pulled from snapshots as empty arrays (it used to raise)."""
+    from streamtrain import checkpoint
+    from streamtrain.params import ParamSpec
+    from streamtrain.store.memory import MemoryStore
+    from streamtrain.store.redis_store import RedisStore
+
+    spec = ParamSpec("emb.table", (4,), table=True)
+    store = RedisStore({"backend": "redis", "urls": [redis_url], "namespace": "empty-snapshot"})
+    try:
+        store.declare({spec.name: spec}, {"type": "adam"})
+        snap = store.snapshot()
+        assert snap.tables[spec.name]["ids"].shape == (0,)
+        assert snap.tables[spec.name]["value"].shape == (0, 4)
+        mem = MemoryStore()
+        mem.declare({spec.name: spec}, {"type": "adam"})
+        mem.restore(snap)
+        assert len(mem.tables[spec.name]) == 0
+    finally:
+        store.close()

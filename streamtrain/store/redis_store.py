@@ -304,6 +304,10 @@ class RedisStore(ParamStore):
                 keys = self.io.scan(redis_keys.table_pattern(self.ns, name), what=f"list rows of '{name}'")
                 ids = np.array([redis_keys.key_id(k) for k in keys], np.uint64)
                 it = _Rows(self, name, np.sort(ids))
+                if not len(ids):                 # no row of this table exists yet
+                    w, state = it.layout.initial(it.ids)
+                    snap.tables[name] = {"ids": it.ids, "value": w, **state}
+                    continue
             else:
                 it = _Rows(self, name, None)
             self._read([it], "snapshot")
