@@ -84,7 +84,8 @@ def serve(job: Job, cfg: dict) -> tuple[Metrics | None, MetricsServer | None, He
     metrics.attach(job)
     job.hooks.append(metrics.on_step)
     job.checkpoint_hooks.append(metrics.on_checkpoint)
-    server = MetricsServer(metrics.registry, health, mcfg.get("host", "127.0.0.1"), mcfg.get("port", 9464))
+    server = MetricsServer(metrics.registry, health, mcfg.get("host", "127.0.0.1"), mcfg.get("port", 9464),
+                           lock=metrics.lock)
     server.start()
     return metrics, server, health
 

@@ -10,6 +10,8 @@ Bound to ``metrics.host`` (127.0.0.1 by default; ``0.0.0.0`` in containers) and
 """
 from __future__ import annotations
 
+import contextlib
+
 import logging
 import threading
 import time
@@ -74,8 +76,9 @@ def job_readiness(job):
 class MetricsServer:
     """A small threaded HTTP server; ``start()`` binds (and picks the port when it is 0)."""
 
-    def __init__(self, registry, health: Health, host: str = "127.0.0.1", port: int = 9464):
+    def __init__(self, registry, health: Health, host: str = "127.0.0.1", port: int = 9464, lock=None):
         self.registry, self.health = registry, health
+        self.lock = lock if lock is not None else contextlib.nullcontext()
         self.host, self.port = host, int(port)
         self._httpd = None
         self._thread = None
@@ -104,7 +107,9 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         srv = self.server_ref
         if path == "/metrics":
-            self._send(200, generate_latest(srv.registry), CONTENT_TYPE_LATEST)
+            with srv.lock:
+                body = generate_latest(srv.registry)
+            self._send(200, body, CONTENT_TYPE_LATEST)
         elif path == "/healthz":
             self._probe(*srv.health.alive())
         elif path == "/readyz":

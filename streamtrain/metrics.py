@@ -10,6 +10,7 @@ refreshed at most every ``refresh_seconds``.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import numpy as np
@@ -68,6 +69,7 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None, *, window: int = 100_000,
                  refresh_seconds: float = 1.0, lifecycle_seconds: float = 60.0, process: bool = False):
         r = self.registry = registry if registry is not None else CollectorRegistry()
+        self.lock = threading.Lock()       # a scrape holding it sees one step's updates whole
         if process:                      # process_* (start time, memory, fds) and python_info
             ProcessCollector(registry=r)
             PlatformCollector(registry=r)
@@ -116,6 +118,10 @@ class Metrics:
         self.source = job.source
 
     def on_step(self, job, batch, result) -> None:
+        with self.lock:
+            self._on_step(job, batch, result)
+
+    def _on_step(self, job, batch, result) -> None:
         self.source = job.source
         self.batches.inc()
         self.examples.inc(batch.size)
