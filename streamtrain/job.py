@@ -14,6 +14,7 @@ import numpy as np
 
 from . import checkpoint
 from .graph import Graph, Schema
+from .errors import StoreError
 from .store import make_store
 from .trainer import Trainer
 
@@ -43,6 +44,7 @@ class Job:
         self.offsets: dict = {}
         self.last_checkpoint: str | None = None
         self.truncated = 0
+        self.store_failures = 0     # steps that failed because the store gave up (then retried)
         self.received_at = None
         self.hooks = []          # callables(job, batch, result) after every step (metrics, daemon)
         self.checkpoint_hooks = []   # callables(job, path, ok) after every checkpoint attempt
@@ -99,7 +101,9 @@ class Job:
                 batch, complete = self._limit(batch)
                 if batch is None:
                     break
-                result = self.trainer.step(batch)
+                result = self._step_until_applied(batch)
+                if result is None:          # asked to stop while the store was unreachable
+                    break
                 if complete:
                     t0 = time.perf_counter()
                     self.source.commit(batch.offsets)
@@ -117,6 +121,25 @@ class Job:
         finally:
             self.finish()
         return self.summary()
+
+    def _step_until_applied(self, batch):
+        """Step; when the store gives up (it already retried for ``retry.give_up_s``), log it and
+        step the same batch again after a pause, without committing its offsets: the daemon
+        outlives a long outage instead of crashing. None if a stop was asked meanwhile."""
+        delay = 1.0
+        while True:
+            try:
+                return self.trainer.step(batch)
+            except StoreError as err:
+                self.store_failures += 1
+                log.error("step failed, batch not applied and its offsets not committed; "
+                          "retrying it in %.0f s: %s", delay, err)
+                deadline = time.monotonic() + delay
+                while time.monotonic() < deadline:
+                    if self.stop_requested:
+                        return None
+                    time.sleep(0.05)
+                delay = min(delay * 2, 30.0)
 
     def _reached_limit(self) -> bool:
         return self.max_examples is not None and self.trainer is not None \
@@ -215,6 +238,7 @@ class Job:
             "malformed": self.malformed.total,
             "malformed_by_reason": dict(self.malformed.counts),
             "nonfinite_batches": t.nonfinite if t else 0,
+            "store_failures": self.store_failures,
             "elapsed_s": round(elapsed, 3),
             "examples_per_s": round((t.examples if t else 0) / max(elapsed, 1e-9), 1),
             "logloss": _num(p.logloss) if p else None,

@@ -120,3 +120,28 @@ def _snapshot(job, server) -> dict:
         return params(store.snapshot())
     finally:
         store.close()
+
+
+def test_an_outage_longer_than_the_store_retries_is_ridden_out_by_the_job(tmp_path, redis_server):
+    """The store gives up after 0.3 s and raises; the job keeps stepping the same batch (never
+    committing it meanwhile) until Redis is back, and ends with every batch applied once."""
+    victim = redis_server("long")
+    job = make_job(tmp_path, victim.url)
+    job.config["store"]["retry"] = {"initial_s": 0.05, "max_s": 0.1, "give_up_s": 0.3}
+    job.store.close()
+    from streamtrain.store import make_store
+    job.store = make_store({**job.config["store"], "namespace": "long-outage"})
+    log = audited(job)
+    outage = {}
+
+    def fault(job, batch, result):
+        if job.trainer.batches == 5 and not outage:
+            outage["down"] = True
+            victim.stop()
+            threading.Timer(2.5, lambda: (victim.start(), outage.setdefault("up", True))).start()
+    job.hooks.append(fault)
+    summary = job.run()
+    assert outage.get("up") and job.store_failures >= 1
+    assert summary["examples"] == EXAMPLES and summary["batches"] == 40
+    pushes = [n for _, n in log["commits"]]
+    assert pushes == sorted(set(pushes)) and len(pushes) == 40, "each commit follows its own applied push"
