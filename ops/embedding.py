@@ -53,28 +53,47 @@ class Embedding(Layer):
             out.append(field)
         return out
 
+    def _layout(self, ctx):
+        """(fields, all ids field after field, per-(field, example) id counts [F*B], and for
+        single-valued data the batch-major slot of every id), once per batch for every
+        embedding layer over the same fields (an LR part and an FM part share it)."""
+        key = ("embedding-layout", self.fields)
+        got = ctx.memo.get(key)
+        if got is None:
+            fields = self._fields(ctx)
+            B, F = ctx.batch.size, len(fields)
+            ids = fields[0].ids if F == 1 else np.concatenate([f.ids for f in fields])
+            offs = np.concatenate([f.offsets for f in fields]).reshape(F, B + 1)
+            counts = (offs[:, 1:] - offs[:, :-1]).reshape(-1)                 # field-major [F*B]
+            slot = None
+            if counts.max(initial=0) <= 1:
+                r = np.repeat(np.arange(F * B), counts)
+                slot = (r % B) * F + r // B                                     # batch-major row
+            got = ctx.memo[key] = (fields, ids, counts, slot)
+        return got
+
     def table_ids(self, ctx):
         """Ids per table, field after field: the order of the batch's CSR data."""
-        parts: dict[str, list] = {}
-        for f, field in zip(self.fields, self._fields(ctx)):
-            parts.setdefault(self.table_of[f], []).append(field.ids)
-        return {t: p[0] if len(p) == 1 else np.concatenate(p) for t, p in parts.items()}
+        fields, ids, _, _ = self._layout(ctx)
+        if len(self.tables) == 1:
+            return {self.tables[0]: ids}
+        return {t: field.ids for t, field in zip(self.tables, fields)}
 
     def forward(self, ctx, xs):
-        fields = self._fields(ctx)
+        fields, _, counts, slot = self._layout(ctx)
         B, F, dim = ctx.batch.size, len(self.fields), self.opts["dim"]
         bases, total = [], 0
         for t in self.tables:
             bases.append(total)
             total += len(ctx.table_ids[t])
-        pos = np.concatenate([ctx.table_pos[(self.name, t)] + base for t, base in zip(self.tables, bases)]) \
-            if total else np.zeros(0, np.int64)
+        if len(self.tables) == 1:
+            pos = ctx.table_pos[(self.name, self.tables[0])]
+        else:
+            pos = np.concatenate([ctx.table_pos[(self.name, t)] + base for t, base in zip(self.tables, bases)]) \
+                if total else np.zeros(0, np.int64)
         rows = [ctx.value(t) for t in self.tables]
-        counts = np.concatenate([np.diff(f.offsets) for f in fields])          # field-major [F*B]
         weights = self._weights(ctx, fields, counts)
-        if counts.max(initial=0) <= 1:
-            r = np.repeat(np.arange(F * B), counts)
-            slot = (r % B) * F + r // B                                         # batch-major row
+        if slot is not None:
             index = np.full(B * F, total, np.int64)                             # missing -> zero row
             index[slot] = pos
             table = np.concatenate([*rows, np.zeros((1, dim), ctx.dtype)]).astype(ctx.dtype, copy=False)

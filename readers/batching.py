@@ -39,8 +39,9 @@ def field_from_rows(ids: np.ndarray, row: np.ndarray, n_rows: int, values=None) 
 
 
 def slice_field(f: SparseField, a: int, b: int) -> SparseField:
-    lo, hi = int(f.offsets[a]), int(f.offsets[b])
-    return SparseField(f.ids[lo:hi], f.offsets[a: b + 1] - lo,
+    offsets = f.offsets[a: b + 1]
+    lo, hi = offsets[[0, -1]].tolist()
+    return SparseField(f.ids[lo:hi], offsets - lo if lo else offsets,
                        None if f.values is None else f.values[lo:hi])
 
 

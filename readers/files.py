@@ -200,8 +200,9 @@ def _parsed_pieces(path: str, parser: Parser, block_bytes: int, out: "_Rebatcher
                    prefetch: int):
     """(parsed batch, lines consumed) for pieces of the file.
 
-    A piece holds as many lines as the batch being filled still needs (at most
-    ``MAX_PIECE_LINES``), so without bad lines a batch is one parsed piece and is never copied.
+    A piece holds the lines the batch being filled still needs plus as many further whole
+    batches as the block holds (at most ``MAX_PIECE_LINES`` lines in all): one vectorised parse
+    serves several small batches, which are then views (slices) of the parsed piece.
     """
     raw = _raw_blocks(path, block_bytes)
     blocks = iter((buffered(raw, prefetch) if prefetch else raw)())
@@ -224,17 +225,21 @@ def _parsed_pieces(path: str, parser: Parser, block_bytes: int, out: "_Rebatcher
 
 
 def _cut(buf: bytes, parser: Parser, out: "_Rebatcher", final: bool):
-    """Parse ``buf`` in pieces sized to fill the current batch; return the unparsed tail.
+    """Parse ``buf`` in pieces of whole batches; return the unparsed tail.
 
     Unless ``final``, a tail too short to finish the batch waits for the next block, so a
-    batch is one piece (no copy) whenever no line was bad.
+    batch is one piece, or a slice of one (no copy), whenever no line was bad.
     """
     ends = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8) == 10)
     i = 0
     while i < len(ends):
-        want = min(out.size - out.rows % out.size, MAX_PIECE_LINES)
+        need = out.size - out.rows % out.size
+        want = min(need, MAX_PIECE_LINES)
         if i + want > len(ends) and not final:
             break
+        if want == need:        # small batches: parse every whole batch the block holds at once
+            room = min(MAX_PIECE_LINES, len(ends) - i) - need
+            want += max(room, 0) // out.size * out.size
         j = min(i + want, len(ends))
         a = 0 if i == 0 else int(ends[i - 1]) + 1
         yield parser.parse_buffer(buf[a: int(ends[j - 1]) + 1]), j - i

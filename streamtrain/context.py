@@ -46,6 +46,7 @@ class Context:
         self.param_grads: dict[str, np.ndarray] = {}
         self.loss = float("nan")
         self.predictions = None
+        self.memo: dict = {}          # per-batch results layers share (an embedding layout, ...)
         self._buffers: dict = {}
         self._written: set = set()
 
@@ -93,5 +94,6 @@ class Context:
         self.grad_out.clear()
         self.param_grads.clear()
         self._written.clear()
+        self.memo.clear()
         self.loss = float("nan")
         self.predictions = None

@@ -197,9 +197,12 @@ class Graph:
             for table, ids in layer.table_ids(ctx).items():
                 wanted.setdefault(table, []).append((layer.name, ids))
         ctx.table_ids, ctx.table_pos = {}, {}
+        done = {}                   # tables fed the very same id array share one unique pass
         for table, parts in wanted.items():
             ids = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
-            ctx.table_ids[table], inverse = unique_inverse(ids)
+            if id(ids) not in done:
+                done[id(ids)] = (ids, unique_inverse(ids))
+            ctx.table_ids[table], inverse = done[id(ids)][1]
             start = 0
             for name, part in parts:
                 ctx.table_pos[(name, table)] = inverse[start:start + len(part)]

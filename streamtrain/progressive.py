@@ -49,8 +49,8 @@ class Progressive:
         p = np.asarray(p, np.float64).reshape(-1)
         bins = logit_bins(p)
         positive = labels > 0.5
-        self.pos += np.bincount(bins[positive], minlength=BINS)
-        self.neg += np.bincount(bins[~positive], minlength=BINS)
+        np.add.at(self.pos, bins[positive], 1)      # O(batch), not O(BINS) per batch
+        np.add.at(self.neg, bins[~positive], 1)
         self.count += len(labels)
         self.loss_sum += float(logloss(labels, p).sum())
         self.label_sum += float(labels.sum())

@@ -1,0 +1,202 @@
+"""streamtrain beside River and Vowpal Wabbit: speed and progressive quality, in one run.
+
+    python bench/compare.py --data criteo [talkingdata movielens] \\
+        [--models lr fm deepfm wide_deep dcn pnn nfm] [--peers river-sgd river-ftrl river-fm vw vw-q] \\
+        [--examples N] [--repeat R] [--markdown]
+
+Protocol (every learner): one pass, predict-then-learn (progressive validation): each example
+(River, VW) or mini-batch (streamtrain) is predicted before it is learnt; logloss (predictions
+clipped to [1e-7, 1-1e-7]) and exact AUC are computed here, by the same code, from every
+learner's progressive predictions. ``--examples N`` cycles the stream up to N examples (a
+throughput run); without it each learner sees the stream once. ``--repeat R`` runs the whole
+line-up R times, interleaved, and reports the median examples/s (quality figures are
+deterministic and come from the first round).
+
+What is timed:
+* streamtrain: end to end from the raw file: ``Job(config).run()`` with the example file's
+  defaults, file reader (gunzip, byte-level parsing, hashing), memory store, progressive metrics.
+* peers: only their own per-example work on examples prepared before the clock starts (River
+  dicts, VW text lines built from streamtrain's parsed batches, so the encoding is identical);
+  see ``bench/peers.py``. Reading and parsing the file is *not* charged to the peers.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import peers as peermod  # noqa: E402
+import streams  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = ("lr", "fm", "deepfm", "wide_deep", "dcn", "pnn", "nfm")
+
+
+# ---- metrics ---------------------------------------------------------------------------------
+def logloss(y, p) -> float:
+    p = np.clip(np.asarray(p, np.float64), 1e-7, 1 - 1e-7)
+    y = np.asarray(y, np.float64)
+    return float(-(y * np.log(p) + (1 - y) * np.log1p(-p)).mean())
+
+
+def auc(y, p) -> float:
+    from scipy.stats import rankdata
+    y = np.asarray(y) > 0.5
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if not n_pos or not n_neg:
+        return float("nan")
+    ranks = rankdata(np.asarray(p, np.float64))
+    return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+# ---- streamtrain -----------------------------------------------------------------------------
+def run_streamtrain(model: str, s: streams.Stream, n: int | None, sets: list[str]) -> dict:
+    from streamtrain import config as C
+    from streamtrain.job import Job
+    over = s.sets() + ["metrics.enabled=false", "log.every_seconds=1000000"]
+    if n:
+        over += ["reader.loop=true", f"reader.limit={n}"]
+    cfg = C.validate(C.load(ROOT / "examples" / f"{model}.json", over + list(sets)))
+    preds, labels = [], []
+
+    def keep(job, batch, result):
+        preds.append(np.array(result.predictions, np.float64).reshape(-1))
+        labels.append(batch.labels)
+
+    t0 = time.perf_counter()
+    job = Job(cfg)
+    job.hooks.append(keep)
+    summary = job.run()
+    seconds = time.perf_counter() - t0
+    y, p = np.concatenate(labels), np.concatenate(preds)
+    return {"learner": model, "examples": summary["examples"], "seconds": seconds,
+            "y": y, "p": p, "batch_size": cfg["batch_size"]}
+
+
+# ---- one data set ----------------------------------------------------------------------------
+def prepare(s: streams.Stream, wanted_peers) -> dict:
+    batches = streams.read_batches(s)
+    labels, feats = streams.examples(batches)
+    out = {"labels": labels, "n": len(labels)}
+    if any(p in peermod.RIVER for p in wanted_peers):
+        out["dicts"] = streams.river_dicts(feats)
+    if any(p in peermod.VW for p in wanted_peers):
+        out["lines"] = streams.vw_lines(labels, feats, batches[0].dense_names)
+    return out
+
+
+def bench(data: str, args) -> list[dict]:
+    s = streams.stream(data)
+    prepared = prepare(s, args.peers)
+    rounds: dict[str, list] = {}
+    first: dict[str, dict] = {}
+    for r in range(args.repeat):
+        line_up = [("st", m) for m in args.models] + [("peer", p) for p in args.peers]
+        if r % 2:                                  # alternate the order between rounds
+            line_up.reverse()
+        for kind, name in line_up:
+            n = args.examples or prepared["n"]
+            if kind == "st":
+                res = run_streamtrain(name, s, args.examples, args.set)
+            else:
+                if name == "river-fm" and args.examples:
+                    n = min(n, args.river_fm_examples)
+                seconds, p = peermod.run_peer(name, prepared, n, args.vw_mode)
+                y = np.resize(prepared["labels"], n)
+                res = {"learner": name, "examples": n, "seconds": seconds, "y": y, "p": p}
+            res["rate"] = res["examples"] / res["seconds"]
+            rounds.setdefault(name, []).append(res["rate"])
+            if name not in first:
+                res["logloss"], res["auc"] = logloss(res["y"], res["p"]), auc(res["y"], res["p"])
+                del res["y"], res["p"]
+                first[name] = res
+            print(f"  [{data} round {r + 1}] {name:10} {res['examples']:>8} ex {res['seconds']:7.2f} s "
+                  f"{res['rate']:>9.0f} ex/s", file=sys.stderr, flush=True)
+    rows = []
+    for name in [*args.models, *args.peers]:
+        row = dict(first[name])
+        row["rate"] = statistics.median(rounds[name])
+        row["rates"] = rounds[name]
+        row["kind"] = "streamtrain" if name in args.models else "peer"
+        rows.append(row)
+    return rows
+
+
+def print_tables(data: str, rows: list[dict], args) -> None:
+    st = [r for r in rows if r["kind"] == "streamtrain"]
+    pr = [r for r in rows if r["kind"] == "peer"]
+    n = args.examples
+    print(f"\n### {data}: {'one pass' if not n else f'{n} examples (stream cycled)'}, "
+          f"median of {args.repeat} round(s)\n")
+    print("| learner | batch | examples | examples/s | progressive logloss | AUC |")
+    print("|---|---:|---:|---:|---:|---:|")
+    best_st = min(st, key=lambda r: r["logloss"]) if st else None
+    best_pr = min(pr, key=lambda r: r["logloss"]) if pr else None
+    for r in rows:
+        mark = " **best**" if r is best_st or r is best_pr else ""
+        label = f"streamtrain {r['learner']}" if r["kind"] == "streamtrain" else r["learner"]
+        print(f"| {label}{mark} | {r.get('batch_size', 1)} | {r['examples']} | {r['rate']:.0f} | "
+              f"{r['logloss']:.4f} | {r['auc']:.4f} |")
+    if st and pr:
+        print(f"\nstreamtrain examples/s ÷ peer examples/s ({data}):\n")
+        print("| streamtrain model | " + " | ".join(f"÷ {p['learner']}" for p in pr) + " |")
+        print("|---|" + "---:|" * len(pr))
+        for r in st:
+            print(f"| {r['learner']} | " + " | ".join(f"{r['rate'] / p['rate']:.2f}×" for p in pr) + " |")
+        if n:               # a cycled stream is a speed run: its "progressive" figures are not the target
+            return
+        verdict = "beats" if best_st["logloss"] < best_pr["logloss"] else "does NOT beat"
+        auc_ok = "no worse" if best_st["auc"] >= best_pr["auc"] else "WORSE"
+        print(f"\nquality: best streamtrain ({best_st['learner']}, {best_st['logloss']:.4f} / AUC "
+              f"{best_st['auc']:.4f}) {verdict} the best peer ({best_pr['learner']}, "
+              f"{best_pr['logloss']:.4f} / AUC {best_pr['auc']:.4f}) on logloss; AUC {auc_ok}.")
+
+
+def machine() -> str:
+    import numpy
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (f"{platform.system()} {platform.machine()}, {cpu}, {os.cpu_count()} cores; "
+            f"python {platform.python_version()}, numpy {numpy.__version__}, {peermod.versions()}; "
+            f"BLAS 1 thread")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", nargs="+", default=["criteo"], choices=("criteo", "talkingdata", "movielens"))
+    ap.add_argument("--models", nargs="*", default=list(MODELS))
+    ap.add_argument("--peers", nargs="*", default=list(peermod.PEERS), choices=peermod.PEERS)
+    ap.add_argument("--examples", type=int, default=None, help="cycle the stream up to N examples")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--river-fm-examples", type=int, default=5000,
+                    help="with --examples: river-fm's rate is measured on this many (it runs ~200 ex/s)")
+    ap.add_argument("--vw-mode", choices=("lines", "objects"), default="lines")
+    ap.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
+                    help="extra config override for every streamtrain model (experiments only)")
+    args = ap.parse_args(argv)
+    from streamtrain import limit_blas_threads
+    limit_blas_threads()
+    print(f"# {' '.join(['python bench/compare.py', *(argv if argv is not None else sys.argv[1:])])}")
+    print(f"# {machine()}")
+    for data in args.data:
+        rows = bench(data, args)
+        print_tables(data, rows, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""The peers: River and Vowpal Wabbit, one-pass predict-then-learn over prepared examples.
+
+Each runner gets the examples already in the peer's own input form (River: a dict per example;
+VW: a text line per example), built outside the timed region from streamtrain's parsed batches
+(``bench/streams.py``), and returns (seconds, progressive predictions). What is timed is the
+peer's own work per example:
+
+* River: ``predict_proba_one`` then ``learn_one``.
+* VW: ``Workspace.learn(line)``: VW's C++ parser reads the text line, learns (predicting before
+  it updates: VW's own progressive validation) and finishes the example, which writes that
+  prediction to the ``-p`` file; the file is read back after the clock stops. This is the
+  fastest per-example path of the Python API we found (the alternative, ``parse`` →
+  ``learn(example)`` → ``get_simplelabel_prediction`` → ``finish_example``, builds a Python
+  ``Example`` object per line and is slower); ``--vw-mode objects`` selects it.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+
+import numpy as np
+
+RIVER = ("river-sgd", "river-ftrl", "river-fm")
+VW = ("vw", "vw-q")
+PEERS = RIVER + VW
+
+VW_ARGS = "--loss_function logistic --link logistic -b 24 --quiet"
+
+
+def describe(name: str) -> str:
+    return {
+        "river-sgd": "river LogisticRegression(optimizer=SGD(0.01)) (River's default)",
+        "river-ftrl": "river LogisticRegression(optimizer=FTRLProximal(alpha=0.05, beta=1, l1=0, l2=1))",
+        "river-fm": "river FMClassifier(n_factors=10, seed=0) (defaults)",
+        "vw": f"vowpalwabbit `{VW_ARGS}`",
+        "vw-q": f"vowpalwabbit `{VW_ARGS} -q cc` (all pairs of categorical features)",
+    }[name]
+
+
+def versions() -> str:
+    out = []
+    try:
+        import river
+        out.append(f"river {river.__version__}")
+    except ImportError:
+        out.append("river (not installed)")
+    try:
+        from importlib.metadata import version
+        out.append(f"vowpalwabbit {version('vowpalwabbit')}")
+    except Exception:
+        out.append("vowpalwabbit (not installed)")
+    return ", ".join(out)
+
+
+def river_model(name: str):
+    from river import facto, linear_model, optim
+    if name == "river-sgd":
+        return linear_model.LogisticRegression()
+    if name == "river-ftrl":
+        return linear_model.LogisticRegression(optimizer=optim.FTRLProximal())
+    if name == "river-fm":
+        return facto.FMClassifier(seed=0)
+    raise KeyError(name)
+
+
+def run_river(name: str, dicts: list, labels: np.ndarray, n: int) -> tuple[float, np.ndarray]:
+    model = river_model(name)
+    m = len(dicts)
+    ys = [bool(v > 0.5) for v in labels.tolist()]
+    preds = np.empty(n)
+    predict, learn = model.predict_proba_one, model.learn_one
+    t0 = time.perf_counter()
+    for i in range(n):
+        x, y = dicts[i % m], ys[i % m]
+        preds[i] = predict(x).get(True, 0.0)
+        learn(x, y)
+    return time.perf_counter() - t0, preds
+
+
+def _vw_args(name: str) -> str:
+    return VW_ARGS + (" -q cc" if name == "vw-q" else "")
+
+
+def run_vw(name: str, lines: list, n: int) -> tuple[float, np.ndarray]:
+    from vowpalwabbit import Workspace
+    fd, pred_path = tempfile.mkstemp(suffix=".vwpred")
+    os.close(fd)
+    try:
+        vw = Workspace(_vw_args(name) + f" -p {pred_path}")
+        m = len(lines)
+        learn = vw.learn
+        t0 = time.perf_counter()
+        if n == m:
+            for line in lines:
+                learn(line)
+        else:
+            for i in range(n):
+                learn(lines[i % m])
+        vw.finish()                    # flushes the prediction file
+        seconds = time.perf_counter() - t0
+        preds = np.loadtxt(pred_path, dtype=np.float64, ndmin=1)
+    finally:
+        os.unlink(pred_path)
+    if len(preds) != n:
+        raise RuntimeError(f"vw wrote {len(preds)} predictions for {n} examples")
+    return seconds, preds
+
+
+def run_vw_objects(name: str, lines: list, n: int) -> tuple[float, np.ndarray]:
+    """The other Python-API path: an ``Example`` object per line, prediction read from it."""
+    from vowpalwabbit import Workspace
+    import pylibvw
+    vw = Workspace(_vw_args(name))
+    m = len(lines)
+    preds = np.empty(n)
+    parse, learn, finish = vw.parse, pylibvw.vw.learn, vw.finish_example
+    t0 = time.perf_counter()
+    for i in range(n):
+        ex = parse(lines[i % m])
+        learn(vw, ex)
+        preds[i] = ex.get_simplelabel_prediction()
+        finish(ex)
+    seconds = time.perf_counter() - t0
+    vw.finish()
+    return seconds, preds
+
+
+def run_peer(name: str, prepared: dict, n: int, vw_mode: str = "lines") -> tuple[float, np.ndarray]:
+    if name in RIVER:
+        return run_river(name, prepared["dicts"], prepared["labels"], n)
+    runner = run_vw if vw_mode == "lines" else run_vw_objects
+    return runner(name, prepared["lines"], n)
