@@ -3,10 +3,13 @@
 kafka-python builds a ``ConsumerRecord`` (a dozen Python objects) per message, which caps a
 consumer near 100k messages/s. The Kafka reader does not need them: it needs, per partition,
 the message values joined into one line buffer, their offsets and their timestamps. So the
-consumer's fetcher is given ``SegmentRecords``, which decodes a whole v2 record batch in one
-tight loop and hands ``poll()`` one ``Segment`` per record batch instead of one record per
-message. ``install(consumer)`` switches a consumer over; when kafka-python's internals do not
-look as expected it returns False and the reader converts ordinary records with
+consumer's fetcher is given ``SegmentRecords``, which decodes a whole v2 record batch at once
+(a Python loop follows only the record lengths; every field inside the records is decoded for
+all records with numpy; batches under ``VECTOR_MIN_RECORDS`` records use one plain loop) and
+hands ``poll()`` one ``Segment`` per record batch instead of one record per message.
+``install(consumer)`` switches a consumer over — and makes kafka-python read its sockets
+``RECV_BYTES`` per call instead of 4 KiB; when kafka-python's internals do not look as
+expected it returns False and the reader converts ordinary records with
 ``Segment.from_records`` instead (slower, same result).
 """
 from __future__ import annotations
@@ -163,12 +166,106 @@ def decode_v2(buf, pos: int, count: int):
     return offs, tsd, vals
 
 
+VECTOR_MIN_RECORDS = 128           # below this the per-record loop is cheaper (numpy call overhead)
+_U7, _X7F, _ONE = np.uint64(7), np.uint64(0x7F), np.uint64(1)
+
+
+def _varints(a, pos, last: int):
+    """The zigzag varints starting at each of ``pos`` in the uint8 array ``a``:
+    (values as int64, positions after them). One pass per byte position, over the varints
+    still going (most are 1 or 2 bytes); indexes past ``last`` are clipped (the caller checks
+    that every field ends inside its record)."""
+    b = a[pos].astype(np.uint64)
+    raw = b & _X7F
+    nxt = pos + 1
+    going = np.flatnonzero(b >= 0x80)
+    shift = _U7
+    for _ in range(9):
+        if not len(going):
+            break
+        at = nxt[going]
+        b = a[np.minimum(at, last)].astype(np.uint64)
+        raw[going] |= (b & _X7F) << shift
+        nxt[going] = at + 1
+        going = going[b >= 0x80]
+        shift += _U7
+    else:
+        if len(going):
+            raise ValueError("a varint is longer than 10 bytes")
+    return (raw >> _ONE).astype(np.int64) ^ -(raw & _ONE).astype(np.int64), nxt
+
+
+def decode_v2_columns(buf, pos: int, count: int):
+    """The records of an (uncompressed) v2 batch body, vectorised:
+    (offset deltas, ts deltas, value starts, value lengths (-1: null)) as int64 arrays.
+
+    Only the record lengths are followed in a Python loop (each record's start depends on the
+    previous one); every field inside the records is decoded for all records at once. Raises
+    ``ValueError``/``IndexError`` when the bytes do not add up.
+    """
+    starts = [0] * count
+    ends = [0] * count
+    varint = _varint
+    for i in range(count):
+        b = buf[pos]
+        if b < 0x80:
+            length, pos = b >> 1, pos + 1
+        elif buf[pos + 1] < 0x80:
+            length, pos = ((b & 0x7F) | (buf[pos + 1] << 7)) >> 1, pos + 2
+        else:
+            length, pos = varint(buf, pos)
+        starts[i] = pos
+        pos += length
+        ends[i] = pos
+    if pos != len(buf):
+        raise ValueError(f"record batch body has {len(buf) - pos} bytes left over")
+    a = np.frombuffer(buf, dtype=np.uint8)
+    last = len(a) - 1
+    rec_start = np.asarray(starts, dtype=np.int64)
+    rec_end = np.asarray(ends, dtype=np.int64)
+    tsd, p = _varints(a, rec_start + 1, last)      # + 1: the attributes byte
+    offd, p = _varints(a, p, last)
+    klen, p = _varints(a, p, last)
+    p = p + np.maximum(klen, 0)
+    vlen, p = _varints(a, p, last)
+    if (klen < -1).any() or (vlen < -1).any() or (p + np.maximum(vlen, 0) > rec_end).any() \
+            or (rec_end <= rec_start).any():
+        raise ValueError("a record's fields run past its end")
+    return offd, tsd, p, vlen
+
+
 def segment_of_batch(tp, batch, fetch_offset: int):
     """One ``Segment`` of a ``DefaultRecordBatch`` (records before ``fetch_offset`` dropped)."""
     batch._maybe_uncompress()
+    count = batch.records_count
+    if count < VECTOR_MIN_RECORDS:
+        return _segment_of_batch_loop(tp, batch, fetch_offset)
+    buf = batch._buffer
+    offd, tsd, vstart, vlen = decode_v2_columns(buf, batch._pos, count)
+    offsets = offd + batch.base_offset
+    if batch.timestamp_type == 1:                  # LOG_APPEND_TIME: the broker's time for all
+        ts = np.full(len(offsets), float(batch.max_timestamp))
+    else:
+        ts = tsd.astype(np.float64) + batch.first_timestamp
+    if len(offsets) and offsets[0] < fetch_offset:
+        keep = offsets >= fetch_offset
+        offsets, ts, vstart, vlen = offsets[keep], ts[keep], vstart[keep], vlen[keep]
+    if not len(offsets):
+        return None
+    vlen = np.maximum(vlen, 0)                     # a null value becomes an empty line
+    mv = memoryview(buf)
+    parts = [mv[s:e] for s, e in zip(vstart.tolist(), (vstart + vlen).tolist())]
+    parts.append(b"")                              # the last line's '\n'
+    joined = b"\n".join(parts)
+    ends = np.cumsum(vlen + 1) - 1
+    return Segment(tp.topic, tp.partition, joined, ends, offsets, ts / 1000.0, batch.next_offset)
+
+
+def _segment_of_batch_loop(tp, batch, fetch_offset: int):
+    """``segment_of_batch`` for small batches: one Python loop over the records."""
     offs, tsd, vals = decode_v2(batch._buffer, batch._pos, batch.records_count)
     offsets = np.asarray(offs, dtype=np.int64) + batch.base_offset
-    if batch.timestamp_type == 1:                  # LOG_APPEND_TIME: the broker's time for all
+    if batch.timestamp_type == 1:
         ts = np.full(len(offsets), float(batch.max_timestamp))
     else:
         ts = np.asarray(tsd, dtype=np.float64) + batch.first_timestamp
@@ -228,6 +325,51 @@ def _segment_records_class(base):
     return SegmentRecords
 
 
+RECV_BYTES = 1 << 18
+
+
+def _patch_socket_reads() -> bool:
+    """kafka-python 3 reads sockets 4 KiB per ``recv`` call on its IO thread: a 16 MiB fetch
+    response is ~4000 calls, each a bytes object and a GIL hand-off. Read ``RECV_BYTES`` per
+    call instead, otherwise exactly as the library does (until the socket would block; an
+    empty read is a disconnect). Applies to every kafka-python connection in the process
+    (the bytes delivered are the same). False when the transport does not look as expected."""
+    try:
+        from kafka import errors as Errors
+        from kafka.net.transport import KafkaTCPTransport
+    except ImportError:
+        return False
+    original = getattr(KafkaTCPTransport, "_sock_recv", None)
+    if original is None:
+        return False
+    if getattr(original, "_streamtrain", False):
+        return True
+    tlog = logging.getLogger("kafka.net.transport")
+
+    def _sock_recv(self):
+        recvd = []
+        err = None
+        while True:
+            try:
+                data = self._sock.recv(RECV_BYTES)
+                if not data:
+                    tlog.error('%s: socket disconnected', self)
+                    err = Errors.KafkaConnectionError('socket disconnected')
+                    break
+                recvd.append(data)
+            except (BlockingIOError, InterruptedError):
+                break
+            except BaseException as e:
+                tlog.exception('%s: Error receiving network data closing socket', self)
+                err = Errors.KafkaConnectionError(e)
+                break
+        return (recvd[0] if len(recvd) == 1 else b''.join(recvd)), err
+
+    _sock_recv._streamtrain = True
+    KafkaTCPTransport._sock_recv = _sock_recv
+    return True
+
+
 def install(consumer) -> bool:
     """Make ``consumer.poll()`` return ``Segment``s; False when this kafka-python is unknown."""
     fetcher = getattr(consumer, "_fetcher", None)
@@ -237,4 +379,6 @@ def install(consumer) -> bool:
         log.info("kafka fast path unavailable; decoding records one by one")
         return False
     fetcher.PartitionRecords = _segment_records_class(base)
+    if not _patch_socket_reads():
+        log.info("kafka socket reads left at the library's 4 KiB per call")
     return True

@@ -14,16 +14,26 @@ The loop (one thread; kafka-python's network thread runs beside it):
    a message boundary, parsed in one vectorised call, and yielded with
    ``offsets = {(topic, partition): next offset}``. Bad lines are counted by reason (and sent
    to the dead-letter topic); a batch with no good line is committed at once, not yielded.
-4. The job trains the batch, then calls ``commit(batch.offsets)``: the dead-letter producer is
-   flushed, the trace (debug) is written, the offsets of partitions still owned are committed.
-   The generator resumes — and polls again — only after that.
+4. The job trains the batch, then calls ``commit(batch.offsets)``: the trace (debug) is written
+   and the offsets of partitions still owned become due. They are committed (the dead-letter
+   producer flushed first, then one synchronous ``consumer.commit``) once ``COMMIT_EVERY``
+   batches are due, and always before the next ``poll`` — and before ``seek``, ``close``,
+   the end of the stream and ``committed_offsets()``. So at most ``COMMIT_EVERY`` (2) trained
+   batches are ever uncommitted (what a crash makes the next owner train again), a quiet
+   stream's batch is committed before the reader blocks in ``poll``, and no applied offset is
+   left uncommitted when ``poll`` can run the rebalance listener. A commit costs a round trip
+   and ~1 ms of CPU (kafka-python's IO thread), so committing every other batch at full speed
+   saves about half of that; a commit is still only ever sent after its batches' updates.
 
 Rebalances: the listener runs inside ``poll`` (never while a batch is being trained, since
 ``poll`` is not called then). Revoked partitions lose their queued, untrained messages
 (abandoned: the next owner reads them again from the committed offset; a partition that comes
 back to this consumer is sought back to its first abandoned offset, since kafka-python keeps
-its position); the in-flight batch has already been committed by then. A commit for a partition this trainer no longer owns is
-skipped; a failed commit is logged and counted — its messages are delivered again.
+its position); the in-flight batch has already been committed by then (due commits are sent
+before ``poll``). A commit for a partition this trainer no longer owns is skipped; a failed
+commit is logged and counted — its messages are delivered again unless a later commit covers
+them (every commit carries every owned partition's applied position); ``close()`` retries the
+offsets of a failed commit once.
 """
 from __future__ import annotations
 
@@ -45,6 +55,7 @@ from .malformed import Malformed
 
 log = logging.getLogger("streamtrain.kafka")
 
+COMMIT_EVERY = 2           # batches due before a commit is sent (always sent before poll)
 IDLE_POLL_S = 0.5          # longest poll while nothing is pending (stop / end checks between)
 HEALTH_EVERY_S = 0.5
 
@@ -99,7 +110,12 @@ class KafkaSource:
         self._rewind: dict = {}             # (topic, partition) -> first abandoned offset
         self._committed: dict = {}          # (topic, partition) -> offset committed by us
         self._applied: dict = {}            # owned (topic, partition) -> applied up to (start
-                                            # position, then committed); cleared on revocation
+                                            # position, then each commit() call's offsets, sent
+                                            # or still due); cleared on revocation
+        self._due: dict = {}                # TopicPartition -> OffsetAndMetadata applied, not sent
+        self._due_batches = 0
+        self._unconfirmed: dict = {}        # TopicPartition -> OffsetAndMetadata of failed commits
+        self._loop_thread = None            # the thread iterating batches() (uses the consumer)
         self._stop = False
         self._started = time.monotonic()
         self._last_message = None
@@ -142,6 +158,8 @@ class KafkaSource:
             self._seek_later.update(offsets)
             return
         from kafka import TopicPartition
+        self._flush_commits()
+        self._unconfirmed.clear()
         with self._lock:
             self._abandon(lambda seg: True)
             self._rewind.clear()
@@ -175,8 +193,12 @@ class KafkaSource:
         finally:
             try:
                 if self.consumer is not None:
-                    self.consumer.close(autocommit=False)
-                    self.consumer = None
+                    try:
+                        self._flush_commits()
+                        self._retry_unconfirmed()
+                    finally:
+                        self.consumer.close(autocommit=False)
+                        self.consumer = None
             finally:
                 if self.dead is not None:
                     self.dead.close()
@@ -194,6 +216,10 @@ class KafkaSource:
         return self.health.freshness()
 
     def committed_offsets(self) -> dict:
+        """{(topic, partition): offset} this trainer committed (due offsets are sent first when
+        called from the thread that iterates ``batches()``)."""
+        if self._loop_thread is None or self._loop_thread is threading.current_thread():
+            self._flush_commits()
         return dict(self._committed)
 
     # ---- the loop ---------------------------------------------------------------------------
@@ -222,6 +248,7 @@ class KafkaSource:
 
     def _batches(self):
         consumer = self.consumer or self._open()
+        self._loop_thread = threading.current_thread()
         while not self._stop:
             got = consumer.poll(timeout_ms=self._poll_timeout_ms(), update_offsets=True)
             now = time.monotonic()
@@ -236,13 +263,17 @@ class KafkaSource:
                 break
             if self._pending and now >= self._pending[0].arrived + self.max_wait:
                 yield from self._emit(self.batch_size)
+            # nothing applied is left uncommitted when poll may revoke partitions
+            self._flush_commits()
             if self._at_end(now):
                 while self._pending and not self._stop:
                     yield from self._emit(self.batch_size)
+                self._flush_commits()
                 self._update_health()
                 log.info("kafka reader: end of stream (%s)", "stop_at_end" if self.cfg["stop_at_end"]
                          else "idle_timeout_s")
                 return
+        self._flush_commits()
 
     def _poll_timeout_ms(self) -> int:
         if not self._pending:
@@ -351,35 +382,67 @@ class KafkaSource:
         return batch, rows
 
     def _commit_now(self, offsets: dict) -> None:
+        """Everything below ``offsets`` was applied: its commit is due (sent every ``COMMIT_EVERY``
+        batches, and always before the consumer is used again)."""
         from kafka import TopicPartition
-        from kafka.errors import KafkaError
         from kafka.structs import OffsetAndMetadata
 
-        if self.dead is not None:
-            self.dead.flush()
         with self._lock:
             owned = {TopicPartition(t, p): OffsetAndMetadata(int(o), "", -1)
                      for (t, p), o in offsets.items() if TopicPartition(t, p) in self._assigned}
+            self._applied.update({(tp.topic, tp.partition): om.offset for tp, om in owned.items()})
         if len(owned) < len(offsets):
             self.stats["commits_skipped"] += len(offsets) - len(owned)
             log.info("kafka reader: not committing %s (no longer assigned here)",
                      sorted(k for k in offsets if TopicPartition(*k) not in owned))
         if not owned:
             return
+        self._due.update(owned)             # newer offsets of a partition replace older ones
+        self._due_batches += 1
+        if self._due_batches >= COMMIT_EVERY:
+            self._flush_commits()
+
+    def _send_commit(self, owned: dict) -> bool:
+        """One synchronous commit; a failure is logged and counted, never raised."""
         try:
+            if self.dead is not None:
+                self.dead.flush()           # a bad line is in the dead-letter topic before its offset
             self.consumer.commit(owned)
-        except KafkaError as err:
+        except Exception as err:            # KafkaError mostly; never stop the reader over it
             self.stats["commit_failures"] += 1
+            self._unconfirmed.update(owned)
             log.warning("kafka reader: commit of %s failed (%s); those messages will be "
                         "delivered again", {(tp.topic, tp.partition): om.offset
                                             for tp, om in owned.items()}, err)
-            return
+            return False
+        for tp in owned:
+            self._unconfirmed.pop(tp, None)
         done = {(tp.topic, tp.partition): om.offset for tp, om in owned.items()}
         self._committed.update(done)
-        with self._lock:
-            self._applied.update({k: v for k, v in done.items() if TopicPartition(*k) in self._assigned})
         self.health.committed(done)
         self.stats["commits"] += 1
+        return True
+
+    def _flush_commits(self) -> None:
+        """Send the due offsets of partitions still owned (a no-op when nothing is due)."""
+        if not self._due:
+            return
+        due, self._due, self._due_batches = self._due, {}, 0
+        with self._lock:
+            owned = {tp: om for tp, om in due.items() if tp in self._assigned}
+        if len(owned) < len(due):
+            self.stats["commits_skipped"] += len(due) - len(owned)
+        if owned and self.consumer is not None:
+            self._send_commit(owned)
+
+    def _retry_unconfirmed(self) -> None:
+        """Close: commit once more what failed and is still owned here."""
+        with self._lock:
+            retry = {tp: om for tp, om in self._unconfirmed.items() if tp in self._assigned}
+        if retry:
+            log.info("kafka reader: retrying the failed commit of %s before closing",
+                     {(tp.topic, tp.partition): om.offset for tp, om in retry.items()})
+            self._send_commit(retry)
 
     def _write_trace(self, rows) -> None:
         topics, parts, offs = rows
@@ -444,6 +507,7 @@ class KafkaSource:
             dropped = self._abandon(lambda seg: (seg.topic, seg.partition) in keys)
             self._assigned -= tps
             for tp in tps:
+                self._unconfirmed.pop(tp, None)
                 self._fetched.pop(tp, None)
                 self._applied.pop((tp.topic, tp.partition), None)
         self.health.forget(keys)

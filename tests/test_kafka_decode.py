@@ -1,0 +1,162 @@
+"""The record-batch decoder (no broker): the vectorised path gives what the per-record loop
+gives, on batches with keys, headers, null and empty values, long varints and a fetch offset
+inside the batch; and corrupt bytes are refused."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("kafka")
+
+from kafka import TopicPartition                                           # noqa: E402
+from kafka.record.default_records import DefaultRecordBatchBuilder         # noqa: E402
+from kafka.record.memory_records import MemoryRecords                      # noqa: E402
+
+from streamtrain.readers import kafka_records as kr                        # noqa: E402
+
+TP = TopicPartition("t", 3)
+
+
+def _batch_bytes(values, keys=None, headers=None, base_ts=1_700_000_000_000, ts_step=1):
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                  producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                  batch_size=1 << 24)
+    for i, v in enumerate(values):
+        b.append(i, timestamp=base_ts + i * ts_step, key=None if keys is None else keys[i],
+                 value=v, headers=[] if headers is None else headers[i])
+    return bytes(b.build())
+
+
+def _batch(raw, base_offset=0):
+    batch = MemoryRecords(raw).next_batch()
+    batch._header_data = (base_offset,) + tuple(batch._header_data[1:])
+    return batch
+
+
+def _same(a, b):
+    assert a.buf == b.buf
+    assert np.array_equal(a.ends, b.ends)
+    assert np.array_equal(a.offsets, b.offsets)
+    assert np.array_equal(a.ts, b.ts)
+    assert a.next_offset == b.next_offset and (a.topic, a.partition) == (b.topic, b.partition)
+
+
+@pytest.mark.parametrize("n", [1, 5, 127, 128, 300, 3000])
+def test_vectorised_decode_equals_the_loop(n):
+    rng = np.random.default_rng(n)
+    values = [None if i % 97 == 5 else b"" if i % 89 == 7 else
+              bytes(rng.integers(32, 127, int(rng.integers(0, 400)), dtype=np.uint8))
+              for i in range(n)]
+    values[0] = b"x" * 70000                                   # a 3-byte length varint
+    keys = [None if i % 3 else f"k{i}".encode() * (i % 50) for i in range(n)]
+    headers = [[] if i % 4 else [("h", b"v" * (i % 9)), ("reason", b"r")] for i in range(n)]
+    raw = _batch_bytes(values, keys, headers, ts_step=37_000)  # ts deltas of several bytes
+    for fetch_offset in sorted({0, min(2, n - 1), n // 2, n - 1}):
+        fast = kr.segment_of_batch(TP, _batch(raw, 1000), 1000 + fetch_offset)
+        slow = kr._segment_of_batch_loop(TP, _batch(raw, 1000), 1000 + fetch_offset)
+        _same(fast, slow)
+        assert len(fast) == n - fetch_offset and fast.next_offset == 1000 + n
+        assert fast.offsets[0] == 1000 + fetch_offset
+        kept = values[fetch_offset:]
+        assert fast.buf == b"".join((v or b"") + b"\n" for v in kept)
+    assert kr.segment_of_batch(TP, _batch(raw), n) is None     # everything before the fetch offset
+
+
+def test_vectorised_decode_refuses_corrupt_bytes():
+    values = [b"line %d" % i for i in range(500)]
+    raw = bytearray(_batch_bytes(values))
+    batch = _batch(bytes(raw))
+    body = batch._pos
+    with pytest.raises((ValueError, IndexError)):
+        kr.decode_v2_columns(batch._buffer[:-3], body, batch.records_count)     # truncated
+    buf = bytearray(batch._buffer)
+    buf[body] += 2                                             # a record length off by one
+    with pytest.raises((ValueError, IndexError)):
+        kr.decode_v2_columns(buf, body, batch.records_count)
+    buf = bytearray(batch._buffer)
+    assert buf[body + 4] == 1                                  # record 0's key: null
+    buf[body + 4] = 0x7E                                       # now 63 bytes: past the record
+    with pytest.raises((ValueError, IndexError)):
+        kr.decode_v2_columns(buf, body, batch.records_count)
+
+
+def test_varints_round_trip_64_bit_values():
+    rng = np.random.default_rng(0)
+    vals = np.concatenate([rng.integers(-2**62, 2**62, 300), rng.integers(-300, 300, 300),
+                           np.array([0, -1, 1, 2**63 - 1, -2**63])])
+
+    def enc(v):
+        z = ((v << 1) ^ (v >> 63)) & ((1 << 64) - 1)
+        out = bytearray()
+        while z >= 0x80:
+            out.append((z & 0x7F) | 0x80)
+            z >>= 7
+        out.append(z)
+        return bytes(out)
+
+    buf, pos = b"", []
+    for v in vals.tolist():
+        pos.append(len(buf))
+        buf += enc(int(v))
+    a = np.frombuffer(buf, np.uint8)
+    got, nxt = kr._varints(a, np.array(pos, np.int64), len(a) - 1)
+    assert np.array_equal(got, vals)
+    assert np.array_equal(nxt, np.array(pos[1:] + [len(buf)]))
+
+
+class _FakeConsumer:
+    """Records commits; fails the ones asked to."""
+
+    def __init__(self):
+        self.commits, self.fail, self.closed = [], 0, False
+
+    def commit(self, offsets):
+        from kafka.errors import CommitFailedError
+        if self.fail:
+            self.fail -= 1
+            raise CommitFailedError("rebalance in progress")
+        self.commits.append({(tp.topic, tp.partition): om.offset for tp, om in offsets.items()})
+
+    def close(self, autocommit=True):
+        assert autocommit is False
+        self.closed = True
+
+
+def _source():
+    from streamtrain.readers.kafka_source import KafkaSource
+    src = KafkaSource({"type": "kafka", "bootstrap": "127.0.0.1:1", "topic": "t", "group": "g",
+                       "format": "criteo"}, batch_size=8)
+    src.consumer = _FakeConsumer()
+    src._assigned = {TopicPartition("t", 0), TopicPartition("t", 1)}
+    return src
+
+
+def test_commits_are_sent_every_other_batch_and_before_the_consumer_is_used_again():
+    from streamtrain.readers import kafka_source as ks
+    assert ks.COMMIT_EVERY == 2
+    src = _source()
+    c = src.consumer
+    src.commit({("t", 0): 10, ("t", 1): 5})
+    assert c.commits == []                                     # due, not sent yet
+    src.commit({("t", 0): 20, ("t", 1): 5})
+    assert c.commits == [{("t", 0): 20, ("t", 1): 5}]          # the newer offsets only
+    src.commit({("t", 0): 30, ("t", 1): 7, ("t", 2): 4})       # t/2 is not owned here
+    assert src.stats["commits_skipped"] == 1
+    assert src.committed_offsets() == {("t", 0): 30, ("t", 1): 7}   # sends what is due first
+    assert c.commits[-1] == {("t", 0): 30, ("t", 1): 7}
+    src._on_revoked([TopicPartition("t", 1)], "revoked")
+    src.commit({("t", 0): 40, ("t", 1): 9})                    # t/1 was revoked meanwhile
+    src.close()
+    assert c.commits[-1] == {("t", 0): 40} and c.closed
+
+
+def test_a_failed_commit_is_counted_not_raised_and_retried_once_at_close():
+    src = _source()
+    c = src.consumer
+    c.fail = 1
+    src.commit({("t", 0): 10, ("t", 1): 5})
+    src.commit({("t", 0): 12, ("t", 1): 5})                    # sent: fails
+    assert c.commits == [] and src.stats["commit_failures"] == 1
+    assert src.committed_offsets() == {}
+    src.close()                                                # retried once
+    assert c.commits == [{("t", 0): 12, ("t", 1): 5}] and src.stats["commits"] == 1
