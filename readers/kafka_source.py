@@ -295,6 +295,15 @@ class KafkaSource:
                     if key not in self._applied:
                         self.health.start(key, seg.offset)
                         self._applied[key] = seg.offset
+                    elif seg.offset < self._applied[key]:
+                        # the log went backwards under us (topic recreated or truncated, and
+                        # the consumer reset after OffsetOutOfRange): follow it, or the next
+                        # commit would re-commit the stale, higher offset and skip new records
+                        log.warning("kafka reader: %s[%d] restarts at offset %d, below the applied "
+                                    "offset %d (topic recreated?); following it", tp.topic,
+                                    tp.partition, seg.offset, self._applied[key])
+                        self._applied[key] = seg.offset
+                        self.stats["offset_resets"] = self.stats.get("offset_resets", 0) + 1
                     self._fetched[tp] = seg.next_offset
                     self.stats["messages"] += len(seg)
                     self.stats["lines"] += seg.n_lines

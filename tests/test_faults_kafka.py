@@ -203,3 +203,41 @@ def test_broker_restart_mid_run(start_daemon, tmp_path, kafka_names, redis_url, 
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(15) == 0, proc.log.read_text()[-3000:]
     assert "Connection" in proc.log.read_text()      # it did see the broker go away
+
+
+def test_a_recreated_topic_is_followed_not_skipped(tmp_path):
+    """Tansu keeps its log in memory, so restarting it recreates the topic from offset 0. The
+    consumer resets after OffsetOutOfRange; the reader must follow it down (and commit the new,
+    lower offsets) instead of re-committing its stale position and skipping the new records."""
+    from streamtrain import config as configmod
+    from streamtrain.job import Job
+    from streamtrain.readers.kafka_config import TEST_CONSUMER
+    from tests.fixtures_kafka import LR_LAYERS
+
+    broker = broker_mod.TansuBroker().start()
+    try:
+        topic, group = "recreated", "g-recreated"
+        broker_mod.create_topic(broker.bootstrap, topic, partitions=2)
+        produce(broker.bootstrap, topic, criteo_lines(400, seed=1))
+        cfg = configmod.merge(configmod.DEFAULTS, {
+            "batch_size": 50, "layers": LR_LAYERS, "metrics": {"enabled": False},
+            "reader": {"type": "kafka", "bootstrap": broker.bootstrap, "topic": topic, "group": group,
+                       "format": "criteo", "max_wait_ms": 100, "consumer": dict(TEST_CONSUMER)}})
+        job = Job(configmod.validate(cfg))
+        runner = threading.Thread(target=job.run, daemon=True)
+        runner.start()
+        wait_for(lambda: job.trainer is not None and job.trainer.examples >= 400, 60, "the first 400 records")
+        broker.stop()
+        broker.start()
+        broker_mod.create_topic(broker.bootstrap, topic, partitions=2)
+        produce(broker.bootstrap, topic, criteo_lines(120, seed=2))
+        wait_for(lambda: job.trainer.examples >= 520, 90, "the 120 records of the recreated topic")
+        ends = broker_mod.end_offsets(broker.bootstrap, topic)
+        wait_for(lambda: broker_mod.committed_offsets(broker.bootstrap, topic, group) == ends, 30,
+                 f"committed offsets to reach the new log end {ends}")
+        job.stop_requested = True
+        runner.join(30)
+        assert not runner.is_alive()
+        assert job.trainer.examples == 520     # all 400 old and 120 new records, none skipped
+    finally:
+        broker.stop()
