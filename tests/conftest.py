@@ -35,3 +35,13 @@ def install_system_tools() -> None:
     """Debian packages with no PyPI route (prometheus, docker-compose), installed once per run by
     ``.ci/install-system-tools`` (idempotent, never fails); tests skip if they are still absent."""
     subprocess.run(["bash", str(ROOT / ".ci" / "install-system-tools")], check=False, timeout=600)
+
+
+def docker_answers() -> bool:
+    """True when a Docker engine answers (then fixtures may use testcontainers); cheap when not."""
+    try:
+        import docker  # optional: not a dependency
+        docker.from_env(timeout=2).ping()
+        return True
+    except Exception:
+        return False

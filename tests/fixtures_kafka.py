@@ -13,18 +13,13 @@ import uuid
 
 import pytest
 
+from tests.conftest import docker_answers
+
 from streamtrain.readers.kafka_config import TEST_CONSUMER
 
 _counter = itertools.count()
 
 
-def _docker_answers() -> bool:
-    try:
-        import docker
-        docker.from_env(timeout=2).ping()
-        return True
-    except Exception:
-        return False
 
 
 def _testcontainer():
@@ -42,7 +37,7 @@ def kafka_bootstrap():
     if env:
         yield env
         return
-    container = _testcontainer() if _docker_answers() else None
+    container = _testcontainer() if docker_answers() else None
     if container is not None:
         with container as kafka:
             yield kafka.get_bootstrap_server()

@@ -16,6 +16,8 @@ import uuid
 
 import numpy as np
 import pytest
+
+from tests.conftest import docker_answers
 import redis
 
 from streamtrain.graph import Graph, Schema
@@ -24,13 +26,6 @@ from streamtrain.testing import random_batch
 from streamtrain.trainer import Trainer
 
 
-def _docker_answers() -> bool:
-    try:
-        import docker  # optional
-        docker.from_env(timeout=2).ping()
-        return True
-    except Exception:
-        return False
 
 
 class _Servers:
@@ -62,7 +57,7 @@ def redis_url(_redis_servers):
     if url:
         yield url
         return
-    if _docker_answers():               # pragma: no cover - no Docker engine on the dev machines
+    if docker_answers():               # pragma: no cover - no Docker engine on the dev machines
         from testcontainers.redis import RedisContainer
         with RedisContainer() as c:
             yield f"redis://{c.get_container_host_ip()}:{c.get_exposed_port(6379)}"
