@@ -81,10 +81,6 @@ class Context:
         except KeyError:
             raise KeyError(f"parameter '{name}' was not pulled for this batch") from None
 
-    def rows_of(self, table: str, ids: np.ndarray) -> np.ndarray:
-        """Positions of ``ids`` among this batch's pulled rows of ``table``."""
-        return np.searchsorted(self.table_ids[table], ids)
-
     def reset(self, batch) -> None:
         for name in self.status:
             self.status[name] = Status.NULL

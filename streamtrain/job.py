@@ -43,7 +43,6 @@ class Job:
         self.started = time.monotonic()
         self.offsets: dict = {}
         self.last_checkpoint: str | None = None
-        self.truncated = 0
         self.store_failures = 0     # steps that failed because the store gave up (then retried)
         self.received_at = None
         self.hooks = []          # callables(job, batch, result) after every step (metrics, daemon)
@@ -154,7 +153,6 @@ class Job:
             return None, False
         if batch.size <= left:
             return batch, True
-        self.truncated = batch.size - left
         return batch.take(np.arange(left)), False
 
     def finish(self) -> None:
