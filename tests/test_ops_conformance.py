@@ -82,6 +82,9 @@ CASES = [
     Case("cross", {"layers": 1}, ((5,),), tag="1layer"),
     Case("cross", {"layers": 3, "init_scale": 0.3}, ((2, 3),), tag="3layers"),
     Case("cosine", inputs=((6,), (2, 3))),
+    Case("bias", inputs=()),
+    Case("bias", {"dim": 3, "init": "normal", "init_scale": 0.5}, inputs=(),
+         extra={"optimizer": {"type": "adagrad", "lr": 0.5}}, tag="dim3-optimizer"),
 ]
 
 # per kind: one option value that must be refused (None: the kind has no options)
@@ -91,6 +94,7 @@ BAD_VALUE = {
     "mse": ("reduction", "none"), "softmax_ce": ("reduction", "avg"), "dropout": ("rate", 1.0),
     "concat": None, "add": None, "sum_pooling": ("axis", 0), "mean_pooling": ("axis", "1"),
     "fm": ("reduce", 1), "inner_product": None, "cross": ("layers", 0), "cosine": ("eps", 0),
+    "bias": ("dim", 0),
 }
 KINDS = sorted(REGISTRY)
 
