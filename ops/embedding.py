@@ -7,6 +7,7 @@ import scipy.sparse as sp
 from streamtrain.errors import ShapeError
 
 from .base import INIT_OPTIONS, Layer, Option, SparseShape, positive, register
+from .inputs import batch_fields
 
 
 @register
@@ -42,17 +43,6 @@ class Embedding(Layer):
         self.tables = list(dict.fromkeys(self.table_of.values()))
         return (len(self.fields), dim)
 
-    def _fields(self, ctx):
-        """This batch's CSR field of every input field (an empty one when the batch lacks it)."""
-        from streamtrain.batch import SparseField
-        batch, out = ctx.batch, []
-        for f in self.fields:
-            field = batch.sparse.get(f)
-            if field is None:
-                field = SparseField(np.zeros(0, np.uint64), np.zeros(batch.size + 1, np.int64))
-            out.append(field)
-        return out
-
     def _layout(self, ctx):
         """(fields, all ids field after field, per-(field, example) id counts [F*B], and for
         single-valued data the batch-major slot of every id), once per batch for every
@@ -60,7 +50,7 @@ class Embedding(Layer):
         key = ("embedding-layout", self.fields)
         got = ctx.memo.get(key)
         if got is None:
-            fields = self._fields(ctx)
+            fields = batch_fields(ctx.batch, self.fields)
             B, F = ctx.batch.size, len(fields)
             ids = fields[0].ids if F == 1 else np.concatenate([f.ids for f in fields])
             offs = np.concatenate([f.offsets for f in fields]).reshape(F, B + 1)
@@ -143,7 +133,6 @@ class Embedding(Layer):
                                         minlength=(total + 1) * dim).reshape(total + 1, dim)[:total]
             grad_rows = grad_rows.astype(ctx.dtype)
         else:
-            B = ctx.batch.size
             g = np.ascontiguousarray(gy.transpose(1, 0, 2)).reshape(-1, dim)
             grad_rows = a.T @ g
         start = 0

@@ -8,6 +8,22 @@ from streamtrain.errors import ShapeError
 from .base import Layer, Option, SparseShape, register
 
 
+def batch_fields(batch, names) -> list:
+    """The batch's CSR field of each name; a field absent from this batch reads as missing in
+    every example (one shared empty field)."""
+    from streamtrain.batch import SparseField
+    empty = None
+    out = []
+    for name in names:
+        field = batch.sparse.get(name)
+        if field is None:
+            if empty is None:
+                empty = SparseField(np.zeros(0, np.uint64), np.zeros(batch.size + 1, np.int64))
+            field = empty
+        out.append(field)
+    return out
+
+
 def _field_list(value):
     if value is None:
         return None
@@ -44,18 +60,7 @@ class SparseInput(Layer):
         return SparseShape(self.fields)
 
     def forward(self, ctx, xs):
-        from streamtrain.batch import SparseField
-        batch = ctx.batch
-        empty = None
-        out = {}
-        for f in self.fields:
-            field = batch.sparse.get(f)
-            if field is None:   # a field absent from this batch reads as missing everywhere
-                if empty is None:
-                    empty = SparseField(np.zeros(0, np.uint64), np.zeros(batch.size + 1, np.int64))
-                field = empty
-            out[f] = field
-        return out
+        return dict(zip(self.fields, batch_fields(ctx.batch, self.fields)))
 
     def backward(self, ctx, gy):
         return []

@@ -5,7 +5,7 @@ from .base import ParamStore, Snapshot, StoreStats
 from .memory import MemoryStore
 
 BACKENDS = {"memory": lambda cfg: MemoryStore()}
-VALIDATORS = {"memory": lambda cfg: [(k, f"unknown option for the memory store") for k in cfg if k != "backend"]}
+VALIDATORS = {"memory": lambda cfg: [(k, "unknown option for the memory store") for k in cfg if k != "backend"]}
 
 
 def register_backend(name: str, factory, validator) -> None:
