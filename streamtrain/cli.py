@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
-import logging
 import os
 import sys
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from . import checkpoint, systemd
 from .health import Health, MetricsServer, caught_up, job_readiness
 from .job import Job
-from .logs import JsonFormatter, setup_logging  # noqa: F401  (re-exported for old imports)
+from .logs import setup_logging
 from .metrics import Metrics
 
 log = logging.getLogger("streamtrain")

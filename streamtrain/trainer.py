@@ -14,8 +14,6 @@ from .graph import Graph
 from .progressive import Progressive
 from .store.base import ParamStore
 
-PHASES = ("pull", "forward", "backward", "push", "update")
-
 
 @dataclass
 class StepResult:

@@ -10,7 +10,6 @@ import gzip
 import threading
 import time
 
-import pytest
 
 from streamtrain.kafka_broker import committed_offsets, end_offsets
 from streamtrain.readers.produce import produce

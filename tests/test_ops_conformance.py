@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from streamtrain.context import Context
-from streamtrain.errors import ConfigError, ShapeError
+from streamtrain.errors import ConfigError
 from streamtrain.graph import Schema
 from streamtrain.ops import REGISTRY, load_all
 from streamtrain.testing import feed_tables, gradcheck, input_shape, random_batch

@@ -4,7 +4,6 @@ from __future__ import annotations
 import threading
 import time
 
-import numpy as np
 import pytest
 
 from streamtrain.readers import (Malformed, batched, buffered, chain, hash_values, map_readers,

@@ -217,7 +217,6 @@ def test_push_that_cannot_be_applied_raises(redis_factory, redis_namespace):
 
 def test_snapshot_of_a_table_with_no_rows_yet(redis_url):
     """A declared table nobody has pulled from snapshots as empty arrays (it used to raise)."""
-    from streamtrain import checkpoint
     from streamtrain.params import ParamSpec
     from streamtrain.store.memory import MemoryStore
     from streamtrain.store.redis_store import RedisStore
