@@ -167,6 +167,21 @@ class Layer:
         """For layers with table parameters: the ids this batch touches, per table name."""
         return {}
 
+    # ---- linear terms (``streamtrain.ops.sequential``) ------------------------------------
+    def is_linear(self) -> bool:
+        """Whether this layer's output is one number per example, linear in its parameters
+        (and free of other inputs' gradients): a wide embedding, a bias, a dim-1 linear fc."""
+        return False
+
+    def linear_terms(self, ctx) -> list:
+        """For a linear layer: a ``LinearTerm`` per parameter, for this batch."""
+        raise NotImplementedError
+
+    def sequential_owns(self, ctx) -> bool:
+        """True when the loss computed this layer's parameter gradients itself (per-example
+        sequential updates): its ``backward`` then adds none."""
+        return self.name in ctx.memo.get("sequential-owned", ())
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} inputs={self.inputs}>"
 

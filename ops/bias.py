@@ -27,6 +27,14 @@ class Bias(Layer):
         self.declare("b", (self.opts["dim"],))
         return (self.opts["dim"],)
 
+    def is_linear(self):
+        return self.opts["dim"] == 1
+
+    def linear_terms(self, ctx):
+        from .sequential import LinearTerm
+        n = ctx.batch.size
+        return [LinearTerm(self.param_name("b"), np.arange(n), np.zeros(n, np.int64), np.ones(n), 1, (1,))]
+
     def forward(self, ctx, xs):
         b = ctx.value(self.param_name("b"))
         n = ctx.batch.size
@@ -35,5 +43,7 @@ class Bias(Layer):
         return out
 
     def backward(self, ctx, gy):
+        if self.sequential_owns(ctx):
+            return []
         ctx.add_param_grad(self.param_name("b"), np.asarray(gy).sum(axis=0))
         return []

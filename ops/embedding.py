@@ -69,6 +69,26 @@ class Embedding(Layer):
             return {self.tables[0]: ids}
         return {t: field.ids for t, field in zip(self.tables, fields)}
 
+    def is_linear(self):
+        return self.opts["dim"] == 1
+
+    def linear_terms(self, ctx):
+        from .sequential import LinearTerm
+        fields, _, counts, _ = self._layout(ctx)
+        B = ctx.batch.size
+        weights = self._weights(ctx, fields, counts)
+        example = np.repeat(np.tile(np.arange(B), len(fields)), counts)
+        x = np.ones(len(example)) if weights is None else weights
+        terms, start = [], 0
+        per_table = self.table_ids(ctx)
+        for t in self.tables:
+            n = len(per_table[t])
+            rows = len(ctx.table_ids[t])
+            terms.append(LinearTerm(t, example[start:start + n], ctx.table_pos[(self.name, t)],
+                                    x[start:start + n], rows, (rows, 1)))
+            start += n
+        return terms
+
     def forward(self, ctx, xs):
         fields, _, counts, slot = self._layout(ctx)
         B, F, dim = ctx.batch.size, len(self.fields), self.opts["dim"]
@@ -119,6 +139,8 @@ class Embedding(Layer):
         return w
 
     def backward(self, ctx, gy):
+        if self.sequential_owns(ctx):
+            return [None]
         how, a, w, total = ctx.saved[self.name]
         dim = self.opts["dim"]
         if how == "take":

@@ -14,15 +14,19 @@ from .state import Status
 
 @dataclass
 class Gradients:
-    """What a step pushes: dense grads by name, table grads as (unique ids, rows)."""
+    """What a step pushes: dense grads by name, table grads as (unique ids, rows), and for
+    some parameters ``squares[name]`` (the gradient's shape): the sum over the batch's examples
+    of each example's squared gradient, which Adagrad and FTRL accumulate instead of ``g²``."""
 
     dense: dict = field(default_factory=dict)
     tables: dict = field(default_factory=dict)
+    squares: dict = field(default_factory=dict)
 
     def arrays(self):
         yield from self.dense.values()
         for _, rows in self.tables.values():
             yield rows
+        yield from self.squares.values()
 
     def all_finite(self) -> bool:
         return all(np.isfinite(a).all() for a in self.arrays())
@@ -44,6 +48,10 @@ class Context:
         self.saved: dict[str, object] = {}
         self.grad_out: dict[str, np.ndarray] = {}     # accumulated output gradient per layer
         self.param_grads: dict[str, np.ndarray] = {}
+        self.param_squares: dict[str, np.ndarray] = {}  # per-example squared gradients, summed
+        self.optimizers: dict = {}    # parameter -> Optimizer (set by a trainer)
+        self.states: dict = {}        # parameter -> optimizer slots of the pulled rows (when asked)
+        self.sequential: list = []    # linear layers the loss updates per example (set by a trainer)
         self.loss = float("nan")
         self.predictions = None
         self.memo: dict = {}          # per-batch results layers share (an embedding layout, ...)
@@ -71,8 +79,10 @@ class Context:
         else:
             store[key] += grad
 
-    def add_param_grad(self, name: str, grad: np.ndarray) -> None:
+    def add_param_grad(self, name: str, grad: np.ndarray, squares: np.ndarray | None = None) -> None:
         self.accumulate(self.param_grads, name, grad)
+        if squares is not None:
+            self.accumulate(self.param_squares, name, squares)
 
     # ---- parameters -----------------------------------------------------------------------
     def value(self, name: str) -> np.ndarray:
@@ -89,6 +99,8 @@ class Context:
         self.saved.clear()
         self.grad_out.clear()
         self.param_grads.clear()
+        self.param_squares.clear()
+        self.states = {}
         self._written.clear()
         self.memo.clear()
         self.loss = float("nan")

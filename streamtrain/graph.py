@@ -146,6 +146,32 @@ class Graph:
         self.table_params = [n for n, s in self.params.items() if s.table]
         self.table_layers = [layer for layer in self.train_order
                              if any(s.table for s in layer.params.values())]
+        self.linear_layers = self._linear_layers() if self.loss.opts.get("sequential") else []
+
+    def _linear_layers(self) -> list[Layer]:
+        """The layers whose outputs reach the loss only through ``add`` and ``sum_pooling``
+        (coefficient 1, one path each) and which are linear in parameters no other layer uses:
+        the terms the loss can learn example by example (``ops/sequential.py``)."""
+        found = []
+
+        def walk(name):
+            layer = self.layers[name]
+            if len(self.consumers[name]) != 1:
+                return
+            if layer.kind in ("add", "sum_pooling"):
+                for src in layer.inputs:
+                    walk(src)
+            elif layer.is_linear():
+                found.append(layer)
+
+        for src in self.loss.inputs:
+            walk(src)
+        owners: dict[str, set] = {}
+        for layer in self.order:
+            for spec in layer.params.values():
+                owners.setdefault(spec.name, set()).add(layer.name)
+        return [layer for layer in found
+                if all(owners[spec.name] == {layer.name} for spec in layer.params.values())]
 
     def _ancestors(self, name: str) -> set:
         seen, todo = set(), [name]
@@ -257,6 +283,9 @@ class Graph:
                 grads.tables[name] = (ctx.table_ids[name], g)
             else:
                 grads.dense[name] = g
+        for name, sq in ctx.param_squares.items():
+            if name in ctx.param_grads:
+                grads.squares[name] = sq
         return grads
 
     def update(self, ctx: Context) -> None:

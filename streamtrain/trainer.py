@@ -35,6 +35,11 @@ class Trainer:
         # in sync mode) brings its own as ``store.barrier``
         self.barrier = barrier if barrier is not None else getattr(store, "barrier", None)
         self.ctx = graph.context(training=True, dtype=dtype, seed=seed)
+        self.ctx.optimizers = store.optimizers
+        # the linear layers whose every parameter's rule has a per-example step size
+        self.ctx.sequential = [layer for layer in graph.linear_layers
+                               if all(store.optimizers[s.name].sequential for s in layer.params.values())]
+        self.sequential_params = [s.name for layer in self.ctx.sequential for s in layer.params.values()]
         self.progressive = Progressive()
         self.batches = 0
         self.examples = 0
@@ -48,6 +53,8 @@ class Trainer:
         t0 = clock()
         dense, tables = g.needs(ctx)
         ctx.values = self.store.pull(dense, tables)
+        if self.sequential_params:
+            ctx.states = self.store.pull_states(self.sequential_params)
         t1 = clock()
         g.forward(ctx)
         t2 = clock()

@@ -42,8 +42,23 @@ class Optimizer:
     def init_state(self, weight_shape: tuple, table: bool, dtype=np.float32) -> dict:
         return {k: np.zeros(s, dtype) for k, s in self.state_shapes(weight_shape, table).items()}
 
-    def step(self, w: np.ndarray, g: np.ndarray, state: dict) -> None:
+    def step(self, w: np.ndarray, g: np.ndarray, state: dict, sq: np.ndarray | None = None) -> None:
+        """Update ``w`` in place by the gradient ``g``. ``sq`` (optional, ``g``'s shape) is the
+        sum over the batch's examples of each example's squared gradient: rules that accumulate
+        squared gradients (Adagrad, FTRL) add it instead of ``g²``, so a mini-batch moves their
+        accumulators exactly as its examples one by one would (``g²`` of the batch sum counts
+        ``B`` agreeing examples ``B²`` times)."""
         raise NotImplementedError
+
+    #: whether ``rates`` exists: the step is ``w -= rate · g`` for a small ``g`` at known squares
+    sequential = False
+
+    def rates(self, state: dict, squares: np.ndarray) -> np.ndarray:
+        """The per-coordinate step size of this rule once the accumulator holds ``squares`` more:
+        ``d w / d(−g)`` of ``step`` with ``sq`` fixed. ``state`` holds the rows' slots broadcast
+        to ``squares``' shape. Used to predict, inside a mini-batch, what the earlier examples'
+        updates did to a later example (``streamtrain.ops.sequential``)."""
+        raise NotImplementedError(f"optimizer '{self.kind}' has no per-example step size")
 
 
 class SGD(Optimizer):
@@ -52,8 +67,13 @@ class SGD(Optimizer):
     kind = "sgd"
     defaults = {"lr": 0.01}
 
-    def step(self, w, g, state):
+    sequential = True
+
+    def step(self, w, g, state, sq=None):
         w -= self.lr * g
+
+    def rates(self, state, squares):
+        return np.full_like(squares, self.lr)
 
 
 class Momentum(Optimizer):
@@ -63,7 +83,7 @@ class Momentum(Optimizer):
     defaults = {"lr": 0.01, "momentum": 0.9}
     slots = {"v": "full"}
 
-    def step(self, w, g, state):
+    def step(self, w, g, state, sq=None):
         v = state["v"]
         v *= self.momentum
         v += g
@@ -82,10 +102,15 @@ class Adagrad(Optimizer):
         state["n"] += self.initial_accumulator
         return state
 
-    def step(self, w, g, state):
+    sequential = True
+
+    def step(self, w, g, state, sq=None):
         n = state["n"]
-        n += g * g
+        n += g * g if sq is None else sq
         w -= self.lr * g / (np.sqrt(n) + self.eps)
+
+    def rates(self, state, squares):
+        return self.lr / (np.sqrt(state["n"] + squares) + self.eps)
 
 
 class Adam(Optimizer):
@@ -95,7 +120,7 @@ class Adam(Optimizer):
     defaults = {"lr": 0.001, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
     slots = {"m": "full", "v": "full", "t": "row"}
 
-    def step(self, w, g, state):
+    def step(self, w, g, state, sq=None):
         m, v, t = state["m"], state["v"], state["t"]
         t += 1
         m *= self.beta1
@@ -116,13 +141,21 @@ class FTRL(Optimizer):
     slots = {"z": "full", "n": "full"}
     zero_init = True
 
-    def step(self, w, g, state):
+    sequential = True
+
+    def step(self, w, g, state, sq=None):
         z, n = state["z"], state["n"]
-        sigma = (np.sqrt(n + g * g) - np.sqrt(n)) / self.alpha
+        g2 = g * g if sq is None else sq
+        sigma = (np.sqrt(n + g2) - np.sqrt(n)) / self.alpha
         z += g - sigma * w
-        n += g * g
+        n += g2
         shrunk = np.sign(z) * np.maximum(np.abs(z) - self.l1, 0)
         w[...] = -shrunk / ((self.beta + np.sqrt(n)) / self.alpha + self.l2)
+
+    def rates(self, state, squares):
+        # w' - w = -g / d' with d' = (beta + sqrt(n'))/alpha + l2 (z and w move together; the
+        # L1 dead zone is left out: a weight it holds at zero moves less than this)
+        return 1.0 / ((self.beta + np.sqrt(state["n"] + squares)) / self.alpha + self.l2)
 
 
 OPTIMIZERS = {cls.kind: cls for cls in (SGD, Momentum, Adagrad, Adam, FTRL)}

@@ -92,6 +92,12 @@ class ParamStore(abc.ABC):
     def push(self, grads: Gradients) -> None:
         """Apply each parameter's update rule to its gradient (atomic per row)."""
 
+    def pull_states(self, names) -> dict[str, dict]:
+        """The optimizer slots of what the last ``pull`` returned for each of ``names``, shaped
+        as the values (a table: one row per pulled id, a "row" slot ``[n, 1]``; a dense
+        parameter: its shape, a "row" slot ``(1,)``). Read-only copies; no round trip."""
+        raise NotImplementedError(f"{self.describe()} store cannot report optimizer state")
+
     def apply(self) -> None:
         """Sync mode: apply what was staged. Async stores apply on push; nothing to do."""
 

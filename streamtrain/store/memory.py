@@ -27,6 +27,11 @@ def put_rows(arr: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
         arr[rows] = values
 
 
+def _squares(grads: Gradients, name: str, dtype) -> np.ndarray | None:
+    sq = grads.squares.get(name)
+    return None if sq is None else sq.astype(dtype, copy=False)
+
+
 class Table:
     """Rows of one table parameter with their optimizer state, indexed by id."""
 
@@ -116,17 +121,32 @@ class MemoryStore(ParamStore):
                 self.stats.rows_created += n_new if create else 0
         return out
 
+    def pull_states(self, names):
+        out = {}
+        with self._lock:
+            for name in names:
+                if name in self.dense_state:
+                    out[name] = {k: a.copy() for k, a in self.dense_state[name].items()}
+                    continue
+                table = self.tables[name]
+                _, rows = table._last
+                if rows is None:
+                    raise KeyError(f"parameter '{name}': no rows pulled to report the state of")
+                out[name] = {k: take_rows(a, rows) for k, a in table.state.items()}
+        return out
+
     def push(self, grads: Gradients) -> None:
         with self._lock:
             for name, g in grads.dense.items():
                 self.optimizers[name].step(self.dense[name], g.astype(self.dtype, copy=False),
-                                           self.dense_state[name])
+                                           self.dense_state[name], _squares(grads, name, self.dtype))
             for name, (ids, g) in grads.tables.items():
                 table = self.tables[name]
                 rows, _ = table.rows(ids, create=True)
                 w = take_rows(table.weights, rows)
                 state = {k: take_rows(arr, rows) for k, arr in table.state.items()}
-                table.optimizer.step(w, g.astype(self.dtype, copy=False), state)
+                table.optimizer.step(w, g.astype(self.dtype, copy=False), state,
+                                     _squares(grads, name, self.dtype))
                 put_rows(table.weights, rows, w)
                 for k, arr in state.items():
                     put_rows(table.state[k], rows, arr)

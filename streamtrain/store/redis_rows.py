@@ -83,14 +83,16 @@ class RowLayout:
         return present, tags, w, state
 
     # ---- the rule, with the memory store's shapes ---------------------------------------
-    def step(self, w: np.ndarray, g: np.ndarray, state: dict) -> None:
+    def step(self, w: np.ndarray, g: np.ndarray, state: dict, sq: np.ndarray | None = None) -> None:
         """Run the optimizer in place on ``n`` rows, shaped exactly as the memory store shapes them."""
         if self.spec.table:
             st = {k: state[k] for k, _ in self.slots}
-            self.optimizer.step(w, g.astype(self.dtype, copy=False), st)
+            self.optimizer.step(w, g.astype(self.dtype, copy=False), st,
+                                None if sq is None else sq.astype(self.dtype, copy=False))
             return
         shape = tuple(self.spec.shape)
         wv = w.reshape(shape)
         st = {k: state[k].reshape(shape if self.optimizer.slots[k] == "full" else (1,))
               for k, _ in self.slots}
-        self.optimizer.step(wv, g.reshape(shape).astype(self.dtype, copy=False), st)
+        self.optimizer.step(wv, g.reshape(shape).astype(self.dtype, copy=False), st,
+                            None if sq is None else sq.reshape(shape).astype(self.dtype, copy=False))

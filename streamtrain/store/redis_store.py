@@ -150,6 +150,21 @@ class RedisStore(ParamStore):
         self.stats.table_rows = self.counters.live()
         return out
 
+    def pull_states(self, names):
+        out = {}
+        for name in names:
+            it = self._cache.get(name)
+            if it is None:
+                raise KeyError(f"parameter '{name}': no rows pulled to report the state of")
+            slots = it.layout.optimizer.slots
+            if it.ids is None:
+                shape = tuple(it.layout.spec.shape)
+                out[name] = {k: a.reshape(shape if slots[k] == "full" else (1,)).copy()
+                             for k, a in it.state.items()}
+            else:
+                out[name] = {k: a.copy() for k, a in it.state.items()}
+        return out
+
     def _read(self, items: list[_Rows], what: str, rows: list | None = None) -> None:
         """Read the current values of ``items`` (or of ``rows[i]`` of each) in one round trip."""
         sel = rows or [slice(None)] * len(items)
@@ -202,12 +217,16 @@ class RedisStore(ParamStore):
     def apply_now(self, grads: Gradients) -> None:
         """Apply the rules to ``grads`` now: read (or reuse the pull's values), compute with
         numpy, compare-and-set; rows that changed meanwhile are re-read and recomputed."""
-        work = []
+        work, squares = [], []
         for name, g in grads.dense.items():
             work.append((self._reuse(name, None) or _Rows(self, name, None), np.asarray(g).reshape(1, -1)))
+            sq = grads.squares.get(name)
+            squares.append(None if sq is None else np.asarray(sq).reshape(1, -1))
         for name, (ids, g) in grads.tables.items():
             ids = np.asarray(ids, np.uint64)
             work.append((self._reuse(name, ids) or _Rows(self, name, ids), np.asarray(g)))
+            sq = grads.squares.get(name)
+            squares.append(None if sq is None else np.asarray(sq))
         stale = [it for it, _ in work if it.present is None]
         self._read(stale, "read rows to update")
         pending = []
@@ -223,11 +242,11 @@ class RedisStore(ParamStore):
                 self.stats.rows_pushed += len(it.ids)
         for attempt in range(self.cfg.max_push_attempts):
             parts = []
-            for (it, g), rows in zip(work, pending):
+            for (it, g), sq, rows in zip(work, squares, pending):
                 if not len(rows):
                     continue
                 w, state = it.w[rows].copy(), {k: a[rows].copy() for k, a in it.state.items()}
-                it.layout.step(w, g[rows], state)
+                it.layout.step(w, g[rows], state, None if sq is None else sq[rows])
                 expected = np.where(it.present[rows], it.tags[rows], np.uint64(0))
                 parts.append((it, rows, expected, it.layout.encode(self._tags(len(rows)), w, state)))
             if not parts:

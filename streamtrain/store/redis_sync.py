@@ -37,7 +37,7 @@ return 1
 
 def encode_grads(grads: Gradients) -> bytes:
     """Gradients as one blob: a JSON header line, then the raw arrays in header order."""
-    arrays, head = [], {"dense": [], "tables": []}
+    arrays, head = [], {"dense": [], "tables": [], "squares": []}
     for name, g in grads.dense.items():
         g = np.ascontiguousarray(g, np.float32)
         head["dense"].append([name, list(g.shape)])
@@ -46,6 +46,10 @@ def encode_grads(grads: Gradients) -> bytes:
         rows = np.ascontiguousarray(rows, np.float32)
         head["tables"].append([name, len(ids), list(rows.shape)])
         arrays += [np.ascontiguousarray(ids, np.uint64), rows]
+    for name, sq in grads.squares.items():
+        sq = np.ascontiguousarray(sq, np.float32)
+        head["squares"].append([name, list(sq.shape)])
+        arrays.append(sq)
     buf = io.BytesIO()
     buf.write(json.dumps(head).encode() + b"\n")
     for a in arrays:
@@ -68,26 +72,44 @@ def decode_grads(blob: bytes) -> Gradients:
     for name, n, shape in head["tables"]:
         ids = take(np.uint64, (n,))
         out.tables[name] = (ids, take(np.float32, shape))
+    for name, shape in head.get("squares", []):
+        out.squares[name] = take(np.float32, shape)
     return out
 
 
 def combine(parts: list[Gradients], trainers: int, how: str = "mean") -> Gradients:
-    """Per parameter and row: the sum of the trainers' gradients, divided by ``trainers`` for mean."""
+    """Per parameter and row: the sum of the trainers' gradients, divided by ``trainers`` for mean.
+    Per-example squared gradients add up too (scaled by the square of that factor: every
+    example's gradient was scaled). A parameter some trainer sent without squares gets none."""
     scale = np.float32(1.0 / trainers) if how == "mean" else np.float32(1.0)
     out = Gradients()
-    for name in dict.fromkeys(n for p in parts for n in p.dense):
+
+    def dense_sum(name, of):
         total = None
         for p in parts:
-            if name in p.dense:
-                total = p.dense[name].astype(np.float32) if total is None else total + p.dense[name]
-        out.dense[name] = total * scale
+            if name in of(p):
+                total = of(p)[name].astype(np.float32) if total is None else total + of(p)[name]
+        return total
+
+    def with_squares(name, where):
+        return all(name in p.squares for p in parts if name in where(p))
+
+    for name in dict.fromkeys(n for p in parts for n in p.dense):
+        out.dense[name] = dense_sum(name, lambda p: p.dense) * scale
+        if with_squares(name, lambda p: p.dense):
+            out.squares[name] = dense_sum(name, lambda p: p.squares) * (scale * scale)
     for name in dict.fromkeys(n for p in parts for n in p.tables):
-        ids = np.concatenate([p.tables[name][0] for p in parts if name in p.tables])
-        rows = np.concatenate([p.tables[name][1] for p in parts if name in p.tables])
+        have = [p for p in parts if name in p.tables]
+        ids = np.concatenate([p.tables[name][0] for p in have])
+        rows = np.concatenate([p.tables[name][1] for p in have])
         uniq, inverse = np.unique(ids, return_inverse=True)
         total = np.zeros((len(uniq), rows.shape[1]), np.float32)
         np.add.at(total, inverse, rows)
         out.tables[name] = (uniq, total * scale)
+        if with_squares(name, lambda p: p.tables):
+            sq = np.zeros_like(total)
+            np.add.at(sq, inverse, np.concatenate([p.squares[name] for p in have]))
+            out.squares[name] = sq * (scale * scale)
     return out
 
 
