@@ -8,7 +8,7 @@ accumulation over several consumers.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
 import numpy as np
@@ -73,9 +73,12 @@ RESERVED = ("name", "type", "inputs", "param", "optimizer")
 
 @dataclass(frozen=True)
 class SparseShape:
-    """The 'shape' of a sparse input: the categorical fields it carries."""
+    """The 'shape' of a sparse input: the categorical fields it carries, and (for a layer that
+    derives fields, such as ``feature_cross``) how to get them for a batch:
+    ``source(ctx, names) -> [SparseField]``; ``None`` reads them from the batch."""
 
     fields: tuple
+    source: Callable | None = field(default=None, compare=False)
 
 
 class Layer:

@@ -34,6 +34,7 @@ class Embedding(Layer):
         if not isinstance(shape, SparseShape):
             raise ShapeError(f"layer '{self.name}': input must be a sparse_input layer, got shape {shape}")
         self.fields = shape.fields
+        self.source = shape.source
         dim = self.opts["dim"]
         if self.opts["shared"]:
             table = self.declare("table", (dim,), table=True).name
@@ -50,7 +51,7 @@ class Embedding(Layer):
         key = ("embedding-layout", self.fields)
         got = ctx.memo.get(key)
         if got is None:
-            fields = batch_fields(ctx.batch, self.fields)
+            fields = self.source(ctx, self.fields) if self.source else batch_fields(ctx.batch, self.fields)
             B, F = ctx.batch.size, len(fields)
             ids = fields[0].ids if F == 1 else np.concatenate([f.ids for f in fields])
             offs = np.concatenate([f.offsets for f in fields]).reshape(F, B + 1)
@@ -143,23 +144,34 @@ class Embedding(Layer):
             return [None]
         how, a, w, total = ctx.saved[self.name]
         dim = self.opts["dim"]
+        squares = any(ctx.wants_squares(t) for t in self.tables)
+        sq_rows = None
         if how == "take":
             g = gy.reshape(-1, dim)
             if w is not None:
                 g = g * w[:, None]
             if dim == 1:
                 grad_rows = np.bincount(a, weights=g[:, 0], minlength=total + 1)[:total, None]
+                if squares:
+                    sq_rows = np.bincount(a, weights=g[:, 0] ** 2, minlength=total + 1)[:total, None]
             else:
                 flat = (a[:, None] * dim + np.arange(dim)).reshape(-1)
                 grad_rows = np.bincount(flat, weights=g.reshape(-1),
                                         minlength=(total + 1) * dim).reshape(total + 1, dim)[:total]
+                if squares:
+                    sq_rows = np.bincount(flat, weights=(g * g).reshape(-1),
+                                          minlength=(total + 1) * dim).reshape(total + 1, dim)[:total]
             grad_rows = grad_rows.astype(ctx.dtype)
         else:
             g = np.ascontiguousarray(gy.transpose(1, 0, 2)).reshape(-1, dim)
             grad_rows = a.T @ g
+            if squares:      # per (example, field): several ids of one example count once each
+                sq_rows = a.multiply(a).T @ (g * g)
         start = 0
         for t in self.tables:
             n = len(ctx.table_ids[t])
-            ctx.add_param_grad(t, grad_rows[start:start + n])
+            sq = None if sq_rows is None or not ctx.wants_squares(t) else \
+                np.asarray(sq_rows[start:start + n], ctx.dtype)
+            ctx.add_param_grad(t, grad_rows[start:start + n], sq)
             start += n
         return [None]

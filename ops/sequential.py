@@ -108,8 +108,8 @@ class Sequential:
             local = self.row[sel] - self.bounds[i][0]
             st = {k: np.asarray(a, np.float64).reshape(-1)[local] for k, a in states[t.param].items()}
             self.groups.append((sel, optimizers[t.param], st))
-        counts = np.bincount(self.ex, minlength=batch_size)
-        self.scale = 1.0 / np.sqrt(max(counts.mean(), 1.0)) if normalize and n else 1.0
+        norms = np.bincount(self.ex, self.x * self.x, minlength=batch_size)
+        self.scale = 1.0 / np.sqrt(max(norms.mean(), 1.0)) if normalize and n else 1.0
         # CSR of the occurrences by example, for M = X · (η X)ᵀ
         by_ex = np.lexsort((self.row, self.ex))
         self.csr_order = by_ex

@@ -79,6 +79,11 @@ class Context:
         else:
             store[key] += grad
 
+    def wants_squares(self, name: str) -> bool:
+        """Whether parameter ``name``'s update rule accumulates per-example squared gradients."""
+        opt = self.optimizers.get(name)
+        return bool(opt is not None and opt.squares)
+
     def add_param_grad(self, name: str, grad: np.ndarray, squares: np.ndarray | None = None) -> None:
         self.accumulate(self.param_grads, name, grad)
         if squares is not None:

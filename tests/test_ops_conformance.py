@@ -61,6 +61,7 @@ CASES = [
          extra={"param": "shared_fc", "optimizer": {"type": "adam", "lr": 0.01}}, tag="nobias-param"),
     Case("logloss", inputs=((1,),)),
     Case("logloss", {"reduction": "mean"}, ((1,),), tag="mean"),
+    Case("logloss", {"sequential": True, "implicit": False}, ((1,),), tag="sequential"),
     Case("mse", inputs=((1,),)),
     Case("mse", {"reduction": "mean"}, ((1,),), tag="mean"),
     Case("softmax_ce", inputs=((4,),), classes=4),
@@ -82,6 +83,9 @@ CASES = [
     Case("cross", {"layers": 1}, ((5,),), tag="1layer"),
     Case("cross", {"layers": 3, "init_scale": 0.3}, ((2, 3),), tag="3layers"),
     Case("cosine", inputs=((6,), (2, 3))),
+    Case("feature_cross", inputs=(SPARSE,)),
+    Case("feature_cross", {"pairs": [["a", "c"]], "keep": False}, (SPARSE,), {"multivalue": ("a",), "values": True},
+         tag="pairs-multi-values"),
     Case("bias", inputs=()),
     Case("bias", {"dim": 3, "init": "normal", "init_scale": 0.5}, inputs=(),
          extra={"optimizer": {"type": "adagrad", "lr": 0.5}}, tag="dim3-optimizer"),
@@ -94,7 +98,7 @@ BAD_VALUE = {
     "mse": ("reduction", "none"), "softmax_ce": ("reduction", "avg"), "dropout": ("rate", 1.0),
     "concat": None, "add": None, "sum_pooling": ("axis", 0), "mean_pooling": ("axis", "1"),
     "fm": ("reduce", 1), "inner_product": None, "cross": ("layers", 0), "cosine": ("eps", 0),
-    "bias": ("dim", 0),
+    "bias": ("dim", 0), "feature_cross": ("max_fields", 1),
 }
 KINDS = sorted(REGISTRY)
 

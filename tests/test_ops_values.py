@@ -149,3 +149,45 @@ def test_shape_error_in_a_graph_becomes_a_config_error_naming_the_layer():
 def test_softmax_ce_refuses_a_label_that_is_not_a_class(labels, bad):
     with pytest.raises(ValueError, match=rf"layer 'l' \(softmax_ce\): label {bad}"):
         forward("softmax_ce", [np.zeros((2, 3))], labels=labels)
+
+
+def test_feature_cross_pairs_every_id_of_one_field_with_every_id_of_the_other():
+    from streamtrain.batch import SparseField
+    from streamtrain.context import Context
+    from streamtrain.hashing import hash_str, splitmix64
+    from streamtrain.ops import get
+    from streamtrain.ops.base import SparseShape
+    u64 = lambda *v: np.array(v, np.uint64)  # noqa: E731
+    batch = Batch(labels=np.zeros(3, np.float32), dense=np.zeros((3, 0), np.float32), dense_names=(),
+                  sparse={"u": SparseField(u64(11, 12, 13), np.array([0, 1, 2, 3])),
+                          "g": SparseField(u64(21, 22, 23), np.array([0, 2, 2, 3]),      # 2 ids, missing, 1 id
+                                           np.array([1.0, 0.5, 2.0], np.float32))})
+    layer = get("feature_cross")("x", ["s"])
+    shape = layer.build([SparseShape(("u", "g"))], None)
+    assert shape.fields == ("u", "g", "u_x_g")
+    ctx = Context(["x"])
+    ctx.reset(batch)
+    out = layer.forward(ctx, [None])
+    cross = out["u_x_g"]
+    salt = np.uint64(hash_str("cross:u:g"))
+    np.testing.assert_array_equal(cross.offsets, [0, 2, 2, 3])
+    want = splitmix64(u64(11, 11, 13) ^ splitmix64(u64(21, 22, 23) ^ salt))
+    np.testing.assert_array_equal(cross.ids, want)
+    np.testing.assert_allclose(cross.values, [1.0, 0.5, 2.0])
+    assert out["u"] is batch.sparse["u"]
+    # the same pair of ids in another batch gets the same id: a feature of its own across batches
+    again = get("feature_cross")("x", ["s"])
+    again.build([SparseShape(("u", "g"))], None)
+    ctx.reset(batch)
+    np.testing.assert_array_equal(again.forward(ctx, [None])["u_x_g"].ids, want)
+
+
+def test_feature_cross_refuses_unknown_fields_and_skips_wide_inputs():
+    from streamtrain.errors import ShapeError
+    from streamtrain.ops import get
+    from streamtrain.ops.base import SparseShape
+    with pytest.raises(ShapeError, match=r"fields \['z'\]"):
+        get("feature_cross")("x", ["s"], pairs=[["a", "z"]]).build([SparseShape(("a", "b"))], None)
+    many = SparseShape(tuple(f"f{i}" for i in range(26)))
+    assert get("feature_cross")("x", ["s"]).build([many], None).fields == many.fields   # > max_fields: no crosses
+    assert len(get("feature_cross")("x", ["s"], max_fields=26).build([many], None).fields) == 26 + 325

@@ -234,3 +234,64 @@ def test_snapshot_of_a_table_with_no_rows_yet(redis_url):
         assert len(mem.tables[spec.name]) == 0
     finally:
         store.close()
+
+
+def _sequential_layers():
+    adagrad = {"type": "adagrad", "lr": 0.5}
+    return [
+        {"name": "sp", "type": "sparse_input"},
+        {"name": "dn", "type": "dense_input"},
+        {"name": "x", "type": "feature_cross", "inputs": ["sp"]},
+        {"name": "wide", "type": "embedding", "inputs": ["x"], "dim": 1, "shared": True, "init": "zeros",
+         "optimizer": {"type": "ftrl", "alpha": 0.3, "l1": 0.0, "l2": 1.0}},
+        {"name": "ws", "type": "sum_pooling", "inputs": ["wide"]},
+        {"name": "lin", "type": "fc", "inputs": ["dn"], "dim": 1, "init": "zeros", "optimizer": adagrad},
+        {"name": "bias", "type": "bias", "optimizer": adagrad},
+        {"name": "logit", "type": "add", "inputs": ["ws", "lin", "bias"]},
+        {"name": "loss", "type": "logloss", "inputs": ["logit"], "sequential": True},
+    ]
+
+
+def _sequential_run(store, batches):
+    from streamtrain.graph import Graph, Schema
+    from streamtrain.trainer import Trainer
+    graph = Graph.from_config(_sequential_layers(), Schema.of(batches[0]))
+    store.declare(graph.params, {"type": "adagrad", "lr": 0.5})
+    trainer = Trainer(graph, store)
+    preds = np.concatenate([trainer.step(b).predictions for b in batches])
+    return preds, store.snapshot()
+
+
+@pytest.mark.parametrize("kind", ["x1", "x3"])
+def test_sequential_model_memory_and_redis_agree(kind, redis_url, redis_urls3, redis_cluster_url, redis_namespace):
+    """Per-example squares and the pulled optimizer state take the same path through Redis."""
+    batches = stream(40, cardinality=8)
+    m_preds, m_snap = _sequential_run(MemoryStore(), batches)
+    store = make_store({"backend": "redis", "namespace": redis_namespace,
+                        **_where(kind, redis_url, redis_urls3, redis_cluster_url)})
+    try:
+        preds, snap = _sequential_run(store, batches)
+    finally:
+        store.close()
+    np.testing.assert_allclose(preds, m_preds, atol=1e-5)
+    assert_snapshots_close(snap, m_snap, atol=1e-5)
+
+
+def test_pull_states_reports_the_pulled_rows(redis_url, redis_namespace):
+    specs = {"t": ParamSpec("t", (2,), table=True, init="zeros"), "W": ParamSpec("W", (3,), init="zeros")}
+    ids = np.array([5, 9], np.uint64)
+    grads = Gradients(dense={"W": np.ones(3, np.float32)},
+                      tables={"t": (ids, np.full((2, 2), 2.0, np.float32))},
+                      squares={"t": np.full((2, 2), 3.0, np.float32)})
+    got = []
+    for store in (MemoryStore(), RedisStore({"urls": [redis_url], "namespace": redis_namespace})):
+        store.declare(specs, {"type": "adagrad", "lr": 0.1})
+        store.pull(["W"], {"t": ids})
+        store.push(grads)
+        store.pull(["W"], {"t": ids[::-1].copy()})
+        got.append(store.pull_states(["t", "W"]))
+        store.close()
+    for states in got:
+        np.testing.assert_allclose(states["t"]["n"], 3.0)        # the squares, not g² = 4
+        np.testing.assert_allclose(states["W"]["n"], 1.0)        # no squares sent: g²
+        assert states["W"]["n"].shape == (3,) and states["t"]["n"].shape == (2, 2)

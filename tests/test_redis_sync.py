@@ -60,3 +60,23 @@ def test_barrier_timeout_names_the_missing_trainer(redis_url, redis_namespace):
     with pytest.raises(StoreError, match=r"round 0: trainer\(s\) 1, 2 did not arrive"):
         store.barrier(store)
     store.close()
+
+
+def test_staged_gradients_carry_squares_and_combine_them():
+    from streamtrain.store.redis_sync import combine, decode_grads, encode_grads
+    a = Gradients(dense={"W": np.array([1.0, 2.0], np.float32)},
+                  tables={"t": (np.array([3, 7], np.uint64), np.array([[1.0], [2.0]], np.float32))},
+                  squares={"W": np.array([1.0, 4.0], np.float32), "t": np.array([[1.0], [3.0]], np.float32)})
+    b = Gradients(dense={"W": np.array([1.0, 0.0], np.float32)},
+                  tables={"t": (np.array([7, 8], np.uint64), np.array([[1.0], [1.0]], np.float32))},
+                  squares={"W": np.array([2.0, 0.0], np.float32), "t": np.array([[5.0], [1.0]], np.float32)})
+    again = decode_grads(encode_grads(a))
+    np.testing.assert_array_equal(again.squares["t"], a.squares["t"])
+    np.testing.assert_array_equal(again.squares["W"], a.squares["W"])
+    out = combine([a, b], 2, "mean")
+    np.testing.assert_allclose(out.dense["W"], [1.0, 1.0])
+    np.testing.assert_allclose(out.squares["W"], [0.75, 1.0])             # (1+2)/4, (4+0)/4
+    np.testing.assert_array_equal(out.tables["t"][0], [3, 7, 8])
+    np.testing.assert_allclose(out.squares["t"][:, 0], [0.25, 2.0, 0.25])
+    b.squares.pop("t")                                                     # one trainer sent none
+    assert "t" not in combine([a, b], 2, "sum").squares

@@ -52,6 +52,8 @@ class Optimizer:
 
     #: whether ``rates`` exists: the step is ``w -= rate · g`` for a small ``g`` at known squares
     sequential = False
+    #: whether ``step`` uses ``sq``: layers then send per-example squared gradients
+    squares = False
 
     def rates(self, state: dict, squares: np.ndarray) -> np.ndarray:
         """The per-coordinate step size of this rule once the accumulator holds ``squares`` more:
@@ -103,6 +105,7 @@ class Adagrad(Optimizer):
         return state
 
     sequential = True
+    squares = True
 
     def step(self, w, g, state, sq=None):
         n = state["n"]
@@ -142,6 +145,7 @@ class FTRL(Optimizer):
     zero_init = True
 
     sequential = True
+    squares = True
 
     def step(self, w, g, state, sq=None):
         z, n = state["z"], state["n"]
