@@ -52,9 +52,12 @@ def lr_layers(loss_opts: dict, optimizer: dict, *, cross=False, deep=False) -> l
 
 
 def stream(n=96, seed=3, **kw) -> Batch:
-    """Few distinct values per field, so examples of a batch share many rows (strong coupling),
-    no missing values (every example has as many active features: normalization is per batch)."""
-    return random_batch(n, cardinality=4, missing=0.0, seed=seed, **kw)
+    """Few distinct values per field, so examples of a batch share many rows (strong coupling);
+    no missing values and numeric features of ±1, so every example's linear features have the
+    same squared norm (the normalization is per batch: a batch of 1 would see its own)."""
+    batch = random_batch(n, cardinality=4, missing=0.0, seed=seed, **kw)
+    batch.dense = np.where(batch.dense < 0, -1.0, 1.0).astype(np.float32)
+    return batch
 
 
 def train(layers, data: Batch, batch_size: int, dtype=np.float64):
