@@ -34,7 +34,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 from scipy.linalg import solve_triangular
 
 MAX_ITERATIONS = 12
@@ -110,13 +109,33 @@ class Sequential:
             self.groups.append((sel, optimizers[t.param], st))
         norms = np.bincount(self.ex, self.x * self.x, minlength=batch_size)
         self.scale = 1.0 / np.sqrt(max(norms.mean(), 1.0)) if normalize and n else 1.0
-        # CSR of the occurrences by example, for M = X · (η X)ᵀ
-        by_ex = np.lexsort((self.row, self.ex))
-        self.csr_order = by_ex
-        indptr = np.zeros(batch_size + 1, np.int64)
-        np.cumsum(np.bincount(self.ex, minlength=batch_size), out=indptr[1:])
-        self.X = sp.csr_matrix((self.x[by_ex], self.row[by_ex], indptr), shape=(batch_size, max(self.R, 1)))
-        self.indptr = indptr
+        self._coupling_plan(first)
+
+    def _coupling_plan(self, first):
+        """How to build M each iteration. A row many examples share (the bias, numeric fields,
+        frequent values) goes into a dense ``[B, rows]`` block multiplied by BLAS; a row a few
+        examples share contributes its pairs of occurrences directly (``m(m−1)/2`` of them); a
+        row one example touches contributes nothing off the diagonal."""
+        B, n = self.B, len(self.ex)
+        seg_len = np.diff(np.append(self.seg_start, n))
+        m = seg_len[self.seg_id]                                   # per occurrence: its row's count
+        dense_at = max(4, B // 5)
+        heavy = m >= dense_at
+        self.heavy = np.flatnonzero(heavy)
+        _, col = np.unique(self.row[self.heavy], return_inverse=True)
+        self.heavy_col = col.reshape(-1)
+        self.heavy_cols = int(col.max()) + 1 if len(col) else 0
+        # pairs (earlier, later) of occurrences of a light shared row; occurrences are sorted by
+        # (row, example), so "later" is simply a later position within the row's segment
+        light = np.flatnonzero(~heavy & (m >= 2))
+        later = (self.seg_start[self.seg_id[light]] + seg_len[self.seg_id[light]]) - light - 1
+        o1 = np.repeat(light, later)
+        starts = np.cumsum(later) - later
+        o2 = o1 + 1 + (np.arange(len(o1)) - np.repeat(starts, later))
+        differ = self.ex[o1] != self.ex[o2]                        # same example twice: diagonal only
+        self.pair_j, self.pair_k = o1[differ], o2[differ]
+        self.pair_at = self.ex[self.pair_k] * B + self.ex[self.pair_j]
+        self.pair_xk = self.x[self.pair_k]
 
     # ---- the pieces, for a residual r ------------------------------------------------------
     def cumulative_squares(self, r):
@@ -135,9 +154,21 @@ class Sequential:
 
     def coupling(self, eta):
         """(M strictly lower [B, B], self-influence K_kk [B])."""
-        E = sp.csr_matrix(((eta * self.x)[self.csr_order], self.X.indices, self.indptr), shape=self.X.shape)
-        P = (self.X @ E.T).toarray()
-        return np.tril(P, -1), np.diagonal(P).copy()
+        B = self.B
+        ex_x = eta * self.x
+        kd = np.bincount(self.ex, ex_x * self.x, minlength=B)
+        if len(self.pair_at):
+            M = np.bincount(self.pair_at, self.pair_xk * ex_x[self.pair_j], minlength=B * B).reshape(B, B)
+        else:
+            M = np.zeros((B, B))
+        if self.heavy_cols:
+            h = self.heavy
+            X = np.zeros((B, self.heavy_cols))
+            E = np.zeros((B, self.heavy_cols))
+            np.add.at(X, (self.ex[h], self.heavy_col), self.x[h])
+            np.add.at(E, (self.ex[h], self.heavy_col), ex_x[h])
+            M += np.tril(X @ E.T, -1)
+        return M, kd
 
     def implicit_residual(self, z, y, kd):
         """ρ with ρ = σ(z − kd ρ) − y, and dρ/dz."""
