@@ -37,8 +37,8 @@ import numpy as np
 from scipy.linalg import solve_triangular
 
 MAX_ITERATIONS = 12
-TOLERANCE = 1e-6          # largest change of a logit between iterations
-IMPLICIT_ITERATIONS = 6   # scalar Newton steps for the implicit residual (monotone, converges fast)
+TOLERANCE = 1e-4          # largest change of a logit in the last Newton step (error ~ its square)
+IMPLICIT_ITERATIONS = 8   # at most, scalar Newton steps for the implicit residual (monotone)
 
 
 @dataclass
@@ -80,14 +80,15 @@ class Sequential:
             ex.append(t.example[keep])
             row.append(t.pos[keep] + base)
             x.append(np.asarray(t.x, np.float64)[keep])
-            self.bounds.append((base, base + t.rows, int(keep.sum())))
+            self.bounds.append((base, base + t.rows))
             base += t.rows
         self.R = base
         ex = np.concatenate(ex) if ex else np.zeros(0, np.int64)
         row = np.concatenate(row) if row else np.zeros(0, np.int64)
         x = np.concatenate(x) if x else np.zeros(0)
-        # occurrences by (row, example): per-row running sums of squared gradients
-        order = np.lexsort((ex, row))
+        # occurrences by (row, example): per-row running sums of squared gradients; the terms'
+        # rows are disjoint ranges, so each term's occurrences end up in one slice
+        order = np.argsort(row * batch_size + ex, kind="stable")
         self.ex, self.row, self.x = ex[order], row[order], x[order]
         n = len(self.ex)
         first = np.ones(n, bool)
@@ -97,16 +98,23 @@ class Sequential:
         last = np.ones(n, bool)
         last[:-1] = first[1:]
         self.last = np.flatnonzero(last)
-        # per occurrence: which term (optimizer) and its optimizer state at the row
-        term_of = np.searchsorted(np.array([b[0] for b in self.bounds] + [base]), self.row, side="right") - 1
+        # per slice of terms that share an update rule: the rule and the rows' optimizer state
+        cuts = np.searchsorted(self.row, [lo for lo, _ in self.bounds] + [base])
         self.groups = []
         for i, t in enumerate(terms):
-            sel = np.flatnonzero(term_of == i)
-            if not len(sel):
+            a, b = int(cuts[i]), int(cuts[i + 1])
+            if a == b:
                 continue
-            local = self.row[sel] - self.bounds[i][0]
-            st = {k: np.asarray(a, np.float64).reshape(-1)[local] for k, a in states[t.param].items()}
-            self.groups.append((sel, optimizers[t.param], st))
+            local = self.row[a:b] - self.bounds[i][0]
+            st = {k: np.asarray(v, np.float64).reshape(-1)[local] for k, v in states[t.param].items()}
+            opt = optimizers[t.param]
+            prev = self.groups[-1] if self.groups else None
+            if prev is not None and prev[0].stop == a and prev[1].get_config() == opt.get_config() \
+                    and prev[2].keys() == st.keys():
+                st = {k: np.concatenate([prev[2][k], v]) for k, v in st.items()}
+                self.groups[-1] = (slice(prev[0].start, b), opt, st)
+            else:
+                self.groups.append((slice(a, b), opt, st))
         norms = np.bincount(self.ex, self.x * self.x, minlength=batch_size)
         self.scale = 1.0 / np.sqrt(max(norms.mean(), 1.0)) if normalize and n else 1.0
         self._coupling_plan(first)
@@ -123,8 +131,9 @@ class Sequential:
         heavy = m >= dense_at
         self.heavy = np.flatnonzero(heavy)
         _, col = np.unique(self.row[self.heavy], return_inverse=True)
-        self.heavy_col = col.reshape(-1)
         self.heavy_cols = int(col.max()) + 1 if len(col) else 0
+        self.heavy_flat = self.ex[self.heavy] * self.heavy_cols + col.reshape(-1)
+        self.heavy_x = self._heavy_matrix(self.x[self.heavy])
         # pairs (earlier, later) of occurrences of a light shared row; occurrences are sorted by
         # (row, example), so "later" is simply a later position within the row's segment
         light = np.flatnonzero(~heavy & (m >= 2))
@@ -133,9 +142,15 @@ class Sequential:
         starts = np.cumsum(later) - later
         o2 = o1 + 1 + (np.arange(len(o1)) - np.repeat(starts, later))
         differ = self.ex[o1] != self.ex[o2]                        # same example twice: diagonal only
-        self.pair_j, self.pair_k = o1[differ], o2[differ]
-        self.pair_at = self.ex[self.pair_k] * B + self.ex[self.pair_j]
-        self.pair_xk = self.x[self.pair_k]
+        self.pair_j, pair_k = o1[differ], o2[differ]
+        self.pair_ex_j, self.pair_ex_k = self.ex[self.pair_j], self.ex[pair_k]
+        self.pair_at = self.pair_ex_k * B + self.pair_ex_j
+        self.pair_xk = self.x[pair_k]
+
+    def _heavy_matrix(self, values):
+        """``[B, heavy rows]`` with ``values`` (one per heavy occurrence) in place."""
+        n = self.B * self.heavy_cols
+        return np.bincount(self.heavy_flat, values, minlength=n).reshape(self.B, self.heavy_cols).astype(np.float64)
 
     # ---- the pieces, for a residual r ------------------------------------------------------
     def cumulative_squares(self, r):
@@ -153,32 +168,43 @@ class Sequential:
         return eta * self.scale, cum
 
     def coupling(self, eta):
-        """(M strictly lower [B, B], self-influence K_kk [B])."""
+        """The coupling for step sizes ``eta``: ``(L, kd, pairs, E)`` where ``L``'s strictly
+        lower triangle is M (above it: whatever the dense product gives, which a lower
+        triangular solve never reads), ``kd`` the self-influence, ``pairs`` the light rows'
+        entries and ``E`` the heavy rows' ``η·x`` (for products with M without forming it)."""
         B = self.B
         ex_x = eta * self.x
         kd = np.bincount(self.ex, ex_x * self.x, minlength=B)
-        if len(self.pair_at):
-            M = np.bincount(self.pair_at, self.pair_xk * ex_x[self.pair_j], minlength=B * B).reshape(B, B)
-        else:
-            M = np.zeros((B, B))
+        pairs = self.pair_xk * ex_x[self.pair_j]
+        L = np.bincount(self.pair_at, pairs, minlength=B * B).reshape(B, B).astype(np.float64, copy=False)
+        E = None
         if self.heavy_cols:
-            h = self.heavy
-            X = np.zeros((B, self.heavy_cols))
-            E = np.zeros((B, self.heavy_cols))
-            np.add.at(X, (self.ex[h], self.heavy_col), self.x[h])
-            np.add.at(E, (self.ex[h], self.heavy_col), ex_x[h])
-            M += np.tril(X @ E.T, -1)
-        return M, kd
+            E = self._heavy_matrix(ex_x[self.heavy])
+            L += self.heavy_x @ E.T
+        return L, kd, pairs, E
 
-    def implicit_residual(self, z, y, kd):
-        """ρ with ρ = σ(z − kd ρ) − y, and dρ/dz."""
+    def lower_times(self, pairs, E, v):
+        """``M v`` from the pieces of ``coupling``: O(occurrences + pairs), no ``B×B`` product."""
+        out = np.bincount(self.pair_ex_k, pairs * v[self.pair_ex_j], minlength=self.B).astype(np.float64)
+        if E is not None:
+            ev = E * v[:, None]
+            before = np.cumsum(ev, axis=0) - ev                        # Σ over earlier examples
+            out += np.einsum("kc,kc->k", self.heavy_x, before)
+        return out
+
+    def implicit_residual(self, z, y, kd, start=None):
+        """ρ with ρ = σ(z − kd ρ) − y, and dρ/dz; Newton from ``start`` (default σ(z) − y)."""
         p = _sigmoid(z)
-        rho = p - y
+        rho = p - y if start is None else start
         if not self.implicit:
-            return rho, p * (1 - p)
+            return p - y, p * (1 - p)
         for _ in range(IMPLICIT_ITERATIONS):
             q = _sigmoid(z - kd * rho)
-            rho = rho - (rho - q + y) / (1 + q * (1 - q) * kd)
+            d = q * (1 - q)
+            delta = (rho - q + y) / (1 + d * kd)
+            rho = rho - delta
+            if np.max(np.abs(delta), initial=0.0) < 1e-12:
+                break
         q = _sigmoid(z - kd * rho)
         d = q * (1 - q)
         return rho, d / (1 + d * kd)
@@ -188,24 +214,22 @@ class Sequential:
         z0 = np.asarray(z0, np.float64)
         y = np.asarray(y, np.float64)
         z = z0.copy()
-        eye = np.eye(self.B)
-        converged, it = False, 0
+        converged, it, rho = False, 0, None
         for it in range(1, MAX_ITERATIONS + 1):
             eta, _ = self.rates(_sigmoid(z) - y)
-            M, kd = self.coupling(eta)
+            L, kd, pairs, E = self.coupling(eta)
             if not self.implicit:
                 kd = np.zeros_like(kd)
-            rho, drho = self.implicit_residual(z, y, kd)
-            F = z - z0 + M @ rho
-            J = eye + M * drho[None, :]
-            step = solve_triangular(J, F, lower=True, unit_diagonal=True, check_finite=False)
+            rho, drho = self.implicit_residual(z, y, kd, rho)
+            F = z - z0 + self.lower_times(pairs, E, rho)
+            L *= drho[None, :]                                     # J = I + M·diag(dρ/dz)
+            step = solve_triangular(L, F, lower=True, unit_diagonal=True, check_finite=False)
             z -= step
             if np.max(np.abs(step), initial=0.0) < TOLERANCE:
                 converged = True
                 break
-        eta, _ = self.rates(_sigmoid(z) - y)
-        _, kd = self.coupling(eta)
-        rho, _ = self.implicit_residual(z, y, kd if self.implicit else np.zeros_like(kd))
+        # the last step moved z by less than the tolerance: its self-influence still holds
+        rho, _ = self.implicit_residual(z, y, kd, rho)
         self.final_r = _sigmoid(z) - y
         return Solution(z, rho, it, converged)
 
@@ -222,7 +246,7 @@ class Sequential:
         final[self.row[self.last]] = eta[self.last] / self.scale
         grad = moved / final
         out = []
-        for t, (lo, hi, _) in zip(self.terms, self.bounds):
+        for t, (lo, hi) in zip(self.terms, self.bounds):
             out.append((t.param, grad[lo:hi].astype(dtype).reshape(t.shape),
                         squares[lo:hi].astype(dtype).reshape(t.shape)))
         return out

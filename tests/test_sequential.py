@@ -72,6 +72,13 @@ def train(layers, data: Batch, batch_size: int, dtype=np.float64):
     return np.concatenate(preds), store.snapshot(), trainer
 
 
+@pytest.fixture
+def tight(monkeypatch):
+    """Newton run to convergence (the default stops at a 1e-4 logit step, error ~1e-6)."""
+    import streamtrain.ops.sequential as seq
+    monkeypatch.setattr(seq, "TOLERANCE", 1e-10)
+
+
 def params(snap) -> dict:
     out = {name: arrays["value"] for name, arrays in snap.dense.items()}
     for name, arrays in snap.tables.items():
@@ -83,32 +90,40 @@ def params(snap) -> dict:
 @pytest.mark.parametrize("implicit", [False, True])
 @pytest.mark.parametrize("normalize", [False, True])
 @pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
-def test_a_batch_learns_exactly_as_its_examples_one_by_one(opt, implicit, normalize):
+def test_a_batch_learns_exactly_as_its_examples_one_by_one(opt, implicit, normalize, tight):
     layers = lr_layers({"sequential": True, "implicit": implicit, "normalize": normalize}, OPTIMIZERS[opt])
     data = stream()
     p1, snap1, _ = train(layers, data, 1)
     p16, snap16, _ = train(layers, data, 16)
-    np.testing.assert_allclose(p16, p1, atol=1e-9)
+    np.testing.assert_allclose(p16, p1, atol=1e-7)
     w1, w16 = params(snap1), params(snap16)
     for name in w1:
-        np.testing.assert_allclose(w16[name], w1[name], atol=1e-9, err_msg=name)
+        np.testing.assert_allclose(w16[name], w1[name], atol=1e-7, err_msg=name)
     # the accumulators too: each example's squared gradient, not the batch sum's
     for name, arrays in snap1.dense.items():
         for slot in ("n", "z"):
             if slot in arrays:
-                np.testing.assert_allclose(snap16.dense[name][slot], arrays[slot], atol=1e-9)
+                np.testing.assert_allclose(snap16.dense[name][slot], arrays[slot], atol=1e-7)
 
 
-def test_crossed_wide_part_learns_exactly_as_one_by_one():
+def test_default_tolerance_stays_within_1e_5_of_one_by_one():
+    layers = lr_layers({"sequential": True}, OPTIMIZERS["ftrl"])
+    data = stream()
+    p1, _, _ = train(layers, data, 1)
+    p16, _, _ = train(layers, data, 16)
+    np.testing.assert_allclose(p16, p1, atol=1e-5)
+
+
+def test_crossed_wide_part_learns_exactly_as_one_by_one(tight):
     # multi-valued: examples have different numbers of active features, so the per-batch
     # normalization would differ between a batch of 32 and one of 1; compare without it
     layers = lr_layers({"sequential": True, "normalize": False}, OPTIMIZERS["adagrad"], cross=True)
     data = stream(64, seed=5, multivalue=("c",))
     p1, snap1, _ = train(layers, data, 1)
     p32, snap32, _ = train(layers, data, 32)
-    np.testing.assert_allclose(p32, p1, atol=1e-9)
+    np.testing.assert_allclose(p32, p1, atol=1e-7)
     for name, w in params(snap1).items():
-        np.testing.assert_allclose(params(snap32)[name], w, atol=1e-9, err_msg=name)
+        np.testing.assert_allclose(params(snap32)[name], w, atol=1e-7, err_msg=name)
 
 
 def test_without_sequential_a_batch_predicts_with_the_parameters_before_it():
