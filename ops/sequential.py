@@ -39,6 +39,7 @@ import numpy as np
 from scipy.linalg import solve_triangular
 
 MAX_ITERATIONS = 12
+HEAVY_DIV = 10
 TOLERANCE = 1e-4          # stop when the next Newton step would move no logit by more than this
 IMPLICIT_ITERATIONS = 6   # scalar Newton steps for the implicit residual (monotone, quadratic) ...
 WARM_ITERATIONS = 3       # ... and from the previous iteration's residual
@@ -162,34 +163,34 @@ class Sequential:
         return np.bincount(self.ex, self.x * earlier, minlength=self.B)
 
     def matrix(self, eta_x):
-        """M as a ``B×B`` array whose strictly lower triangle is exact (the rest is never read
-        by a lower triangular solve). A row many examples share
+        """M as a ``B×B`` float32 array (it only steers Newton: the residual is exact) whose
+        strictly lower triangle is M's; the rest is never read by a lower triangular solve. A row many examples share
         (the bias, numeric fields, frequent values) goes into a dense block multiplied by BLAS;
         a row a few examples share adds its pairs of occurrences (``m(m−1)/2``); a row one
         example touches adds nothing."""
         B, n = self.B, len(self.ex)
         seg_len = np.diff(np.append(self.seg_start, n))
         m = seg_len[self.seg_id]
-        heavy_seg = seg_len >= max(4, B // 5)
+        heavy_seg = seg_len >= max(4, B // HEAVY_DIV)
         heavy = heavy_seg[self.seg_id]
         cols = int(heavy_seg.sum())
         if cols:
             h = np.flatnonzero(heavy)
-            X = np.zeros((B, cols))
-            E = np.zeros((B, cols))
+            X = np.zeros((B, cols), np.float32)
+            E = np.zeros((B, cols), np.float32)
             at = (self.ex[h], (np.cumsum(heavy_seg) - 1)[self.seg_id[h]])
             X[at] = self.x[h]                       # (row, example) pairs are unique
             E[at] = eta_x[h]
             M = X @ E.T
         else:
-            M = np.zeros((B, B))
+            M = np.zeros((B, B), np.float32)
         light = np.flatnonzero(~heavy & (m >= 2))
         if len(light):
             later = (self.seg_start[self.seg_id[light]] + m[light]) - light - 1
             j = np.repeat(light, later)
             starts = np.cumsum(later) - later
             k = j + 1 + (np.arange(len(j)) - np.repeat(starts, later))
-            np.add.at(M.reshape(-1), self.ex[k] * B + self.ex[j], self.x[k] * eta_x[j])
+            np.add.at(M.reshape(-1), self.ex[k] * B + self.ex[j], (self.x[k] * eta_x[j]).astype(np.float32))
         return M
 
     def implicit_residual(self, z, y, kd, start=None):
@@ -224,7 +225,7 @@ class Sequential:
             # (I + M D) δ = F  ⇔  (D⁻¹ + M) u = F with δ = D⁻¹ u: only the diagonal changes
             d = np.maximum(drho, 1e-12)
             np.fill_diagonal(M, 1.0 / d)
-            step = solve_triangular(M, F, lower=True, check_finite=False) / d
+            step = solve_triangular(M, F.astype(np.float32), lower=True, check_finite=False) / d
             z -= step
             size = float(np.max(np.abs(step), initial=0.0))
             # the next step, by the contraction the last two showed: stop when it would not matter
