@@ -83,7 +83,8 @@ def test_cli_run_writes_the_summary_contract(tmp_path, criteo_path):
     s = json.loads(out.read_text())
     assert SUMMARY_KEYS <= set(s)
     assert s["examples"] == 1000                              # stopped exactly, mid-batch
-    assert s["batches"] == 4 and s["examples_per_s"] > 0
+    batch_size = json.loads((EXAMPLES / "lr.json").read_text())["batch_size"]
+    assert s["batches"] == -(-1000 // batch_size) and s["examples_per_s"] > 0
 
 
 def test_env_variables_stand_in_for_options(tmp_path, criteo_path):
