@@ -29,6 +29,7 @@ from .malformed import Malformed
 GZIP_MAGIC = b"\x1f\x8b"
 BLOCK_BYTES = 1 << 18      # 256 KiB: keeps numpy temporaries small (fewer page faults)
 GZ_READ_BYTES = 1 << 20    # compressed bytes per zlib call: long GIL-free stretches
+GZ_FIRST_BYTES = 1 << 15   # ... after a ramp from this: the reader's first lines come at once
 
 
 def open_binary(path: str | os.PathLike):
@@ -176,8 +177,10 @@ def _gunzip_blocks(raw, block_bytes: int):
     raw.seek(0)
     d = zlib.decompressobj(wbits=31)
     rest = b""
+    size = GZ_FIRST_BYTES           # the first batches should not wait for a whole MiB
     while True:
-        data = raw.read(GZ_READ_BYTES)
+        data = raw.read(size)
+        size = min(2 * size, GZ_READ_BYTES)
         if not data:
             break
         out = []
