@@ -22,6 +22,8 @@ class StepResult:
     applied: bool                  # False: skipped (non-finite); its offsets may still be committed
     reason: str = ""
     seconds: dict = field(default_factory=dict)
+    newton: int = 0                # sequential loss: Newton iterations of this batch (0: none ran)
+    converged: bool = True         # sequential loss: whether Newton reached its tolerance
 
 
 class Trainer:
@@ -79,7 +81,10 @@ class Trainer:
         t["update"] = clock() - t4
         self.batches += 1
         self.examples += batch.size
-        return StepResult(ctx.loss, predictions, True, seconds=t)
+        sol = ctx.memo.get("sequential-solution")
+        if sol is None:
+            return StepResult(ctx.loss, predictions, True, seconds=t)
+        return StepResult(ctx.loss, predictions, True, seconds=t, newton=sol.iterations, converged=sol.converged)
 
     def _skip(self, batch, predictions, reason, t) -> StepResult:
         self.nonfinite += 1
