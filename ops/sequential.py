@@ -71,15 +71,19 @@ def _sigmoid(z):
 
 
 def _by_row_then_example(row, ex):
-    """The order sorting occurrences by (row, example). Layers list a row's occurrences in
-    example order already, so a stable sort by row suffices (a radix sort when the rows fit in
-    16 bits); otherwise, or if some layer did not, a sort by the combined key."""
+    """(order, same): the order sorting occurrences by (row, example), and for each sorted
+    occurrence but the first whether it has the row of the one before. Layers list a row's
+    occurrences in example order already, so a stable sort by row suffices (a radix sort when
+    the rows fit in 16 bits); otherwise, or if some layer did not, a sort by the combined key."""
     if len(row) and row.max() < 1 << 16:
         order = np.argsort(row.astype(np.uint16), kind="stable")
         r, e = row[order], ex[order]
-        if not ((r[1:] == r[:-1]) & (e[1:] < e[:-1])).any():
-            return order
-    return np.argsort(row * (int(ex.max(initial=0)) + 1) + ex)
+        same = r[1:] == r[:-1]
+        if not (same & (e[1:] < e[:-1])).any():
+            return order, same
+    order = np.argsort(row * (int(ex.max(initial=0)) + 1) + ex)
+    r = row[order]
+    return order, r[1:] == r[:-1]
 
 
 class Sequential:
@@ -104,18 +108,19 @@ class Sequential:
         x = np.concatenate(x) if x else np.zeros(0)
         # occurrences by (row, example): per-row running sums follow the examples' order; the
         # terms' rows are disjoint ranges, so each term's occurrences end up in one slice
-        order = _by_row_then_example(row, ex)
+        order, same = _by_row_then_example(row, ex)
         ex, row, x = ex[order], row[order], x[order]
-        key = row * batch_size + ex
-        if len(key) > 1 and (key[1:] == key[:-1]).any():
+        dup = same & (ex[1:] == ex[:-1])
+        if dup.any():
             # one row twice in one example (a repeated value of a multi-valued field): one
             # occurrence with the summed coefficient, as the example's gradient sees it
-            start = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+            start = np.flatnonzero(np.r_[True, ~dup])
             ex, row, x = ex[start], row[start], np.add.reduceat(x, start)
+            same = row[1:] == row[:-1]
         self.ex, self.row, self.x = ex, row, x
         n = len(ex)
         first = np.ones(n, bool)
-        first[1:] = row[1:] != row[:-1]
+        first[1:] = ~same
         self.seg_start = np.flatnonzero(first)
         self.seg_id = np.cumsum(first) - 1
         self.last = np.r_[self.seg_start[1:] - 1, n - 1] if n else np.zeros(0, np.int64)
@@ -127,8 +132,8 @@ class Sequential:
             if a == b:
                 continue
             local = row[a:b] - self.bounds[i][0]
-            st = {k: np.asarray(v, np.float64).reshape(-1)[local] for k, v in states[t.param].items()}
             opt = optimizers[t.param]
+            st = {k: np.asarray(states[t.param][k], np.float64).reshape(-1)[local] for k in opt.rate_slots}
             prev = self.groups[-1] if self.groups else None
             if prev is not None and prev[0].stop == a and prev[1].get_config() == opt.get_config() \
                     and prev[2].keys() == st.keys():

@@ -54,6 +54,8 @@ class Optimizer:
     sequential = False
     #: whether ``step`` uses ``sq``: layers then send per-example squared gradients
     squares = False
+    #: the state slots ``rates`` reads
+    rate_slots: tuple = ()
 
     def rates(self, state: dict, squares: np.ndarray) -> np.ndarray:
         """The per-coordinate step size of this rule once the accumulator holds ``squares`` more:
@@ -112,6 +114,8 @@ class Adagrad(Optimizer):
         n += g * g if sq is None else sq
         w -= self.lr * g / (np.sqrt(n) + self.eps)
 
+    rate_slots = ("n",)
+
     def rates(self, state, squares):
         return self.lr / (np.sqrt(state["n"] + squares) + self.eps)
 
@@ -156,10 +160,14 @@ class FTRL(Optimizer):
         shrunk = np.sign(z) * np.maximum(np.abs(z) - self.l1, 0)
         w[...] = -shrunk / ((self.beta + np.sqrt(n)) / self.alpha + self.l2)
 
+    rate_slots = ("n",)
+
     def rates(self, state, squares):
         # w' - w = -g / d' with d' = (beta + sqrt(n'))/alpha + l2 (z and w move together; the
         # L1 dead zone is left out: a weight it holds at zero moves less than this)
-        return 1.0 / ((self.beta + np.sqrt(state["n"] + squares)) / self.alpha + self.l2)
+        out = np.sqrt(state["n"] + squares)
+        out += self.beta + self.alpha * self.l2
+        return np.divide(self.alpha, out, out=out)
 
 
 OPTIMIZERS = {cls.kind: cls for cls in (SGD, Momentum, Adagrad, Adam, FTRL)}
