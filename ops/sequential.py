@@ -39,7 +39,7 @@ import numpy as np
 from scipy.linalg import solve_triangular
 
 MAX_ITERATIONS = 12
-HEAVY_DIV = 10
+HEAVY_MIN, HEAVY_DIV = 8, 32  # a row shared by max(8, B/32) examples of a batch goes to the dense block
 TOLERANCE = 1e-4          # stop when the next Newton step would move no logit by more than this
 IMPLICIT_ITERATIONS = 6   # scalar Newton steps for the implicit residual (monotone, quadratic) ...
 WARM_ITERATIONS = 3       # ... and from the previous iteration's residual
@@ -176,7 +176,7 @@ class Sequential:
         B, n = self.B, len(self.ex)
         seg_len = np.diff(np.append(self.seg_start, n))
         m = seg_len[self.seg_id]
-        heavy_seg = seg_len >= max(4, B // HEAVY_DIV)
+        heavy_seg = seg_len >= max(HEAVY_MIN, B // HEAVY_DIV)
         heavy = heavy_seg[self.seg_id]
         cols = int(heavy_seg.sum())
         if cols:
