@@ -144,7 +144,7 @@ def print_tables(data: str, rows: list[dict], args) -> None:
         mark = " **best**" if r is best_st or r is best_pr else ""
         label = f"streamtrain {r['learner']}" if r["kind"] == "streamtrain" else r["learner"]
         print(f"| {label}{mark} | {r.get('batch_size', 1)} | {r['examples']} | {r['rate']:.0f} | "
-              f"{r['logloss']:.4f} | {r['auc']:.4f} |")
+              f"{r['logloss']:.5f} | {r['auc']:.4f} |")
     if st and pr:
         print(f"\nstreamtrain examples/s ÷ peer examples/s ({data}):\n")
         print("| streamtrain model | " + " | ".join(f"÷ {p['learner']}" for p in pr) + " |")
@@ -155,9 +155,10 @@ def print_tables(data: str, rows: list[dict], args) -> None:
             return
         verdict = "beats" if best_st["logloss"] < best_pr["logloss"] else "does NOT beat"
         auc_ok = "no worse" if best_st["auc"] >= best_pr["auc"] else "WORSE"
-        print(f"\nquality: best streamtrain ({best_st['learner']}, {best_st['logloss']:.4f} / AUC "
+        margin = (best_pr["logloss"] - best_st["logloss"]) / best_pr["logloss"]
+        print(f"\nquality: best streamtrain ({best_st['learner']}, {best_st['logloss']:.5f} / AUC "
               f"{best_st['auc']:.4f}) {verdict} the best peer ({best_pr['learner']}, "
-              f"{best_pr['logloss']:.4f} / AUC {best_pr['auc']:.4f}) on logloss; AUC {auc_ok}.")
+              f"{best_pr['logloss']:.5f} / AUC {best_pr['auc']:.4f}) on logloss ({margin:+.1%}); AUC {auc_ok}.")
 
 
 def machine() -> str:
