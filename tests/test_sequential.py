@@ -243,3 +243,19 @@ def test_sequential_needs_sum_reduction():
     layers = lr_layers({"sequential": True, "reduction": "mean"}, OPTIMIZERS["sgd"])
     with pytest.raises(ConfigError, match="reduction 'sum'"):
         Graph.from_config(layers, SCHEMA)
+
+
+def test_job_names_the_layers_it_learns_per_example(caplog):
+    import logging
+    from streamtrain import config as cfgmod
+    from streamtrain.job import Job
+    base = {"reader": {"type": "synthetic", "examples": 512, "fields": 3}, "batch_size": 256,
+            "metrics": {"enabled": False}}
+    with caplog.at_level(logging.INFO, logger="streamtrain"):
+        Job(cfgmod.validate(cfgmod.merge(cfgmod.DEFAULTS, {**base, "layers": lr_layers({"sequential": True}, OPTIMIZERS["ftrl"])}))).run()
+    assert "per-example linear terms (sequential loss 'loss'): wide, linear, bias" in caplog.text
+    adam = {"type": "adam", "lr": 0.01}
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="streamtrain"):
+        Job(cfgmod.validate(cfgmod.merge(cfgmod.DEFAULTS, {**base, "layers": lr_layers({"sequential": True}, adam)}))).run()
+    assert "is sequential but no layer qualifies" in caplog.text
