@@ -80,3 +80,42 @@ def test_staged_gradients_carry_squares_and_combine_them():
     np.testing.assert_allclose(out.squares["t"][:, 0], [0.25, 2.0, 0.25])
     b.squares.pop("t")                                                     # one trainer sent none
     assert "t" not in combine([a, b], 2, "sum").squares
+
+
+def test_sync_trainers_with_a_sequential_loss(redis_url, redis_namespace):
+    """Each trainer solves its half of the batch from the same pulled rows; worker 0 applies the
+    sum of both pushes (per-example squares included): the model learns and stays finite."""
+    from tests.test_redis_store import _sequential_layers
+    from streamtrain.graph import Graph, Schema
+    batches = stream(30, size=64, seed=7, cardinality=8)
+    stores = [RedisStore({"urls": [redis_url], "namespace": redis_namespace, "mode": "sync", "trainers": 2,
+                          "worker": w, "barrier_timeout_s": 20, "sync_combine": "sum"}) for w in range(2)]
+    trainers = []
+    for s in stores:
+        graph = Graph.from_config(_sequential_layers(), Schema.of(batches[0]))
+        s.declare(graph.params, {"type": "adagrad", "lr": 0.5})
+        trainers.append(Trainer(graph, s))
+    assert [layer.name for layer in trainers[0].ctx.sequential] == ["wide", "lin", "bias"]
+    errors = []
+
+    def work(w):
+        try:
+            for b in batches:
+                trainers[w].step(b.take(np.arange(32) + 32 * w))
+        except Exception as err:                       # pragma: no cover - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    snap = stores[0].snapshot()
+    for s in stores:
+        s.close()
+    wide = snap.tables["wide.table"]
+    assert np.isfinite(wide["value"]).all() and np.abs(wide["value"]).max() > 0
+    assert (wide["n"] > 0).all()                       # every row's accumulator saw its examples
+    for t in trainers:
+        assert np.isfinite(t.progressive.logloss) and t.progressive.logloss < 0.75
