@@ -39,8 +39,8 @@ import numpy as np
 from scipy.linalg import solve_triangular
 
 MAX_ITERATIONS = 12
-HEAVY_MIN, HEAVY_DIV = 8, 32  # a row shared by max(8, B/32) examples of a batch goes to the dense block
 TOLERANCE = 1e-4          # stop when the next Newton step would move no logit by more than this
+HEAVY_MIN, HEAVY_DIV = 8, 32  # a row max(8, B/32) examples of a batch share: the Jacobian's dense block
 IMPLICIT_ITERATIONS = 6   # scalar Newton steps for the implicit residual (monotone, quadratic) ...
 WARM_ITERATIONS = 3       # ... and from the previous iteration's residual
 
@@ -169,10 +169,10 @@ class Sequential:
 
     def matrix(self, eta_x):
         """M as a ``B×B`` float32 array (it only steers Newton: the residual is exact) whose
-        strictly lower triangle is M's; the rest is never read by a lower triangular solve. A row many examples share
-        (the bias, numeric fields, frequent values) goes into a dense block multiplied by BLAS;
-        a row a few examples share adds its pairs of occurrences (``m(m−1)/2``); a row one
-        example touches adds nothing."""
+        strictly lower triangle is M's; the rest is never read by a lower triangular solve. A
+        row many examples share (the bias, numeric fields, frequent values) goes into a dense
+        block multiplied by BLAS; a row a few examples share adds its pairs of occurrences
+        (``m(m−1)/2``); a row one example touches adds nothing."""
         B, n = self.B, len(self.ex)
         seg_len = np.diff(np.append(self.seg_start, n))
         m = seg_len[self.seg_id]
