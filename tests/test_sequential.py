@@ -259,3 +259,29 @@ def test_job_names_the_layers_it_learns_per_example(caplog):
     with caplog.at_level(logging.INFO, logger="streamtrain"):
         Job(cfgmod.validate(cfgmod.merge(cfgmod.DEFAULTS, {**base, "layers": lr_layers({"sequential": True}, adam)}))).run()
     assert "is sequential but no layer qualifies" in caplog.text
+
+
+@pytest.mark.parametrize("batch_size", [8, 64, 300])
+def test_coupling_matrix_and_product_match_their_definition(batch_size):
+    """M_kj = Σ_rows x_k η_j x_j over rows both touch, j < k: the exact product (the residual)
+    and the Jacobian's matrix (dense block for shared rows, pairs for the others) both agree
+    with it, whichever side of the dense/pairs threshold a row falls."""
+    from streamtrain.ops.sequential import LinearTerm, Sequential
+    rng = np.random.default_rng(batch_size)
+    B, rows = batch_size, 40
+    n = B * 5
+    example = np.sort(rng.integers(0, B, n))
+    pos = rng.zipf(1.5, n) % rows                    # a few rows many examples share, a long tail
+    x = rng.uniform(0.5, 1.5, n)
+    term = LinearTerm("w", example, pos, x, rows, (rows, 1))
+    sgd = make_optimizer({"type": "sgd", "lr": 1.0})
+    seq = Sequential([term], {"w": sgd}, {"w": {}}, B, normalize=False)
+    eta_x = rng.uniform(0.1, 1.0, len(seq.x)) * seq.x
+    X = np.zeros((B, rows))
+    E = np.zeros((B, rows))
+    np.add.at(X, (seq.ex, seq.row), seq.x)
+    np.add.at(E, (seq.ex, seq.row), eta_x)
+    want = np.tril(X @ E.T, -1)
+    np.testing.assert_allclose(np.tril(seq.matrix(eta_x), -1), want, rtol=1e-5, atol=1e-5)
+    v = rng.standard_normal(B)
+    np.testing.assert_allclose(seq.lower_times(eta_x, v), want @ v, rtol=1e-10, atol=1e-10)
