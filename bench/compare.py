@@ -2,7 +2,7 @@
 
     python bench/compare.py --data criteo [talkingdata movielens] \\
         [--models lr fm deepfm wide_deep dcn pnn nfm] [--peers river-sgd river-ftrl river-fm vw vw-q] \\
-        [--examples N] [--repeat R] [--markdown]
+        [--examples N] [--repeat R] [--segments K]
 
 Protocol (every learner): one pass, predict-then-learn (progressive validation): each example
 (River, VW) or mini-batch (streamtrain) is predicted before it is learnt; logloss (predictions
@@ -116,6 +116,9 @@ def bench(data: str, args) -> list[dict]:
             rounds.setdefault(name, []).append(res["rate"])
             if name not in first:
                 res["logloss"], res["auc"] = logloss(res["y"], res["p"]), auc(res["y"], res["p"])
+                if args.segments:
+                    cuts = np.linspace(0, len(res["y"]), args.segments + 1).astype(int)
+                    res["segments"] = [logloss(res["y"][a:b], res["p"][a:b]) for a, b in zip(cuts, cuts[1:])]
                 del res["y"], res["p"]
                 first[name] = res
             print(f"  [{data} round {r + 1}] {name:10} {res['examples']:>8} ex {res['seconds']:7.2f} s "
@@ -145,6 +148,13 @@ def print_tables(data: str, rows: list[dict], args) -> None:
         label = f"streamtrain {r['learner']}" if r["kind"] == "streamtrain" else r["learner"]
         print(f"| {label}{mark} | {r.get('batch_size', 1)} | {r['examples']} | {r['rate']:.0f} | "
               f"{r['logloss']:.5f} | {r['auc']:.4f} |")
+    if args.segments:
+        print(f"\nprogressive logloss over {args.segments} consecutive segments of the stream ({data}):\n")
+        print("| learner | " + " | ".join(f"part {i + 1}" for i in range(args.segments)) + " |")
+        print("|---|" + "---:|" * args.segments)
+        for r in rows:
+            label = f"streamtrain {r['learner']}" if r["kind"] == "streamtrain" else r["learner"]
+            print(f"| {label} | " + " | ".join(f"{v:.5f}" for v in r["segments"]) + " |")
     if st and pr:
         print(f"\nstreamtrain examples/s ÷ peer examples/s ({data}):\n")
         print("| streamtrain model | " + " | ".join(f"÷ {p['learner']}" for p in pr) + " |")
@@ -186,6 +196,8 @@ def main(argv=None) -> int:
     ap.add_argument("--river-fm-examples", type=int, default=5000,
                     help="with --examples: river-fm's rate is measured on this many (it runs ~200 ex/s)")
     ap.add_argument("--vw-mode", choices=("lines", "objects"), default="lines")
+    ap.add_argument("--segments", type=int, default=0, metavar="K",
+                    help="also print each learner's progressive logloss over K consecutive parts of the stream")
     ap.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
                     help="extra config override for every streamtrain model (experiments only)")
     args = ap.parse_args(argv)
