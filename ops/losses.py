@@ -34,8 +34,8 @@ class LogLoss(Layer):
         "sequential": Option(False, (bool,), doc="per-example updates of the linear terms inside a batch"),
         "implicit": Option(True, (bool,), doc="sequential: each example's own update is implicit "
                                               "(cannot overshoot its label)"),
-        "normalize": Option(True, (bool,), doc="sequential: divide the linear terms' step sizes by "
-                                               "sqrt(mean active linear features per example)"),
+        "normalize": Option(True, (bool,), doc="sequential: divide the linear terms' step sizes by the "
+                                               "root mean squared norm of an example's linear features"),
     }
 
     def build(self, input_shapes, schema):

@@ -23,8 +23,9 @@ Two further per-example rules, both from Vowpal Wabbit's default update:
 * ``implicit``: each example's own update is taken at the point it leads to (implicit /
   importance-invariant SGD): ``ρ_k = σ(z_k − K_kk ρ_k) − y_k`` with ``K_kk = Σ η x²`` the
   example's self-influence. A large step cannot overshoot the label.
-* ``normalize``: the step sizes of these terms are divided by ``√(mean number of active linear
-  features per example)``, so one learning rate suits a 5-field stream and a 40-field one.
+* ``normalize``: the step sizes of these terms are divided by ``√(mean over the batch of an
+  example's Σ x²)`` (the number of active features, for one-hot ones), so one learning rate
+  suits a 5-field stream and a 40-field one.
 
 The accumulators (Adagrad, FTRL) add each example's squared gradient at its prediction, as a
 per-example learner would; the pushed gradient is scaled so that the store's one update of a
