@@ -134,6 +134,23 @@ def layers(overrides=None, reduction="sum"):
     return out
 
 
+def sequential_layers():
+    """A crossed FTRL wide part, an Adagrad linear term and bias, learnt per example."""
+    adagrad = {"type": "adagrad", "lr": 0.5}
+    return [
+        {"name": "sp", "type": "sparse_input"},
+        {"name": "dn", "type": "dense_input"},
+        {"name": "x", "type": "feature_cross", "inputs": ["sp"]},
+        {"name": "wide", "type": "embedding", "inputs": ["x"], "dim": 1, "shared": True, "init": "zeros",
+         "optimizer": {"type": "ftrl", "alpha": 0.3, "l1": 0.0, "l2": 1.0}},
+        {"name": "ws", "type": "sum_pooling", "inputs": ["wide"]},
+        {"name": "lin", "type": "fc", "inputs": ["dn"], "dim": 1, "init": "zeros", "optimizer": adagrad},
+        {"name": "bias", "type": "bias", "optimizer": adagrad},
+        {"name": "logit", "type": "add", "inputs": ["ws", "lin", "bias"]},
+        {"name": "loss", "type": "logloss", "inputs": ["logit"], "sequential": True},
+    ]
+
+
 def stream(n, size=32, seed=0, cardinality=60):
     return [random_batch(size, fields=("a", "b", "c"), dense=3, cardinality=cardinality,
                          multivalue=("c",), seed=seed + i) for i in range(n)]

@@ -16,7 +16,7 @@ from streamtrain.errors import StoreError
 from streamtrain.params import ParamSpec
 from streamtrain.store import MemoryStore, make_store, validate_store_config
 from streamtrain.store.redis_store import RedisStore
-from tests.fixtures_redis import OPTIMIZER_SETS, assert_snapshots_close, build, run, stream
+from tests.fixtures_redis import OPTIMIZER_SETS, assert_snapshots_close, build, run, sequential_layers, stream
 
 BATCHES = stream(300)
 
@@ -236,26 +236,10 @@ def test_snapshot_of_a_table_with_no_rows_yet(redis_url):
         store.close()
 
 
-def _sequential_layers():
-    adagrad = {"type": "adagrad", "lr": 0.5}
-    return [
-        {"name": "sp", "type": "sparse_input"},
-        {"name": "dn", "type": "dense_input"},
-        {"name": "x", "type": "feature_cross", "inputs": ["sp"]},
-        {"name": "wide", "type": "embedding", "inputs": ["x"], "dim": 1, "shared": True, "init": "zeros",
-         "optimizer": {"type": "ftrl", "alpha": 0.3, "l1": 0.0, "l2": 1.0}},
-        {"name": "ws", "type": "sum_pooling", "inputs": ["wide"]},
-        {"name": "lin", "type": "fc", "inputs": ["dn"], "dim": 1, "init": "zeros", "optimizer": adagrad},
-        {"name": "bias", "type": "bias", "optimizer": adagrad},
-        {"name": "logit", "type": "add", "inputs": ["ws", "lin", "bias"]},
-        {"name": "loss", "type": "logloss", "inputs": ["logit"], "sequential": True},
-    ]
-
-
 def _sequential_run(store, batches):
     from streamtrain.graph import Graph, Schema
     from streamtrain.trainer import Trainer
-    graph = Graph.from_config(_sequential_layers(), Schema.of(batches[0]))
+    graph = Graph.from_config(sequential_layers(), Schema.of(batches[0]))
     store.declare(graph.params, {"type": "adagrad", "lr": 0.5})
     trainer = Trainer(graph, store)
     preds = np.concatenate([trainer.step(b).predictions for b in batches])

@@ -12,7 +12,31 @@ from streamtrain.store import MemoryStore
 from streamtrain.store.redis_store import RedisStore
 from streamtrain.context import Gradients
 from streamtrain.trainer import Trainer
-from tests.fixtures_redis import OPTIMIZER_SETS, assert_snapshots_close, build, run, stream
+from tests.fixtures_redis import OPTIMIZER_SETS, assert_snapshots_close, build, run, sequential_layers, stream
+
+
+def run_halves(trainers, stores, batches, half: int):
+    """Trainer w steps rows ``[w*half, (w+1)*half)`` of every batch, each in its own thread;
+    returns the store's snapshot once both are done, and closes the stores."""
+    errors = []
+
+    def work(w):
+        try:
+            for b in batches:
+                trainers[w].step(b.take(np.arange(half) + half * w))
+        except Exception as err:                       # pragma: no cover - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(len(trainers))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    snap = stores[0].snapshot()
+    for s in stores:
+        s.close()
+    return snap
 
 
 @pytest.mark.parametrize("where", ["x1", "cluster"])
@@ -27,25 +51,7 @@ def test_two_sync_trainers_match_one_process(where, redis_url, redis_cluster_url
                           "worker": w, "barrier_timeout_s": 20}) for w in range(2)]
     trainers = [Trainer(build(s, default, overrides, reduction="mean"), s) for s in stores]
     assert all(t.barrier is s.barrier for t, s in zip(trainers, stores))
-    errors = []
-
-    def work(w):
-        try:
-            for b in batches:
-                half = np.arange(32) + 32 * w           # trainer w gets its half of every batch
-                trainers[w].step(b.take(half))
-        except Exception as err:                       # pragma: no cover - reported below
-            errors.append(err)
-
-    threads = [threading.Thread(target=work, args=(w,)) for w in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors, errors
-    snap = stores[0].snapshot()
-    for s in stores:
-        s.close()
+    snap = run_halves(trainers, stores, batches, 32)
     assert_snapshots_close(snap, ref_snap)
     logloss = (trainers[0].progressive.logloss + trainers[1].progressive.logloss) / 2
     assert abs(logloss - ref_logloss) <= 1e-6
@@ -85,35 +91,17 @@ def test_staged_gradients_carry_squares_and_combine_them():
 def test_sync_trainers_with_a_sequential_loss(redis_url, redis_namespace):
     """Each trainer solves its half of the batch from the same pulled rows; worker 0 applies the
     sum of both pushes (per-example squares included): the model learns and stays finite."""
-    from tests.test_redis_store import _sequential_layers
     from streamtrain.graph import Graph, Schema
     batches = stream(30, size=64, seed=7, cardinality=8)
     stores = [RedisStore({"urls": [redis_url], "namespace": redis_namespace, "mode": "sync", "trainers": 2,
                           "worker": w, "barrier_timeout_s": 20, "sync_combine": "sum"}) for w in range(2)]
     trainers = []
     for s in stores:
-        graph = Graph.from_config(_sequential_layers(), Schema.of(batches[0]))
+        graph = Graph.from_config(sequential_layers(), Schema.of(batches[0]))
         s.declare(graph.params, {"type": "adagrad", "lr": 0.5})
         trainers.append(Trainer(graph, s))
     assert [layer.name for layer in trainers[0].ctx.sequential] == ["wide", "lin", "bias"]
-    errors = []
-
-    def work(w):
-        try:
-            for b in batches:
-                trainers[w].step(b.take(np.arange(32) + 32 * w))
-        except Exception as err:                       # pragma: no cover - reported below
-            errors.append(err)
-
-    threads = [threading.Thread(target=work, args=(w,)) for w in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors, errors
-    snap = stores[0].snapshot()
-    for s in stores:
-        s.close()
+    snap = run_halves(trainers, stores, batches, 32)
     wide = snap.tables["wide.table"]
     assert np.isfinite(wide["value"]).all() and np.abs(wide["value"]).max() > 0
     assert (wide["n"] > 0).all()                       # every row's accumulator saw its examples
