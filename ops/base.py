@@ -15,52 +15,12 @@ import numpy as np
 
 from streamtrain.errors import ConfigError, ShapeError
 from streamtrain.params import INITS, ParamSpec
+from streamtrain.registry import Registry
+from streamtrain.schema import REQUIRED, Option, non_negative, positive, probability  # noqa: F401
 
-REGISTRY: dict[str, type["Layer"]] = {}
-REQUIRED = object()
-
-
-def register(cls):
-    """Class decorator: make a layer kind available to JSON configs under ``cls.kind``."""
-    if cls.kind in REGISTRY and REGISTRY[cls.kind] is not cls:
-        raise ValueError(f"layer kind '{cls.kind}' registered twice")
-    REGISTRY[cls.kind] = cls
-    return cls
-
-
-@dataclass(frozen=True)
-class Option:
-    """One layer option: default (or REQUIRED), accepted types, choices, an extra check."""
-
-    default: Any = REQUIRED
-    types: tuple = ()
-    choices: tuple = ()
-    check: Callable[[Any], str | None] | None = None
-    doc: str = ""
-
-    def problem(self, value) -> str | None:
-        if self.types:
-            wrong = not isinstance(value, self.types) or (isinstance(value, bool) and bool not in self.types)
-            if wrong:
-                names = "/".join(t.__name__ for t in self.types)
-                return f"expected {names}, got {type(value).__name__} {value!r}"
-        if self.choices and value not in self.choices:
-            return f"expected one of {', '.join(map(str, self.choices))}, got {value!r}"
-        if self.check is not None:
-            return self.check(value)
-        return None
-
-
-def positive(value) -> str | None:
-    return None if value > 0 else f"must be > 0, got {value!r}"
-
-
-def non_negative(value) -> str | None:
-    return None if value >= 0 else f"must be >= 0, got {value!r}"
-
-
-def probability(value) -> str | None:
-    return None if 0 <= value < 1 else f"must be in [0, 1), got {value!r}"
+LAYERS = Registry("layer kind", group="streamtrain.layers")
+register = LAYERS.register
+REGISTRY = LAYERS          # the name older code and tests use
 
 
 INIT_OPTIONS = {
