@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))          # tests/kafka_broker.py: the Tansu launcher is test-only code
 DATA = Path(os.environ.get("STREAMTRAIN_DATA", ROOT.parent / "shared" / "data")) / "criteo_kaggle_head7625.tsv.gz"
 LR = [
     {"name": "sparse", "type": "sparse_input"},
@@ -73,11 +74,11 @@ def kafka_cfg(bootstrap, topic, group, **kw):
 
 def bench_transport(bootstrap, topic, n) -> float:
     from kafka import KafkaConsumer
-    from streamtrain.readers.kafka_records import install
+    from streamtrain.readers.kafka.fastpath import FastPath
     c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
                       enable_auto_commit=False, max_poll_records=8, fetch_max_bytes=64 << 20,
                       max_partition_fetch_bytes=16 << 20)
-    assert install(c)
+    assert FastPath().install(c), "the fast path is off with this kafka-python"
     from kafka import TopicPartition
     c.assign([TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic))])
     clock, seen = Clock(), 0
@@ -123,9 +124,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-redis", action="store_true")
     args = ap.parse_args(argv)
 
-    from streamtrain.kafka_broker import TansuBroker, create_topic
+    from tests.kafka_broker import TansuBroker, create_topic
     from streamtrain.readers import Malformed, open_reader
-    from streamtrain.readers.produce import produce
+    from streamtrain.produce import produce
 
     broker = None if args.bootstrap else TansuBroker().start()
     bootstrap = args.bootstrap or broker.bootstrap

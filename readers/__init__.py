@@ -13,9 +13,9 @@ from .records import records_to_batch
 from .source import (READER_TYPES, ReaderType, Source, open_reader, register_reader_type,
                      validate_reader_config)
 from .synthetic import SyntheticStream, SyntheticTruth
-from . import kafka_config as _kafka_config, plugin as _plugin  # noqa: E402
+from . import kafka as _kafka, plugin as _plugin  # noqa: E402
 
-register_reader_type("kafka", _kafka_config.validate, _kafka_config.open_kafka)
+register_reader_type("kafka", _kafka.validate, _kafka.open_kafka)
 register_reader_type("plugin", _plugin.validate, _plugin.open_plugin)
 
 __all__ = [

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import docker_answers
 
-from streamtrain.readers.kafka_config import TEST_CONSUMER
+from tests.kafka_broker import TEST_CONSUMER
 
 _counter = itertools.count()
 
@@ -42,7 +42,7 @@ def kafka_bootstrap():
         with container as kafka:
             yield kafka.get_bootstrap_server()
         return
-    from streamtrain.kafka_broker import TansuBroker
+    from tests.kafka_broker import TansuBroker
     try:
         broker = TansuBroker().start()
     except RuntimeError as err:
@@ -63,7 +63,7 @@ def kafka_names():
 @pytest.fixture
 def kafka_topic(kafka_bootstrap, kafka_names):
     """A factory: ``kafka_topic(partitions=4) -> topic name`` (created, partitions visible)."""
-    from streamtrain.kafka_broker import create_topic
+    from tests.kafka_broker import create_topic
 
     def make(partitions: int = 4, base: str = "t") -> str:
         name = kafka_names(base)

@@ -22,7 +22,7 @@ import pytest
 from tests.fixtures_prometheus import wait_for, wait_metrics
 
 pytestmark = pytest.mark.timeout(240)
-broker_mod = pytest.importorskip("streamtrain.kafka_broker")
+broker_mod = pytest.importorskip("tests.kafka_broker")
 
 
 def lag_of(text: str) -> dict:
@@ -41,7 +41,7 @@ def criteo_lines(n: int, seed: int) -> list[bytes]:
 
 
 def produce(bootstrap, topic, lines):
-    from streamtrain.readers.produce import produce as send
+    from streamtrain.produce import produce as send
     send(iter(lines), bootstrap, topic)
 
 
@@ -73,7 +73,7 @@ def redis_url(tmp_path):
 
 
 def kafka_sets(bootstrap, topic, group, trace, redis_url, **reader) -> list[str]:
-    from streamtrain.readers.kafka_config import TEST_CONSUMER
+    from tests.kafka_broker import TEST_CONSUMER
     cfg = {"type": "kafka", "bootstrap": bootstrap, "topic": topic, "group": group, "format": "criteo",
            "max_wait_ms": 100, "trace_file": str(trace), "consumer": TEST_CONSUMER, **reader}
     store = {"backend": "redis", "urls": [redis_url], "timeout_s": 1.0}
@@ -211,7 +211,7 @@ def test_a_recreated_topic_is_followed_not_skipped(tmp_path):
     lower offsets) instead of re-committing its stale position and skipping the new records."""
     from streamtrain import config as configmod
     from streamtrain.job import Job
-    from streamtrain.readers.kafka_config import TEST_CONSUMER
+    from tests.kafka_broker import TEST_CONSUMER
     from tests.fixtures_kafka import LR_LAYERS
 
     broker = broker_mod.TansuBroker().start()

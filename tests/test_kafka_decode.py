@@ -12,7 +12,7 @@ from kafka import TopicPartition                                           # noq
 from kafka.record.default_records import DefaultRecordBatchBuilder         # noqa: E402
 from kafka.record.memory_records import MemoryRecords                      # noqa: E402
 
-from streamtrain.readers import kafka_records as kr                        # noqa: E402
+from streamtrain.readers.kafka import decode, fastpath                     # noqa: E402
 
 TP = TopicPartition("t", 3)
 
@@ -52,14 +52,14 @@ def test_vectorised_decode_equals_the_loop(n):
     headers = [[] if i % 4 else [("h", b"v" * (i % 9)), ("reason", b"r")] for i in range(n)]
     raw = _batch_bytes(values, keys, headers, ts_step=37_000)  # ts deltas of several bytes
     for fetch_offset in sorted({0, min(2, n - 1), n // 2, n - 1}):
-        fast = kr.segment_of_batch(TP, _batch(raw, 1000), 1000 + fetch_offset)
-        slow = kr._segment_of_batch_loop(TP, _batch(raw, 1000), 1000 + fetch_offset)
+        fast = fastpath.segment_of_batch(TP, _batch(raw, 1000), 1000 + fetch_offset)
+        slow = fastpath._segment_of_batch_loop(TP, _batch(raw, 1000), 1000 + fetch_offset)
         _same(fast, slow)
         assert len(fast) == n - fetch_offset and fast.next_offset == 1000 + n
         assert fast.offsets[0] == 1000 + fetch_offset
         kept = values[fetch_offset:]
         assert fast.buf == b"".join((v or b"") + b"\n" for v in kept)
-    assert kr.segment_of_batch(TP, _batch(raw), n) is None     # everything before the fetch offset
+    assert fastpath.segment_of_batch(TP, _batch(raw), n) is None     # everything before the fetch offset
 
 
 def test_vectorised_decode_refuses_corrupt_bytes():
@@ -68,16 +68,16 @@ def test_vectorised_decode_refuses_corrupt_bytes():
     batch = _batch(bytes(raw))
     body = batch._pos
     with pytest.raises((ValueError, IndexError)):
-        kr.decode_v2_columns(batch._buffer[:-3], body, batch.records_count)     # truncated
+        decode.decode_v2_columns(batch._buffer[:-3], body, batch.records_count)     # truncated
     buf = bytearray(batch._buffer)
     buf[body] += 2                                             # a record length off by one
     with pytest.raises((ValueError, IndexError)):
-        kr.decode_v2_columns(buf, body, batch.records_count)
+        decode.decode_v2_columns(buf, body, batch.records_count)
     buf = bytearray(batch._buffer)
     assert buf[body + 4] == 1                                  # record 0's key: null
     buf[body + 4] = 0x7E                                       # now 63 bytes: past the record
     with pytest.raises((ValueError, IndexError)):
-        kr.decode_v2_columns(buf, body, batch.records_count)
+        decode.decode_v2_columns(buf, body, batch.records_count)
 
 
 def test_varints_round_trip_64_bit_values():
@@ -99,7 +99,7 @@ def test_varints_round_trip_64_bit_values():
         pos.append(len(buf))
         buf += enc(int(v))
     a = np.frombuffer(buf, np.uint8)
-    got, nxt = kr._varints(a, np.array(pos, np.int64), len(a) - 1)
+    got, nxt = decode._varints(a, np.array(pos, np.int64), len(a) - 1)
     assert np.array_equal(got, vals)
     assert np.array_equal(nxt, np.array(pos[1:] + [len(buf)]))
 
@@ -123,7 +123,7 @@ class _FakeConsumer:
 
 
 def _source():
-    from streamtrain.readers.kafka_source import KafkaSource
+    from streamtrain.readers.kafka.source import KafkaSource
     src = KafkaSource({"type": "kafka", "bootstrap": "127.0.0.1:1", "topic": "t", "group": "g",
                        "format": "criteo"}, batch_size=8)
     src.consumer = _FakeConsumer()
@@ -132,8 +132,8 @@ def _source():
 
 
 def test_commits_are_sent_every_other_batch_and_before_the_consumer_is_used_again():
-    from streamtrain.readers import kafka_source as ks
-    assert ks.COMMIT_EVERY == 2
+    from streamtrain.readers.kafka import offsets
+    assert offsets.COMMIT_EVERY == 2
     src = _source()
     c = src.consumer
     src.commit({("t", 0): 10, ("t", 1): 5})

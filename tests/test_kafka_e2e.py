@@ -6,10 +6,10 @@ import gzip
 import resource
 import time
 
-from streamtrain.kafka_broker import committed_offsets, end_offsets
+from tests.kafka_broker import committed_offsets, end_offsets
 from streamtrain.readers import Malformed
-from streamtrain.readers.kafka_source import KafkaSource
-from streamtrain.readers.produce import produce, produce_file
+from streamtrain.readers.kafka.source import KafkaSource
+from streamtrain.produce import produce, produce_file
 from tests.fixtures_kafka import read_trace
 
 

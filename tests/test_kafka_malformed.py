@@ -7,8 +7,8 @@ import random
 import time
 
 from streamtrain.readers import Malformed
-from streamtrain.readers.kafka_source import KafkaSource
-from streamtrain.readers.produce import produce
+from streamtrain.readers.kafka.source import KafkaSource
+from streamtrain.produce import produce
 
 
 def _corrupt(line: bytes, kind: str, rng) -> bytes:

@@ -8,8 +8,9 @@ import time
 import numpy as np
 import pytest
 
-from streamtrain.kafka_broker import end_offsets
-from streamtrain.readers.kafka_records import Segment, decode_v2
+from tests.kafka_broker import end_offsets
+from streamtrain.readers.kafka.decode import decode_v2
+from streamtrain.readers.kafka.segment import Segment
 
 
 def test_produce_cli_lines_per_message_limit_and_rate(criteo_path, kafka_bootstrap, kafka_names):

@@ -11,8 +11,8 @@ import threading
 import time
 
 
-from streamtrain.kafka_broker import committed_offsets, end_offsets
-from streamtrain.readers.produce import produce
+from tests.kafka_broker import committed_offsets, end_offsets
+from streamtrain.produce import produce
 from tests.fixtures_kafka import read_trace
 
 

@@ -1,14 +1,16 @@
-"""The ``kafka`` reader's config: keys, defaults, validation, and the consumer settings.
+"""The ``kafka`` reader's config: keys, defaults, validation.
 
     "reader": {"type": "kafka", "bootstrap": "127.0.0.1:9092", "topic": "clicks",
                "group": "trainers", "format": "criteo", "max_wait_ms": 200}
 
 Keys that are not Kafka keys are the format's options (as for the file reader), inline or in
-``options``. Nothing here imports kafka-python: validating a config opens nothing.
+``options``. Nothing here imports kafka-python: validating a config opens nothing. The
+settings handed to kafka-python's clients are built in ``clients.py``.
 """
 from __future__ import annotations
 
-from .formats import check_format_options, format_classes
+from ..formats import check_format_options, format_classes
+from .clients import check_security
 
 DEFAULTS = {
     "format": "criteo",
@@ -21,23 +23,11 @@ DEFAULTS = {
     "consumer": {},              # extra kafka-python KafkaConsumer settings (override the ones below)
     "producer": {},              # extra KafkaProducer settings for the dead-letter producer
     "trace_file": None,          # debug: append "partition offset" of every applied row at commit
-    "fast_decode": True,         # decode record batches in bulk (see kafka_records.py)
+    "fast_decode": True,         # decode record batches in bulk (see fastpath.py)
+    "security": None,            # SASL/SSL settings of every client (see clients.py)
     "options": {},
 }
 KAFKA_KEYS = ("type", "bootstrap", "topic", "group", *DEFAULTS)
-
-# INFRA.md: Tansu holds a join for about half the session timeout; these give ~3 s joins.
-CONSUMER_DEFAULTS = {
-    "session_timeout_ms": 6000,
-    "heartbeat_interval_ms": 500,
-    "max_poll_interval_ms": 10000,
-    "fetch_max_bytes": 16 << 20,       # a poll drains a whole fetch: bounds the work between polls
-    "max_partition_fetch_bytes": 4 << 20,
-    "fetch_max_wait_ms": 100,
-}
-# what tests use (INFRA.md: ~1 s joins)
-TEST_CONSUMER = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 300,
-                 "max_poll_interval_ms": 5000}
 
 
 def split_options(cfg: dict) -> tuple[dict, dict]:
@@ -57,19 +47,6 @@ def normalized(cfg: dict) -> dict:
     out["topic"] = _as_list(cfg.get("topic"))
     out["format_options"], _ = split_options(cfg)
     return out
-
-
-def consumer_settings(cfg: dict) -> dict:
-    """kafka-python ``KafkaConsumer`` keyword arguments for a normalized config."""
-    return {
-        **CONSUMER_DEFAULTS,
-        "bootstrap_servers": cfg["bootstrap"],
-        "group_id": cfg["group"],
-        "enable_auto_commit": False,           # offsets are committed after the update, by us
-        "auto_offset_reset": cfg["auto_offset_reset"],
-        "client_id": f"streamtrain-{cfg['group']}",
-        **(cfg.get("consumer") or {}),
-    }
 
 
 def _as_list(v):
@@ -127,12 +104,9 @@ def validate(cfg: dict) -> list[tuple[str, str]]:
     for key in ("consumer", "producer"):
         if not isinstance(cfg.get(key, {}), dict):
             problems.append((key, f"expected an object of kafka-python settings, got {cfg.get(key)!r}"))
+    problems += [(f"security.{k}" if k else "security", m) for k, m in check_security(cfg.get("security"))]
     if isinstance(cfg.get("consumer"), dict) and cfg["consumer"].get("enable_auto_commit"):
         problems.append(("consumer.enable_auto_commit", "must stay false: offsets are committed "
                                                         "only after the update is applied"))
     return problems
 
-
-def open_kafka(cfg: dict, batch_size: int, malformed):
-    from .kafka_source import KafkaSource       # kafka-python is imported only when used
-    return KafkaSource(cfg, batch_size, malformed)

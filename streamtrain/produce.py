@@ -11,14 +11,17 @@ import os
 import sys
 import time
 
+from .errors import ReaderError
+from .readers.files import iter_blocks, open_binary
+from .readers.kafka.clients import MECHANISMS, PROTOCOLS, check_security, client_settings, quiet_library_logs
+
+# acks=1 without idempotence, said explicitly (kafka-python 3 warns otherwise)
 PRODUCER_SETTINGS = {"linger_ms": 20, "batch_size": 1 << 20, "max_request_size": 16 << 20,
-                     "acks": 1}
+                     "acks": 1, "enable_idempotence": False}
 
 
 def iter_lines(path, loop: bool = False, skip_header: bool = False):
     """Lines of a file (bytes, without the newline), blank lines skipped; cycle if ``loop``."""
-    from .files import iter_blocks, open_binary
-
     while True:
         n = 0
         with open_binary(path) as f:
@@ -39,19 +42,22 @@ def iter_lines(path, loop: bool = False, skip_header: bool = False):
 
 def produce(lines, bootstrap, topic: str, *, rate: float | None = None, lines_per_message: int = 1,
             limit: int | None = None, partitions: int | None = None, producer_settings=None,
-            timestamp_ms=None) -> dict:
+            timestamp_ms=None, security: dict | None = None) -> dict:
     """Send ``lines`` to ``topic``; returns {"lines", "messages", "seconds"} once all are acked.
 
     ``partitions`` creates the topic with that many partitions first (when it is missing).
     ``timestamp_ms`` (a callable of the message index) overrides the message timestamps.
+    ``security`` is a reader's ``security`` section (SASL/SSL), used by every client here.
     """
-    from kafka import KafkaProducer
+    from kafka import KafkaProducer                 # kafka-python only when producing
 
-    from streamtrain.kafka_broker import create_topic
+    from .readers.kafka.admin import create_topic
 
+    quiet_library_logs()
     if partitions:
-        create_topic(bootstrap, topic, partitions)
-    producer = KafkaProducer(bootstrap_servers=bootstrap, **{**PRODUCER_SETTINGS, **(producer_settings or {})})
+        create_topic(bootstrap, topic, partitions, security=security)
+    producer = KafkaProducer(**{**PRODUCER_SETTINGS, **client_settings(bootstrap, security),
+                                **(producer_settings or {})})
     try:
         parts = sorted(producer.partitions_for(topic))
         k = max(1, int(lines_per_message))
@@ -117,8 +123,33 @@ def add_produce_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--skip-header", action="store_true",
                    help="do not send the file's first line (a csv header: over Kafka the "
                         "reader takes the column names from its 'columns' option)")
+    sec = p.add_argument_group("security (SASL/SSL; the SASL password from env "
+                               "STREAMTRAIN_KAFKA_SASL_PASSWORD or --sasl-password-file, never a flag)")
+    for flag, key, extra in SECURITY_FLAGS:
+        env = "KAFKA_" + key.upper()
+        sec.add_argument(flag, dest=key, default=_env(env), metavar=key.split("_")[-1].upper(),
+                         help=f"{extra} [env STREAMTRAIN_{env}]")
     p.set_defaults(func=run_produce)
     return p
+
+
+SECURITY_FLAGS = (   # flag, key of a reader's security section, help
+    ("--security-protocol", "security_protocol", "one of " + ", ".join(PROTOCOLS)),
+    ("--sasl-mechanism", "sasl_mechanism", "one of " + ", ".join(MECHANISMS)),
+    ("--sasl-username", "sasl_plain_username", "SASL user name"),
+    ("--sasl-password-file", "sasl_plain_password_file", "file holding the SASL password"),
+    ("--ssl-cafile", "ssl_cafile", "CA certificate file (PEM)"),
+    ("--ssl-certfile", "ssl_certfile", "client certificate file (PEM)"),
+    ("--ssl-keyfile", "ssl_keyfile", "client key file (PEM)"),
+)
+
+
+def security_of_args(args) -> dict | None:
+    """The ``security`` section the flags (and STREAMTRAIN_KAFKA_* variables) describe."""
+    sec = {key: getattr(args, key) for _, key, _ in SECURITY_FLAGS if getattr(args, key, None)}
+    if _env("KAFKA_SASL_PASSWORD") and "sasl_plain_password_file" not in sec:
+        sec["sasl_plain_password_env"] = "STREAMTRAIN_KAFKA_SASL_PASSWORD"
+    return sec or None
 
 
 def _int(v):
@@ -130,17 +161,27 @@ def _float(v):
 
 
 def run_produce(args) -> int:
-    from streamtrain.errors import ReaderError
+    from kafka.errors import KafkaError
 
+    security = security_of_args(args)
+    problems = check_security(security)
+    if problems:
+        for key, msg in problems:
+            print(f"streamtrain produce: security {key}: {msg}", file=sys.stderr)
+        return 2
     try:
         out = produce(iter_lines(args.file, loop=args.loop, skip_header=args.skip_header),
                       args.bootstrap, args.topic, rate=args.rate, limit=args.limit,
-                      lines_per_message=args.lines_per_message, partitions=args.partitions)
+                      lines_per_message=args.lines_per_message, partitions=args.partitions,
+                      security=security)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     except ReaderError as err:
         print(f"streamtrain produce: {err}", file=sys.stderr)
+        return 1
+    except KafkaError as err:
+        print(f"streamtrain produce: Kafka at {args.bootstrap}: {err!r}", file=sys.stderr)
         return 1
     print(f"produced {out['lines']} lines in {out['messages']} messages to {args.topic} "
           f"in {out['seconds']:.2f} s ({out['lines'] / max(out['seconds'], 1e-9):.0f} lines/s)",

