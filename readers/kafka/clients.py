@@ -142,6 +142,6 @@ def producer_settings(cfg: dict) -> dict:
 
 
 def quiet_library_logs() -> None:
-    """kafka-python's loggers at WARNING unless the root logger is at DEBUG."""
-    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
-        logging.getLogger("kafka").setLevel(logging.WARNING)
+    """kafka-python's loggers at WARNING unless the root logger is at DEBUG (then they follow it)."""
+    debug = logging.getLogger().getEffectiveLevel() <= logging.DEBUG
+    logging.getLogger("kafka").setLevel(logging.NOTSET if debug else logging.WARNING)
