@@ -1,0 +1,84 @@
+"""The kafka-python fast path is on only where every attribute it uses exists, and a decode
+that fails at run time falls back to the library's own path without losing a record."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+from kafka import KafkaConsumer
+from kafka.record.default_records import DefaultRecordBatch
+
+from streamtrain.produce import produce
+from streamtrain.readers.kafka import fastpath
+from streamtrain.readers.kafka.source import KafkaSource
+from tests.kafka_broker import committed_offsets, end_offsets
+
+
+@pytest.fixture
+def consumer(kafka_bootstrap):
+    c = KafkaConsumer(bootstrap_servers=kafka_bootstrap, enable_auto_commit=False)
+    yield c
+    c.close(autocommit=False)
+
+
+def test_this_kafka_python_has_everything_the_fast_path_uses(consumer):
+    assert fastpath.missing(consumer) == []
+    base = consumer._fetcher.PartitionRecords
+    fp = fastpath.FastPath()
+    assert fp.install(consumer) and fp.active
+    assert issubclass(consumer._fetcher.PartitionRecords, base)
+
+
+def test_one_missing_attribute_turns_the_fast_path_off(consumer, monkeypatch, caplog):
+    """kafka-python 2.1.2–2.1.6 have no DefaultRecordBatch.next_offset."""
+    monkeypatch.delattr(DefaultRecordBatch, "next_offset")
+    caplog.set_level(logging.DEBUG, logger="streamtrain.kafka")
+    base = consumer._fetcher.PartitionRecords
+    assert fastpath.missing(consumer) == ["DefaultRecordBatch.next_offset"]
+    fp = fastpath.FastPath()
+    assert fp.install(consumer) is False and not fp.active
+    assert consumer._fetcher.PartitionRecords is base               # nothing replaced
+    assert "kafka fast path disabled" in caplog.text and "next_offset" in caplog.text
+
+
+def test_a_decode_that_disagrees_with_the_library_turns_it_off(consumer, monkeypatch):
+    real = fastpath.segment_of_batch
+
+    def shifted(tp, batch, fetch_offset):
+        seg = real(tp, batch, fetch_offset)
+        seg.offsets = seg.offsets + 1
+        return seg
+    monkeypatch.setattr(fastpath, "segment_of_batch", shifted)
+    assert fastpath.missing(consumer) == ["a decode that agrees with the library's on a sample batch"]
+
+
+def test_a_failing_first_decode_falls_back_and_loses_nothing(kafka_bootstrap, kafka_topic, kafka_names,
+                                                             kafka_test_consumer, monkeypatch, caplog):
+    topic, group = kafka_topic(2), kafka_names("g")
+    lines = [b"\t".join([str(i % 2).encode(), *[b"%d" % (i % 7)] * 13, *[b"%08x" % (i % 97)] * 26])
+             for i in range(600)]
+    produce(lines, kafka_bootstrap, topic)
+    calls, real = [], fastpath.segment_of_batch
+
+    def broken(tp, batch, fetch_offset):                # the install-time sample still decodes
+        if tp.topic != topic:
+            return real(tp, batch, fetch_offset)
+        calls.append(batch.base_offset)
+        raise AttributeError("'DefaultRecordBatch' object has no attribute 'next_offset'")
+    monkeypatch.setattr(fastpath, "segment_of_batch", broken)
+    caplog.set_level(logging.WARNING, logger="streamtrain.kafka")
+    src = KafkaSource({"type": "kafka", "bootstrap": kafka_bootstrap, "topic": topic, "group": group,
+                       "format": "criteo", "stop_at_end": True, "max_wait_ms": 50,
+                       "consumer": kafka_test_consumer}, 64)
+    rows = 0
+    try:
+        for batch in src.batches():
+            rows += batch.size
+            src.commit(batch.offsets)
+        assert src.fastpath.fell_back is not None and not src.fast
+    finally:
+        src.close()
+    assert len(calls) == 1                                     # tried once, then the library's path
+    assert rows == 600 and src.stats["messages"] == 600
+    assert committed_offsets(kafka_bootstrap, topic, group) == end_offsets(kafka_bootstrap, topic)
+    assert caplog.text.count("kafka fast path: decoding a record batch failed") == 1
