@@ -17,8 +17,11 @@ def _good(i: int) -> bytes:
 
 
 def _dead_letters(bootstrap, topic, expect: int):
+    big = {"max_partition_fetch_bytes": 8 << 20}
+    if "receive_message_max_bytes" in KafkaConsumer.DEFAULT_CONFIG:       # kafka-python >= 2.3
+        big["receive_message_max_bytes"] = 64 << 20
     c = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                      enable_auto_commit=False, group_id=None, max_partition_fetch_bytes=8 << 20)
+                      enable_auto_commit=False, group_id=None, **big)
     got = []
     try:
         for _ in range(50):

@@ -4,6 +4,10 @@ Pure functions of a buffer (no kafka-python inside): ``decode_v2`` walks the rec
 one; ``decode_v2_columns`` follows only the record lengths in Python and decodes every field
 of all records at once with numpy. Both raise ``ValueError``/``IndexError`` when the bytes do
 not add up.
+
+Both loops inline the one- and two-byte case of the record-length varint (the same six lines,
+on purpose: a function call per record is most of the cost of these loops); longer varints go
+through ``_varint``.
 """
 from __future__ import annotations
 

@@ -151,6 +151,9 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
         fast = self.cfg["fast_decode"]
         per_poll = max(1, int(np.ceil(self.batch_size / max(1, self.cfg["lines_per_message"]))))
         settings.setdefault("max_poll_records", 1000 if fast else max(500, 2 * per_poll))
+        if "receive_message_max_bytes" in KafkaConsumer.DEFAULT_CONFIG:
+            # kafka-python 2.3-3.0 refuse a network frame over 1 MB by default: let a fetch through
+            settings.setdefault("receive_message_max_bytes", settings["fetch_max_bytes"] + (1 << 20))
         try:
             consumer = KafkaConsumer(**settings)
         except KafkaError as err:
