@@ -2,7 +2,18 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import rankdata
+
+
+def rankdata(x: np.ndarray) -> np.ndarray:
+    """1-based ranks, ties sharing their mean rank (``scipy.stats.rankdata``'s default, without
+    importing scipy.stats: a third of a second at start-up)."""
+    order = np.argsort(x, kind="stable")
+    xs = x[order]
+    starts = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1]])
+    ends = np.r_[starts[1:], len(xs)]
+    ranks = np.empty(len(x), np.float64)
+    ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
+    return ranks
 
 
 def auc(labels, scores) -> float:

@@ -13,15 +13,16 @@ def register_backend(name: str, factory, validator) -> None:
     VALIDATORS[name] = validator
 
 
-def _load_optional() -> None:
-    try:
+def _load_optional(backend) -> None:
+    """Import the redis backend (and redis-py) only for a config that names a backend the
+    memory store is not: a memory-store run starts without loading redis-py."""
+    if backend not in BACKENDS:
         from . import redis_store  # noqa: F401  (registers the redis backend)
-    except ImportError:
-        pass
 
 
 def validate_store_config(cfg) -> list[tuple[str, str]]:
-    _load_optional()
+    if isinstance(cfg, dict):
+        _load_optional(cfg.get("backend", "memory"))
     if not isinstance(cfg, dict):
         return [("", f"expected an object like {{\"backend\": \"memory\"}}, got {cfg!r}")]
     backend = cfg.get("backend", "memory")
@@ -31,7 +32,7 @@ def validate_store_config(cfg) -> list[tuple[str, str]]:
 
 
 def make_store(cfg: dict) -> ParamStore:
-    _load_optional()
+    _load_optional(cfg.get("backend", "memory"))
     return BACKENDS[cfg.get("backend", "memory")](cfg)
 
 
