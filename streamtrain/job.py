@@ -45,6 +45,7 @@ class Job:
         self.last_checkpoint: str | None = None
         self.store_failures = 0     # steps that failed because the store gave up (then retried)
         self.received_at = None
+        self.first_step = None   # (monotonic time, examples) once the first batch is applied
         self.hooks = []          # callables(job, batch, result) after every step (metrics, daemon)
         self.checkpoint_hooks = []   # callables(job, path, ok) after every checkpoint attempt
         self.checkpoint_requested = False   # set by SIGHUP: write one at the next safe point
@@ -112,6 +113,8 @@ class Job:
                 result = self._step_until_applied(batch)
                 if result is None:          # asked to stop while the store was unreachable
                     break
+                if self.first_step is None:
+                    self.first_step = (time.monotonic(), self.trainer.examples)
                 if complete:
                     t0 = time.perf_counter()
                     self.source.commit(batch.offsets)
@@ -235,6 +238,13 @@ class Job:
                 f"logloss={f['logloss']} auc={f['auc']} lag={f['lag'] if f['lag'] is not None else '-'} "
                 f"malformed={f['malformed']} nonfinite={f['nonfinite']}")
 
+    def _steady_rate(self) -> float | None:
+        """Examples/s after the first batch (start-up, graph build and warm-up excluded)."""
+        if self.first_step is None or self.trainer is None:
+            return None
+        at, n = self.first_step
+        return round((self.trainer.examples - n) / max(time.monotonic() - at, 1e-9), 1)
+
     def summary(self) -> dict:
         elapsed = time.monotonic() - self.started
         t = self.trainer
@@ -248,6 +258,7 @@ class Job:
             "store_failures": self.store_failures,
             "elapsed_s": round(elapsed, 3),
             "examples_per_s": round((t.examples if t else 0) / max(elapsed, 1e-9), 1),
+            "steady_examples_per_s": self._steady_rate(),
             "logloss": _num(p.logloss) if p else None,
             "auc": _num(p.auc) if p else None,
             "predicted_ctr": _num(p.predicted_ctr) if p else None,
