@@ -11,6 +11,7 @@ import numpy as np
 
 from streamtrain.errors import StoreError
 
+from . import redis_keys
 from .base import initial_dense, initial_rows
 
 TAG = 8
@@ -96,3 +97,43 @@ class RowLayout:
               for k, _ in self.slots}
         self.optimizer.step(wv, g.reshape(shape).astype(self.dtype, copy=False), st,
                             None if sq is None else sq.reshape(shape).astype(self.dtype, copy=False))
+
+
+class Rows:
+    """One parameter's rows in flight: keys, and the current value read for each."""
+
+    def __init__(self, store, name, ids):   # store: a RedisStore (its layouts, cfg, ns, io)
+        self.name, self.ids = name, ids
+        self.layout: RowLayout = store.layouts[name]
+        self.policy = store.cfg.policy(name) if ids is not None else None
+        self.present = None             # not read yet
+        if ids is None:
+            self.keys = np.array([redis_keys.dense_key(store.ns, name)])
+            self.groups = np.array([store.io.DENSE], np.int64)
+        else:
+            self.keys = redis_keys.row_keys(store.ns, name, ids, store.io.buckets)
+            self.groups = redis_keys.bucket_of(name, ids, store.io.buckets)
+
+    def set_values(self, values, where: str, rows=None) -> None:
+        present, tags, w, state = self.layout.decode(list(values), where)
+        if rows is None:
+            self.present, self.tags, self.w, self.state = present, tags, w, state
+            return
+        self.present[rows], self.tags[rows], self.w[rows] = present, tags, w
+        for k in self.state:
+            self.state[k][rows] = state[k]
+
+    def fill_initial(self, rows: np.ndarray) -> None:
+        """Absent rows take their initial weights and state."""
+        if len(rows):
+            w, state = self.layout.initial(None if self.ids is None else self.ids[rows])
+            self.w[rows] = w
+            for k in self.state:
+                self.state[k][rows] = state[k]
+
+    @property
+    def ttl(self) -> int:
+        return self.policy.ttl_ms if self.policy else 0
+
+    def out(self) -> np.ndarray:
+        return self.w.reshape(self.layout.spec.shape).copy() if self.ids is None else self.w.copy()
