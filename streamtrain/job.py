@@ -5,6 +5,7 @@ Offsets of a batch are committed only after its update was applied to the store.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import shutil
 import time
@@ -101,7 +102,8 @@ class Job:
         every = float(self.config.get("log", {}).get("every_seconds", 10.0))
         next_log = time.monotonic() + every
         try:
-            for batch in self.source.batches():
+            batches = self._read_ahead(self.source.batches())
+            for batch, ahead in batches:
                 self.received_at = time.time()      # freshness fallback when a batch has no event times
                 if self.graph is None:
                     self._build(batch)
@@ -110,6 +112,9 @@ class Job:
                 batch, complete = self._limit(batch)
                 if batch is None:
                     break
+                nxt = ahead() if complete and not self._reached_limit(batch.size) else None
+                if nxt is not None:
+                    self.trainer.prefetch(nxt)
                 result = self._step_until_applied(batch)
                 if result is None:          # asked to stop while the store was unreachable
                     break
@@ -133,6 +138,27 @@ class Job:
             self.finish()
         return self.summary()
 
+    def _read_ahead(self, batches):
+        """(batch, ahead) pairs: ``ahead()`` reads the next batch now, so that a store that reads
+        ahead (``store.prefetches``: redis) fetches its rows while this batch trains. Only for
+        sources that never wait for data (not Kafka: a quiet topic would hold this batch back);
+        else ``ahead()`` is None. Offsets are untouched: a batch read ahead but not trained
+        (stop, limit) is not committed."""
+        it = iter(batches)
+        eager = getattr(self.store, "prefetches", False) and getattr(self.source, "request_stop", None) is None
+        pending = []
+
+        def ahead():
+            if eager and self.graph is not None and not pending:
+                pending.extend(itertools.islice(it, 1))
+            return pending[0] if pending else None
+
+        while True:
+            batch = pending.pop() if pending else next(it, None)
+            if batch is None:
+                return
+            yield batch, ahead
+
     def _step_until_applied(self, batch):
         """Step; when the store gives up (it already retried for ``retry.give_up_s``), log it and
         step the same batch again after a pause, without committing its offsets: the daemon
@@ -152,9 +178,10 @@ class Job:
                     time.sleep(0.05)
                 delay = min(delay * 2, 30.0)
 
-    def _reached_limit(self) -> bool:
+    def _reached_limit(self, coming: int = 0) -> bool:
+        """The example limit is reached (or will be, after ``coming`` more examples)."""
         return self.max_examples is not None and self.trainer is not None \
-            and self.trainer.examples >= self.max_examples
+            and self.trainer.examples + coming >= self.max_examples
 
     def _limit(self, batch):
         """Cut the batch at ``max_examples``; a cut batch is trained but its offsets not committed."""

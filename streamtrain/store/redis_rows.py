@@ -74,6 +74,11 @@ class RowLayout:
                 mat = flat
             else:
                 mat[present] = flat
+        return (present, *self.unpack(mat))
+
+    def unpack(self, mat: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
+        """``uint8[n, nbytes]`` (``encode``'s output) → tags, weights, state."""
+        n = len(mat)
         tags = mat[:, :TAG].copy().view("<u8").reshape(n)
         floats = mat[:, TAG:].copy().view("<f4").reshape(n, self.floats)
         w = floats[:, :self.dim].astype(self.dtype)
@@ -81,7 +86,7 @@ class RowLayout:
         for k, width in self.slots:
             state[k] = floats[:, col:col + width].astype(self.dtype)
             col += width
-        return present, tags, w, state
+        return tags, w, state
 
     # ---- the rule, with the memory store's shapes ---------------------------------------
     def step(self, w: np.ndarray, g: np.ndarray, state: dict, sq: np.ndarray | None = None) -> None:
@@ -119,6 +124,13 @@ class Rows:
         if rows is None:
             self.present, self.tags, self.w, self.state = present, tags, w, state
             return
+        self._assign(rows, present, tags, w, state)
+
+    def set_encoded(self, rows: np.ndarray, mat: np.ndarray) -> None:
+        """Rows ``rows`` now hold these encoded values (as written by this store)."""
+        self._assign(rows, True, *self.layout.unpack(mat))
+
+    def _assign(self, rows, present, tags, w, state) -> None:
         self.present[rows], self.tags[rows], self.w[rows] = present, tags, w
         for k in self.state:
             self.state[k][rows] = state[k]

@@ -8,6 +8,8 @@
 * **Push**: the update rule is the memory store's numpy rule, run on the value just read, and
   written back by a per-row compare-and-set script (redis_scripts): atomic per row, no lost
   update, retried on conflicts; the values read by the pull are reused when nobody wrote since.
+* **Overlap** (redis_prefetch): the next batch's rows are read on a thread while this batch
+  computes; this store's own writes are patched in, the compare-and-set catches the others'.
 * **Sync mode** (redis_sync): pushes are staged; ``store.barrier`` is the trainer's barrier.
 * **Checkpoints** (redis_snapshot): every row of a table by SCAN, restored by compare-and-set.
 * **Lifecycle** (redis_lifecycle): TTL, admission, cap, counters. **Failures** (redis_shards):
@@ -26,6 +28,7 @@ from . import redis_keys, redis_lifecycle, redis_snapshot, register_backend
 from .base import ParamStore, Snapshot
 from .redis_config import RedisConfig, validate
 from .redis_io import RowIO
+from .redis_prefetch import Prefetch
 from .redis_rows import RowLayout, Rows
 from .redis_server import RedisServer
 from .redis_shards import Retry, Shards
@@ -58,6 +61,8 @@ class RedisStore(ParamStore):
         self.layouts: dict[str, RowLayout] = {}
         self._cache: dict[str, Rows] = {}
         self._rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))
+        self.ahead = Prefetch(self)
+        self.prefetches = self.cfg.mode != "sync"     # sync mode stages pushes: no read ahead
         self.barrier = None
         if self.cfg.mode == "sync":
             self.barrier = SyncBarrier(self, self.cfg.trainers, self.cfg.worker,
@@ -75,10 +80,17 @@ class RedisStore(ParamStore):
             self._cache.clear()
 
     # ---- pull ------------------------------------------------------------------------------
+    def prefetch(self, dense, tables) -> None:
+        """Start reading the next batch's rows now (redis_prefetch); its ``pull`` takes them."""
+        if self.prefetches:
+            self.ahead.start(dense, tables)
+
     def pull(self, dense, tables, *, create=True):
-        items = [Rows(self, n, None) for n in dense]
-        items += [Rows(self, n, np.asarray(ids, np.uint64)) for n, ids in tables.items()]
-        self.read_rows(items, "pull")
+        items = self.ahead.take(dense, tables)
+        if items is None:
+            items = [Rows(self, n, None) for n in dense]
+            items += [Rows(self, n, np.asarray(ids, np.uint64)) for n, ids in tables.items()]
+            self.read_rows(items, "pull")
         creating = []
         for it in items:
             missing = np.flatnonzero(~it.present)
@@ -254,8 +266,12 @@ class RedisStore(ParamStore):
 
     def cas_rows(self, parts: list, what: str) -> list[np.ndarray]:
         """One chunked compare-and-set over ``(rows item, row numbers, expected tags, values)``."""
-        return self.io.cas([(it.keys[rows], it.groups[rows], expected, values, it.ttl)
-                            for it, rows, expected, values in parts], what=what)
+        failed = self.io.cas([(it.keys[rows], it.groups[rows], expected, values, it.ttl)
+                              for it, rows, expected, values in parts], what=what)
+        for (it, rows, _, values), bad in zip(parts, failed):
+            done = ~bad
+            self.ahead.record(it.name, None if it.ids is None else it.ids[rows[done]], values[done])
+        return failed
 
     # ---- lifecycle and stats ----------------------------------------------------------------
     def lifecycle(self) -> dict:
@@ -283,6 +299,7 @@ class RedisStore(ParamStore):
     def restore(self, snapshot: Snapshot) -> None:
         """Replace this namespace's parameters by the snapshot's (declared parameters only)."""
         self._cache.clear()
+        self.ahead.cancel()
         redis_snapshot.restore(self, snapshot)
 
     # ---- the rest ------------------------------------------------------------------------------
@@ -294,6 +311,7 @@ class RedisStore(ParamStore):
 
     def close(self) -> None:
         try:
+            self.ahead.cancel()
             self.counters.flush(force=True)
         except StoreError:
             pass
