@@ -156,6 +156,9 @@ def print_tables(data: str, rows: list[dict], args) -> None:
         label = f"streamtrain {r['learner']}" if r["kind"] == "streamtrain" else r["learner"]
         print(f"| {label}{mark} | {r.get('batch_size', 1)} | {r['examples']} | {r['rate']:.0f} | "
               f"{r['logloss']:.5f} | {r['auc']:.4f} |")
+    if any(r["learner"] in peermod.VW for r in pr):
+        print("\nvw, vw-q: fed one text line per Python call (`Workspace.learn(line)`): the Python loop "
+              "around VW, not VW's native driver on a file (that is `--targets`).")
     if args.segments:
         print(f"\nprogressive logloss over {args.segments} consecutive segments of the stream ({data}):\n")
         print("| learner | " + " | ".join(f"part {i + 1}" for i in range(args.segments)) + " |")
