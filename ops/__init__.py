@@ -4,9 +4,9 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from .base import REGISTRY, Layer, Option, register
+from .base import LAYERS, REGISTRY, Layer, Option, register
 
-__all__ = ["REGISTRY", "Layer", "Option", "register", "load_all", "get"]
+__all__ = ["LAYERS", "REGISTRY", "Layer", "Option", "register", "load_all", "get"]
 
 
 def load_all() -> dict:

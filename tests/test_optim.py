@@ -118,7 +118,9 @@ def test_config_round_trip(kind):
 def test_bad_optimizer_configs_name_the_path():
     with pytest.raises(ConfigError, match=r"default_optimizer.type: unknown optimizer 'adamw'"):
         make_optimizer({"type": "adamw"}, where="default_optimizer")
-    with pytest.raises(ConfigError, match=r"layers\[2\].optimizer.momentum: unknown hyperparameter"):
+    with pytest.raises(ConfigError, match=r"layers\[2\].optimizer.momentum: unknown key for optimizer 'sgd' \(known: lr\)"):
         make_optimizer({"type": "sgd", "momentum": 0.9}, where="layers[2].optimizer")
-    with pytest.raises(ConfigError, match=r"lr: must be a number >= 0"):
+    with pytest.raises(ConfigError, match=r"lr: expected int/float, got str 'fast'"):
         make_optimizer({"type": "sgd", "lr": "fast"})
+    with pytest.raises(ConfigError, match=r"lr: must be >= 0, got -1"):
+        make_optimizer({"type": "sgd", "lr": -1})
