@@ -20,7 +20,6 @@ from streamtrain.schema import REQUIRED, Option, non_negative, positive, probabi
 
 LAYERS = Registry("layer kind", group="streamtrain.layers")
 register = LAYERS.register
-REGISTRY = LAYERS          # the name older code and tests use
 
 
 INIT_OPTIONS = {
@@ -29,6 +28,8 @@ INIT_OPTIONS = {
 }
 
 RESERVED = ("name", "type", "inputs", "param", "optimizer")
+#: in ``test_params``, an input that is the batch's categorical fields (what ``sparse_input`` gives)
+SPARSE = "sparse"
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,15 @@ class Layer:
             if msg:
                 problems.append((key, msg))
         return problems
+
+    @classmethod
+    def test_params(cls) -> dict:
+        """What the conformance suite (tests/test_ops_conformance.py) builds this kind with:
+        ``{"cases": [case, ...], "bad": (option, a value it must refuse) or None}``; a case is
+        ``{"options", "inputs" (per-example shapes, or SPARSE), "batch" (random_batch
+        arguments), "classes" (labels as class indices), "extra" (param/optimizer), "tag"}``,
+        every key optional (one dense input of shape (4,))."""
+        raise NotImplementedError(f"layer kind '{cls.kind}' has no test_params()")
 
     def get_config(self) -> dict:
         cfg = {"name": self.name, "type": self.kind, "inputs": list(self.inputs)}

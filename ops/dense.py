@@ -56,6 +56,16 @@ class FC(Layer):
         "init": Option("xavier", (str,), ("zeros", "normal", "uniform", "xavier", "ones")),
     }
 
+    @classmethod
+    def test_params(cls):
+        return {"cases": [
+            {"options": {"dim": 3, "activation": "identity"}, "inputs": [(2, 3)], "tag": "identity"},
+            {"options": {"dim": 3, "activation": "relu"}, "inputs": [(2, 3)], "tag": "relu"},
+            {"options": {"dim": 3, "activation": "sigmoid"}, "inputs": [(2, 3)], "tag": "sigmoid"},
+            {"options": {"dim": 3, "activation": "tanh"}, "inputs": [(2, 3)], "tag": "tanh"},
+            {"options": {"dim": 2, "bias": False, "init": "normal"}, "extra": {"param": "shared_fc", "optimizer": {"type": "adam", "lr": 0.01}}, "tag": "nobias-param"},
+        ], "bad": ("activation", "gelu")}
+
     def build(self, input_shapes, schema):
         (shape,) = input_shapes
         self.n_in = flat_dim(shape)

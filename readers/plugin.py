@@ -102,9 +102,9 @@ def validate(cfg: dict) -> list[tuple[str, str]]:
         problems.append(("args", f"expected an object of keyword arguments, got {cfg.get('args')!r}"))
     if cfg.get("format") is not None:
         problems += format_problems(cfg, PLUGIN_KEYS)
-    elif _options(cfg):
-        unknown = ", ".join(sorted(_options(cfg)))
-        problems.append(("", f"unknown keys {unknown} (format options need a 'format')"))
+    else:
+        problems += [(key, f"unknown key for reader type 'plugin' (known: {', '.join(sorted(PLUGIN_KEYS))}; "
+                           "other keys are format options and need a 'format')") for key in _options(cfg)]
     return problems
 
 

@@ -83,17 +83,36 @@ class _Outline:
 SCHEMA = {
     "name": Option(None, (str, type(None)), doc="the job's name (the redis namespace by default)"),
     "description": Option(None, (str, type(None)), doc="free text"),
-    "reader": Option({"type": "synthetic"}, kinds=READERS, doc="where examples come from"),
+    "reader": Option({"type": "synthetic"}, kinds=READERS, doc="where examples come from ([Readers](#readers))"),
     "batch_size": Option(256, (int,), check=positive, doc="examples per mini-batch"),
-    "store": Option({"backend": "memory"}, kinds=STORES, tag="backend", doc="where parameters live"),
+    "store": Option({"backend": "memory"}, kinds=STORES, tag="backend", doc="where parameters live ([Parameter store](#parameter-store))"),
     "default_optimizer": Option({"type": "adagrad", "lr": 0.05}, kinds=OPTIMIZERS,
-                                doc="the update rule of every parameter without its own"),
-    "layers": Option(REQUIRED, (list,), nested=layer_problems, doc="the graph"),
-    "metrics": Option(fields=METRICS, doc="the metrics section"),
-    "checkpoint": Option(fields=CHECKPOINT, doc="the checkpoint section"),
-    "log": Option(fields=LOG, doc="the log section"),
+                                doc="the update rule of every parameter without its own ([Optimizers](#optimizers))"),
+    "layers": Option(REQUIRED, (list,), nested=layer_problems,
+                     doc='the graph: `{"name", "type", "inputs", options…, "optimizer"?, "param"?}` '
+                         '([Layer kinds](#layer-kinds))'),
+    "metrics": Option(fields=METRICS, doc="Prometheus and health endpoints ([Running as a daemon](#running-as-a-daemon))"),
+    "checkpoint": Option(fields=CHECKPOINT, doc="periodic atomic checkpoints ([Checkpoints](#checkpoints))"),
+    "log": Option(fields=LOG, doc="progress lines"),
     "seed": Option(0, (int,), doc="dropout and other randomness in the trainer"),
 }
+
+
+def markdown(schema: dict[str, Option]) -> str:
+    """The README table of a schema: key, default, meaning (``python -m streamtrain.config``)."""
+    rows = ["| key | default | meaning |", "|---|---|---|"]
+    for key, opt in schema.items():
+        default = ("required" if opt.default is REQUIRED else "see below" if opt.fields is not None
+                   else f"`{json.dumps(opt.default)}`")
+        rows.append(f"| `{key}` | {default} | {opt.doc} |")
+    return "\n".join(rows)
+
+
+def tables() -> dict[str, str]:
+    """The README's config tables by heading: the top level, then each section."""
+    out = {"the job config": markdown(SCHEMA)}
+    out.update({f"`{key}`": markdown(opt.fields) for key, opt in SCHEMA.items() if opt.fields is not None})
+    return out
 
 
 def defaults() -> dict:
@@ -192,3 +211,8 @@ def validate(config: dict, *, source: str | None = None) -> dict:
     if found:
         raise ConfigError(found, source=source)
     return config
+
+
+if __name__ == "__main__":
+    for heading, table in tables().items():
+        print(f"{heading}:\n\n{table}\n")

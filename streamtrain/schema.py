@@ -64,14 +64,14 @@ class Option:
             return self.check(value)
         return None
 
-    def problems(self, value) -> list[tuple[str, str]]:
-        """Every problem of ``value`` as (sub-path, message); "" is the key itself."""
+    def problems(self, value, what: str = "this section") -> list[tuple[str, str]]:
+        """Every problem of ``value`` (the key ``what``) as (sub-path, message); "" is the key."""
         msg = self.problem(value)
         if msg:
             return [("", msg)]
         found = []
         if self.fields is not None:
-            found += check_options(self.fields, value, what=self.doc or "this section")
+            found += check_options(self.fields, value, what=what)
         if self.kinds is not None:
             found += kind_problems(self.kinds, value, tag=self.tag, default=_tag_default(self))
         if self.nested is not None:
@@ -99,7 +99,7 @@ def check_options(schema: dict[str, Option], values: dict, *, what: str) -> list
             if opt.default is REQUIRED:
                 problems.append((key, f"required by {what}"))
             continue
-        problems += [(join(key, sub), msg) for sub, msg in opt.problems(values[key])]
+        problems += [(join(key, sub), msg) for sub, msg in opt.problems(values[key], key)]
     return problems
 
 
@@ -111,15 +111,11 @@ def kind_problems(registry, values: dict, *, tag: str = "type", default=None) ->
         return [(tag, f"required: one of {', '.join(registry.names())}")]
     if name not in registry:
         return [(tag, registry.unknown(name))]
-    return config_problems(registry[name], {k: v for k, v in values.items() if k != tag})
-
-
-def config_problems(cls, values: dict) -> list[tuple[str, str]]:
-    """What a kind says about its config: its own ``check_config`` or its ``options``."""
-    own = getattr(cls, "check_config", None)
+    cls, rest = registry[name], {k: v for k, v in values.items() if k != tag}
+    own = getattr(cls, "check_config", None)         # a kind with checks across its keys
     if own is not None:
-        return own(values)
-    return check_options(cls.options, values, what=f"{cls.kind!r}")
+        return own(rest)
+    return check_options(cls.options, rest, what=f"{registry.what} '{name}'")
 
 
 def _tag_default(opt: Option):
