@@ -8,7 +8,7 @@ from .files import file_reader
 from .formats import FORMATS, LabelRule, Parser, make_parser
 from .ids import hash_values
 from .malformed import REASONS, Malformed
-from .movielens import write_movielens_csv
+from streamtrain.movielens import write_movielens_csv  # a data-set converter, kept importable here
 from .records import records_to_batch
 from .source import READERS, Reader, Source, open_reader, validate_reader_config
 from .synthetic import SyntheticStream, SyntheticTruth

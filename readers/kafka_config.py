@@ -122,7 +122,3 @@ def validate(cfg: dict) -> list[tuple[str, str]]:
                                                         "only after the update is applied"))
     return problems
 
-
-def open_kafka(cfg: dict, batch_size: int, malformed):
-    from .kafka_source import KafkaSource       # kafka-python is imported only when used
-    return KafkaSource(cfg, batch_size, malformed)

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata as md
+import os
 import re
+import sys
 
 import numpy as np
 
@@ -44,10 +46,15 @@ _SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
 def load_factory(spec: str):
-    """The object named ``package.module:attr`` (``attr`` may be dotted)."""
+    """The object named ``package.module:attr`` (``attr`` may be dotted). A module that is not
+    installed is looked for in the current directory too, as ``python -m`` does (the
+    ``streamtrain`` console script alone would not: it puts only its own folder on the path)."""
     if not isinstance(spec, str) or not _SPEC.match(spec):
         raise ReaderError(f"plug-in factory {spec!r}: expected 'package.module:function'")
     mod_name, attr = spec.split(":", 1)
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)       # as ``python -m`` finds it; installed modules still come first
     try:
         obj = importlib.import_module(mod_name)
     except ImportError as err:

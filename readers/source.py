@@ -173,7 +173,8 @@ class KafkaReader(Reader):
 
     @classmethod
     def open(cls, cfg, batch_size, malformed):
-        return kafka_config.open_kafka(cfg, batch_size, malformed)
+        from .kafka_source import KafkaSource       # kafka-python is imported only when used
+        return KafkaSource(cfg, batch_size, malformed)
 
     @classmethod
     def test_params(cls):

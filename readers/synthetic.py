@@ -21,14 +21,14 @@ import math
 
 import numpy as np
 
-from streamtrain.progressive import Progressive
 from streamtrain.batch import Batch
+from streamtrain.progressive import Progressive
 from streamtrain.schema import NUMBER, Option, check_options, non_negative, positive, with_defaults
+from streamtrain.scores import auc as exact_auc, logloss as exact_logloss
 
 from .batching import field_from_column, field_from_rows
 from .files import _Rebatcher
 from .ids import hash_values
-from .metrics import auc as exact_auc, logloss as exact_logloss
 
 def _finite(v) -> str | None:
     return None if math.isfinite(v) else f"expected a finite number, got {v!r}"

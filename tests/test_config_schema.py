@@ -82,15 +82,14 @@ def test_a_section_is_one_schema_entry(monkeypatch):
         "serve.port": "expected int, got str 'x'"}
 
 
-def test_validate_lists_option_and_graph_errors_together(tmp_path, capsys):
+def test_validate_lists_option_and_graph_errors_together(tmp_path, capsys, monkeypatch):
     """Issue 15 defect 7: the README's example shows all three of its errors."""
     (tmp_path / "job.json").write_text(json.dumps({"batch_size": -1, "layers": [
         {"name": "sparse", "type": "sparse_input"},
         {"name": "emb", "type": "embedding", "inputs": ["sparse"], "dim": 0},
         {"name": "fc1", "type": "fc", "inputs": ["fc9"], "dim": 1},
         {"name": "loss", "type": "logloss", "inputs": ["fc1"]}]}))
-    import os
-    os.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path)
     assert main(["validate", "job.json"]) == 2
     err = capsys.readouterr().err
     shown = README[README.index("invalid config job.json:"):]

@@ -6,7 +6,7 @@ import pytest
 
 from streamtrain.errors import ConfigError
 from streamtrain.readers import Malformed, hash_values, open_reader, validate_reader_config
-from streamtrain.readers.metrics import auc, logloss
+from streamtrain.scores import auc, logloss
 from streamtrain.readers.synthetic import SyntheticStream
 from tests.readers_helpers import assert_batches_equal, concat
 
