@@ -16,7 +16,7 @@ import numpy as np
 from streamtrain.errors import ConfigError, ShapeError
 from streamtrain.params import INITS, ParamSpec
 from streamtrain.registry import Registry
-from streamtrain.schema import REQUIRED, Option, non_negative, positive, probability  # noqa: F401
+from streamtrain.schema import REQUIRED, Option, check_options, non_negative, positive, probability  # noqa: F401
 
 LAYERS = Registry("layer kind", group="streamtrain.layers")
 register = LAYERS.register
@@ -70,20 +70,7 @@ class Layer:
     @classmethod
     def option_problems(cls, options: dict) -> list[tuple[str, str]]:
         """Every problem with ``options`` as (key, message); empty when they are fine."""
-        problems = []
-        for key in options:
-            if key not in cls.options:
-                known = ", ".join(sorted(cls.options)) or "none"
-                problems.append((key, f"unknown option for layer type '{cls.kind}' (known: {known})"))
-        for key, opt in cls.options.items():
-            if key not in options:
-                if opt.default is REQUIRED:
-                    problems.append((key, f"required by layer type '{cls.kind}'"))
-                continue
-            msg = opt.problem(options[key])
-            if msg:
-                problems.append((key, msg))
-        return problems
+        return check_options(cls.options, options, what=f"layer type '{cls.kind}'", noun="option")
 
     @classmethod
     def test_params(cls) -> dict:

@@ -1,14 +1,17 @@
 """Readers: parsers for line formats, file / synthetic sources, composition helpers.
 
-Entry point: ``open_reader(cfg, batch_size, malformed) -> Source``. See ``README`` section
-"Readers" for the formats and options.
+Entry point: ``open_reader(cfg, batch_size, malformed) -> Source``. Line formats are
+registered in ``FORMATS`` (``formats.py``), reader types in ``READERS`` (``source.py``); the
+modules that define kinds are imported here so every kind is registered. See ``README``
+section "Readers" for the formats and options.
 """
+from streamtrain.movielens import write_movielens_csv  # a data-set converter, kept importable here
+
 from .compose import batched, buffered, chain, map_readers, shuffle, take
 from .files import file_reader
 from .formats import FORMATS, LabelRule, Parser, make_parser
 from .ids import hash_values
 from .malformed import REASONS, Malformed
-from streamtrain.movielens import write_movielens_csv  # a data-set converter, kept importable here
 from .records import records_to_batch
 from .source import READERS, Reader, Source, open_reader, validate_reader_config
 from .synthetic import SyntheticStream, SyntheticTruth

@@ -1,7 +1,7 @@
 """``Source``: what the trainer holds (batches, commit, close), and the reader types.
 
 ``READERS`` maps ``reader.type`` to a ``Reader`` class (``kind``, ``options``, ``open``):
-``file``, ``synthetic`` and ``kafka`` here, ``plugin`` in ``plugin.py``; a new type is one
+``file`` and ``kafka`` here, ``synthetic`` and ``plugin`` in their modules; a new type is one
 class with ``@register``.
 """
 from __future__ import annotations
@@ -18,7 +18,6 @@ from . import kafka_config
 from .files import file_reader
 from .formats import FORMATS, format_problems, split_format_options
 from .malformed import Malformed
-from .synthetic import OPTIONS as SYNTHETIC_OPTIONS, SyntheticStream, check_synthetic
 
 
 class Source:
@@ -134,30 +133,6 @@ class FileReader(Reader):
         path = Path(tempfile.gettempdir()) / "streamtrain-test-params.libsvm"
         path.write_text("".join(f"{i % 2} {i}:1 {i % 7}:0.5\n" for i in range(100)))
         return {"path": str(path), "format": "libsvm", "limit": 50}
-
-
-@register
-class SyntheticReader(Reader):
-    """The synthetic stream with a planted model (``readers/synthetic.py``)."""
-
-    kind = "synthetic"
-    options = SYNTHETIC_OPTIONS
-
-    @classmethod
-    def check_config(cls, cfg):
-        return check_synthetic(cfg)
-
-    @classmethod
-    def open(cls, cfg, batch_size, malformed):
-        stream = SyntheticStream(cfg, batch_size)
-        src = Source(stream.reader(), malformed, stream.describe())
-        src.truth = stream.truth
-        src.stream = stream
-        return src
-
-    @classmethod
-    def test_params(cls):
-        return {"fields": 3, "cardinality": 50, "examples": 100}
 
 
 @register

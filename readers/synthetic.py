@@ -29,6 +29,7 @@ from streamtrain.scores import auc as exact_auc, logloss as exact_logloss
 from .batching import field_from_column, field_from_rows
 from .files import _Rebatcher
 from .ids import hash_values
+from .source import Reader, Source, register
 
 def _finite(v) -> str | None:
     return None if math.isfinite(v) else f"expected a finite number, got {v!r}"
@@ -57,17 +58,6 @@ OPTIONS = {
     "multivalue_max": Option(4, (int,), check=positive, doc="most values of a multi-valued field"),
 }
 BLOCK = 4096
-
-
-def check_synthetic(cfg: dict) -> list[tuple[str, str]]:
-    """Problems in a synthetic reader config as (key, message)."""
-    cfg = {k: v for k, v in cfg.items() if k != "type"}
-    problems = check_options(OPTIONS, cfg, what="reader type 'synthetic'")
-    c = with_defaults(OPTIONS, cfg)
-    if isinstance(c["cardinality"], list) and isinstance(c["fields"], int) and len(c["cardinality"]) != c["fields"]:
-        problems.append(("cardinality", f"expected one integer >= 1 per field ({c['fields']}), "
-                                        f"got {len(c['cardinality'])}"))
-    return problems
 
 
 class SyntheticTruth:
@@ -258,3 +248,32 @@ def _zipf_cdf(m: int, s: float) -> np.ndarray:
     cdf /= cdf[-1]
     cdf[-1] = 1.0 + 1e-12   # rng.random() < 1, so searchsorted never returns m
     return cdf
+
+
+@register
+class SyntheticReader(Reader):
+    """``reader.type: synthetic``: the stream above, with its planted model."""
+
+    kind = "synthetic"
+    options = OPTIONS
+
+    @classmethod
+    def check_config(cls, cfg):
+        problems = check_options(OPTIONS, cfg, what="reader type 'synthetic'")
+        c = with_defaults(OPTIONS, cfg)
+        if isinstance(c["cardinality"], list) and isinstance(c["fields"], int) and len(c["cardinality"]) != c["fields"]:
+            problems.append(("cardinality", f"expected one integer >= 1 per field ({c['fields']}), "
+                                            f"got {len(c['cardinality'])}"))
+        return problems
+
+    @classmethod
+    def open(cls, cfg, batch_size, malformed):
+        stream = SyntheticStream(cfg, batch_size)
+        src = Source(stream.reader(), malformed, stream.describe())
+        src.truth = stream.truth
+        src.stream = stream
+        return src
+
+    @classmethod
+    def test_params(cls):
+        return {"fields": 3, "cardinality": 50, "examples": 100}

@@ -88,12 +88,13 @@ def join(path: str, key: str) -> str:
     return f"{path}{key}" if key.startswith("[") else f"{path}.{key}"
 
 
-def check_options(schema: dict[str, Option], values: dict, *, what: str) -> list[tuple[str, str]]:
+def check_options(schema: dict[str, Option], values: dict, *, what: str,
+                  noun: str = "key") -> list[tuple[str, str]]:
     """Every problem of ``values`` against ``schema`` as (key path, message); empty when fine."""
     problems = []
     for key in values:
         if key not in schema:
-            problems.append((key, f"unknown key for {what} (known: {', '.join(sorted(schema)) or 'none'})"))
+            problems.append((key, f"unknown {noun} for {what} (known: {', '.join(sorted(schema)) or 'none'})"))
     for key, opt in schema.items():
         if key not in values:
             if opt.default is REQUIRED:
