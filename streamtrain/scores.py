@@ -4,7 +4,7 @@ The trainer's progressive figures (``progressive.py``), the synthetic stream's g
 planted model (``readers/synthetic.py``) and the benchmarks all use these.
 
 >>> round(logloss([1, 0], [0.8, 0.4]), 4), auc([1, 0, 1, 0], [0.9, 0.1, 0.4, 0.4])
-(0.3670, 0.875)
+(0.367, 0.875)
 """
 from __future__ import annotations
 
