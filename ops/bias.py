@@ -27,7 +27,8 @@ class Bias(Layer):
     def test_params(cls):
         return {"cases": [
             {"inputs": []},
-            {"options": {"dim": 3, "init": "normal", "init_scale": 0.5}, "inputs": [], "extra": {"optimizer": {"type": "adagrad", "lr": 0.5}}, "tag": "dim3-optimizer"},
+            {"options": {"dim": 3, "init": "normal", "init_scale": 0.5}, "inputs": [],
+             "extra": {"optimizer": {"type": "adagrad", "lr": 0.5}}, "tag": "dim3-optimizer"},
         ], "bad": ("dim", 0)}
 
     def build(self, input_shapes, schema):

@@ -72,7 +72,8 @@ class FeatureCross(Layer):
     def test_params(cls):
         return {"cases": [
             {"inputs": [SPARSE]},
-            {"options": {"pairs": [["a", "c"]], "keep": False}, "inputs": [SPARSE], "batch": {"multivalue": ("a",), "values": True}, "tag": "pairs-multi-values"},
+            {"options": {"pairs": [["a", "c"]], "keep": False}, "inputs": [SPARSE],
+             "batch": {"multivalue": ("a",), "values": True}, "tag": "pairs-multi-values"},
         ], "bad": ("max_fields", 1)}
 
     def build(self, input_shapes, schema):

@@ -59,11 +59,10 @@ class FC(Layer):
     @classmethod
     def test_params(cls):
         return {"cases": [
-            {"options": {"dim": 3, "activation": "identity"}, "inputs": [(2, 3)], "tag": "identity"},
-            {"options": {"dim": 3, "activation": "relu"}, "inputs": [(2, 3)], "tag": "relu"},
-            {"options": {"dim": 3, "activation": "sigmoid"}, "inputs": [(2, 3)], "tag": "sigmoid"},
-            {"options": {"dim": 3, "activation": "tanh"}, "inputs": [(2, 3)], "tag": "tanh"},
-            {"options": {"dim": 2, "bias": False, "init": "normal"}, "extra": {"param": "shared_fc", "optimizer": {"type": "adam", "lr": 0.01}}, "tag": "nobias-param"},
+            *[{"options": {"dim": 3, "activation": act}, "inputs": [(2, 3)], "tag": act}
+              for act in ("identity", "relu", "sigmoid", "tanh")],
+            {"options": {"dim": 2, "bias": False, "init": "normal"}, "tag": "nobias-param",
+             "extra": {"param": "shared_fc", "optimizer": {"type": "adam", "lr": 0.01}}},
         ], "bad": ("activation", "gelu")}
 
     def build(self, input_shapes, schema):

@@ -33,10 +33,14 @@ class Embedding(Layer):
     def test_params(cls):
         return {"cases": [
             {"options": {"dim": 3}, "inputs": [SPARSE], "tag": "per_field-sum"},
-            {"options": {"dim": 3, "shared": True}, "inputs": [SPARSE], "batch": {"multivalue": ("b", "c"), "values": True}, "tag": "shared-sum-values-multi"},
-            {"options": {"dim": 2, "combiner": "mean"}, "inputs": [SPARSE], "batch": {"multivalue": ("a",)}, "tag": "per_field-mean-multi"},
-            {"options": {"dim": 2, "combiner": "mean", "shared": True}, "inputs": [SPARSE], "batch": {"multivalue": ("a", "b"), "values": True, "missing": 0.3}, "tag": "shared-mean-values-multi"},
-            {"options": {"dim": 2}, "inputs": [SPARSE], "batch": {"multivalue": ("a", "b", "c"), "values": True}, "tag": "per_field-sum-values-multi"},
+            {"options": {"dim": 3, "shared": True}, "inputs": [SPARSE],
+             "batch": {"multivalue": ("b", "c"), "values": True}, "tag": "shared-sum-values-multi"},
+            {"options": {"dim": 2, "combiner": "mean"}, "inputs": [SPARSE],
+             "batch": {"multivalue": ("a",)}, "tag": "per_field-mean-multi"},
+            {"options": {"dim": 2, "combiner": "mean", "shared": True}, "inputs": [SPARSE],
+             "batch": {"multivalue": ("a", "b"), "values": True, "missing": 0.3}, "tag": "shared-mean-values-multi"},
+            {"options": {"dim": 2}, "inputs": [SPARSE],
+             "batch": {"multivalue": ("a", "b", "c"), "values": True}, "tag": "per_field-sum-values-multi"},
         ], "bad": ("combiner", "max")}
 
     def build(self, input_shapes, schema):

@@ -5,7 +5,7 @@ by ``store.backend``.
 """
 from __future__ import annotations
 
-from streamtrain.schema import join, kind_problems
+from streamtrain.schema import kind_problems
 
 from . import redis_store  # noqa: F401  (registers the redis backend)
 from .base import STORES, ParamStore, Snapshot, StoreStats, register
@@ -27,4 +27,4 @@ def make_store(cfg: dict) -> ParamStore:
 
 
 __all__ = ["ParamStore", "Snapshot", "StoreStats", "MemoryStore", "STORES", "register", "make_store",
-           "validate_store_config", "join"]
+           "validate_store_config"]
