@@ -169,6 +169,15 @@ def set_path(config: dict, dotted: str, value) -> None:
 
 def load(path, sets=()) -> dict:
     """Read a config file, apply defaults, then the ``PATH=VALUE`` overrides in order."""
+    config, found = load_listing(path, sets)
+    if found:
+        raise ConfigError(found)
+    return config
+
+
+def load_listing(path, sets=()) -> tuple[dict, list]:
+    """``load`` that returns the problems of the ``--set`` overrides instead of raising, so
+    ``validate`` lists them with the config's own (an unreadable file still raises)."""
     path = Path(path)
     try:
         raw = json.loads(path.read_text())
@@ -179,23 +188,28 @@ def load(path, sets=()) -> dict:
     if not isinstance(raw, dict):
         raise ConfigError([("", f"{path}: expected a JSON object at the top, got {type(raw).__name__}")])
     config = with_defaults(SCHEMA, raw)
-    apply_sets(config, sets)
-    return config
+    return config, set_problems(config, sets)
 
 
 def apply_sets(config: dict, sets) -> None:
-    problems = []
+    found = set_problems(config, sets)
+    if found:
+        raise ConfigError(found)
+
+
+def set_problems(config: dict, sets) -> list[tuple[str, str]]:
+    """Apply every ``PATH=VALUE`` that can be applied; the problems of the others."""
+    found = []
     for item in sets:
         if "=" not in item:
-            problems.append(("--set", f"expected PATH=VALUE, got {item!r}"))
+            found.append(("--set", f"expected PATH=VALUE, got {item!r}"))
             continue
         key, text = item.split("=", 1)
         try:
             set_path(config, key.strip(), parse_value(text))
         except ConfigError as err:
-            problems.extend(err.problems)
-    if problems:
-        raise ConfigError(problems)
+            found.extend(err.problems)
+    return found
 
 
 def problems(config: dict) -> list[tuple[str, str]]:

@@ -129,3 +129,16 @@ def test_layer_kinds_and_optimizers_tables_list_every_registered_kind():
         for key, opt in OPTIMIZERS[kind].options.items():
             shown = re.search(rf"`{key}` \(([^)]+)\)", row)
             assert shown and float(shown.group(1)) == opt.default, (kind, key)
+
+
+def test_validate_lists_bad_overrides_with_the_config_problems(tmp_path, capsys):
+    """A sibling of defect 7: a bad ``--set`` no longer hides the config's own problems."""
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps({"batch_size": 0, "layers": MODEL}))
+    assert main(["validate", str(path), "--set", "layers.nope.dim=3", "--set", "seed",
+                 "--set", "metrics.port=70000"]) == 2
+    err = capsys.readouterr().err
+    assert "  layers.nope.dim: no item named 'nope' in layers (names: x, loss)" in err
+    assert "  --set: expected PATH=VALUE, got 'seed'" in err
+    assert "  batch_size: must be > 0, got 0" in err
+    assert "  metrics.port: expected a port number 0..65535 (0 = any free port), got 70000" in err
