@@ -17,24 +17,25 @@ DENSE = ParamSpec("fc.W", (2, 3), init="normal", scale=0.1)
 TABLE = ParamSpec("emb.table", (4,), table=True, init="normal", scale=0.1)
 
 
-def build(kind) -> ParamStore:
-    params = STORES[kind].test_params()
-    if params is None:
-        pytest.skip(f"store backend '{kind}' tests itself against its server")
+def build(kind, request) -> ParamStore:
+    """The backend's store from its test_params, pointed at the test server it needs."""
+    params = dict(STORES[kind].test_params())
+    if STORES[kind].server == "redis":
+        params.update(urls=[request.getfixturevalue("redis_url")], namespace=request.getfixturevalue("redis_namespace"))
     return make_store({"backend": kind, **params})
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_own_config_validates_and_unknown_keys_are_named(kind):
-    params = STORES[kind].test_params() or {}
+    params = STORES[kind].test_params()
     assert validate_store_config({"backend": kind, **params}) == []
     found = validate_store_config({"backend": kind, **params, "colour": "red"})
     assert [p for p, _ in found] == ["colour"], found
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_sgd_push_pull_snapshot(kind):
-    store = build(kind)
+def test_sgd_push_pull_snapshot(kind, request):
+    store = build(kind, request)
     try:
         store.declare({DENSE.name: DENSE, TABLE.name: TABLE}, {"type": "sgd", "lr": 0.5})
         ids = np.array([3, 11, 42], np.uint64)
@@ -66,7 +67,7 @@ def test_sgd_push_pull_snapshot(kind):
         store.close()
 
 
-def test_a_backend_defined_here_is_discovered():
+def test_a_backend_defined_here_is_discovered(request):
     """Adding a backend is one class: the store section and make_store find it."""
     from streamtrain.schema import Option
 
@@ -87,7 +88,7 @@ def test_a_backend_defined_here_is_discovered():
 
     try:
         test_own_config_validates_and_unknown_keys_are_named("test_scratch")
-        test_sgd_push_pull_snapshot("test_scratch")
+        test_sgd_push_pull_snapshot("test_scratch", request)
         assert make_store({"backend": "test_scratch", "dtype": "float64"}).dtype == np.float64
         found = cfgmod.problems(cfgmod.with_defaults(cfgmod.SCHEMA, {
             "store": {"backend": "test_scratch", "dtype": "int8"},

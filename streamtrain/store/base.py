@@ -83,6 +83,8 @@ class ParamStore(abc.ABC):
     optimizers: dict
     #: sync mode: ``barrier(store)`` after each push (the trainer calls it); None = async
     barrier = None
+    #: the server a backend talks to ("redis"): tests add the address of theirs to test_params
+    server: str | None = None
 
     @classmethod
     def check_config(cls, cfg: dict) -> list[tuple[str, str]]:
@@ -96,8 +98,8 @@ class ParamStore(abc.ABC):
 
     @classmethod
     def test_params(cls) -> dict:
-        """A ``store`` section (without ``backend``) for the conformance suite; a backend that
-        needs a server may return ``None`` and test itself against a real one."""
+        """A ``store`` section (without ``backend``) for the conformance suite (which adds the
+        address of its server for a backend with ``server`` set)."""
         return {}
 
     def __init__(self):

@@ -73,10 +73,10 @@ class _Rows:
 
 @register
 class RedisStore(ParamStore):
-    kind, options = "redis", {}          # keys checked by redis_config.validate until they are Options
+    kind, options, server = "redis", {}, "redis"    # keys checked by redis_config.validate until Options
     check_config = classmethod(lambda cls, cfg: validate(cfg))
     from_config = classmethod(lambda cls, cfg: cls(cfg))
-    test_params = classmethod(lambda cls: {"namespace": "conformance", "buckets": 4})   # embedded server
+    test_params = classmethod(lambda cls: {"buckets": 4})
     def __init__(self, cfg: dict | RedisConfig | None = None):
         super().__init__()
         self.cfg = cfg if isinstance(cfg, RedisConfig) else RedisConfig.from_dict(cfg or {})
