@@ -12,7 +12,7 @@ from typing import Callable
 
 from streamtrain.errors import ConfigError
 from streamtrain.registry import Registry
-from streamtrain.schema import REQUIRED, Option, check_options, join, kind_problems, non_negative
+from streamtrain.schema import REQUIRED, Option, check_options, join, kind_problems, non_negative, optional
 
 from . import kafka_config
 from .files import file_reader
@@ -116,7 +116,7 @@ class FileReader(Reader):
         "format": Option(REQUIRED, (str,), check=_format_name, doc="its line format"),
         "options": Option({}, (dict,), doc="the format's options (or give them inline)"),
         "loop": Option(False, (bool,), doc="start again at the end"),
-        "limit": Option(None, (int, type(None)), check=lambda v: v is not None and non_negative(v) or None,
+        "limit": Option(None, (int, type(None)), check=optional(non_negative),
                         doc="stop after this many lines (null = all)"),
     }
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from streamtrain.batch import Batch
 from streamtrain.progressive import Progressive
-from streamtrain.schema import NUMBER, Option, check_options, non_negative, positive, with_defaults
+from streamtrain.schema import NUMBER, Option, check_options, non_negative, optional, positive, with_defaults
 from streamtrain.scores import auc as exact_auc, logloss as exact_logloss
 
 from .batching import field_from_column, field_from_rows
@@ -51,7 +51,7 @@ OPTIONS = {
     "weight_scale": Option(1.0, NUMBER, check=_finite, doc="std of the planted weights"),
     "bias": Option(-1.0, NUMBER, check=_finite, doc="planted bias"),
     "drift": Option(0.0, NUMBER, check=_finite, doc="rotation of the weights per example"),
-    "examples": Option(None, (int, type(None)), check=lambda v: v is not None and non_negative(v) or None,
+    "examples": Option(None, (int, type(None)), check=optional(non_negative),
                        doc="stop after this many (null = endless)"),
     "seed": Option(0, (int,), doc="the stream depends on this only"),
     "multivalue": Option(0, (int,), check=non_negative, doc="multi-valued fields m0, m1, …"),

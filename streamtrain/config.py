@@ -18,7 +18,8 @@ from .graph import layers_from_config, topology_problems
 from .ops import LAYERS
 from .optim import OPTIMIZERS
 from .readers import READERS
-from .schema import NUMBER, REQUIRED, Option, check_options, join, kind_problems, non_negative, port, positive, with_defaults
+from .schema import (NUMBER, REQUIRED, Option, check_options, join, kind_problems, non_negative, port, positive,
+                     with_defaults)
 from .store import STORES
 
 
@@ -32,7 +33,8 @@ METRICS = {
     "host": Option("127.0.0.1", (str,), doc="address to listen on"),
     "port": Option(9464, (int,), check=port, doc="port (0 = any free port)"),
     "window": Option(100_000, (int,), check=positive, doc="examples in the sliding logloss/AUC window"),
-    "stall_seconds": Option(300.0, NUMBER, check=non_negative, doc="/healthz fails after this long without a step (0 = never)"),
+    "stall_seconds": Option(300.0, NUMBER, check=non_negative,
+                            doc="/healthz fails after this long without a step (0 = never)"),
     "refresh_seconds": Option(1.0, NUMBER, check=positive, doc="how often the costlier gauges are refreshed"),
     "lifecycle_seconds": Option(60.0, NUMBER, check=positive, doc="how often the store's rows are counted"),
 }
@@ -85,13 +87,15 @@ SCHEMA = {
     "description": Option(None, (str, type(None)), doc="free text"),
     "reader": Option({"type": "synthetic"}, kinds=READERS, doc="where examples come from ([Readers](#readers))"),
     "batch_size": Option(256, (int,), check=positive, doc="examples per mini-batch"),
-    "store": Option({"backend": "memory"}, kinds=STORES, tag="backend", doc="where parameters live ([Parameter store](#parameter-store))"),
+    "store": Option({"backend": "memory"}, kinds=STORES, tag="backend",
+                    doc="where parameters live ([Parameter store](#parameter-store))"),
     "default_optimizer": Option({"type": "adagrad", "lr": 0.05}, kinds=OPTIMIZERS,
                                 doc="the update rule of every parameter without its own ([Optimizers](#optimizers))"),
     "layers": Option(REQUIRED, (list,), nested=layer_problems,
                      doc='the graph: `{"name", "type", "inputs", options…, "optimizer"?, "param"?}` '
                          '([Layer kinds](#layer-kinds))'),
-    "metrics": Option(fields=METRICS, doc="Prometheus and health endpoints ([Running as a daemon](#running-as-a-daemon))"),
+    "metrics": Option(fields=METRICS,
+                      doc="Prometheus and health endpoints ([Running as a daemon](#running-as-a-daemon))"),
     "checkpoint": Option(fields=CHECKPOINT, doc="periodic atomic checkpoints ([Checkpoints](#checkpoints))"),
     "log": Option(fields=LOG, doc="progress lines"),
     "seed": Option(0, (int,), doc="dropout and other randomness in the trainer"),

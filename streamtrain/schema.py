@@ -142,6 +142,11 @@ def _copy(value):
         list(value) if isinstance(value, list) else value)
 
 
+def optional(check: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
+    """``check`` for a value that may also be null."""
+    return lambda value: None if value is None else check(value)
+
+
 def positive(value) -> str | None:
     return None if value > 0 else f"must be > 0, got {value!r}"
 
