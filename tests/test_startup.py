@@ -33,7 +33,7 @@ def test_synthetic_memory_run_imports_no_broker_client_nor_scipy_stats():
 def test_rankdata_matches_scipy():
     import numpy as np
     from scipy.stats import rankdata as scipy_rankdata
-    from streamtrain.readers.metrics import rankdata
+    from streamtrain.scores import rankdata
     rng = np.random.default_rng(0)
     for n in (0, 1, 2, 7, 1000):
         x = rng.integers(0, 5, n).astype(np.float64)

@@ -24,8 +24,8 @@ import numpy as np
 from streamtrain.context import Gradients
 from streamtrain.errors import StoreError
 
-from . import redis_keys, redis_lifecycle, redis_snapshot, register_backend
-from .base import ParamStore, Snapshot
+from . import redis_keys, redis_lifecycle, redis_snapshot
+from .base import ParamStore, Snapshot, register
 from .redis_config import RedisConfig, validate
 from .redis_io import RowIO
 from .redis_prefetch import Prefetch
@@ -35,7 +35,12 @@ from .redis_shards import Retry, Shards
 from .redis_sync import SyncBarrier
 
 
+@register
 class RedisStore(ParamStore):
+    kind, options, server = "redis", {}, "redis"    # keys checked by redis_config.validate until Options
+    check_config = classmethod(lambda cls, cfg: validate(cfg))
+    from_config = classmethod(lambda cls, cfg: cls(cfg))
+    test_params = classmethod(lambda cls: {"buckets": 4})
     def __init__(self, cfg: dict | RedisConfig | None = None):
         super().__init__()
         self.cfg = cfg if isinstance(cfg, RedisConfig) else RedisConfig.from_dict(cfg or {})
@@ -327,5 +332,3 @@ class RedisStore(ParamStore):
                  f"{len(self.shards.names)} shard(s) {','.join(self.shards.names)}")
         return f"redis ({where}; namespace {self.ns}; {self.cfg.mode})"
 
-
-register_backend("redis", lambda cfg: RedisStore(cfg), validate)
