@@ -38,3 +38,21 @@ def test_rankdata_matches_scipy():
     for n in (0, 1, 2, 7, 1000):
         x = rng.integers(0, 5, n).astype(np.float64)
         np.testing.assert_array_equal(rankdata(x), scipy_rankdata(x))
+
+
+LAZY = """
+import sys
+from streamtrain.store import STORES, make_store
+assert "redis" in STORES.names() and "redis" not in sys.modules      # listed, not imported
+try:
+    STORES.get("nosuch", where="store.backend")
+except Exception as err:
+    assert "redis" in str(err), err                                    # errors name it too
+assert "redis" not in sys.modules
+assert STORES.get("redis").__name__ == "RedisStore" and "redis" in sys.modules
+"""
+
+
+def test_the_redis_backend_is_listed_before_and_imported_on_first_use():
+    out = subprocess.run([sys.executable, "-c", LAZY], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
