@@ -34,7 +34,8 @@ def describe(name: str) -> str:
         "river-ftrl": "river LogisticRegression(optimizer=FTRLProximal(alpha=0.05, beta=1, l1=0, l2=1))",
         "river-fm": "river FMClassifier(n_factors=10, seed=0) (defaults)",
         "vw": f"vowpalwabbit `{VW_ARGS}`, one line per Python call (not VW's native driver)",
-        "vw-q": f"vowpalwabbit `{VW_ARGS} -q cc` (all pairs of categorical features), one line per Python call",
+        "vw-q": f"vowpalwabbit `{VW_ARGS} -q cc` (all pairs of categorical features), "
+                "one line per Python call",
     }[name]
 
 

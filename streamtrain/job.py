@@ -145,7 +145,8 @@ class Job:
         else ``ahead()`` is None. Offsets are untouched: a batch read ahead but not trained
         (stop, limit) is not committed."""
         it = iter(batches)
-        eager = getattr(self.store, "prefetches", False) and getattr(self.source, "request_stop", None) is None
+        waits = getattr(self.source, "request_stop", None) is not None     # Kafka: may wait for data
+        eager = getattr(self.store, "prefetches", False) and not waits
         pending = []
 
         def ahead():

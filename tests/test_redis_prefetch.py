@@ -84,10 +84,12 @@ def test_a_row_another_trainer_writes_meanwhile_is_one_batch_stale_and_not_lost(
 
 
 def test_a_job_reads_ahead_on_the_redis_store_with_the_memory_store_results(redis_url, redis_namespace):
-    def predictions(store_sets):
+    def predictions(store_sets, waits=False):
         cfg = configmod.validate(configmod.load(ROOT / "examples" / "synthetic.json", [
             "metrics.enabled=false", "checkpoint.dir=null", *store_sets]))
         job = Job(cfg, max_examples=256 * 12)
+        if waits:                          # a source that may wait for data (Kafka) is not read ahead
+            job.source.request_stop = lambda: None
         out = []
         job.hooks.append(lambda job, batch, result: out.append(np.array(result.predictions).ravel()))
         job.run()
@@ -97,4 +99,8 @@ def test_a_job_reads_ahead_on_the_redis_store_with_the_memory_store_results(redi
     red, ahead = predictions(["store.backend=redis", f"store.urls=[\"{redis_url}\"]",
                               f"store.namespace={redis_namespace}"])
     assert ahead.hits == 11                                  # batches 2..12 were read ahead
+    np.testing.assert_allclose(red, mem, rtol=0, atol=1e-6)
+    red, ahead = predictions(["store.backend=redis", f"store.urls=[\"{redis_url}\"]",
+                              f"store.namespace={redis_namespace}x"], waits=True)
+    assert ahead.hits == 0
     np.testing.assert_allclose(red, mem, rtol=0, atol=1e-6)
