@@ -68,6 +68,18 @@ class Context:
             self._buffers[key] = buf
         return buf
 
+    def rows(self, key, shape, dtype=None) -> np.ndarray:
+        """The first ``shape[0]`` rows of a buffer for ``key`` kept across batches whose row count
+        varies (sampled graphs), reallocated only when a batch needs more (sam_backend's Resize)."""
+        dtype = np.dtype(dtype or self.dtype)
+        n, rest = int(shape[0]), tuple(shape[1:])
+        buf = self._buffers.get(key)
+        if buf is None or buf.shape[1:] != rest or buf.dtype != dtype or len(buf) < n:
+            grown = len(buf) * 3 // 2 if buf is not None and buf.shape[1:] == rest else 0
+            buf = np.empty((max(n, grown), *rest), dtype)
+            self._buffers[key] = buf
+        return buf[:n]
+
     def accumulate(self, store: dict, key: str, grad: np.ndarray) -> None:
         """First contribution of the batch is copied into a reused buffer, later ones added."""
         tag = (id(store), key)

@@ -91,6 +91,11 @@ CASES = [
          extra={"optimizer": {"type": "adagrad", "lr": 0.5}}, tag="dim3-optimizer"),
 ]
 
+# kinds that carry their own test parameters (``test_params()``, registry.py): one case each
+CASES += [Case(kind, p.get("options", {}), tuple(p.get("inputs", ())), p.get("batch", {}), p.get("classes", 0),
+               p.get("extra", {}), p.get("tag", ""))
+          for kind, cls in REGISTRY.items() if hasattr(cls, "test_params") for p in cls.test_params()]
+
 # per kind: one option value that must be refused (None: the kind has no options)
 BAD_VALUE = {
     "sparse_input": ("fields", "a"), "dense_input": ("fields", ["d0", 3]),
@@ -99,6 +104,8 @@ BAD_VALUE = {
     "concat": None, "add": None, "sum_pooling": ("axis", 0), "mean_pooling": ("axis", "1"),
     "fm": ("reduce", 1), "inner_product": None, "cross": ("layers", 0), "cosine": ("eps", 0),
     "bias": ("dim", 0), "feature_cross": ("max_fields", 1),
+    "scatter_gather": ("reduce", "max"), "indegree_norm": ("block", "0"), "partial_linear": ("dim", 0),
+    "bias_act": ("activation", "gelu"), "node_input": ("dim", -1), "seed_rows": ("endpoint", 3),
 }
 KINDS = sorted(REGISTRY)
 

@@ -1,0 +1,1 @@
+"""The graph store beside the parameter store: adjacency grown from the stream, sampled per batch."""
