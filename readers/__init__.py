@@ -14,9 +14,11 @@ from .source import (READER_TYPES, ReaderType, Source, open_reader, register_rea
                      validate_reader_config)
 from .synthetic import SyntheticStream, SyntheticTruth
 from . import kafka_config as _kafka_config, plugin as _plugin  # noqa: E402
+from . import graph_synthetic as _graph_synthetic  # noqa: E402
 
 register_reader_type("kafka", _kafka_config.validate, _kafka_config.open_kafka)
 register_reader_type("plugin", _plugin.validate, _plugin.open_plugin)
+register_reader_type("graph", _graph_synthetic.check_graph, _graph_synthetic.open_graph)
 
 __all__ = [
     "open_reader", "validate_reader_config", "register_reader_type", "READER_TYPES",

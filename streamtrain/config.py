@@ -22,7 +22,7 @@ DEFAULTS = {
     "log": {"every_seconds": 10.0, "format": "text", "level": "INFO"},
     "seed": 0,
 }
-TOP_LEVEL = {*DEFAULTS, "layers", "name", "description"}
+TOP_LEVEL = {*DEFAULTS, "layers", "name", "description", "graph"}
 
 
 def merge(base: dict, over: dict) -> dict:
@@ -122,6 +122,9 @@ def problems(config: dict) -> list[tuple[str, str]]:
     found += [(f"reader.{p}" if p else "reader", m) for p, m in validate_reader_config(config.get("reader"))]
     found += [(f"store.{p}" if p else "store", m) for p, m in validate_store_config(config.get("store"))]
     found += _section_problems(config)
+    if config.get("graph") is not None:
+        from streamtrain.graphstore.stream import problems as graph_problems
+        found += [(f"graph.{p}" if p else "graph", m) for p, m in graph_problems(config["graph"])]
     layers = config.get("layers")
     if not isinstance(layers, list) or not layers:
         found.append(("layers", "required: a non-empty list of layers"))

@@ -116,7 +116,7 @@ def test_malformed_lines_counted_by_reason_and_good_lines_kept():
     m = Malformed(on_bad=lambda line, reason: seen.append((line, reason)))
     p = make_parser("criteo", {}, m)
     b = p.parse(mixed)
-    assert m.counts == {"decode": 1, "field_count": 1, "number": 2, "label": 2}
+    assert m.counts == {"decode": 1, "field_count": 1, "number": 2, "label": 2, "graph": 0}
     assert m.total == 6
     assert sorted(r for _, r in seen) == ["decode", "field_count", "label", "label", "number",
                                           "number"]
