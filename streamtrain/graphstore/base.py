@@ -68,9 +68,3 @@ def empty_snapshot(k: int) -> dict:
     return {"ids": np.zeros(0, np.uint64), "neighbours": np.zeros((0, k), np.uint64),
             "counts": np.zeros(0, np.int64), "feature_ids": np.zeros(0, np.uint64),
             "features": np.zeros((0, 0), np.float32)}
-
-
-def make_graph_store(cfg: dict) -> GraphStore:
-    from . import memory, redis_graph  # noqa: F401  (register the built-in backends)
-    cls = GRAPH_STORES.get(cfg.get("backend", "memory"), where="graph.store.backend")
-    return cls(**{k: v for k, v in cfg.items() if k != "backend"})

@@ -18,7 +18,7 @@ from streamtrain.errors import ConfigError
 from streamtrain.hashing import splitmix64
 from streamtrain.schema import REQUIRED, Option, check_options, with_defaults
 
-from .base import GRAPH_STORES, make_graph_store
+from . import GRAPH_STORES, make_graph_store
 from .blocks import Subgraph, first_occurrence
 from .sampling import Sampler
 
@@ -61,8 +61,6 @@ def problems(cfg) -> list[tuple[str, str]]:
     store = cfg.get("store", {})
     if isinstance(store, dict):
         backend = store.get("backend", "memory")
-        if backend not in GRAPH_STORES:
-            from . import memory, redis_graph  # noqa: F401
         if backend not in GRAPH_STORES:
             found.append(("store.backend", GRAPH_STORES.unknown(backend)))
         else:
