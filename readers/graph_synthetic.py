@@ -79,7 +79,9 @@ class GraphStream:
             sizes = np.array([len(m) for m in self.members])
             pick = (rng.random(size) * sizes[target]).astype(np.int64)
             v = _pick(self.members, target, pick)
-            ok = u != v                                  # no self-loops: redraw-free, drop them
+            loop = u == v                                # no self-loops: the next member instead
+            v[loop] = _pick(self.members, target[loop], (pick[loop] + 1) % sizes[target[loop]])
+            ok = u != v                                  # (a community of one node has no partner)
             yield u[ok], v[ok]
             t += size
             b += 1
