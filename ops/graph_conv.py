@@ -156,6 +156,8 @@ class PartialLinear(Layer):
         ctx.add_param_grad(self.param_name("W"), xd.T @ gy)
         if self.opts["bias"]:
             ctx.add_param_grad(self.param_name("b"), gy.sum(axis=0))
+        if not ctx.input_needs_grad(self)[0]:
+            return [None]
         gx = ctx.rows((self.name, "gx"), (shape[0], xd.shape[1]), gy.dtype)
         gx[len(xd):] = 0
         np.matmul(gy, ctx.value(self.param_name("W")).T, out=gx[:len(xd)])

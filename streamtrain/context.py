@@ -52,6 +52,7 @@ class Context:
         self.optimizers: dict = {}    # parameter -> Optimizer (set by a trainer)
         self.states: dict = {}        # parameter -> optimizer slots of the pulled rows (when asked)
         self.sequential: list = []    # linear layers the loss updates per example (set by a trainer)
+        self.needs_grad: dict = {}    # layer -> whether its output needs a gradient (default: yes)
         self.loss = float("nan")
         self.predictions = None
         self.memo: dict = {}          # per-batch results layers share (an embedding layout, ...)
@@ -90,6 +91,11 @@ class Context:
             self._written.add(tag)
         else:
             store[key] += grad
+
+    def input_needs_grad(self, layer) -> list[bool]:
+        """Per input of ``layer``: whether a gradient must flow back into it (a layer may skip
+        computing the others and return None for them)."""
+        return [self.needs_grad.get(src, True) for src in layer.inputs]
 
     def wants_squares(self, name: str) -> bool:
         """Whether parameter ``name``'s update rule accumulates per-example squared gradients."""

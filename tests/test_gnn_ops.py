@@ -174,3 +174,20 @@ def test_one_tensor_feeding_partial_linear_and_scatter_gather_gets_the_sum():
             down = loss()
             flat[i] = old
             assert analytic[i] == pytest.approx((up - down) / 2e-6, rel=1e-5, abs=1e-8), f"{name}[{i}]"
+
+
+def test_no_gradient_flows_into_inputs_without_parameters_upstream():
+    """Features-only node input: the engine asks for no gradient of it, so neither consumer
+    (partial_linear, and scatter_gather through the chain) computes one; parameters still get theirs."""
+    layers = [dict(cfg, dim=0) if cfg["name"] == "h0" else cfg for cfg in SAGE]
+    g = Graph.from_config(layers, Schema())
+    assert not g.needs_grad["h0"] and not g.needs_grad["agg0"] and not g.needs_grad["norm0"]
+    assert g.needs_grad["neigh0"] and g.needs_grad["self0"]
+    batch = batch_with([B0, B1], labels=(0.0, 2.0, 1.0), features=2)
+    ctx = g.context(dtype=np.float64)
+    g.feed(ctx, batch)
+    rng = np.random.default_rng(2)
+    ctx.values = {n: rng.standard_normal(s.shape) for n, s in g.params.items()}
+    g.forward(ctx)
+    g.backward(ctx)
+    assert "h0" not in ctx.grad_out and "norm0" not in ctx.grad_out and "self0.W" in ctx.param_grads
