@@ -55,7 +55,17 @@ class GraphStore:
         raise NotImplementedError
 
     def restore(self, arrays: dict) -> None:
+        """Replace the whole graph by a snapshot's (the backend empties itself, then ``fill``)."""
         raise NotImplementedError
+
+    def fill(self, arrays: dict) -> None:
+        """Insert a snapshot's lists and features."""
+        counts = np.asarray(arrays["counts"], np.int64)
+        nbr = np.asarray(arrays["neighbours"], np.uint64)
+        valid = np.arange(nbr.shape[1]) < counts[:, None]
+        self.insert(np.repeat(np.asarray(arrays["ids"], np.uint64), counts), nbr[valid])
+        if len(arrays["feature_ids"]):
+            self.set_features(arrays["feature_ids"], arrays["features"])
 
     def close(self) -> None:
         pass

@@ -101,9 +101,4 @@ class MemoryGraphStore(GraphStore):
 
     def restore(self, arrays) -> None:
         self.__init__(self.k)
-        counts = np.asarray(arrays["counts"], np.int64)
-        nbr = np.asarray(arrays["neighbours"], np.uint64)
-        valid = np.arange(nbr.shape[1]) < counts[:, None]
-        self.insert(np.repeat(np.asarray(arrays["ids"], np.uint64), counts), nbr[valid])
-        if len(arrays["feature_ids"]):
-            self.set_features(arrays["feature_ids"], arrays["features"])
+        self.fill(arrays)

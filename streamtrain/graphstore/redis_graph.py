@@ -136,12 +136,7 @@ class RedisGraphStore(GraphStore):
         stale = self._scan(self.adj) + self._scan(self.feat) + [self.nodes_key, self.edges_key]
         for i in range(0, len(stale), 1000):
             self.client.delete(*stale[i:i + 1000])
-        counts = np.asarray(arrays["counts"], np.int64)
-        nbr = np.asarray(arrays["neighbours"], np.uint64)
-        valid = np.arange(nbr.shape[1]) < counts[:, None]
-        self.insert(np.repeat(np.asarray(arrays["ids"], np.uint64), counts), nbr[valid])
-        if len(arrays["feature_ids"]):
-            self.set_features(arrays["feature_ids"], arrays["features"])
+        self.fill(arrays)
 
     def close(self) -> None:
         self.client.close()
