@@ -11,6 +11,7 @@ import numpy as np
 
 from streamtrain.errors import ShapeError
 
+from ._graph_kernels import gather_sum, scatter_sum
 from .base import INIT_OPTIONS, REQUIRED, Layer, Option, flat_dim, positive, register
 from .dense import ACTIVATIONS, activate, activation_grad
 
@@ -60,13 +61,13 @@ class ScatterGather(Layer):
         (x,) = xs
         block = block_of(self, ctx)
         expect_rows(self, x, block.num_src, "source")
-        x2 = x.reshape(len(x), -1)
+        x2 = np.ascontiguousarray(x.reshape(len(x), -1))
         scale = None
         if self.opts["reduce"] == "mean":
             deg = block.indegree()
             scale = (1.0 / np.maximum(deg, 1)).astype(ctx.dtype)[:, None]
         out = ctx.rows((self.name, "out"), (block.num_dst, x2.shape[1]), x.dtype)
-        out[...] = block.matrix(x2.dtype) @ x2
+        gather_sum(block.indptr(), block.src, x2, out)
         if scale is not None:
             out *= scale
         ctx.saved[self.name] = (block, x.shape, scale)
@@ -74,9 +75,9 @@ class ScatterGather(Layer):
 
     def backward(self, ctx, gy):
         block, shape, scale = ctx.saved[self.name]
-        g = gy if scale is None else gy * scale
+        g = np.ascontiguousarray(gy if scale is None else gy * scale)
         gx = ctx.rows((self.name, "gx"), (shape[0], g.shape[1]), g.dtype)
-        gx[...] = block.matrix(g.dtype).T @ g
+        scatter_sum(block.dst, block.src, g, gx)
         return [gx.reshape(shape)]
 
 

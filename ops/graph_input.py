@@ -56,6 +56,8 @@ class NodeInput(Layer):
             raise ShapeError(f"layer '{self.name}' (node_input): {nf} node features configured, the "
                              f"graph input gives {feats.shape[1] if feats.ndim == 2 else 0} (graph.features)")
         n = len(sub.node_ids)
+        if not dim and feats.dtype == ctx.dtype:
+            return feats                                  # features only: no copy
         out = ctx.rows((self.name, "out"), (n, dim + nf))
         if dim:
             pos = ctx.table_pos[(self.name, self.table)]

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 
 
 @dataclass
@@ -25,7 +24,7 @@ class Block:
     dst: np.ndarray            # int64 [E], rows among the destinations, sorted
 
     def __post_init__(self):
-        self._matrix = {}
+        self._indptr = None
 
     @property
     def num_edges(self) -> int:
@@ -34,16 +33,12 @@ class Block:
     def indegree(self) -> np.ndarray:
         return np.bincount(self.dst, minlength=self.num_dst)
 
-    def matrix(self, dtype=np.float64) -> sp.csr_matrix:
-        """The ``[num_dst, num_src]`` 0/1 adjacency (a repeated edge counts twice), built once
-        per dtype."""
-        dtype = np.dtype(dtype)
-        if dtype not in self._matrix:
-            indptr = np.zeros(self.num_dst + 1, np.int64)
-            np.cumsum(self.indegree(), out=indptr[1:])
-            data = np.ones(len(self.src), dtype)
-            self._matrix[dtype] = sp.csr_matrix((data, self.src, indptr), shape=(self.num_dst, self.num_src))
-        return self._matrix[dtype]
+    def indptr(self) -> np.ndarray:
+        """Where each destination's edges start (CSR row pointer, ``[num_dst + 1]``), built once."""
+        if self._indptr is None:
+            self._indptr = np.zeros(self.num_dst + 1, np.int64)
+            np.cumsum(self.indegree(), out=self._indptr[1:])
+        return self._indptr
 
 
 @dataclass
