@@ -51,8 +51,10 @@ class ScatterGather(Layer):
 
     @classmethod
     def test_params(cls):
-        return [{"inputs": [(4,)], "batch": {"blocks": 2}},
-                {"options": {"reduce": "mean", "block": 0}, "inputs": [(2, 3)], "batch": {"blocks": 2}, "tag": "mean"}]
+        return {"cases": [
+            {"inputs": [(4,)], "batch": {"blocks": 2}},
+            {"options": {"reduce": "mean", "block": 0}, "inputs": [(2, 3)], "batch": {"blocks": 2}, "tag": "mean"},
+        ], "bad": ("reduce", "max")}
 
     def build(self, input_shapes, schema):
         return _rowwise(self, input_shapes)
@@ -90,7 +92,7 @@ class IndegreeNorm(Layer):
 
     @classmethod
     def test_params(cls):
-        return [{"inputs": [(3,)], "batch": {"blocks": 1}}]
+        return {"cases": [{"inputs": [(3,)], "batch": {"blocks": 1}}], "bad": ("block", "0")}
 
     def build(self, input_shapes, schema):
         return _rowwise(self, input_shapes)
@@ -129,9 +131,10 @@ class PartialLinear(Layer):
 
     @classmethod
     def test_params(cls):
-        return [{"options": {"dim": 3}, "inputs": [(4,)], "batch": {"blocks": 2}},
-                {"options": {"dim": 2, "bias": True, "block": 0}, "inputs": [(2, 2)], "batch": {"blocks": 2},
-                 "tag": "bias"}]
+        return {"cases": [
+            {"options": {"dim": 3}, "inputs": [(4,)], "batch": {"blocks": 2}},
+            {"options": {"dim": 2, "bias": True, "block": 0}, "inputs": [(2, 2)], "batch": {"blocks": 2}, "tag": "bias"},
+        ], "bad": ("dim", 0)}
 
     def build(self, input_shapes, schema):
         (n_in,) = _rowwise(self, input_shapes)
@@ -179,8 +182,10 @@ class BiasAct(Layer):
 
     @classmethod
     def test_params(cls):
-        return [{"inputs": [(3,)]}, {"options": {"activation": "relu"}, "inputs": [(2, 2)], "tag": "relu"},
-                {"options": {"activation": "tanh"}, "inputs": [(3,)], "tag": "tanh"}]
+        return {"cases": [
+            {"inputs": [(3,)]}, {"options": {"activation": "relu"}, "inputs": [(2, 2)], "tag": "relu"},
+            {"options": {"activation": "tanh"}, "inputs": [(3,)], "tag": "tanh"},
+        ], "bad": ("activation", "gelu")}
 
     def build(self, input_shapes, schema):
         (n,) = _rowwise(self, input_shapes)

@@ -34,9 +34,11 @@ class NodeInput(Layer):
 
     @classmethod
     def test_params(cls):
-        return [{"options": {"dim": 3}, "inputs": [], "batch": {"blocks": 2}},
-                {"options": {"dim": 2, "features": 3}, "inputs": [], "batch": {"blocks": 1, "node_features": 3},
-                 "tag": "features"}]
+        return {"cases": [
+            {"options": {"dim": 3}, "inputs": [], "batch": {"blocks": 2}},
+            {"options": {"dim": 2, "features": 3}, "inputs": [], "batch": {"blocks": 1, "node_features": 3},
+             "tag": "features"},
+        ], "bad": ("dim", -1)}
 
     def build(self, input_shapes, schema):
         if self.opts["dim"] + self.opts["features"] == 0:
@@ -86,15 +88,17 @@ class SeedRows(Layer):
 
     kind = "seed_rows"
     options = {
-        "endpoint": Option("src", (str,), doc="which endpoint of the example: src or dst"),
+        "endpoint": Option("src", (str,), ("src", "dst"), doc="which endpoint of the example"),
         "block": Option(-1, (int,), doc="the block whose destination rows are the seeds"),
     }
 
     @classmethod
     def test_params(cls):
-        return [{"inputs": [(3,)], "batch": {"blocks": 2}},
-                {"options": {"endpoint": "dst"}, "inputs": [(2, 2)], "batch": {"blocks": 1, "endpoints": ("src", "dst")},
-                 "tag": "dst"}]
+        return {"cases": [
+            {"inputs": [(3,)], "batch": {"blocks": 2}},
+            {"options": {"endpoint": "dst"}, "inputs": [(2, 2)], "batch": {"blocks": 1, "endpoints": ("src", "dst")},
+             "tag": "dst"},
+        ], "bad": ("endpoint", 3)}
 
     def build(self, input_shapes, schema):
         (shape,) = input_shapes

@@ -18,37 +18,33 @@ import numpy as np
 
 from streamtrain.batch import Batch
 
+from streamtrain.schema import NUMBER, Option, non_negative, positive, with_defaults
+
 from .batching import field_from_column
 from .ids import hash_values
+from .source import Reader, Source, register
 
-DEFAULTS = {"nodes": 2000, "communities": 4, "features": 8, "separation": 0.5, "intra": 0.8,
-            "examples": 100_000, "seed": 0}
+def _probability(v) -> str | None:
+    return None if 0 <= v <= 1 else f"expected a probability in [0, 1], got {v!r}"
+
+
+OPTIONS = {
+    "nodes": Option(2000, (int,), check=positive, doc="nodes of the graph"),
+    "communities": Option(4, (int,), check=positive, doc="planted communities (the labels 0..k-1)"),
+    "features": Option(8, (int,), check=non_negative, doc="noisy numeric node features f0, f1, …"),
+    "separation": Option(0.5, NUMBER, check=non_negative, doc="std of the community centres"),
+    "intra": Option(0.8, NUMBER, check=_probability, doc="share of edges within a community"),
+    "examples": Option(100_000, (int,), check=non_negative, doc="edges (records) in the stream"),
+    "seed": Option(0, (int,), doc="the stream depends on this only"),
+}
 BLOCK = 4096
-
-
-def check_graph(cfg: dict) -> list[tuple[str, str]]:
-    problems = [(k, f"unknown option for a graph reader (known: {', '.join(sorted(DEFAULTS))})")
-                for k in cfg if k not in DEFAULTS and k != "type"]
-    c = {**DEFAULTS, **cfg}
-    isint = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
-    for key, lo in (("nodes", 2), ("communities", 2), ("features", 0), ("examples", 0)):
-        if not isint(c[key]) or c[key] < lo:
-            problems.append((key, f"expected an integer >= {lo}, got {c[key]!r}"))
-    for key in ("separation", "intra"):
-        if isinstance(c[key], bool) or not isinstance(c[key], (int, float)) or c[key] < 0:
-            problems.append((key, f"expected a number >= 0, got {c[key]!r}"))
-    if isinstance(c["intra"], (int, float)) and c["intra"] > 1:
-        problems.append(("intra", f"expected a probability in [0, 1], got {c['intra']!r}"))
-    if not isint(c["seed"]):
-        problems.append(("seed", f"expected an integer, got {c['seed']!r}"))
-    return problems
 
 
 class GraphStream:
     """The planted graph and the reader over it: ``stream.reader()`` is a reader function."""
 
     def __init__(self, cfg: dict, batch_size: int = 512):
-        self.cfg = c = {**DEFAULTS, **{k: v for k, v in cfg.items() if k != "type"}}
+        self.cfg = c = with_defaults(OPTIONS, {k: v for k, v in cfg.items() if k != "type"})
         self.batch_size = batch_size
         rng = np.random.default_rng([c["seed"], 0])
         n, k = c["nodes"], c["communities"]
@@ -119,9 +115,20 @@ def _pick(members: list, community: np.ndarray, index: np.ndarray) -> np.ndarray
     return flat[starts[community] + index]
 
 
-def open_graph(cfg: dict, batch_size: int, malformed):
-    from .source import Source
-    stream = GraphStream(cfg, batch_size)
-    src = Source(stream.reader(), malformed, stream.describe())
-    src.stream = stream
-    return src
+@register
+class GraphReader(Reader):
+    """``reader.type: graph``: the stochastic block model stream above."""
+
+    kind = "graph"
+    options = OPTIONS
+
+    @classmethod
+    def open(cls, cfg, batch_size, malformed):
+        stream = GraphStream(cfg, batch_size)
+        src = Source(stream.reader(), malformed, stream.describe())
+        src.stream = stream
+        return src
+
+    @classmethod
+    def test_params(cls):
+        return {"nodes": 50, "examples": 100}

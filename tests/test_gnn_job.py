@@ -161,7 +161,7 @@ def test_sync_trainers_share_one_redis_graph(redis_url, redis_namespace):
 def test_kafka_movielens_into_both_redis_stores(kafka_bootstrap, kafka_topic, kafka_names, kafka_test_consumer,
                                                 redis_url, redis_namespace, trainers, tmp_path, data_dir):
     from streamtrain.kafka_broker import committed_offsets, end_offsets
-    from streamtrain.readers.movielens import write_movielens_csv
+    from streamtrain.readers import write_movielens_csv
     from streamtrain.readers.produce import produce
     csv = tmp_path / "ml.csv"
     write_movielens_csv(data_dir / "movielens_100k", csv)

@@ -11,7 +11,7 @@ from streamtrain.context import Context
 from streamtrain.errors import ShapeError
 from streamtrain.graph import Graph, Schema
 from streamtrain.graphstore.blocks import Block, Subgraph
-from streamtrain.ops import REGISTRY, load_all
+from streamtrain.ops import LAYERS as REGISTRY, load_all
 from streamtrain.testing import gradcheck
 
 load_all()

@@ -47,25 +47,20 @@ OPTIONS = {
     "features": Option([], (list,), check=_names, doc="numeric fields: the source node's features"),
     "undirected": Option(True, (bool,), doc="an edge also enters the destination's neighbours"),
     "seed": Option(0, (int,), doc="seed of the sampler"),
-    "store": Option({"backend": "memory"}, (dict,), doc="graph store backend and its options"),
+    "store": Option({"backend": "memory"}, kinds=GRAPH_STORES, tag="backend",
+                    doc="graph store backend and its options"),
 }
 
 
 def problems(cfg) -> list[tuple[str, str]]:
-    """Every problem of a ``graph`` section as (path under ``graph``, message)."""
+    """Every problem of a ``graph`` section (null: none) as (path under ``graph``, message)."""
+    if cfg is None:
+        return []
     if not isinstance(cfg, dict):
-        return [("", f"expected an object, got {cfg!r}")]
+        return [("", f"expected an object or null, got {cfg!r}")]
     found = check_options(OPTIONS, cfg, what="graph")
     if isinstance(cfg.get("seeds"), list) and "dst" in cfg["seeds"] and not cfg.get("dst"):
         found.append(("seeds", "'dst' is a seed but graph.dst names no field"))
-    store = cfg.get("store", {})
-    if isinstance(store, dict):
-        backend = store.get("backend", "memory")
-        if backend not in GRAPH_STORES:
-            found.append(("store.backend", GRAPH_STORES.unknown(backend)))
-        else:
-            found += [(f"store.{k}", m) for k, m in
-                      check_options(GRAPH_STORES.get(backend).options, store, what=f"graph store '{backend}'")]
     return found
 
 
