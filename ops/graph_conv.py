@@ -133,7 +133,8 @@ class PartialLinear(Layer):
     def test_params(cls):
         return {"cases": [
             {"options": {"dim": 3}, "inputs": [(4,)], "batch": {"blocks": 2}},
-            {"options": {"dim": 2, "bias": True, "block": 0}, "inputs": [(2, 2)], "batch": {"blocks": 2}, "tag": "bias"},
+            {"options": {"dim": 2, "bias": True, "block": 0}, "inputs": [(2, 2)], "batch": {"blocks": 2},
+             "tag": "bias"},
         ], "bad": ("dim", 0)}
 
     def build(self, input_shapes, schema):

@@ -85,7 +85,8 @@ class GraphStream:
     def batch(self, u: np.ndarray, v: np.ndarray, offset: int) -> Batch:
         ones = np.ones(len(u), bool)
         return Batch(labels=self.community[u].astype(np.float32),
-                     sparse={"node": field_from_column(self.ids[u], ones), "peer": field_from_column(self.ids[v], ones)},
+                     sparse={"node": field_from_column(self.ids[u], ones),
+                             "peer": field_from_column(self.ids[v], ones)},
                      dense=self.node_features[u], dense_names=self.feature_names,
                      offsets={"graph": offset})
 

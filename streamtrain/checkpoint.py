@@ -53,9 +53,9 @@ def _spec_from(name: str, d: dict) -> ParamSpec:
 
 
 def write(root, snapshot: Snapshot, *, step: int = 0, examples: int = 0, offsets=None,
-          keep: int | None = None, extra: dict | None = None, arrays: dict | None = None) -> Path:
+          keep: int | None = None, extra: dict | None = None, more_arrays: dict | None = None) -> Path:
     """Write a checkpoint under ``root`` atomically; point ``LATEST`` at it; keep the newest ``keep``.
-    ``arrays``: more state as ``{name: {key: array}}`` (the graph store's), one ``<name>.npz`` each."""
+    ``more_arrays``: more state as ``{name: {key: array}}`` (the graph store's), one ``<name>.npz`` each."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     name = f"ckpt-{step:012d}-{time.time_ns() // 1_000_000}"
@@ -71,7 +71,7 @@ def write(root, snapshot: Snapshot, *, step: int = 0, examples: int = 0, offsets
             rel = f"tables/{i}.npz"
             np.savez(tmp / rel, **arrays)
             files["tables"][pname] = rel
-        for aname, part in (arrays or {}).items():
+        for aname, part in (more_arrays or {}).items():
             np.savez(tmp / f"{aname}.npz", **part)
             files.setdefault("arrays", {})[aname] = f"{aname}.npz"
         meta = {

@@ -216,7 +216,7 @@ class Job:
             path = checkpoint.write(cfg["dir"], self.store.snapshot(), step=self.trainer.batches,
                                     examples=self.trainer.examples, offsets=self.offsets,
                                     keep=cfg.get("keep") or None,
-                                    arrays={"graph": self.graph_input.store.snapshot()} if self.graph_input else None)
+                                    more_arrays=self._graph_state())
         except BaseException:
             for hook in self.checkpoint_hooks:
                 hook(self, None, False)
@@ -226,6 +226,10 @@ class Job:
         for hook in self.checkpoint_hooks:
             hook(self, path, True)
         return path
+
+    def _graph_state(self) -> dict | None:
+        """The graph store's arrays for a checkpoint (None without a graph section)."""
+        return {"graph": self.graph_input.store.snapshot()} if self.graph_input is not None else None
 
     # ---- reporting -------------------------------------------------------------------------
     def progress(self) -> dict:

@@ -141,8 +141,9 @@ class GraphInput:
         if names and self.columns is None:
             missing = [f for f in names if f not in batch.dense_names]
             if missing:
+                known = ", ".join(batch.dense_names) or "none"
                 raise ConfigError([("graph.features", f"fields {missing} are not numeric fields of the data "
-                                                      f"(the reader reports: {', '.join(batch.dense_names) or 'none'})")])
+                                                      f"(the reader reports: {known})")])
             self.columns = np.array([batch.dense_names.index(f) for f in names], np.int64)
         if names and batch.size:
             self.store.set_features(src, batch.dense[:, self.columns])
