@@ -128,3 +128,15 @@ def test_blocks_layout_and_determinism(make_store):
 def test_unknown_backend_names_the_known_ones():
     with pytest.raises(ConfigError, match="unknown graph store backend 'disk' .*memory, redis"):
         make_graph_store({"backend": "disk"})
+
+
+def test_an_unreachable_redis_is_a_store_error(redis_factory):
+    from streamtrain.errors import StoreError
+    server = redis_factory.start()
+    store = make_graph_store({"backend": "redis", "url": server.url, "timeout_s": 1.0})
+    store.insert(ids(1), ids(2))
+    server.stop()
+    with pytest.raises(StoreError, match="graph store redis://.*neighbours failed"):
+        store.neighbours(ids(1))
+    with pytest.raises(StoreError, match="insert failed"):
+        store.insert(ids(1), ids(3))

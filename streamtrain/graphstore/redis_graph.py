@@ -7,9 +7,12 @@ frontier's lists one pipeline of ``LRANGE``: one round trip per hop per batch.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import redis
 
+from streamtrain.errors import StoreError
 from streamtrain.schema import Option, non_negative
 
 from .base import COMMON_OPTIONS, GraphStore, empty_snapshot, register
@@ -33,6 +36,17 @@ def _pad(lists: list, k: int) -> tuple[np.ndarray, np.ndarray]:
     cols = np.arange(len(flat)) - np.repeat(starts, counts)
     out[np.repeat(np.arange(len(lists)), counts), cols] = flat
     return out, counts
+
+
+def _store_errors(method):
+    """Redis failures surface as ``StoreError`` (the job keeps the batch and steps it again)."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except redis.RedisError as err:
+            raise StoreError(f"graph store {self.url}: {method.__name__} failed: {err}") from err
+    return wrapper
 
 
 @register
@@ -60,6 +74,7 @@ class RedisGraphStore(GraphStore):
         self.adj, self.feat = base + b"adj:", base + b"feat:"
         self.nodes_key, self.edges_key = base + b"nodes", base + b"edges"
 
+    @_store_errors
     def insert(self, src, dst) -> None:
         src, dst = np.asarray(src, np.uint64), np.asarray(dst, np.uint64)
         if not len(src):
@@ -79,6 +94,7 @@ class RedisGraphStore(GraphStore):
         pipe.incrby(self.edges_key, len(s))
         pipe.execute()
 
+    @_store_errors
     def neighbours(self, ids):
         ids = np.asarray(ids, np.uint64)
         if not len(ids):
@@ -88,6 +104,7 @@ class RedisGraphStore(GraphStore):
             pipe.lrange(key, 0, self.k - 1)
         return _pad(pipe.execute(), self.k)
 
+    @_store_errors
     def set_features(self, ids, features) -> None:
         features = np.ascontiguousarray(features, np.float32)
         pipe = self.client.pipeline(transaction=False)
@@ -95,6 +112,7 @@ class RedisGraphStore(GraphStore):
             pipe.set(key, row.tobytes(), px=self.ttl_ms or None)
         pipe.execute()
 
+    @_store_errors
     def features(self, ids, width):
         out = np.zeros((len(ids), width), np.float32)
         if not width or not len(ids):
@@ -104,6 +122,7 @@ class RedisGraphStore(GraphStore):
                 out[i] = np.frombuffer(raw, np.float32)
         return out
 
+    @_store_errors
     def stats(self):
         """Nodes: a HyperLogLog estimate (±1 %); edges: every neighbour entry ever inserted."""
         pipe = self.client.pipeline(transaction=False)
@@ -115,6 +134,7 @@ class RedisGraphStore(GraphStore):
     def _scan(self, prefix: bytes) -> list:
         return list(self.client.scan_iter(match=prefix + b"*", count=1000))
 
+    @_store_errors
     def snapshot(self):
         snap = empty_snapshot(self.k)
         keys = self._scan(self.adj)
@@ -132,6 +152,7 @@ class RedisGraphStore(GraphStore):
             snap["features"] = np.stack([np.frombuffer(v, np.float32) for v in values])
         return snap
 
+    @_store_errors
     def restore(self, arrays) -> None:
         stale = self._scan(self.adj) + self._scan(self.feat) + [self.nodes_key, self.edges_key]
         for i in range(0, len(stale), 1000):

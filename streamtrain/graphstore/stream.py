@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from streamtrain.errors import ConfigError
+from streamtrain.errors import ConfigError, StoreError
 from streamtrain.hashing import splitmix64
 from streamtrain.schema import REQUIRED, Option, check_options, with_defaults
 
@@ -103,8 +103,8 @@ class GraphInput:
         self.sampler = Sampler(self.store, self.cfg["fanouts"], self.cfg["seed"])
         self.malformed = malformed
         self.columns = None
-        self.sample_seconds: list[float] = []      # drained by the metrics module
-        self.last_sample_s = 0.0
+        self.last_sample_s = 0.0                    # of the last batch (the metrics histogram)
+        self._stats = {"nodes": 0, "edges": 0}
 
     @property
     def layers(self) -> int:
@@ -156,7 +156,6 @@ class GraphInput:
         rows = {e: local[i * n:(i + 1) * n] for i, e in enumerate(self.cfg["seeds"])}
         batch.subgraph = Subgraph(blocks, node_ids, feats, rows)
         self.last_sample_s = time.perf_counter() - t0
-        self.sample_seconds.append(self.last_sample_s)
 
     def learnt(self, batch) -> None:
         """The batch was predicted and learnt: its edges enter the graph now."""
@@ -168,7 +167,12 @@ class GraphInput:
         self.store.insert(src, dst)
 
     def stats(self) -> dict:
-        return {**self.store.stats(), "mean_fanout": self.mean_fanout()}
+        """Nodes, edges, mean sampled fanout; the last figures while the store is unreachable."""
+        try:
+            self._stats = self.store.stats()
+        except StoreError:
+            pass
+        return {**self._stats, "mean_fanout": self.mean_fanout()}
 
     def close(self) -> None:
         self.store.close()
