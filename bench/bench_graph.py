@@ -217,6 +217,8 @@ def movielens() -> dict:
     s = streams.stream("movielens")
     out = {}
     for label, model, sets in (("dcn", "dcn", []), ("graphsage_rec", "graphsage_rec", []),
+                               ("graphsage_rec, fanouts [10, 5], 32 neighbours kept", "graphsage_rec",
+                                ["graph.fanouts=[10,5]", "graph.store.neighbours=32"]),
                                ("graphsage_rec, 1 neighbour kept per node", "graphsage_rec",
                                 ["graph.store.neighbours=1"])):
         r = compare.run_streamtrain(model, s, None, sets)
