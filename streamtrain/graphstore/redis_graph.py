@@ -1,8 +1,8 @@
 """The Redis graph store: adjacency shared by every trainer of a model.
 
-Per node one list ``<ns>:g:adj:<8-byte id>`` of 8-byte neighbour ids, newest first, capped at
-``neighbours`` entries by ``LTRIM`` (and expiring ``ttl_s`` after its last insert when set);
-per node with features one string of float32s. A batch's inserts are one pipeline, and a
+Per node one list ``st:graph:<namespace>:adj:<8-byte id>`` of 8-byte neighbour ids, newest
+first, capped at ``neighbours`` entries by ``LTRIM`` (and expiring ``ttl_s`` after its last
+insert when set); per node with features one string of float32s. A batch's inserts are one pipeline, and a
 frontier's lists one pipeline of ``LRANGE``: one round trip per hop per batch.
 """
 from __future__ import annotations
@@ -14,6 +14,7 @@ import redis
 
 from streamtrain.errors import StoreError
 from streamtrain.schema import Option, non_negative
+from streamtrain.store.redis_keys import PREFIX
 
 from .base import COMMON_OPTIONS, GraphStore, empty_snapshot, register
 
@@ -70,7 +71,7 @@ class RedisGraphStore(GraphStore):
         super().__init__(neighbours)
         self.url, self.namespace, self.ttl_ms = url, namespace, int(round(ttl_s * 1000))
         self.client = redis.Redis.from_url(url, socket_timeout=timeout_s)
-        base = f"{namespace}:g:".encode()
+        base = f"{PREFIX}:graph:{namespace}:".encode()
         self.adj, self.feat = base + b"adj:", base + b"feat:"
         self.nodes_key, self.edges_key = base + b"nodes", base + b"edges"
 

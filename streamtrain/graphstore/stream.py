@@ -106,10 +106,6 @@ class GraphInput:
         self.last_sample_s = 0.0                    # of the last batch (the metrics histogram)
         self._stats = {"nodes": 0, "edges": 0}
 
-    @property
-    def layers(self) -> int:
-        return len(self.cfg["fanouts"])
-
     def mean_fanout(self) -> float:
         s = self.sampler
         return s.edges / s.dst_rows if s.dst_rows else 0.0
