@@ -12,7 +12,7 @@
   beside an oracle told the planted communities of each node's neighbours (naive Bayes over
   the planted centres, the neighbours' communities and the intra-community rate).
 * ``movielens``: ``examples/graphsage_rec.json`` vs ``examples/dcn.json`` (progressive logloss,
-  the protocol of ``bench/compare.py``), with an ablation (one neighbour kept per node).
+  the protocol of ``bench/compare.py``), with an ablation over the neighbourhood size.
 """
 from __future__ import annotations
 
