@@ -15,6 +15,7 @@ import numpy as np
 
 from . import checkpoint
 from .graph import Graph, Schema
+from .graphstore.stream import open_graph_input
 from .errors import StoreError
 from .store import make_store
 from .trainer import Trainer
@@ -37,6 +38,8 @@ class Job:
         if store_cfg.get("backend") == "redis":     # several models can share one Redis
             store_cfg.setdefault("namespace", config.get("name") or "default")
         self.store = make_store(store_cfg)
+        self.graph_input = open_graph_input(config.get("graph"), self.malformed,
+                                            namespace=config.get("name") or "default")
         self.graph: Graph | None = None
         self.trainer: Trainer | None = None
         self.stop_requested = False
@@ -70,7 +73,8 @@ class Job:
         schema = Schema.of(batch)
         self.graph = Graph.from_config(self.config["layers"], schema)
         self.store.declare(self.graph.params, self.config["default_optimizer"])
-        self.trainer = Trainer(self.graph, self.store, seed=self.config.get("seed", 0))
+        self.trainer = Trainer(self.graph, self.store, seed=self.config.get("seed", 0),
+                               graph_input=self.graph_input)
         log.info("model built: %d layers, %d parameters (%d tables) on fields %s; store %s",
                  len(self.graph.layers), len(self.graph.params), len(self.graph.table_params),
                  ",".join(schema.sparse) or "-", self.store.describe())
@@ -89,6 +93,8 @@ class Job:
     def restore(self, where) -> dict:
         snap, meta = checkpoint.read(where)
         self.store.restore(snap)
+        if self.graph_input is not None and "graph" in meta["arrays"]:
+            self.graph_input.store.restore(meta["arrays"]["graph"])
         self.trainer.batches = meta.get("step", 0)
         self.trainer.examples = meta.get("examples", 0)
         if meta.get("offsets") and hasattr(self.source, "seek"):
@@ -105,6 +111,12 @@ class Job:
             batches = self._read_ahead(self.source.batches())
             for batch, ahead in batches:
                 self.received_at = time.time()      # freshness fallback when a batch has no event times
+                if self.graph_input is not None:
+                    batch = self.graph_input.clean(batch)
+                    if not batch.size:             # every row was bad graph input (counted)
+                        self.source.commit(batch.offsets)
+                        self.offsets.update(batch.offsets)
+                        continue
                 if self.graph is None:
                     self._build(batch)
                     if self.sought:      # read before the reader was sought back: it comes again
@@ -205,6 +217,8 @@ class Job:
                 self.source.close()
             finally:
                 self.store.close()
+                if self.graph_input is not None:
+                    self.graph_input.close()
 
     def _maybe_checkpoint(self) -> None:
         """Periodic checkpoints (every N batches / N seconds) and SIGHUP's; a failure is logged
@@ -232,7 +246,8 @@ class Job:
         try:
             path = checkpoint.write(cfg["dir"], self.store.snapshot(), step=self.trainer.batches,
                                     examples=self.trainer.examples, offsets=self.offsets,
-                                    keep=cfg.get("keep") or None)
+                                    keep=cfg.get("keep") or None,
+                                    more_arrays=self._graph_state())
         except BaseException:
             for hook in self.checkpoint_hooks:
                 hook(self, None, False)
@@ -242,6 +257,10 @@ class Job:
         for hook in self.checkpoint_hooks:
             hook(self, path, True)
         return path
+
+    def _graph_state(self) -> dict | None:
+        """The graph store's arrays for a checkpoint (None without a graph section)."""
+        return {"graph": self.graph_input.store.snapshot()} if self.graph_input is not None else None
 
     # ---- reporting -------------------------------------------------------------------------
     def progress(self) -> dict:
@@ -295,6 +314,10 @@ class Job:
             "store": self.store.describe(),
             "checkpoint": self.last_checkpoint,
         }
+        if t is not None and not t.binary and t.examples:
+            out["accuracy"] = round(t.hits / t.examples, 6)
+        if self.graph_input is not None:
+            out["graph"] = self.graph_input.stats()
         truth = getattr(self.source, "truth", None)
         if truth is not None:
             out["planted_auc"] = _num(truth.auc())
