@@ -31,6 +31,7 @@ from streamtrain.trainer import Trainer
 class _Servers:
     def __init__(self):
         self.started: list[RedisServer] = []
+        self.workdirs: list[str] = []          # removed after the servers stop
 
     def start(self, *extra, port=None, workdir=None) -> RedisServer:
         if not shutil.which("redis-server"):
@@ -42,6 +43,8 @@ class _Servers:
     def stop_all(self):
         for s in self.started:
             s.stop()
+        for d in self.workdirs:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -70,18 +73,19 @@ def redis_urls3(_redis_servers):
     return [_redis_servers.start().url for _ in range(3)]
 
 
-@pytest.fixture(scope="session")
-def redis_cluster_url(_redis_servers):
+def start_cluster(servers, n: int = 3) -> list[str]:
+    """``n`` fresh ``redis-server --cluster-enabled yes`` nodes made into one cluster (no
+    replicas, slots split evenly); their ``host:port`` addresses, once the cluster is ok."""
     if not shutil.which("redis-cli"):
         pytest.skip("no redis-cli on PATH to create a cluster")
     workdir = tempfile.mkdtemp(prefix="streamtrain-cluster-")
+    servers.workdirs.append(workdir)
     nodes = []
-    for _ in range(3):
+    for _ in range(n):
         port = free_port(below=55536)
-        nodes.append(_redis_servers.start("--cluster-enabled", "yes", "--cluster-config-file",
-                                          f"nodes-{port}.conf", port=port,
-                                          workdir=tempfile.mkdtemp(dir=workdir)))
-    addrs = [f"127.0.0.1:{n.port}" for n in nodes]
+        nodes.append(servers.start("--cluster-enabled", "yes", "--cluster-config-file",
+                                   f"nodes-{port}.conf", port=port, workdir=tempfile.mkdtemp(dir=workdir)))
+    addrs = [f"127.0.0.1:{node.port}" for node in nodes]
     subprocess.run(["redis-cli", "--cluster", "create", *addrs, "--cluster-replicas", "0", "--cluster-yes"],
                    check=True, capture_output=True, timeout=30)
     client = redis.Redis(port=nodes[0].port)
@@ -91,8 +95,12 @@ def redis_cluster_url(_redis_servers):
         if time.monotonic() > deadline:
             pytest.fail("cluster did not reach state ok")
         time.sleep(0.05)
-    yield f"redis://{addrs[0]}"
-    shutil.rmtree(workdir, ignore_errors=True)
+    return addrs
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(_redis_servers):
+    yield f"redis://{start_cluster(_redis_servers)[0]}"
 
 
 @pytest.fixture

@@ -69,6 +69,7 @@ class Shards:
         self.clients: list[redis.Redis] = []
         self.names: list[str] = []
         self._slot_shard: list[int] = []
+        self.epoch = 0                  # +1 at each slot map read: routing caches compare it
         if self.cluster:
             self.retrying("read the cluster slot map", self.refresh)
         else:
@@ -103,6 +104,7 @@ class Shards:
         if -1 in table:
             raise redis.ConnectionError(f"cluster slot {table.index(-1)} has no node (CLUSTERDOWN)")
         self._slot_shard = table
+        self.epoch += 1
 
     def shard_of_tag(self, tag: str) -> int:
         if self.cluster:
