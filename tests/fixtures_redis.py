@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 import uuid
 
@@ -21,7 +20,7 @@ from tests.conftest import docker_answers
 import redis
 
 from streamtrain.graph import Graph, Schema
-from streamtrain.store.redis_server import RedisServer, free_port
+from streamtrain.store.redis_server import RedisServer, cluster_args, create_cluster, free_port
 from streamtrain.testing import random_batch
 from streamtrain.trainer import Trainer
 
@@ -80,21 +79,12 @@ def start_cluster(servers, n: int = 3) -> list[str]:
         pytest.skip("no redis-cli on PATH to create a cluster")
     workdir = tempfile.mkdtemp(prefix="streamtrain-cluster-")
     servers.workdirs.append(workdir)
-    nodes = []
-    for _ in range(n):
+    addrs = []
+    for _ in range(n):                   # one at a time: a started node holds its port
         port = free_port(below=55536)
-        nodes.append(servers.start("--cluster-enabled", "yes", "--cluster-config-file",
-                                   f"nodes-{port}.conf", port=port, workdir=tempfile.mkdtemp(dir=workdir)))
-    addrs = [f"127.0.0.1:{node.port}" for node in nodes]
-    subprocess.run(["redis-cli", "--cluster", "create", *addrs, "--cluster-replicas", "0", "--cluster-yes"],
-                   check=True, capture_output=True, timeout=30)
-    client = redis.Redis(port=nodes[0].port)
-    import time
-    deadline = time.monotonic() + 10
-    while client.cluster("info").get("cluster_state") != "ok":
-        if time.monotonic() > deadline:
-            pytest.fail("cluster did not reach state ok")
-        time.sleep(0.05)
+        servers.start(*cluster_args(port), port=port, workdir=tempfile.mkdtemp(dir=workdir))
+        addrs.append(f"127.0.0.1:{port}")
+    create_cluster(addrs)
     return addrs
 
 
