@@ -103,3 +103,9 @@ def test_migrate_refuses_to_overwrite(redis_factory, redis_namespace):
     target = shard_of_tag(f"{redis_namespace}/0", 2, "rendezvous")
     with pytest.raises(redis.ResponseError, match="BUSYKEY"):
         migrate(redis_namespace, [[a, b][1 - target]], [a, b], "rendezvous")
+
+
+def test_an_unknown_placement_is_named():
+    from streamtrain.store.redis_config import validate
+    assert validate({"backend": "redis", "placement": "ring"}) == [
+        ("placement", "expected one of 'modulo', 'rendezvous', got 'ring'")]
