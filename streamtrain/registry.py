@@ -22,9 +22,19 @@ streamtrain.errors.ConfigError: invalid config:
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from importlib import metadata
 
 from .errors import ConfigError
+
+
+def import_modules(package: str, path, *, skip=()) -> None:
+    """Import every module of a package (``__name__``, ``__path__``) but ``skip``, so the kinds
+    its modules define are registered: a kind added as a new file needs no other edit."""
+    for mod in pkgutil.iter_modules(path):
+        if not mod.name.startswith("_") and mod.name not in skip:
+            importlib.import_module(f"{package}.{mod.name}")
 
 
 class Registry:

@@ -9,7 +9,6 @@ planted model (``readers/synthetic.py``) and the benchmarks all use these.
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import rankdata
 
 EPS = 1e-7          # probabilities are clipped to [EPS, 1 - EPS]
 
@@ -34,5 +33,14 @@ def auc(labels, scores) -> float:
     neg = len(y) - pos
     if pos == 0 or neg == 0:
         return float("nan")
-    ranks = rankdata(np.asarray(scores, dtype=np.float64))
+    ranks = average_ranks(np.asarray(scores, dtype=np.float64))
     return float((ranks[y].sum() - pos * (pos + 1) / 2.0) / (pos * neg))
+
+
+def average_ranks(x: np.ndarray) -> np.ndarray:
+    """1-based ranks of ``x``, ties sharing their average rank (scipy's ``rankdata``)."""
+    order = np.argsort(x, kind="stable")
+    _, first, counts = np.unique(x[order], return_index=True, return_counts=True)
+    ranks = np.empty(len(x), np.float64)
+    ranks[order] = np.repeat(first + (counts + 1) / 2.0, counts)
+    return ranks

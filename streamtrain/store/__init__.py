@@ -1,15 +1,17 @@
 """Parameter stores: ``memory`` (in process) and ``redis`` (sharded, shared by trainers).
 
-Backends are registered in ``STORES`` (``store.base``) by their module; ``make_store`` picks one
-by ``store.backend``.
+Backends are registered in ``STORES`` (``store.base``) by their module (every module of the
+package is imported); ``make_store`` picks one by ``store.backend``.
 """
 from __future__ import annotations
 
+from streamtrain.registry import import_modules
 from streamtrain.schema import kind_problems
 
-from . import redis_store  # noqa: F401  (registers the redis backend)
 from .base import STORES, ParamStore, Snapshot, StoreStats, register
 from .memory import MemoryStore
+
+import_modules(__name__, __path__)      # every module, so a backend added as a new file registers
 
 DEFAULT_BACKEND = "memory"
 
