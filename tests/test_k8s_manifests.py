@@ -170,3 +170,18 @@ def test_each_pod_gets_a_valid_config(rendered, tmp_path, monkeypatch, capsys):
             assert store["mode"] == "async"
         if overlay.endswith("cluster"):            # the kafka-sasl component is in these
             assert cfg["reader"]["consumer"]["security_protocol"] == "SASL_SSL"
+
+
+def test_the_serve_pod_gets_a_valid_config(rendered, tmp_path, monkeypatch, capsys):
+    overlay, _, objects = rendered
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(job_config(objects)))
+    env = pod_env(by_kind(objects, "Deployment")["streamtrain-serve"], by_kind(objects, "Secret"), 0)
+    monkeypatch.setenv("STREAMTRAIN_SET", env["STREAMTRAIN_SET"])
+    try:
+        args = cli.build_parser().parse_args(["serve", str(path)])
+    except SystemExit:
+        pytest.skip("no `streamtrain serve` in this build yet")
+    cfg = cli.load_config(args)
+    assert (cfg["serve"]["host"], cfg["serve"]["port"]) == ("0.0.0.0", 8080)
+    assert bool(cfg["store"].get("cluster")) == overlay.endswith("cluster")
