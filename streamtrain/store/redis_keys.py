@@ -12,7 +12,7 @@ script. Over standalone servers the bucket picks the server by the store's ``pla
   wins (``1/(n+1)`` of them) and never moves a group between the old servers.
 
 The shard is a position in ``urls``: keep the order, append new servers at the end.
-``python -m streamtrain.store.redis_migrate`` moves the groups that change servers between two
+``streamtrain-redis-migrate`` moves the groups that change servers between two
 placements (a new server, or ``modulo`` -> ``rendezvous``) while the trainers are stopped.
 
 >>> row_keys("default", "emb.a", np.array([255], np.uint64), 64).tolist()[0]

@@ -7,7 +7,7 @@ adding a server to a rendezvous placement moves about ``1/(n+1)`` of the rows: n
 Stop the trainers first (SIGTERM drains them): a trainer running meanwhile would read a row
 that is being moved as absent. Then start them with the new ``store.urls`` and ``store.placement``.
 
-    python -m streamtrain.store.redis_migrate --namespace default \\
+    streamtrain-redis-migrate --namespace default \\
         --from-urls redis://r0:6379/0,redis://r1:6379/0 \\
         --to-urls redis://r0:6379/0,redis://r1:6379/0,redis://r2:6379/0 --placement rendezvous
 """
@@ -69,7 +69,7 @@ def migrate(namespace: str, from_urls: list[str], to_urls: list[str], placement:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m streamtrain.store.redis_migrate", description=__doc__,
+    p = argparse.ArgumentParser(prog="streamtrain-redis-migrate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--namespace", default="default", help="store.namespace (default: default)")
     p.add_argument("--from-urls", required=True, help="comma-separated store.urls the rows are on now")
