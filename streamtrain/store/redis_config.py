@@ -13,7 +13,8 @@ DEFAULTS = {
     "urls": None, "cluster": None, "namespace": "default", "mode": "async", "trainers": 1,
     "worker": 0, "barrier_timeout_s": 60.0, "sync_combine": "mean", "buckets": 64,
     "timeout_s": 5.0, "retry": {"initial_s": 0.05, "max_s": 2.0, "give_up_s": 30.0},
-    "max_push_attempts": 1000, "placement": "modulo", "tables": {},   # tables: {param name | layer name | "*": {...}}
+    "max_push_attempts": 1000, "placement": "modulo",   # placement: redis_keys (standalone servers)
+    "tables": {},   # tables: {param name | layer name | "*": {...}}
 }
 TABLE_OPTIONS = ("ttl_s", "admit_after", "max_rows")
 
