@@ -53,8 +53,8 @@ class RedisStore(ParamStore):
             self.embedded = True
             urls = [self.server.url]
         try:
-            self.shards = Shards(urls=urls, cluster=cluster, timeout_s=self.cfg.timeout_s,
-                                 retry=Retry(**self.cfg.retry), stats=self.stats)
+            self.shards = Shards(urls=urls, cluster=cluster, timeout_s=self.cfg.timeout_s, stats=self.stats,
+                                 retry=Retry(**self.cfg.retry), placement=self.cfg.placement)
         except BaseException:
             if self.server:
                 self.server.stop()
