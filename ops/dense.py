@@ -56,6 +56,15 @@ class FC(Layer):
         "init": Option("xavier", (str,), ("zeros", "normal", "uniform", "xavier", "ones")),
     }
 
+    @classmethod
+    def test_params(cls):
+        return {"cases": [
+            *[{"options": {"dim": 3, "activation": act}, "inputs": [(2, 3)], "tag": act}
+              for act in ("identity", "relu", "sigmoid", "tanh")],
+            {"options": {"dim": 2, "bias": False, "init": "normal"}, "tag": "nobias-param",
+             "extra": {"param": "shared_fc", "optimizer": {"type": "adam", "lr": 0.01}}},
+        ], "bad": ("activation", "gelu")}
+
     def build(self, input_shapes, schema):
         (shape,) = input_shapes
         self.n_in = flat_dim(shape)
@@ -96,4 +105,4 @@ class FC(Layer):
             ctx.add_param_grad(self.param_name("W"), x2.T @ gz)
             if self.opts["bias"]:
                 ctx.add_param_grad(self.param_name("b"), gz.sum(axis=0))
-        return [(gz @ W.T).reshape(x.shape)]
+        return [(gz @ W.T).reshape(x.shape) if ctx.input_needs_grad(self)[0] else None]

@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 
 from streamtrain.errors import ShapeError
 
-from .base import INIT_OPTIONS, Layer, Option, SparseShape, positive, register
+from .base import INIT_OPTIONS, SPARSE, Layer, Option, SparseShape, positive, register
 from .inputs import batch_fields
 
 
@@ -28,6 +27,20 @@ class Embedding(Layer):
         "combiner": Option("sum", (str,), ("sum", "mean"), doc="pooling of a multi-valued field"),
         **INIT_OPTIONS,
     }
+
+    @classmethod
+    def test_params(cls):
+        return {"cases": [
+            {"options": {"dim": 3}, "inputs": [SPARSE], "tag": "per_field-sum"},
+            {"options": {"dim": 3, "shared": True}, "inputs": [SPARSE],
+             "batch": {"multivalue": ("b", "c"), "values": True}, "tag": "shared-sum-values-multi"},
+            {"options": {"dim": 2, "combiner": "mean"}, "inputs": [SPARSE],
+             "batch": {"multivalue": ("a",)}, "tag": "per_field-mean-multi"},
+            {"options": {"dim": 2, "combiner": "mean", "shared": True}, "inputs": [SPARSE],
+             "batch": {"multivalue": ("a", "b"), "values": True, "missing": 0.3}, "tag": "shared-mean-values-multi"},
+            {"options": {"dim": 2}, "inputs": [SPARSE],
+             "batch": {"multivalue": ("a", "b", "c"), "values": True}, "tag": "per_field-sum-values-multi"},
+        ], "bad": ("combiner", "max")}
 
     def build(self, input_shapes, schema):
         (shape,) = input_shapes
@@ -120,6 +133,7 @@ class Embedding(Layer):
         data = weights if weights is not None else np.ones(len(pos), ctx.dtype)
         indptr = np.zeros(F * B + 1, np.int64)
         np.cumsum(counts, out=indptr[1:])
+        import scipy.sparse as sp       # only multi-valued fields need it: not paid at start-up
         matrix = sp.csr_matrix((data, pos, indptr), shape=(F * B, total))
         table = rows[0] if len(rows) == 1 else np.concatenate(rows)
         pooled = matrix @ table.astype(ctx.dtype, copy=False)                  # [F*B, dim]

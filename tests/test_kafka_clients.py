@@ -169,3 +169,10 @@ def test_a_reader_start_and_our_producers_log_no_kafka_info_and_no_idempotence_w
     assert from_kafka == []
     assert not [r for r in caplog.records if "idempoten" in r.getMessage().lower()]
     assert any(r.name == "streamtrain.kafka" and "assigned" in r.getMessage() for r in caplog.records)
+
+
+def test_security_keys_under_consumer_reach_the_dead_letter_producer_too():
+    cfg = source.KafkaSource(_reader(security=None, consumer={"security_protocol": "SSL",
+                                                               "ssl_cafile": "/ca.pem"}), 8).cfg
+    for settings in (clients.consumer_settings(cfg), clients.producer_settings(cfg)):
+        assert settings["security_protocol"] == "SSL" and settings["ssl_cafile"] == "/ca.pem"

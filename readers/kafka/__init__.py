@@ -11,16 +11,35 @@ offsets committed only after the update.
     lag.py         consumer lag and freshness              trace.py     debug trace of applied rows
     admin.py       topic creation
 
-``validate(cfg)`` and ``open_kafka(cfg, batch_size, malformed)`` are what ``readers`` registers.
+The reader type ``kafka`` is ``KafkaReader`` below, registered in ``readers.source.READERS``:
+its keys are ``config.OPTIONS``.
 """
 from __future__ import annotations
 
-from .config import validate
+from ..source import Reader, register
+from .config import OPTIONS, validate
 
 
-def open_kafka(cfg: dict, batch_size: int, malformed):
-    from .source import KafkaSource       # kafka-python is imported only when a reader opens
-    return KafkaSource(cfg, batch_size, malformed)
+@register
+class KafkaReader(Reader):
+    """Topics of a Kafka cluster: mini-batches of their lines, offsets committed after the update."""
+
+    kind = "kafka"
+    options = OPTIONS
+    offline = False
+
+    @classmethod
+    def check_config(cls, cfg):
+        return validate(cfg)
+
+    @classmethod
+    def open(cls, cfg, batch_size, malformed):
+        from .source import KafkaSource       # kafka-python is imported only when a reader opens
+        return KafkaSource(cfg, batch_size, malformed)
+
+    @classmethod
+    def test_params(cls):
+        return {"bootstrap": "127.0.0.1:9092", "topic": "clicks", "group": "trainers"}
 
 
-__all__ = ["validate", "open_kafka"]
+__all__ = ["KafkaReader"]

@@ -115,11 +115,18 @@ def client_settings(bootstrap, sec: dict | None = None) -> dict:
     return {"bootstrap_servers": bootstrap, **security_settings(sec)}
 
 
+def reader_security(cfg: dict) -> dict | None:
+    """A reader's security settings: its ``security`` section, and security keys given under
+    ``consumer`` (so they reach the dead-letter producer too); the section wins."""
+    inherited = {k: v for k, v in (cfg.get("consumer") or {}).items() if k in SECURITY_OPTIONS}
+    return {**inherited, **(cfg.get("security") or {})} or None
+
+
 def consumer_settings(cfg: dict) -> dict:
     """``KafkaConsumer`` keyword arguments for a normalized reader config."""
     return {
         **CONSUMER_DEFAULTS,
-        **client_settings(cfg["bootstrap"], cfg.get("security")),
+        **client_settings(cfg["bootstrap"], reader_security(cfg)),
         "group_id": cfg["group"],
         "enable_auto_commit": False,           # offsets are committed after the update, by us
         "auto_offset_reset": cfg["auto_offset_reset"],
@@ -135,7 +142,7 @@ def producer_settings(cfg: dict) -> dict:
     largest = max(consumer["fetch_max_bytes"], consumer["max_partition_fetch_bytes"])
     return {
         **DEAD_LETTER_DEFAULTS,
-        **client_settings(cfg["bootstrap"], cfg.get("security")),
+        **client_settings(cfg["bootstrap"], reader_security(cfg)),
         "max_request_size": largest,
         **(cfg.get("producer") or {}),
     }

@@ -1,4 +1,5 @@
-"""The ``kafka`` reader's config: keys, defaults, validation.
+"""The ``kafka`` reader's keys (``OPTIONS``: default, types, check and doc of each, stated once)
+and the check of a whole reader config.
 
     "reader": {"type": "kafka", "bootstrap": "127.0.0.1:9092", "topic": "clicks",
                "group": "trainers", "format": "criteo", "max_wait_ms": 200}
@@ -9,35 +10,77 @@ settings handed to kafka-python's clients are built in ``clients.py``.
 """
 from __future__ import annotations
 
-from ..formats import check_format_options, format_classes
+from streamtrain.schema import NUMBER, Option, check_options, non_negative, optional, positive
+
+from ..formats import format_problems, split_format_options
 from .clients import check_security
 
-DEFAULTS = {
-    "format": "criteo",
-    "max_wait_ms": 200,          # a batch closes at batch_size lines or this long after its first line
-    "lines_per_message": 1,      # a hint (fetch sizing); every message is split on newlines anyway
-    "dead_letter": None,         # topic receiving each bad line, its reason in header "reason"
-    "stop_at_end": False,        # end once every owned partition reached its high watermark seen at assignment
-    "idle_timeout_s": None,      # end after this long without a message (after joining)
-    "auto_offset_reset": "earliest",
-    "consumer": {},              # extra kafka-python KafkaConsumer settings (override the ones below)
-    "producer": {},              # extra KafkaProducer settings for the dead-letter producer
-    "trace_file": None,          # debug: append "partition offset" of every applied row at commit
-    "fast_decode": True,         # decode record batches in bulk (see fastpath.py)
-    "security": None,            # SASL/SSL settings of every client (see clients.py)
-    "options": {},
+
+def _as_list(v):
+    if isinstance(v, str):
+        return [s.strip() for s in v.split(",") if s.strip()]
+    return list(v) if isinstance(v, (list, tuple)) else []
+
+
+def _names(v) -> str | None:
+    items = _as_list(v)
+    if not items or not all(isinstance(s, str) and s for s in items):
+        return f"expected a non-empty string or list of strings, got {v!r}"
+    return None
+
+
+def _servers(v) -> str | None:
+    bad = [s for s in _as_list(v) if isinstance(s, str) and ":" not in s]
+    return _names(v) or (f"expected host:port, got {bad[0]!r}" if bad else None)
+
+
+def _non_empty(v) -> str | None:
+    return None if v else "expected a non-empty string"
+
+
+def _at_least_one(v) -> str | None:
+    return None if v >= 1 else f"must be >= 1, got {v!r}"
+
+
+def _no_auto_commit(v) -> str | None:
+    if v.get("enable_auto_commit"):
+        return "enable_auto_commit must stay false: offsets are committed only after the update is applied"
+    return None
+
+
+OPTIONS = {
+    "bootstrap": Option(check=_servers, doc="host:port of the brokers (a list, or comma-separated)"),
+    "topic": Option(check=_names, doc="topic(s) to read (a list, or comma-separated)"),
+    "group": Option(types=(str,), check=_non_empty, doc="consumer group: trainers sharing it split the partitions"),
+    "format": Option("criteo", (str,), doc="the line format of the messages (checked with its options)"),
+    "options": Option({}, (dict,), doc="the format's options (or give them inline)"),
+    "max_wait_ms": Option(200, NUMBER, check=non_negative,
+                          doc="a batch closes at batch_size lines or this long after its first line"),
+    "lines_per_message": Option(1, NUMBER, check=_at_least_one,
+                                doc="a hint (fetch sizing); every message is split on newlines anyway"),
+    "dead_letter": Option(None, (str, type(None)), check=optional(_non_empty),
+                          doc='topic receiving each bad line, its reason in header "reason"'),
+    "stop_at_end": Option(False, (bool,), doc="end once every owned partition reached its end seen at assignment"),
+    "idle_timeout_s": Option(None, (*NUMBER, type(None)), check=optional(positive),
+                             doc="end after this long without a message (after joining)"),
+    "auto_offset_reset": Option("earliest", (str,), choices=("earliest", "latest"),
+                                doc="where a group with no committed offset starts"),
+    "consumer": Option({}, (dict,), check=_no_auto_commit,
+                       doc="extra kafka-python KafkaConsumer settings (applied last)"),
+    "producer": Option({}, (dict,), doc="extra KafkaProducer settings of the dead-letter producer"),
+    "trace_file": Option(None, (str, type(None)), check=optional(_non_empty),
+                         doc='debug: append "topic partition offset" of every applied row at commit'),
+    "fast_decode": Option(True, (bool,), doc="decode record batches in bulk (fastpath.py)"),
+    "security": Option(None, (dict, type(None)), nested=check_security,
+                       doc="SASL/SSL settings of every client (clients.py)"),
 }
-KAFKA_KEYS = ("type", "bootstrap", "topic", "group", *DEFAULTS)
+DEFAULTS = {k: o.default for k, o in OPTIONS.items() if k not in ("bootstrap", "topic", "group")}
+KAFKA_KEYS = ("type", *OPTIONS)
 
 
 def split_options(cfg: dict) -> tuple[dict, dict]:
     """(format options, where each came from): inline non-Kafka keys merged with ``options``."""
-    inline = {k: v for k, v in cfg.items() if k not in KAFKA_KEYS}
-    nested = cfg.get("options") or {}
-    nested = nested if isinstance(nested, dict) else {}
-    where = {k: k for k in inline}
-    where.update({k: f"options.{k}" for k in nested})
-    return {**inline, **nested}, where
+    return split_format_options(cfg, KAFKA_KEYS)
 
 
 def normalized(cfg: dict) -> dict:
@@ -49,64 +92,14 @@ def normalized(cfg: dict) -> dict:
     return out
 
 
-def _as_list(v):
-    if isinstance(v, str):
-        return [s.strip() for s in v.split(",") if s.strip()]
-    return list(v) if isinstance(v, (list, tuple)) else []
-
-
-def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def validate(cfg: dict) -> list[tuple[str, str]]:
     """Every problem of a ``kafka`` reader config as (key, message)."""
-    problems = []
-    for key in ("bootstrap", "topic"):
-        v = cfg.get(key)
-        items = _as_list(v)
-        if not items or not all(isinstance(s, str) and s for s in items):
-            problems.append((key, f"required: a non-empty string or list of strings, got {v!r}"))
-    for s in _as_list(cfg.get("bootstrap")):
-        if isinstance(s, str) and ":" not in s:
-            problems.append(("bootstrap", f"expected host:port, got {s!r}"))
-    if not isinstance(cfg.get("group"), str) or not cfg.get("group"):
-        problems.append(("group", f"required: a consumer group name, got {cfg.get('group')!r}"))
-    fmt = cfg.get("format", DEFAULTS["format"])
-    if fmt not in format_classes():
-        problems.append(("format", f"unknown format {fmt!r} (known: {', '.join(sorted(format_classes()))})"))
-    if "options" in cfg and not isinstance(cfg["options"], dict):
-        problems.append(("options", f"expected an object, got {cfg['options']!r}"))
-    if fmt in format_classes():
-        options, where = split_options(cfg)
-        for key, msg in check_format_options(fmt, options):
-            head = key.split(".")[0]
-            problems.append((where.get(head, head) + key[len(head):], msg))
-        if fmt == "csv" and options.get("columns") is None:
+    own = {k: v for k, v in cfg.items() if k in OPTIONS}
+    problems = check_options(OPTIONS, own, what="reader type 'kafka'")
+    problems += format_problems(cfg, KAFKA_KEYS, DEFAULTS["format"])
+    if cfg.get("format", DEFAULTS["format"]) == "csv":
+        options, _ = split_options(cfg)
+        if options.get("columns") is None:
             problems.append(("columns", "csv over Kafka has no header line: give the column "
                                         "names in option 'columns'"))
-    for key, lo in (("max_wait_ms", 0), ("lines_per_message", 1)):
-        v = cfg.get(key, DEFAULTS[key])
-        if not _is_num(v) or v < lo:
-            problems.append((key, f"expected a number >= {lo}, got {v!r}"))
-    v = cfg.get("idle_timeout_s")
-    if v is not None and (not _is_num(v) or v <= 0):
-        problems.append(("idle_timeout_s", f"expected null or a number > 0, got {v!r}"))
-    for key in ("stop_at_end", "fast_decode"):
-        if not isinstance(cfg.get(key, DEFAULTS[key]), bool):
-            problems.append((key, f"expected true or false, got {cfg.get(key)!r}"))
-    if cfg.get("auto_offset_reset", "earliest") not in ("earliest", "latest"):
-        problems.append(("auto_offset_reset", "expected 'earliest' or 'latest'"))
-    for key in ("dead_letter", "trace_file"):
-        v = cfg.get(key)
-        if v is not None and (not isinstance(v, str) or not v):
-            problems.append((key, f"expected null or a non-empty string, got {v!r}"))
-    for key in ("consumer", "producer"):
-        if not isinstance(cfg.get(key, {}), dict):
-            problems.append((key, f"expected an object of kafka-python settings, got {cfg.get(key)!r}"))
-    problems += [(f"security.{k}" if k else "security", m) for k, m in check_security(cfg.get("security"))]
-    if isinstance(cfg.get("consumer"), dict) and cfg["consumer"].get("enable_auto_commit"):
-        problems.append(("consumer.enable_auto_commit", "must stay false: offsets are committed "
-                                                        "only after the update is applied"))
     return problems
-
