@@ -109,25 +109,26 @@ def test_kill_9_and_restart_loses_no_committed_update(start_daemon, tmp_path, ka
 
 
 class Proxy:
-    """A TCP forwarder standing in for the broker's address: ``stop()`` refuses and resets every
-    connection as a dying broker would; ``start()`` accepts again. The broker behind it keeps its
-    state, like a Kafka broker restarted over its durable log (Tansu here keeps only memory)."""
+    """A TCP forwarder standing in for the broker's address: ``stop()`` resets every
+    connection and then resets each new one at once, as a dying broker would; ``start()``
+    forwards again. The broker behind it keeps its state, like a Kafka broker restarted over
+    its durable log (Tansu here keeps only memory). The listening socket stays bound all
+    along, so no other process can take the port during the outage."""
 
     def __init__(self, target_port: int, port: int):
-        self.target, self.port, self.conns, self.server = target_port, port, [], None
+        self.target, self.port, self.conns, self.down = target_port, port, [], False
+        self.server = socket.create_server(("127.0.0.1", port))
+        threading.Thread(target=self._accept, daemon=True).start()
 
-    def start(self) -> "Proxy":
-        self.server = socket.create_server(("127.0.0.1", self.port), reuse_port=False)
-        self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        threading.Thread(target=self._accept, args=(self.server,), daemon=True).start()
-        return self
-
-    def _accept(self, server):
+    def _accept(self):
         while True:
             try:
-                client, _ = server.accept()
+                client, _ = self.server.accept()
             except OSError:
                 return
+            if self.down:
+                self._reset(client)
+                continue
             upstream = socket.create_connection(("127.0.0.1", self.target))
             self.conns += [client, upstream]
             for a, b in ((client, upstream), (upstream, client)):
@@ -147,15 +148,27 @@ class Proxy:
                 except OSError:
                     pass
 
+    @staticmethod
+    def _reset(s) -> None:
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))   # RST
+            s.close()
+        except OSError:
+            pass
+
+    def start(self) -> "Proxy":
+        self.down = False
+        return self
+
     def stop(self) -> None:
+        self.down = True
+        conns, self.conns = self.conns, []
+        for s in conns:
+            self._reset(s)
+
+    def close(self) -> None:
+        self.stop()
         self.server.close()
-        for s in self.conns:
-            try:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))   # RST
-                s.close()
-            except OSError:
-                pass
-        self.conns = []
 
 
 @pytest.fixture
@@ -171,9 +184,9 @@ def proxied_broker():
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         broker_mod.wait_for_port("127.0.0.1", inner, 15, proc)
-        proxy = Proxy(inner, outer).start()
+        proxy = Proxy(inner, outer)
         yield f"127.0.0.1:{outer}", proxy
-        proxy.stop()
+        proxy.close()
     finally:
         proc.kill()
         proc.wait(10)
