@@ -21,7 +21,8 @@ from .lines import Chunk
 from .malformed import Malformed
 from .numbers import parse_spans
 
-COMMON_OPTIONS = ("labels", "label_map")
+COMMON_OPTIONS = ("labels", "label_map", "field_length")
+FIELD_LENGTH = 65536    # bytes; a longer field makes its line malformed (``field_length``)
 
 
 class LabelRule:
@@ -63,6 +64,7 @@ class Parser:
         self.malformed = malformed if malformed is not None else Malformed()
         self.labels = LabelRule(options.get("labels", (0, 1)),
                                 options.get("label_map", self.DEFAULT_LABEL_MAP))
+        self.field_length = options.get("field_length", FIELD_LENGTH)
 
     # -- interface ---------------------------------------------------------------------------
     def parse(self, lines) -> Batch:
@@ -99,6 +101,9 @@ class Parser:
         if not isinstance(lmap, dict) or not all(_is_number(k) and _is_number(v)
                                                  for k, v in (lmap or {}).items()):
             problems.append(("label_map", f"expected {{number: number}}, got {lmap!r}"))
+        flen = options.get("field_length", FIELD_LENGTH)
+        if isinstance(flen, bool) or not isinstance(flen, int) or flen < 1:
+            problems.append(("field_length", f"expected a number of bytes >= 1, got {flen!r}"))
         return problems
 
     def _finish(self, chunk: Chunk) -> None:

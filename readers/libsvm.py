@@ -31,7 +31,7 @@ class LibsvmParser(Parser):
         self.seed = field_seed(self.field)
 
     def parse_chunk(self, chunk: Chunk) -> Batch:
-        sp = split(chunk, b" \t", drop_empty=True)
+        sp = split(chunk, b" \t", drop_empty=True, max_length=self.field_length)
         self._mark_rows(chunk, np.arange(chunk.n), (sp.count == 0) & ~chunk.blank, mf.FIELD_COUNT)
         first = np.zeros(len(sp.start), dtype=bool)
         first[np.cumsum(sp.count)[sp.count > 0] - sp.count[sp.count > 0]] = True

@@ -13,8 +13,9 @@ DECODE = "decode"            # bytes that are not UTF-8
 FIELD_COUNT = "field_count"  # wrong number of fields for the format / header
 NUMBER = "number"            # a value that must be a (finite) number is not
 LABEL = "label"              # label missing, not a number, or not in the allowed set
+FIELD_LENGTH = "field_length"  # a field longer than the format's ``field_length`` (not hashed)
 
-REASONS = (DECODE, FIELD_COUNT, NUMBER, LABEL)
+REASONS = (DECODE, FIELD_COUNT, NUMBER, LABEL, FIELD_LENGTH)
 
 
 class Malformed:
