@@ -23,7 +23,7 @@ from streamtrain.errors import StoreError
 
 from . import redis_keys, redis_lifecycle, register_backend
 from .base import ParamStore, Snapshot
-from .redis_config import RedisConfig, validate
+from .redis_config import RedisConfig, redact, validate
 from .redis_io import RowIO
 from .redis_rows import RowLayout
 from .redis_server import RedisServer
@@ -85,7 +85,7 @@ class RedisStore(ParamStore):
             urls = [self.server.url]
         try:
             self.shards = Shards(urls=urls, cluster=cluster, timeout_s=self.cfg.timeout_s,
-                                 retry=Retry(**self.cfg.retry), stats=self.stats)
+                                 retry=Retry(**self.cfg.retry), stats=self.stats, connect=self.cfg.connection)
         except BaseException:
             if self.server:
                 self.server.stop()
@@ -376,10 +376,7 @@ class RedisStore(ParamStore):
 
     # ---- the rest ------------------------------------------------------------------------------
     def ready(self) -> bool:
-        try:
-            return all(c.ping() for c in self.shards.clients)
-        except Exception:
-            return False
+        return self.shards.ready()
 
     def close(self) -> None:
         try:
@@ -393,7 +390,7 @@ class RedisStore(ParamStore):
                 self.server = None
 
     def describe(self) -> str:
-        where = (f"cluster {self.cfg.cluster}" if self.cfg.cluster else
+        where = (f"cluster {redact(self.cfg.cluster)}" if self.cfg.cluster else
                  f"embedded {self.shards.names[0]}" if self.embedded else
                  f"{len(self.shards.names)} shard(s) {','.join(self.shards.names)}")
         return f"redis ({where}; namespace {self.ns}; {self.cfg.mode})"
