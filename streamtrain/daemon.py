@@ -75,7 +75,7 @@ def serve(job: Job, cfg: dict) -> tuple[Metrics | None, MetricsServer | None, He
     """Wire metrics and the heartbeat into the job's hooks; start the HTTP server if enabled."""
     mcfg = cfg.get("metrics", {})
     health = Health(stall_seconds=mcfg.get("stall_seconds", 300.0), ready=job_readiness(job),
-                    idle=lambda: caught_up(job.source))
+                    idle=lambda: caught_up(job.source), waiting=lambda: job.waiting_for_store)
     job.hooks.append(health.beat)
     if not mcfg.get("enabled", True):
         return None, None, health

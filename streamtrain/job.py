@@ -13,12 +13,15 @@ from pathlib import Path
 import numpy as np
 
 from . import checkpoint
+from .backoff import STOPPED, Backoff
 from .graph import Graph, Schema
-from .errors import StoreError
+from .errors import StoreAccessError, StoreError
 from .store import make_store
 from .trainer import Trainer
 
 log = logging.getLogger("streamtrain")
+# after the store itself gave up (``store.retry.give_up_s``): pause 1, 2, 4 … 30 s, never give up
+STORE_BACKOFF = Backoff(initial_s=1.0, max_s=30.0, give_up_s=None)
 
 
 class Job:
@@ -44,6 +47,8 @@ class Job:
         self.offsets: dict = {}
         self.last_checkpoint: str | None = None
         self.store_failures = 0     # steps that failed because the store gave up (then retried)
+        self.waiting_for_store: str | None = None   # what is waiting for the store to answer again
+        self.train_seconds = 0.0    # time spent in the training loop (start-up and teardown excluded)
         self.received_at = None
         self.hooks = []          # callables(job, batch, result) after every step (metrics, daemon)
         self.checkpoint_hooks = []   # callables(job, path, ok) after every checkpoint attempt
@@ -67,7 +72,11 @@ class Job:
     def _build(self, batch) -> None:
         schema = Schema.of(batch)
         self.graph = Graph.from_config(self.config["layers"], schema)
-        self.store.declare(self.graph.params, self.config["default_optimizer"])
+        declared = self._until_store_answers(
+            "declare the model's parameters",
+            lambda: self.store.declare(self.graph.params, self.config["default_optimizer"]))
+        if declared is STOPPED:
+            return
         self.trainer = Trainer(self.graph, self.store, seed=self.config.get("seed", 0))
         log.info("model built: %d layers, %d parameters (%d tables) on fields %s; store %s",
                  len(self.graph.layers), len(self.graph.params), len(self.graph.table_params),
@@ -82,7 +91,7 @@ class Job:
                             "linear fc reaching it through add/sum_pooling, trained by sgd, adagrad or "
                             "ftrl): every layer learns per batch", self.graph.loss.name)
         if self.restore_from:
-            self.restore(self.restore_from)
+            self._until_store_answers("restore the checkpoint", lambda: self.restore(self.restore_from))
 
     def restore(self, where) -> dict:
         snap, meta = checkpoint.read(where)
@@ -99,18 +108,21 @@ class Job:
     def run(self) -> dict:
         every = float(self.config.get("log", {}).get("every_seconds", 10.0))
         next_log = time.monotonic() + every
+        began = time.monotonic()
         try:
             for batch in self.source.batches():
                 self.received_at = time.time()      # freshness fallback when a batch has no event times
-                if self.graph is None:
+                if self.trainer is None:
                     self._build(batch)
+                    if self.trainer is None:        # asked to stop while the store was unreachable
+                        break
                     if self.sought:      # read before the reader was sought back: it comes again
                         continue
                 batch, complete = self._limit(batch)
                 if batch is None:
                     break
-                result = self._step_until_applied(batch)
-                if result is None:          # asked to stop while the store was unreachable
+                result = self._until_store_answers("step", lambda: self.trainer.step(batch))
+                if result is STOPPED:       # asked to stop while the store was unreachable
                     break
                 if complete:
                     t0 = time.perf_counter()
@@ -127,27 +139,28 @@ class Job:
                 if self.stop_requested or not complete or self._reached_limit():
                     break
         finally:
+            self.train_seconds = time.monotonic() - began
             self.finish()
         return self.summary()
 
-    def _step_until_applied(self, batch):
-        """Step; when the store gives up (it already retried for ``retry.give_up_s``), log it and
-        step the same batch again after a pause, without committing its offsets: the daemon
-        outlives a long outage instead of crashing. None if a stop was asked meanwhile."""
-        delay = 1.0
-        while True:
-            try:
-                return self.trainer.step(batch)
-            except StoreError as err:
-                self.store_failures += 1
-                log.error("step failed, batch not applied and its offsets not committed; "
-                          "retrying it in %.0f s: %s", delay, err)
-                deadline = time.monotonic() + delay
-                while time.monotonic() < deadline:
-                    if self.stop_requested:
-                        return None
-                    time.sleep(0.05)
-                delay = min(delay * 2, 30.0)
+    def _until_store_answers(self, what: str, fn):
+        """``fn()``; when the store gives up (it already retried for ``retry.give_up_s``), log it
+        and run ``fn`` again after a pause (``STORE_BACKOFF``), without committing anything: the
+        daemon outlives a long outage, at start-up (declare) as mid-run (step), instead of
+        crashing. A refusal (``StoreAccessError``: wrong password…) is raised at once. ``STOPPED``
+        if a stop was asked meanwhile."""
+        def failed(err, attempt, pause):
+            self.store_failures += 1
+            self.waiting_for_store = what
+            log.error("%s failed (nothing applied, no offset committed); retrying in %.0f s: %s",
+                      what, pause, err)
+        try:
+            return STORE_BACKOFF.retry(
+                fn, transient=lambda err: isinstance(err, StoreError) and not isinstance(err, StoreAccessError),
+                on_retry=failed, stopped=lambda: self.stop_requested,
+                on_recovered=lambda n: log.warning("%s succeeded after %d failures", what, n))
+        finally:
+            self.waiting_for_store = None
 
     def _reached_limit(self) -> bool:
         return self.max_examples is not None and self.trainer is not None \

@@ -16,7 +16,7 @@ import time
 import numpy as np
 from prometheus_client import (CollectorRegistry, Counter, Enum, Gauge, Histogram, PlatformCollector,
                                ProcessCollector)
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from .progressive import Window
@@ -77,6 +77,7 @@ class Metrics:
         self._next_lifecycle = 0.0
         self._seen: dict = {}
         self.source = None                 # whose lag() the scrape reads (set by on_step / attach)
+        self.job = None                    # whose store failures the scrape reads (set by on_step / attach)
         self.examples = Counter("streamtrain_examples_total", "Examples trained on (skipped batches included)", registry=r)
         self.batches = Counter("streamtrain_batches_total", "Mini-batches stepped", registry=r)
         self.malformed = Counter("streamtrain_records_malformed_total", "Input records skipped, by reason",
@@ -94,7 +95,7 @@ class Metrics:
                                        FRESHNESS_BUCKETS, r)
         self.rows_pulled = Counter("streamtrain_store_rows_pulled_total", "Parameter rows pulled from the store", registry=r)
         self.rows_pushed = Counter("streamtrain_store_rows_pushed_total", "Parameter rows pushed to the store", registry=r)
-        self.store_errors = Counter("streamtrain_store_errors_total", "Store operations that failed (and were retried)", registry=r)
+        r.register(_StoreFailures(self))
         self.embedding_rows = Gauge("streamtrain_embedding_rows", "Rows of each embedding table, by state",
                                     ["table", "state"], registry=r)
         self.layer_state = Enum("streamtrain_layer_state", "Each layer's state after the last step",
@@ -116,14 +117,14 @@ class Metrics:
 
     # ---- job hooks ---------------------------------------------------------------------------
     def attach(self, job) -> None:
-        self.source = job.source
+        self.source, self.job = job.source, job
 
     def on_step(self, job, batch, result) -> None:
         with self.lock:
             self._on_step(job, batch, result)
 
     def _on_step(self, job, batch, result) -> None:
-        self.source = job.source
+        self.source, self.job = job.source, job
         self.batches.inc()
         self.examples.inc(batch.size)
         self.last_batch_ts.set_to_current_time()
@@ -175,7 +176,6 @@ class Metrics:
         if stats is not None:
             self.rows_pulled.inc(self._delta("pulled", stats.rows_pulled))
             self.rows_pushed.inc(self._delta("pushed", stats.rows_pushed))
-            self.store_errors.inc(self._delta("errors", stats.errors))
 
     def refresh(self, job) -> None:
         """Recompute the gauges: window figures, table rows, layer states, source lag."""
@@ -234,6 +234,32 @@ class _LagCollector(Collector):
                 topic, partition = (key.topic, key.partition) if hasattr(key, "topic") else key
                 family.add_metric([str(topic), str(partition)], float(value))
         yield family
+
+
+class _StoreFailures(Collector):
+    """Store failures read from the job at scrape time, so an outage shows while it lasts (no
+    step runs then to sync a counter): every failed store operation (each retry counts), the
+    steps the store gave up on, and whether the job waits for the store right now."""
+
+    def __init__(self, metrics: Metrics):
+        self.metrics = metrics
+
+    def describe(self):
+        return list(self._families(None))
+
+    def collect(self):
+        return self._families(self.metrics.job)
+
+    @staticmethod
+    def _families(job):
+        stats = getattr(getattr(job, "store", None), "stats", None)
+        yield CounterMetricFamily("streamtrain_store_errors", "Store operations that failed (and were retried)",
+                                  value=float(getattr(stats, "errors", 0)))
+        yield CounterMetricFamily("streamtrain_store_failed_steps",
+                                  "Store work the store gave up on (a step or the start-up declare), retried by the job",
+                                  value=float(getattr(job, "store_failures", 0)))
+        yield GaugeMetricFamily("streamtrain_store_waiting", "1 while the job waits for an unreachable store",
+                                value=float(bool(getattr(job, "waiting_for_store", None))))
 
 
 def source_lag(source) -> dict | None:
