@@ -24,8 +24,8 @@ _STR = (str, type(None))
 
 
 def redact(text: str) -> str:
-    """``text`` with the password of every ``redis[s]://user:password@`` URL in it replaced by ``***``."""
-    return re.sub(r"(rediss?://[^:@/\s]*:)[^@\s]*@", r"\1***@", str(text))
+    """``text`` with the password of every ``scheme://user:password@`` URL in it replaced by ``***``."""
+    return re.sub(r"([a-zA-Z][\w+.-]*://[^:@/\s]*:)[^@\s]*@", r"\1***@", str(text))
 
 
 def _url_problem(url) -> str | None:
