@@ -145,3 +145,82 @@ def test_an_outage_longer_than_the_store_retries_is_ridden_out_by_the_job(tmp_pa
     assert summary["examples"] == EXAMPLES and summary["batches"] == 40
     pushes = [n for _, n in log["commits"]]
     assert pushes == sorted(set(pushes)) and len(pushes) == 40, "each commit follows its own applied push"
+
+
+def _scrape(port: int) -> dict:
+    from prometheus_client.parser import text_string_to_metric_families
+    from tests.fixtures_prometheus import http_get
+    code, text = http_get(f"http://127.0.0.1:{port}/metrics")
+    assert code == 200
+    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if not s.labels}
+
+
+def test_store_errors_reach_a_scrape_while_the_outage_lasts(tmp_path, redis_server):
+    """Defect 5: the counter rises during the outage, not once the next step succeeds."""
+    from streamtrain.health import Health, MetricsServer
+    from tests.fixtures_prometheus import wait_for
+    victim = redis_server("scraped")
+    job = make_job(tmp_path, victim.url)
+    metrics = Metrics(CollectorRegistry(), refresh_seconds=0)
+    metrics.attach(job)
+    server = MetricsServer(metrics.registry, Health(), port=0, lock=metrics.lock).start()
+    down, up = threading.Event(), threading.Event()
+
+    def fault(job, batch, result):
+        if job.trainer.batches == 5 and not down.is_set():
+            victim.stop()
+            down.set()
+            up.wait(60)                       # hold the loop: the next step starts in the outage
+    job.hooks += [metrics.on_step, fault]
+    runner = threading.Thread(target=job.run, daemon=True)
+    runner.start()
+    try:
+        assert down.wait(60)
+        before = _scrape(server.port)
+        assert before["streamtrain_batches_total"] == 5 and before["streamtrain_store_errors_total"] == 0
+        up.set()                              # release the loop; the server is still down
+        during = wait_for(lambda: (s := _scrape(server.port))["streamtrain_store_errors_total"] >= 3 and s,
+                          30, "store errors in a scrape during the outage")
+        assert during["streamtrain_batches_total"] == 5 and victim.proc is None    # still down, no step since
+        victim.start()
+        runner.join(120)
+        assert not runner.is_alive()
+        after = _scrape(server.port)
+        assert after["streamtrain_batches_total"] == 40
+        assert after["streamtrain_store_errors_total"] >= during["streamtrain_store_errors_total"]
+    finally:
+        up.set()
+        server.stop()
+
+
+def test_a_daemon_started_before_its_redis_waits_then_trains(start_daemon, tmp_path):
+    """Defect 6: the store is unreachable at start-up; the daemon waits (ready 503, alive 200)
+    past the store's own give-up, and trains once Redis answers."""
+    import signal
+
+    from streamtrain.store.redis_server import RedisServer, find_binary, free_port
+    from tests.fixtures_prometheus import http_get, wait_for
+    try:
+        find_binary()
+    except Exception as err:
+        pytest.skip(str(err))
+    port = free_port()
+    proc = start_daemon("--set", "store.backend=redis", "--set", f'store.urls=["redis://127.0.0.1:{port}"]',
+                        "--set", "store.timeout_s=0.5", "--set", "store.retry.give_up_s=0.5",
+                        "--set", "store.retry.max_s=0.2")
+    base = f"http://127.0.0.1:{proc.port}"
+    wait_for(lambda: proc.poll() is None and _scrape(proc.port).get("streamtrain_store_failed_steps_total", 0) >= 1,
+             60, "the daemon to outlive the store's give-up at start-up")
+    assert http_get(base + "/readyz")[0] == 503
+    status, text = http_get(base + "/healthz")
+    assert status == 200 and "waiting for the store" in text
+    assert _scrape(proc.port)["streamtrain_store_waiting"] == 1
+    server = RedisServer(port).start()
+    try:
+        wait_for(lambda: _scrape(proc.port)["streamtrain_batches_total"] >= 3, 60, "training once Redis answers")
+        assert http_get(base + "/readyz") == (200, "ok\n") and _scrape(proc.port)["streamtrain_store_waiting"] == 0
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, proc.log.read_text()[-3000:]
+    finally:
+        server.stop()
+    assert "declare the model's parameters failed" in proc.log.read_text()
