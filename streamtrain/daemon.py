@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 from . import checkpoint, systemd
@@ -113,7 +114,9 @@ def run_job(cfg: dict, args) -> int:
         if server is not None:
             server.stop()
         signals.restore()
-    log.info("done: %s", job.progress_line())
+    fields = job.progress(whole_run=True)     # ex/s over the whole run, as in --summary
+    log.info("done: %s elapsed=%.1fs", job.progress_line(fields), time.monotonic() - job.started,
+             extra={"fields": fields})
     if args.summary:
         with open(args.summary, "w") as fh:
             json.dump(summary, fh, indent=2)

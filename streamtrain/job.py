@@ -48,7 +48,6 @@ class Job:
         self.last_checkpoint: str | None = None
         self.store_failures = 0     # steps that failed because the store gave up (then retried)
         self.waiting_for_store: str | None = None   # what is waiting for the store to answer again
-        self.train_seconds = 0.0    # time spent in the training loop (start-up and teardown excluded)
         self.received_at = None
         self.hooks = []          # callables(job, batch, result) after every step (metrics, daemon)
         self.checkpoint_hooks = []   # callables(job, path, ok) after every checkpoint attempt
@@ -108,7 +107,6 @@ class Job:
     def run(self) -> dict:
         every = float(self.config.get("log", {}).get("every_seconds", 10.0))
         next_log = time.monotonic() + every
-        began = time.monotonic()
         try:
             for batch in self.source.batches():
                 self.received_at = time.time()      # freshness fallback when a batch has no event times
@@ -139,7 +137,6 @@ class Job:
                 if self.stop_requested or not complete or self._reached_limit():
                     break
         finally:
-            self.train_seconds = time.monotonic() - began
             self.finish()
         return self.summary()
 
@@ -226,14 +223,16 @@ class Job:
         return path
 
     # ---- reporting -------------------------------------------------------------------------
-    def progress(self) -> dict:
-        """The figures of the progress line: totals, rate since the last line, loss, AUC, lag."""
+    def progress(self, whole_run: bool = False) -> dict:
+        """The figures of the progress line: totals, rate since the last line (or, with
+        ``whole_run``, over the whole run as in the summary), loss, AUC, lag."""
         from .metrics import total_lag
         t, now = self.trainer, time.monotonic()
         if t is None:
             return {}
-        last_t, last_n = getattr(self, "_last_progress", (self.started, 0))
-        self._last_progress = (now, t.examples)
+        last_t, last_n = (self.started, 0) if whole_run else getattr(self, "_last_progress", (self.started, 0))
+        if not whole_run:
+            self._last_progress = (now, t.examples)
         p = t.progressive
         return {"examples": t.examples, "batches": t.batches,
                 "examples_per_s": round((t.examples - last_n) / max(now - last_t, 1e-9), 1),
