@@ -59,3 +59,17 @@ def test_field_length_is_a_common_option_checked_with_its_key():
     assert p.parse([line]).size == 1
     assert p.parse([line.replace(b"abc", b"abcd", 1)]).size == 0
     assert p.malformed.snapshot()["field_length"] == 1
+
+
+def test_one_long_number_among_many_decimals_costs_its_bytes():
+    """A sibling: decimals are cast in one fixed-width array as wide as the longest token, so one
+    60 KB number made every decimal of the chunk 60 KB wide (gigabytes for a csv chunk)."""
+    csv = make_parser("csv", {"label": "y", "numeric": ["a", "b", "c", "d"], "numeric_transform": "none"})
+    csv.set_header("y,a,b,c,d")
+    rows = [b"1,0.5,1.25,2.5e3,-0.75"] * 2000
+    rows[7] = b"0,0.5,1.25,2.5e3," + b"0" * 60_000 + b"1.5"
+    t0 = time.perf_counter()
+    b = csv.parse(rows)
+    assert time.perf_counter() - t0 < 0.5
+    assert b.size == 2000 and csv.malformed.total == 0
+    assert b.dense[7, 3] == np.float32(1.5) and b.dense[0].tolist() == [0.5, 1.25, 2500.0, -0.75]
