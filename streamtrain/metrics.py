@@ -80,8 +80,6 @@ class Metrics:
         self.job = None                    # whose store failures the scrape reads (set by on_step / attach)
         self.examples = Counter("streamtrain_examples_total", "Examples trained on (skipped batches included)", registry=r)
         self.batches = Counter("streamtrain_batches_total", "Mini-batches stepped", registry=r)
-        self.malformed = Counter("streamtrain_records_malformed_total", "Input records skipped, by reason",
-                                 ["reason"], registry=r)
         self.step_seconds = Histogram("streamtrain_step_seconds", "Seconds per phase of one step", ["phase"],
                                       buckets=STEP_BUCKETS, registry=r)
         self.logloss = Gauge("streamtrain_progressive_logloss", "Predict-then-learn logloss over the sliding window", registry=r)
@@ -95,7 +93,7 @@ class Metrics:
                                        FRESHNESS_BUCKETS, r)
         self.rows_pulled = Counter("streamtrain_store_rows_pulled_total", "Parameter rows pulled from the store", registry=r)
         self.rows_pushed = Counter("streamtrain_store_rows_pushed_total", "Parameter rows pushed to the store", registry=r)
-        r.register(_StoreFailures(self))
+        r.register(_LiveCounts(self))
         self.embedding_rows = Gauge("streamtrain_embedding_rows", "Rows of each embedding table, by state",
                                     ["table", "state"], registry=r)
         self.layer_state = Enum("streamtrain_layer_state", "Each layer's state after the last step",
@@ -110,8 +108,6 @@ class Metrics:
         self.unconverged = Counter("streamtrain_sequential_unconverged_batches_total",
                                    "Batches whose sequential Newton solve stopped before its tolerance", registry=r)
         self.last_batch_ts = Gauge("streamtrain_last_batch_timestamp_seconds", "Unix time of the last step", registry=r)
-        for reason in REASONS:
-            self.malformed.labels(reason)
         for phase in PHASES:
             self.step_seconds.labels(phase)
 
@@ -168,10 +164,6 @@ class Metrics:
         return total - before if total >= before else total
 
     def _sync_counters(self, job) -> None:
-        counts = job.malformed.snapshot() if hasattr(job.malformed, "snapshot") else dict(job.malformed.counts)
-        for reason, n in counts.items():
-            if reason in REASONS:
-                self.malformed.labels(reason).inc(self._delta(("malformed", reason), n))
         stats = getattr(job.store, "stats", None)
         if stats is not None:
             self.rows_pulled.inc(self._delta("pulled", stats.rows_pulled))
@@ -236,10 +228,11 @@ class _LagCollector(Collector):
         yield family
 
 
-class _StoreFailures(Collector):
-    """Store failures read from the job at scrape time, so an outage shows while it lasts (no
-    step runs then to sync a counter): every failed store operation (each retry counts), the
-    steps the store gave up on, and whether the job waits for the store right now."""
+class _LiveCounts(Collector):
+    """Failures read from the job at scrape time, so they show while no step runs to sync a
+    counter (a store outage, a stream of nothing but bad records): skipped input records by
+    reason, every failed store operation (each retry counts), the store work the store gave up
+    on, and whether the job waits for the store right now."""
 
     def __init__(self, metrics: Metrics):
         self.metrics = metrics
@@ -252,6 +245,13 @@ class _StoreFailures(Collector):
 
     @staticmethod
     def _families(job):
+        malformed = getattr(job, "malformed", None)
+        counts = malformed.snapshot() if malformed is not None else {}
+        family = CounterMetricFamily("streamtrain_records_malformed", "Input records skipped, by reason",
+                                     labels=["reason"])
+        for reason in REASONS:
+            family.add_metric([reason], float(counts.get(reason, 0)))
+        yield family
         stats = getattr(getattr(job, "store", None), "stats", None)
         yield CounterMetricFamily("streamtrain_store_errors", "Store operations that failed (and were retried)",
                                   value=float(getattr(stats, "errors", 0)))

@@ -105,13 +105,16 @@ class Shards:
             return
         last = None
         for conn in [*self._seeds, *(self._node(n) for n in self.names)]:
+            client = _client(conn, self.timeout_s)
             try:
-                slots = _client(conn, self.timeout_s).execute_command("CLUSTER SLOTS")
+                slots = client.execute_command("CLUSTER SLOTS")
                 break
             except TRANSIENT + (ResponseError,) as err:
                 if refusal(err):
                     raise
                 last = err
+            finally:
+                client.close()
         else:
             raise redis.ConnectionError(f"no cluster node answered: {last}")
         by_name = {n: i for i, n in enumerate(self.names)}
