@@ -23,7 +23,7 @@ from streamtrain.errors import StoreError
 
 from . import redis_keys, redis_lifecycle, register_backend
 from .base import ParamStore, Snapshot
-from .redis_config import RedisConfig, redact, validate
+from .redis_config import OPTIONS, RedisConfig, redact, validate
 from .redis_io import RowIO
 from .redis_rows import RowLayout
 from .redis_server import RedisServer
@@ -72,12 +72,13 @@ class _Rows:
 
 
 class RedisStore(ParamStore):
+    kind, options = "redis", OPTIONS          # its config keys, defaults and checks: redis_config
+
     def __init__(self, cfg: dict | RedisConfig | None = None):
         super().__init__()
         self.cfg = cfg if isinstance(cfg, RedisConfig) else RedisConfig.from_dict(cfg or {})
         self.ns = self.cfg.namespace
-        self.server = None
-        self.embedded = False
+        self.server, self.embedded = None, False
         urls, cluster = self.cfg.urls, self.cfg.cluster
         if not urls and not cluster:
             self.server = RedisServer().start()
