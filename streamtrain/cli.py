@@ -91,8 +91,11 @@ def _int_env(name):
 def load_config(args) -> dict:
     if not args.config:
         raise ConfigError([("", "no config given (argument CONFIG or env STREAMTRAIN_CONFIG)")])
-    cfg = configmod.load(args.config, args.sets)
-    return configmod.validate(cfg, source=args.config)
+    cfg, found = configmod.load_listing(args.config, args.sets)
+    found += configmod.problems(cfg)
+    if found:
+        raise ConfigError(found, source=args.config)
+    return cfg
 
 
 def main(argv=None) -> int:

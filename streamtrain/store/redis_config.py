@@ -87,9 +87,10 @@ OPTIONS = {
     "sync_combine": Option("mean", (str,), choices=("mean", "sum")),
     "buckets": Option(64, (int,), check=_buckets_problem),
     "timeout_s": Option(5.0, _NUMBER, check=positive),
-    "retry": Option({}, (dict,), doc="backoff of failed store operations: " + ", ".join(RETRY_OPTIONS)),
+    "retry": Option(fields=RETRY_OPTIONS, doc="backoff of failed store operations"),
     "max_push_attempts": Option(1000, (int,), check=positive),
-    "tables": Option({}, (dict,), doc="{param name | layer name | '*': {ttl_s, admit_after, max_rows}}"),
+    "tables": Option({}, (dict,), nested=lambda tables: _tables_problems(tables),
+                     doc="{param name | layer name | '*': {ttl_s, admit_after, max_rows}}"),
 }
 
 
@@ -124,9 +125,7 @@ class RedisConfig:
         problems = validate(cfg)
         if problems:
             raise ConfigError([(f"store.{p}" if p else "store", m) for p, m in problems])
-        values = with_defaults(OPTIONS, cfg)
-        values["retry"] = with_defaults(RETRY_OPTIONS, values["retry"])
-        return cls(values)
+        return cls(with_defaults(OPTIONS, cfg))
 
     def policy(self, name: str) -> TablePolicy:
         """Options of a table: by parameter name (``emb.a``), else its layer (``emb``), else ``*``."""
@@ -186,12 +185,14 @@ def validate(cfg: dict) -> list[tuple[str, str]]:
     trainers, worker = cfg.get("trainers", 1), cfg.get("worker", 0)
     if isinstance(trainers, int) and isinstance(worker, int) and not 0 <= worker < max(trainers, 1):
         out.append(("worker", f"must be in 0..{trainers - 1} for {trainers} trainers, got {worker}"))
-    if isinstance(cfg.get("retry"), dict):
-        out += [(f"retry.{k}", m) for k, m in check_options(RETRY_OPTIONS, cfg["retry"], what="retry")]
-    tables = cfg.get("tables", {})
-    for name, opts in (tables.items() if isinstance(tables, dict) else ()):
+    return out
+
+
+def _tables_problems(tables: dict) -> list[tuple[str, str]]:
+    out = []
+    for name, opts in tables.items():
         if not isinstance(opts, dict):
-            out.append((f"tables.{name}", f"expected an object with {', '.join(TABLE_OPTIONS)}"))
+            out.append((name, f"expected an object with {', '.join(TABLE_OPTIONS)}"))
             continue
-        out += [(f"tables.{name}.{k}", m) for k, m in check_options(TABLE_OPTIONS, opts, what="a table")]
+        out += [(f"{name}.{k}", m) for k, m in check_options(TABLE_OPTIONS, opts, what="a table")]
     return out
