@@ -48,6 +48,7 @@ class Job:
         self.last_checkpoint: str | None = None
         self.store_failures = 0     # steps that failed because the store gave up (then retried)
         self.waiting_for_store: str | None = None   # what is waiting for the store to answer again
+        self.store_down = False     # stopped while the store was unreachable: no final checkpoint
         self.received_at = None
         self.hooks = []          # callables(job, batch, result) after every step (metrics, daemon)
         self.checkpoint_hooks = []   # callables(job, path, ok) after every checkpoint attempt
@@ -121,6 +122,7 @@ class Job:
                     break
                 result = self._until_store_answers("step", lambda: self.trainer.step(batch))
                 if result is STOPPED:       # asked to stop while the store was unreachable
+                    self.store_down = True
                     break
                 if complete:
                     t0 = time.perf_counter()
@@ -175,9 +177,12 @@ class Job:
         return batch.take(np.arange(left)), False
 
     def finish(self) -> None:
-        """Teardown: final checkpoint when configured, then close reader and store."""
+        """Teardown: final checkpoint when configured (not when stopped during a store outage: it
+        could only fail after the store's retries; the previous one stays), then close reader and store."""
+        if self.store_down:
+            log.warning("stopped while the store was unreachable: no final checkpoint (the previous one stays)")
         try:
-            if self.trainer is not None and self.config.get("checkpoint", {}).get("dir"):
+            if self.trainer is not None and self.config.get("checkpoint", {}).get("dir") and not self.store_down:
                 self.write_checkpoint()
         finally:
             try:

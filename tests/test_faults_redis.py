@@ -224,3 +224,31 @@ def test_a_daemon_started_before_its_redis_waits_then_trains(start_daemon, tmp_p
     finally:
         server.stop()
     assert "declare the model's parameters failed" in proc.log.read_text()
+
+
+def test_a_stop_during_an_outage_ends_the_job_promptly(tmp_path, redis_server):
+    """A first SIGTERM while the store is down: no final checkpoint (it could only fail after
+    the store's retries), nothing committed for the pending batch, and the job returns at once."""
+    victim = redis_server("stop-in-outage")
+    job = make_job(tmp_path, victim.url)
+    job.config["store"]["retry"] = {"initial_s": 0.05, "max_s": 0.1, "give_up_s": 0.3}
+    job.store.close()
+    from streamtrain.store import make_store
+    job.store = make_store({**job.config["store"], "namespace": "stop-in-outage"})
+    log = audited(job)
+
+    def fault(job, batch, result):
+        if job.trainer.batches == 5:
+            victim.stop()
+    job.hooks.append(fault)
+    runner = threading.Thread(target=job.run, daemon=True)
+    runner.start()
+    deadline = time.monotonic() + 60
+    while not job.waiting_for_store:
+        assert time.monotonic() < deadline and runner.is_alive(), "the job never waited for the store"
+        time.sleep(0.02)
+    asked = time.monotonic()
+    job.stop_requested = True
+    runner.join(30)
+    assert not runner.is_alive() and time.monotonic() - asked < 2.0
+    assert len(log["commits"]) == 5 and job.last_checkpoint is None
