@@ -159,6 +159,9 @@ def test_options_are_checked_and_errors_redacted():
                                            "ssl_cert_reqs": "maybe", "password_env": 3}))
     assert set(problems) == {"urls", "ssl_cert_reqs", "password_env"}
     assert "hunter2" not in problems["urls"] and "***" in problems["urls"]
+    problems = dict(validate_store_config({"backend": "redis", "urls": "redis://u:hunter2@h:1",
+                                           "cluster": ["rediss://:hunter2@h:1"]}))
+    assert set(problems) == {"urls", "cluster"} and "hunter2" not in str(problems)   # wrong types quoted
     assert dict(validate_store_config({"backend": "redis", "urls": ["redis://h:1"], "ssl_ca_certs": "ca.pem"})) \
         == {"ssl_ca_certs": "TLS options need rediss:// URLs (redis:// connects in plain text)"}
     with pytest.raises(ConfigError) as err:

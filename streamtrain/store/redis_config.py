@@ -185,7 +185,7 @@ def validate(cfg: dict) -> list[tuple[str, str]]:
     trainers, worker = cfg.get("trainers", 1), cfg.get("worker", 0)
     if isinstance(trainers, int) and isinstance(worker, int) and not 0 <= worker < max(trainers, 1):
         out.append(("worker", f"must be in 0..{trainers - 1} for {trainers} trainers, got {worker}"))
-    return out
+    return [(path, redact(msg)) for path, msg in out]         # messages may quote a URL given wrongly
 
 
 def _tables_problems(tables: dict) -> list[tuple[str, str]]:
