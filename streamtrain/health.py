@@ -92,7 +92,8 @@ class MetricsServer:
         self._thread = None
 
     def start(self) -> "MetricsServer":
-        self._httpd = make_server(self.host, self.port, self.app, ThreadingWSGIServer, handler_class=_QuietHandler)
+        self._httpd = make_server(self.host, self.port, self.app, ThreadingWSGIServer,
+                                  handler_class=_QuietHandler)
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="metrics-http", daemon=True)
         self._thread.start()
@@ -109,7 +110,8 @@ class MetricsServer:
         ok, text = probe() if probe is not None else (None, "not found: try /metrics, /healthz, /readyz")
         status = "404 Not Found" if ok is None else "200 OK" if ok else "503 Service Unavailable"
         body = (text + "\n").encode()
-        start_response(status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))])
+        start_response(status, [("Content-Type", "text/plain; charset=utf-8"),
+                                ("Content-Length", str(len(body)))])
         return [body]
 
     def stop(self) -> None:

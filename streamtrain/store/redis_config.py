@@ -89,6 +89,8 @@ OPTIONS = {
     "timeout_s": Option(5.0, _NUMBER, check=positive),
     "retry": Option(fields=RETRY_OPTIONS, doc="backoff of failed store operations"),
     "max_push_attempts": Option(1000, (int,), check=positive),
+    "placement": Option("modulo", (str,), choices=redis_keys.PLACEMENTS,
+                        doc="standalone servers: which server holds a row group (redis_keys)"),
     "tables": Option({}, (dict,), nested=lambda tables: _tables_problems(tables),
                      doc="{param name | layer name | '*': {ttl_s, admit_after, max_rows}}"),
 }

@@ -84,8 +84,9 @@ class Shards:
     """
 
     def __init__(self, *, urls=None, cluster=None, timeout_s=5.0, retry: Retry | None = None, stats=None,
-                 connect=_default_connection):
+                 placement: str = "modulo", connect=_default_connection):
         self.cluster = bool(cluster)
+        self.placement = placement
         self.timeout_s = timeout_s
         self.retry = retry or Retry()
         self.stats = stats
@@ -94,6 +95,7 @@ class Shards:
         self.names: list[str] = []
         self._slot_shard: list[int] = []
         self._stale = False
+        self.epoch = 0                  # +1 at each slot map read: routing caches compare it
         if not self.cluster:
             self.clients = [_client(kw, timeout_s) for kw in self._seeds]
             self.names = [f"{kw['host']}:{kw['port']}" for kw in self._seeds]
@@ -131,6 +133,7 @@ class Shards:
         if -1 in table:
             raise redis.ConnectionError(f"cluster slot {table.index(-1)} has no node (CLUSTERDOWN)")
         self._slot_shard = table
+        self.epoch += 1
 
     def _node(self, name: str) -> dict:
         host, port = name.rsplit(":", 1)
@@ -141,7 +144,7 @@ class Shards:
             if not self._slot_shard:
                 self.refresh()
             return self._slot_shard[key_slot(f"{{{tag}}}".encode())]
-        return redis_keys.shard_of_tag(tag, len(self.clients))
+        return redis_keys.shard_of_tag(tag, len(self.clients), self.placement)
 
     def shard_of_key(self, key: bytes) -> int:
         return self.shard_of_tag(redis_keys.tag_of_key(key))
