@@ -46,9 +46,14 @@ def redis_server(tmp_path):
         server.stop()
 
 
-def make_job(tmp_path, url):
+SHORT_RETRY = {"initial_s": 0.05, "max_s": 0.1, "give_up_s": 0.3}     # the store gives up at once
+
+
+def make_job(tmp_path, url, retry=None, namespace=None):
     store = {"backend": "redis", "urls": [url], "timeout_s": 1.0,
-             "retry": {"initial_s": 0.05, "max_s": 0.5, "give_up_s": OUTAGE + 60}}
+             "retry": retry or {"initial_s": 0.05, "max_s": 0.5, "give_up_s": OUTAGE + 60}}
+    if namespace:
+        store["namespace"] = namespace
     cfg = configmod.load(ROOT / "examples" / "synthetic.json",
                          [f"checkpoint.dir={tmp_path / 'ckpt'}", "metrics.enabled=false"])
     cfg["store"] = store
@@ -126,11 +131,7 @@ def test_an_outage_longer_than_the_store_retries_is_ridden_out_by_the_job(tmp_pa
     """The store gives up after 0.3 s and raises; the job keeps stepping the same batch (never
     committing it meanwhile) until Redis is back, and ends with every batch applied once."""
     victim = redis_server("long")
-    job = make_job(tmp_path, victim.url)
-    job.config["store"]["retry"] = {"initial_s": 0.05, "max_s": 0.1, "give_up_s": 0.3}
-    job.store.close()
-    from streamtrain.store import make_store
-    job.store = make_store({**job.config["store"], "namespace": "long-outage"})
+    job = make_job(tmp_path, victim.url, SHORT_RETRY, "long-outage")
     log = audited(job)
     outage = {}
 
@@ -230,11 +231,7 @@ def test_a_stop_during_an_outage_ends_the_job_promptly(tmp_path, redis_server):
     """A first SIGTERM while the store is down: no final checkpoint (it could only fail after
     the store's retries), nothing committed for the pending batch, and the job returns at once."""
     victim = redis_server("stop-in-outage")
-    job = make_job(tmp_path, victim.url)
-    job.config["store"]["retry"] = {"initial_s": 0.05, "max_s": 0.1, "give_up_s": 0.3}
-    job.store.close()
-    from streamtrain.store import make_store
-    job.store = make_store({**job.config["store"], "namespace": "stop-in-outage"})
+    job = make_job(tmp_path, victim.url, SHORT_RETRY, "stop-in-outage")
     log = audited(job)
 
     def fault(job, batch, result):
