@@ -181,3 +181,15 @@ def test_the_daemon_exits_1_at_once_on_a_refused_password(servers, tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("streamtrain: redis store:") and "password" in last, last
     assert "wrong-Pw" not in proc.stderr
+
+
+def test_the_redis_graph_store_stops_at_a_refused_password_without_printing_it(servers):
+    from streamtrain.graphstore import make_graph_store
+    srv = servers("--requirepass", PW)
+    good = make_graph_store({"backend": "redis", "url": f"redis://:{PW}@127.0.0.1:{srv.port}"})
+    good.insert(np.array([1, 2], np.uint64), np.array([2, 3], np.uint64))
+    assert PW not in good.describe()
+    bad = make_graph_store({"backend": "redis", "url": f"redis://:not-the-Pw@127.0.0.1:{srv.port}"})
+    with pytest.raises(StoreAccessError) as err:
+        bad.insert(np.array([1], np.uint64), np.array([2], np.uint64))
+    assert "not-the-Pw" not in str(err.value) + bad.describe()
