@@ -193,3 +193,15 @@ def test_the_redis_graph_store_stops_at_a_refused_password_without_printing_it(s
     with pytest.raises(StoreAccessError) as err:
         bad.insert(np.array([1], np.uint64), np.array([2], np.uint64))
     assert "not-the-Pw" not in str(err.value) + bad.describe()
+
+
+def test_get_connection_is_called_as_each_redis_py_version_wants():
+    from streamtrain.store.redis_shards import get_connection_args
+
+    def v5_0(self, command_name, *keys, **options): ...           # redis-py 5.0–5.2
+
+    def v5_3(self, command_name=None, *keys, **options): ...      # 5.3+: arguments deprecated
+
+    def v7(self): ...                                             # the parameter gone
+    assert get_connection_args(v5_0) == ("MGET",)
+    assert get_connection_args(v5_3) == () and get_connection_args(v7) == ()

@@ -43,9 +43,16 @@ TRANSIENT = (redis.ConnectionError, redis.TimeoutError, BusyLoadingError, Connec
 RETRY_REPLIES = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "MASTERDOWN")
 RETRY_ERRORS = (MovedError, AskError, TryAgainError, ClusterDownError)
 REFUSED = (AuthenticationError, NoPermissionError, ssl.SSLCertVerificationError)
-# redis-py < 5.3 needs a command name here; later versions deprecate passing one
-_GET_CONNECTION_ARGS = () if inspect.signature(redis.ConnectionPool.get_connection) \
-    .parameters["command_name"].default is None else ("MGET",)
+
+
+def get_connection_args(get_connection) -> tuple:
+    """What to pass to ``ConnectionPool.get_connection``: redis-py < 5.3 needs a command name,
+    later versions deprecate passing one (and may drop the parameter)."""
+    param = inspect.signature(get_connection).parameters.get("command_name")
+    return ("MGET",) if param is not None and param.default is inspect.Parameter.empty else ()
+
+
+_GET_CONNECTION_ARGS = get_connection_args(redis.ConnectionPool.get_connection)
 
 
 class Retry(Backoff):
