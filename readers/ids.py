@@ -20,9 +20,9 @@ True
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from streamtrain.compiled import njit
 from streamtrain.hashing import hash_str, splitmix64
 
 _MIX = np.uint64(0x9FB21C651E98DF25)
@@ -63,7 +63,7 @@ def hash_spans(words, starts, lengths, seeds) -> np.ndarray:
     return splitmix64(folded).reshape(starts.shape)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _fold(words, starts, lengths, h):
     """``h = mix(h ^ w)`` over each token's words, the last one masked to the token's bytes."""
     out = np.empty_like(h)

@@ -72,3 +72,18 @@ def test_one_long_token_costs_its_bytes_not_bytes_times_tokens():
     assert took < 1.0, f"hashing 20k short tokens and one 10 MB token took {took:.2f} s"
     assert np.array_equal(ids[:-1], hash_values("f", short))
     assert ids[-1] == reference_hash_spans(*_as_spans([big]), field_seed("f"))[0]
+
+
+def test_kernels_load_where_numba_has_no_cache_directory():
+    """A read-only install run by a user without a home (systemd DynamicUser, a read-only
+    container): numba finds no cache locator; the kernels compile in the process instead of
+    failing the import."""
+    import subprocess
+    import sys
+    code = ("import numba.core.caching as c; c.CacheImpl._locator_classes = []\n"
+            "from streamtrain.readers.ids import hash_values\n"
+            "import streamtrain.ops._graph_kernels\n"
+            "print(hash_values('user', ['42']).tolist())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-1500:]
+    assert out.stdout.strip() == str(hash_values("user", ["42"]).tolist())
