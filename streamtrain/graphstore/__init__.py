@@ -1,9 +1,9 @@
 """The graph store beside the parameter store: adjacency grown from the stream, sampled per batch.
 
 Backends register in ``GRAPH_STORES`` (``base.py``); every module of the package is imported
-here so they do (``stream.py``, the job's side, imports this package and is left out), except
-``redis_graph``: it needs redis-py, so it is imported on the first lookup of ``redis``
-(``Registry.lazy``) and a run without a Redis graph store starts without redis-py.
+here so they do (``stream.py``, the job's side, imports this package and is left out). The
+redis backend needs redis-py: it is imported on the first lookup of ``redis``, so a run that
+uses no graph or the memory graph store starts without it.
 """
 from __future__ import annotations
 
