@@ -5,6 +5,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from streamtrain.errors import ShapeError
+from streamtrain.online.terms import Term
 
 from .base import INIT_OPTIONS, Layer, Option, SparseShape, positive, register
 from .inputs import batch_fields
@@ -70,23 +71,27 @@ class Embedding(Layer):
             return {self.tables[0]: ids}
         return {t: field.ids for t, field in zip(self.tables, fields)}
 
+    pools_rows = True
+
     def is_linear(self):
         return self.opts["dim"] == 1
 
     def linear_terms(self, ctx):
-        from .sequential import LinearTerm
+        return self.field_terms(ctx)
+
+    def field_terms(self, ctx):
         fields, _, counts, _ = self._layout(ctx)
-        B = ctx.batch.size
+        B, F = ctx.batch.size, len(fields)
         weights = self._weights(ctx, fields, counts)
-        example = np.repeat(np.tile(np.arange(B), len(fields)), counts)
+        example = np.repeat(np.tile(np.arange(B), F), counts)
+        field = np.repeat(np.repeat(np.arange(F), B), counts)
         x = np.ones(len(example)) if weights is None else weights
         terms, start = [], 0
-        per_table = self.table_ids(ctx)
-        for t in self.tables:
-            n = len(per_table[t])
-            rows = len(ctx.table_ids[t])
-            terms.append(LinearTerm(t, example[start:start + n], ctx.table_pos[(self.name, t)],
-                                    x[start:start + n], rows, (rows, 1)))
+        for t, ids in self.table_ids(ctx).items():
+            n = len(ids)
+            part = slice(start, start + n)
+            terms.append(Term(t, example[part], ctx.table_pos[(self.name, t)], x[part],
+                              len(ctx.table_ids[t]), field[part]))
             start += n
         return terms
 
@@ -140,8 +145,6 @@ class Embedding(Layer):
         return w
 
     def backward(self, ctx, gy):
-        if self.sequential_owns(ctx):
-            return [None]
         how, a, w, total = ctx.saved[self.name]
         dim = self.opts["dim"]
         squares = any(ctx.wants_squares(t) for t in self.tables)

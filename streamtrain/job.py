@@ -73,14 +73,14 @@ class Job:
                  len(self.graph.layers), len(self.graph.params), len(self.graph.table_params),
                  ",".join(schema.sparse) or "-", self.store.describe())
         if self.graph.loss.opts.get("sequential"):
-            learnt = [layer.name for layer in self.trainer.ctx.sequential]
+            learnt = [layer.name for layer in self.trainer.engine.layers]
             if learnt:
-                log.info("per-example linear terms (sequential loss '%s'): %s",
+                log.info("per-example terms (sequential loss '%s'): %s",
                          self.graph.loss.name, ", ".join(learnt))
             else:
-                log.warning("loss '%s' is sequential but no layer qualifies (a dim-1 embedding, bias or "
-                            "linear fc reaching it through add/sum_pooling, trained by sgd, adagrad or "
-                            "ftrl): every layer learns per batch", self.graph.loss.name)
+                log.warning("loss '%s' is sequential but no layer qualifies (a dim-1 embedding, bias, "
+                            "linear fc or reduced fm reaching it through add/sum_pooling, trained by sgd, "
+                            "adagrad or ftrl): every layer learns per batch", self.graph.loss.name)
         if self.restore_from:
             self.restore(self.restore_from)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from streamtrain.errors import ConfigError
+from streamtrain.online import terms as kernel
 
 
 class Optimizer:
@@ -50,19 +51,14 @@ class Optimizer:
         ``B`` agreeing examples ``B²`` times)."""
         raise NotImplementedError
 
-    #: whether ``rates`` exists: the step is ``w -= rate · g`` for a small ``g`` at known squares
-    sequential = False
     #: whether ``step`` uses ``sq``: layers then send per-example squared gradients
     squares = False
-    #: the state slots ``rates`` reads
-    rate_slots: tuple = ()
 
-    def rates(self, state: dict, squares: np.ndarray) -> np.ndarray:
-        """The per-coordinate step size of this rule once the accumulator holds ``squares`` more:
-        ``d w / d(−g)`` of ``step`` with ``sq`` fixed. ``state`` holds the rows' slots broadcast
-        to ``squares``' shape. Used to predict, inside a mini-batch, what the earlier examples'
-        updates did to a later example (``streamtrain.ops.sequential``)."""
-        raise NotImplementedError(f"optimizer '{self.kind}' has no per-example step size")
+    def kernel_rule(self) -> tuple[int, tuple] | None:
+        """``(code, hyperparameters)`` of this rule in the compiled per-example loop
+        (``streamtrain.online.kernels``), or None: the parameters it trains
+        then learn per batch."""
+        return None
 
 
 class SGD(Optimizer):
@@ -71,13 +67,11 @@ class SGD(Optimizer):
     kind = "sgd"
     defaults = {"lr": 0.01}
 
-    sequential = True
-
     def step(self, w, g, state, sq=None):
         w -= self.lr * g
 
-    def rates(self, state, squares):
-        return np.full_like(squares, self.lr)
+    def kernel_rule(self):
+        return kernel.SGD, (self.lr,)
 
 
 class Momentum(Optimizer):
@@ -106,7 +100,6 @@ class Adagrad(Optimizer):
         state["n"] += self.initial_accumulator
         return state
 
-    sequential = True
     squares = True
 
     def step(self, w, g, state, sq=None):
@@ -114,10 +107,8 @@ class Adagrad(Optimizer):
         n += g * g if sq is None else sq
         w -= self.lr * g / (np.sqrt(n) + self.eps)
 
-    rate_slots = ("n",)
-
-    def rates(self, state, squares):
-        return self.lr / (np.sqrt(state["n"] + squares) + self.eps)
+    def kernel_rule(self):
+        return kernel.ADAGRAD, (self.lr, self.eps)
 
 
 class Adam(Optimizer):
@@ -148,7 +139,6 @@ class FTRL(Optimizer):
     slots = {"z": "full", "n": "full"}
     zero_init = True
 
-    sequential = True
     squares = True
 
     def step(self, w, g, state, sq=None):
@@ -160,14 +150,8 @@ class FTRL(Optimizer):
         shrunk = np.sign(z) * np.maximum(np.abs(z) - self.l1, 0)
         w[...] = -shrunk / ((self.beta + np.sqrt(n)) / self.alpha + self.l2)
 
-    rate_slots = ("n",)
-
-    def rates(self, state, squares):
-        # w' - w = -g / d' with d' = (beta + sqrt(n'))/alpha + l2 (z and w move together; the
-        # L1 dead zone is left out: a weight it holds at zero moves less than this)
-        out = np.sqrt(state["n"] + squares)
-        out += self.beta + self.alpha * self.l2
-        return np.divide(self.alpha, out, out=out)
+    def kernel_rule(self):
+        return kernel.FTRL, (self.alpha, self.beta, self.l1, self.l2)
 
 
 OPTIMIZERS = {cls.kind: cls for cls in (SGD, Momentum, Adagrad, Adam, FTRL)}

@@ -1,0 +1,134 @@
+"""The per-example engine the trainer calls: it learns the terms of the logit its ``Plan`` owns
+example by example inside each mini-batch (``kernels.learn``), gives the loss each example's
+logit and residual, and pushes one combined gradient per row (``kernels.combine``).
+
+For these terms a batch of ``B`` trains exactly as ``B`` batches of one: the same predictions,
+weights and accumulators (``tests/test_sequential.py``), with either store.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import kernels
+from .plan import plan
+
+_EMPTY_I = np.zeros(0, np.int64)
+_EMPTY_F = np.zeros(0)
+
+
+@dataclass
+class _Block:
+    """Parameters flattened into one kernel array: rows ``[lo, hi)`` of it are ``param``'s."""
+
+    params: list              # (name, lo, hi, value shape)
+    w: np.ndarray             # [R, d] float64, updated by the kernel
+    n: np.ndarray
+    z: np.ndarray
+    grp: np.ndarray           # [R] rule group
+    start: tuple = ()         # (w, n, z) before the batch
+
+
+def _block(ctx, names: list, rows: list, group_of: dict, d: int) -> _Block:
+    parts, w, n, z, grp, lo = [], [], [], [], [], 0
+    for name, r in zip(names, rows):
+        value = ctx.value(name)
+        state = ctx.states.get(name, {})
+        w.append(np.asarray(value, np.float64).reshape(r, d))
+        for acc, slot in ((n, "n"), (z, "z")):
+            acc.append(np.asarray(state[slot], np.float64).reshape(r, d) if slot in state else np.zeros((r, d)))
+        grp.append(np.full(r, group_of[name], np.int64))
+        parts.append((name, lo, lo + r, value.shape))
+        lo += r
+    cat = (lambda a: np.concatenate(a) if a else np.zeros((0, d)))
+    blk = _Block(parts, cat(w), cat(n), cat(z), np.concatenate(grp) if grp else _EMPTY_I)
+    blk.start = (blk.w.copy(), blk.n.copy(), blk.z.copy())
+    return blk
+
+
+class PerExample:
+    """Built once per trainer from the graph and the parameters' optimizers."""
+
+    def __init__(self, graph, optimizers: dict, *, implicit: bool = True, normalize: bool = True):
+        self.plan = plan(graph, optimizers)
+        self.optimizers = optimizers
+        self.implicit, self.normalize = implicit, normalize
+        rules: dict = {}
+        self.group_of = {}
+        for name in self.plan.params:
+            code, hyper = optimizers[name].kernel_rule()
+            key = (code, tuple(hyper))
+            self.group_of[name] = rules.setdefault(key, len(rules))
+        self.code = np.array([c for c, _ in rules], np.int64)
+        self.hyper = np.zeros((len(rules), 4))
+        for (_, hyper), g in rules.items():
+            self.hyper[g, :len(hyper)] = hyper
+        self._blocks: tuple = ()
+
+    @property
+    def layers(self) -> list:
+        return self.plan.layers
+
+    @property
+    def params(self) -> list[str]:
+        return self.plan.params
+
+    @property
+    def skip(self) -> set:
+        return self.plan.skip
+
+    def learn(self, ctx, z0: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each example's logit after the examples before it, and its residual ρ (the logit
+        gradient of its update); the owned parameters' updates are kept for ``push``."""
+        B = len(z0)
+        linear = [t for layer in self.plan.linear for t in layer.linear_terms(ctx)]
+        lin = _block(ctx, [t.param for t in linear], [t.rows for t in linear], self.group_of, 1)
+        ex, slot, x = self._occurrences(linear, lin)
+        lptr, lorder = kernels.by_example(ex, B)
+        fm_terms, fterm, offset = [], [], 0
+        for t, (_, emb) in enumerate(self.plan.fm):
+            for term in emb.field_terms(ctx):
+                fm_terms.append((term, offset))
+            fterm += [t] * len(emb.fields)
+            offset += len(emb.fields)
+        d = self.plan.fm[0][1].output_shape[-1] if self.plan.fm else 1
+        fm = _block(ctx, [t.param for t, _ in fm_terms], [t.rows for t, _ in fm_terms], self.group_of, d)
+        fex, frow, fx = self._occurrences([t for t, _ in fm_terms], fm)
+        ffield = np.concatenate([t.field + off for t, off in fm_terms]) if fm_terms else _EMPTY_I
+        fptr, forder = kernels.by_example(fex, B)
+        zs, rho = kernels.learn(
+            np.asarray(z0, np.float64), np.asarray(y, np.float64), self.implicit, self.normalize,
+            self.code, self.hyper, lptr, lorder, slot, x, lin.w.reshape(-1), lin.n.reshape(-1), lin.z.reshape(-1), lin.grp,
+            fptr, forder, frow, fx, ffield.astype(np.int64), np.array(fterm, np.int64), len(self.plan.fm),
+            fm.w, fm.n, fm.z, fm.grp)
+        self._blocks = (lin, fm)
+        return zs, rho
+
+    @staticmethod
+    def _occurrences(terms, blk: _Block):
+        """(example, flat row, coefficient) of every non-zero occurrence, term after term."""
+        if not terms:
+            return _EMPTY_I, _EMPTY_I, _EMPTY_F
+        ex, row, x = [], [], []
+        for t, (_, lo, _, _) in zip(terms, blk.params):
+            coef = np.asarray(t.x, np.float64)
+            keep = coef != 0
+            if keep.all():
+                ex.append(t.example), row.append(t.pos + lo), x.append(coef)
+            else:
+                ex.append(t.example[keep]), row.append(t.pos[keep] + lo), x.append(coef[keep])
+        return (np.concatenate(ex).astype(np.int64, copy=False), np.concatenate(row).astype(np.int64, copy=False),
+                np.concatenate(x))
+
+    def push(self, ctx) -> None:
+        """Add to ``ctx`` one gradient (and, for Adagrad/FTRL, squares) per owned parameter whose
+        single update by the store equals the sum of this batch's per-example updates."""
+        for blk in self._blocks:
+            if not blk.params:
+                continue
+            g, sq = kernels.combine(self.code, self.hyper, blk.grp, *blk.start, blk.w, blk.n, blk.z)
+            for name, lo, hi, shape in blk.params:
+                squares = sq[lo:hi].astype(ctx.dtype).reshape(shape) if self.optimizers[name].squares else None
+                ctx.add_param_grad(name, g[lo:hi].astype(ctx.dtype).reshape(shape), squares)
+        self._blocks = ()

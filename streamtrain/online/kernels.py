@@ -1,0 +1,256 @@
+"""The compiled per-example loop (numba, cached): predict example ``k`` of a batch after the
+examples ``0..k−1`` have updated the terms the engine owns, then update them by ``k``.
+
+Everything is float64 and flat. *Linear* slots ``j`` (one weight each: a row of a dim-1 table, an
+entry of a dense parameter) hold ``w[j]``, the accumulator ``n[j]`` and FTRL's ``z[j]``; *FM*
+rows ``q`` hold ``d`` coordinates each in ``V[q]``, ``Vn[q]``, ``Vz[q]``. Every slot / row has a
+rule group ``g``: ``code[g]`` (SGD, ADAGRAD, FTRL) and ``hyper[g]`` (SGD: lr; Adagrad: lr,
+eps; FTRL: alpha, beta, l1, l2). One coordinate's step is ``_step``, the same arithmetic as
+``streamtrain.optim.rules`` (``step(w, g, state, sq)``); ``combine`` turns a batch's net change
+into the one gradient (and squares) whose single ``step`` lands on it.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .terms import ADAGRAD, FTRL, SGD
+NEWTON_ITERATIONS = 50      # safeguarded Newton for the implicit residual; converges in 3-6
+NEWTON_TOLERANCE = 1e-13
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _sigmoid(z):
+    if z >= 0:
+        return 1.0 / (1.0 + np.exp(-z))
+    e = np.exp(z)
+    return e / (1.0 + e)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _step(code, h, w, n, z, g, sq):
+    """One coordinate's update by gradient ``g`` with squared gradient ``sq``: (w, n, z)."""
+    if code == SGD:
+        return w - h[0] * g, n, z
+    if code == ADAGRAD:
+        n2 = n + sq
+        return w - h[0] * g / (np.sqrt(n2) + h[1]), n2, z
+    n2 = n + sq
+    z2 = z + g - (np.sqrt(n2) - np.sqrt(n)) / h[0] * w
+    shrunk = max(abs(z2) - h[2], 0.0)
+    if z2 < 0:
+        shrunk = -shrunk
+    return -shrunk / ((h[1] + np.sqrt(n2)) / h[0] + h[3]), n2, z2
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _rate(code, h, n, sq):
+    """``dw/d(−g)`` of ``_step`` at accumulator ``n + sq``: the step size of a linear update
+    (for FTRL without L1 from a consistent state ``w = −z/d``, exact)."""
+    if code == SGD:
+        return h[0]
+    if code == ADAGRAD:
+        return h[0] / (np.sqrt(n + sq) + h[1])
+    return h[0] / (h[1] + np.sqrt(n + sq) + h[0] * h[3])
+
+
+@njit(cache=True, nogil=True)
+def by_example(ex, batch):
+    """Counting sort of occurrences by example: (start offsets [B+1], order)."""
+    ptr = np.zeros(batch + 1, np.int64)
+    for e in ex:
+        ptr[e + 1] += 1
+    for k in range(batch):
+        ptr[k + 1] += ptr[k]
+    fill = ptr[:-1].copy()
+    order = np.empty(len(ex), np.int64)
+    for o in range(len(ex)):
+        e = ex[o]
+        order[fill[e]] = o
+        fill[e] += 1
+    return ptr, order
+
+
+@njit(cache=True, nogil=True)
+def _fm_value(k, fptr, forder, frow, fx, ffield, fterm, V, E, S, nterms):
+    """The FM terms of example ``k`` at the current ``V``: fills E (per field) and S (per term)
+    for the example's fields and returns ``Σ_t ½ (|S_t|² − Σ_f |E_f|²)``."""
+    d = V.shape[1]
+    for t in range(nterms):
+        S[t, :] = 0.0
+    for i in range(fptr[k], fptr[k + 1]):
+        E[ffield[forder[i]], :] = 0.0
+    for i in range(fptr[k], fptr[k + 1]):
+        o = forder[i]
+        f, q, x = ffield[o], frow[o], fx[o]
+        for c in range(d):
+            E[f, c] += x * V[q, c]
+    phi = 0.0
+    done = -1
+    for i in range(fptr[k], fptr[k + 1]):
+        f = ffield[forder[i]]
+        if f == done:
+            continue
+        done = f
+        t = fterm[f]
+        for c in range(d):
+            S[t, c] += E[f, c]
+            phi -= 0.5 * E[f, c] * E[f, c]
+    for t in range(nterms):
+        for c in range(d):
+            phi += 0.5 * S[t, c] * S[t, c]
+    return phi
+
+
+@njit(cache=True, nogil=True)
+def _implicit(zk, y, r, K, l1_present, uniq, m, xs, w, n, z, grp, code, hyper, s):
+    """ρ with ρ = σ(z_k − D(ρ)) − y, ``D(ρ) = Σ_j x_j (w_j − w_j'(ρ))`` the example's own move
+    of its logit; linear (``D = K ρ``) unless an FTRL slot has L1. Safeguarded Newton."""
+    lo, hi = -y, 1.0 - y
+    rho = min(max(r, lo), hi)
+    for _ in range(NEWTON_ITERATIONS):
+        if l1_present:
+            D, dD = 0.0, 0.0
+            for i in range(m):
+                j = uniq[i]
+                g_ = grp[j]
+                sq = (r * xs[j]) ** 2
+                w2, _n, _z = _step(code[g_], hyper[g_], w[j], n[j], z[j], s * rho * xs[j], sq)
+                D += xs[j] * (w[j] - w2)
+                if code[g_] != FTRL or w2 != 0.0:
+                    dD += s * xs[j] * xs[j] * _rate(code[g_], hyper[g_], n[j], sq)
+        else:
+            D, dD = K * rho, K
+        q = _sigmoid(zk - D)
+        f = rho - q + y
+        if f > 0:
+            hi = rho
+        else:
+            lo = rho
+        step = f / (1.0 + q * (1.0 - q) * dD)
+        new = rho - step
+        if new <= lo or new >= hi:
+            new = 0.5 * (lo + hi)
+        if abs(new - rho) < NEWTON_TOLERANCE:
+            return new
+        rho = new
+    return rho
+
+
+@njit(cache=True, nogil=True)
+def _linear_value(k, lptr, lorder, lslot, lx, w):
+    out = 0.0
+    for i in range(lptr[k], lptr[k + 1]):
+        o = lorder[i]
+        out += lx[o] * w[lslot[o]]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def learn(z0, y, implicit, normalize, code, hyper,
+          lptr, lorder, lslot, lx, w, n, z, grp,
+          fptr, forder, frow, fx, ffield, fterm, nterms, V, Vn, Vz, vgrp):
+    """Per example ``k`` in order: its logit ``z0[k]`` plus what examples ``0..k−1`` changed in
+    the owned terms; its residual ρ (implicit if asked); then its update of every linear slot
+    and FM coordinate it touches. Updates the parameter arrays in place; returns (z, ρ).
+
+    Linear occurrences ``o``: slot ``lslot[o]``, coefficient ``lx[o]``, in example order
+    ``lorder[lptr[k]:lptr[k+1]]``. FM occurrences: row ``frow[o]``, coefficient ``fx[o]``, field
+    ``ffield[o]`` (of term ``fterm[field]``), grouped by field within an example."""
+    B = len(z0)
+    P, Q, d = len(w), V.shape[0], V.shape[1]
+    nfields = len(fterm)
+    base = np.empty(B)
+    E = np.zeros((max(nfields, 1), d))
+    S = np.zeros((max(nterms, 1), d))
+    for k in range(B):                       # the owned terms at the batch's starting point
+        base[k] = z0[k] - _linear_value(k, lptr, lorder, lslot, lx, w)
+        if nterms:
+            base[k] -= _fm_value(k, fptr, forder, frow, fx, ffield, fterm, V, E, S, nterms)
+    mark = np.full(P, -1, np.int64)
+    xs = np.zeros(P)
+    uniq = np.empty(P, np.int64)
+    fmark = np.full(Q, -1, np.int64)
+    G = np.zeros((Q, d))
+    funiq = np.empty(Q, np.int64)
+    zs = np.empty(B)
+    rhos = np.empty(B)
+    for k in range(B):
+        zk = base[k] + _linear_value(k, lptr, lorder, lslot, lx, w)
+        if nterms:
+            zk += _fm_value(k, fptr, forder, frow, fx, ffield, fterm, V, E, S, nterms)
+        r = _sigmoid(zk) - y[k]
+        # the example's linear features, one per slot (a slot twice: coefficients summed)
+        m = 0
+        for i in range(lptr[k], lptr[k + 1]):
+            o = lorder[i]
+            j = lslot[o]
+            if mark[j] != k:
+                mark[j] = k
+                xs[j] = 0.0
+                uniq[m] = j
+                m += 1
+            xs[j] += lx[o]
+        norm = 0.0
+        for i in range(m):
+            norm += xs[uniq[i]] ** 2
+        s = 1.0 / np.sqrt(max(norm, 1.0)) if normalize else 1.0
+        rho = r
+        if implicit and m:
+            K = 0.0
+            l1_present = False
+            for i in range(m):
+                j = uniq[i]
+                g_ = grp[j]
+                K += s * xs[j] * xs[j] * _rate(code[g_], hyper[g_], n[j], (r * xs[j]) ** 2)
+                if code[g_] == FTRL and hyper[g_, 2] > 0:
+                    l1_present = True
+            rho = _implicit(zk, y[k], r, K, l1_present, uniq, m, xs, w, n, z, grp, code, hyper, s)
+        for i in range(m):
+            j = uniq[i]
+            g_ = grp[j]
+            w[j], n[j], z[j] = _step(code[g_], hyper[g_], w[j], n[j], z[j], s * rho * xs[j], (r * xs[j]) ** 2)
+        if nterms:
+            mq = 0
+            for i in range(fptr[k], fptr[k + 1]):
+                o = forder[i]
+                q, f, x = frow[o], ffield[o], fx[o]
+                if fmark[q] != k:
+                    fmark[q] = k
+                    G[q, :] = 0.0
+                    funiq[mq] = q
+                    mq += 1
+                t = fterm[f]
+                for c in range(d):
+                    G[q, c] += rho * x * (S[t, c] - E[f, c])
+            for i in range(mq):
+                q = funiq[i]
+                g_ = vgrp[q]
+                for c in range(d):
+                    g = G[q, c]
+                    V[q, c], Vn[q, c], Vz[q, c] = _step(code[g_], hyper[g_], V[q, c], Vn[q, c], Vz[q, c], g, g * g)
+        zs[k] = zk
+        rhos[k] = rho
+    return zs, rhos
+
+
+@njit(cache=True, nogil=True)
+def combine(code, hyper, grp, w0, n0, z0, w, n, z):
+    """Per coordinate (rows of ``w`` share ``grp``): the gradient and squares whose single
+    ``_step`` from (w0, n0, z0) lands on (w, n, z) — the sum of the per-example updates."""
+    R, d = w.shape
+    g = np.zeros((R, d))
+    sq = np.zeros((R, d))
+    for j in range(R):
+        c_ = code[grp[j]]
+        h = hyper[grp[j]]
+        for c in range(d):
+            if c_ == SGD:
+                g[j, c] = (w0[j, c] - w[j, c]) / h[0] if h[0] > 0 else 0.0
+            elif c_ == ADAGRAD:
+                sq[j, c] = n[j, c] - n0[j, c]
+                g[j, c] = (w0[j, c] - w[j, c]) * (np.sqrt(n[j, c]) + h[1]) / h[0] if h[0] > 0 else 0.0
+            else:
+                sq[j, c] = n[j, c] - n0[j, c]
+                g[j, c] = z[j, c] - z0[j, c] + (np.sqrt(n[j, c]) - np.sqrt(n0[j, c])) / h[0] * w0[j, c]
+    return g, sq
