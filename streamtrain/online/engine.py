@@ -85,7 +85,8 @@ class PerExample:
         linear = [t for layer in self.plan.linear for t in layer.linear_terms(ctx)]
         lin = _block(ctx, [t.param for t in linear], [t.rows for t in linear], self.group_of, 1)
         ex, slot, x = self._occurrences(linear, lin)
-        lptr, lorder = kernels.by_example(ex, B)
+        lptr, order = kernels.by_example(ex, B)
+        slot, x = slot[order], x[order]
         fm_terms, fterm, offset = [], [], 0
         for t, (_, emb) in enumerate(self.plan.fm):
             for term in emb.field_terms(ctx):
@@ -96,11 +97,12 @@ class PerExample:
         fm = _block(ctx, [t.param for t, _ in fm_terms], [t.rows for t, _ in fm_terms], self.group_of, d)
         fex, frow, fx = self._occurrences([t for t, _ in fm_terms], fm)
         ffield = np.concatenate([t.field + off for t, off in fm_terms]) if fm_terms else _EMPTY_I
-        fptr, forder = kernels.by_example(fex, B)
+        fptr, order = kernels.by_example(fex, B)
+        frow, fx, ffield = frow[order], fx[order], ffield[order]
         zs, rho = kernels.learn(
             np.asarray(z0, np.float64), np.asarray(y, np.float64), self.implicit, self.normalize,
-            self.code, self.hyper, lptr, lorder, slot, x, lin.w.reshape(-1), lin.n.reshape(-1), lin.z.reshape(-1), lin.grp,
-            fptr, forder, frow, fx, ffield.astype(np.int64), np.array(fterm, np.int64), len(self.plan.fm),
+            self.code, self.hyper, lptr, slot, x, lin.w.reshape(-1), lin.n.reshape(-1), lin.z.reshape(-1), lin.grp,
+            fptr, frow, fx, ffield.astype(np.int64), np.array(fterm, np.int64), len(self.plan.fm),
             fm.w, fm.n, fm.z, fm.grp)
         self._blocks = (lin, fm)
         return zs, rho

@@ -44,14 +44,30 @@ def _step(code, h, w, n, z, g, sq):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _rate(code, h, n, sq):
-    """``dw/d(−g)`` of ``_step`` at accumulator ``n + sq``: the step size of a linear update
-    (for FTRL without L1 from a consistent state ``w = −z/d``, exact)."""
+def _prepare(code, h, n, sq):
+    """For a linear slot with accumulator ``n`` about to add ``sq``: (√(n + sq), the step size
+    ``dw/d(−g)``). For FTRL without L1 from a consistent state ``w = −z/d`` the step is then
+    exactly ``−rate · g``; with L1 its weight is ``−shrink(z')·rate``."""
     if code == SGD:
-        return h[0]
+        return 0.0, h[0]
+    root = np.sqrt(n + sq)
     if code == ADAGRAD:
-        return h[0] / (np.sqrt(n + sq) + h[1])
-    return h[0] / (h[1] + np.sqrt(n + sq) + h[0] * h[3])
+        return root, h[0] / (root + h[1])
+    return root, h[0] / (h[1] + root + h[0] * h[3])
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _apply(code, h, w, n, z, root0, root, rate, g, sq):
+    """``_step`` of a linear slot with ``√n`` before (``root0``) and after, and the rate, known."""
+    if code == SGD:
+        return w - rate * g, n, z
+    if code == ADAGRAD:
+        return w - rate * g, n + sq, z
+    z2 = z + g - (root - root0) / h[0] * w
+    shrunk = max(abs(z2) - h[2], 0.0)
+    if z2 < 0:
+        shrunk = -shrunk
+    return -shrunk * rate, n + sq, z2
 
 
 @njit(cache=True, nogil=True)
@@ -72,23 +88,22 @@ def by_example(ex, batch):
 
 
 @njit(cache=True, nogil=True)
-def _fm_value(k, fptr, forder, frow, fx, ffield, fterm, V, E, S, nterms):
+def _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms):
     """The FM terms of example ``k`` at the current ``V``: fills E (per field) and S (per term)
     for the example's fields and returns ``Σ_t ½ (|S_t|² − Σ_f |E_f|²)``."""
     d = V.shape[1]
     for t in range(nterms):
         S[t, :] = 0.0
     for i in range(fptr[k], fptr[k + 1]):
-        E[ffield[forder[i]], :] = 0.0
+        E[ffield[i], :] = 0.0
     for i in range(fptr[k], fptr[k + 1]):
-        o = forder[i]
-        f, q, x = ffield[o], frow[o], fx[o]
+        f, q, x = ffield[i], frow[i], fx[i]
         for c in range(d):
             E[f, c] += x * V[q, c]
     phi = 0.0
     done = -1
     for i in range(fptr[k], fptr[k + 1]):
-        f = ffield[forder[i]]
+        f = ffield[i]
         if f == done:
             continue
         done = f
@@ -103,22 +118,23 @@ def _fm_value(k, fptr, forder, frow, fx, ffield, fterm, V, E, S, nterms):
 
 
 @njit(cache=True, nogil=True)
-def _implicit(zk, y, r, K, l1_present, uniq, m, xs, w, n, z, grp, code, hyper, s):
+def _implicit(zk, y, r, K, l1_present, uniq, m, xs, w, n, z, root, grp, code, hyper, s, tsq, troot, trate):
     """ρ with ρ = σ(z_k − D(ρ)) − y, ``D(ρ) = Σ_j x_j (w_j − w_j'(ρ))`` the example's own move
     of its logit; linear (``D = K ρ``) unless an FTRL slot has L1. Safeguarded Newton."""
     lo, hi = -y, 1.0 - y
-    rho = min(max(r, lo), hi)
+    p = r + y
+    rho = min(max(r / (1.0 + p * (1.0 - p) * K), lo), hi)     # the linearised solution
     for _ in range(NEWTON_ITERATIONS):
         if l1_present:
             D, dD = 0.0, 0.0
             for i in range(m):
                 j = uniq[i]
                 g_ = grp[j]
-                sq = (r * xs[j]) ** 2
-                w2, _n, _z = _step(code[g_], hyper[g_], w[j], n[j], z[j], s * rho * xs[j], sq)
+                w2, _n, _z = _apply(code[g_], hyper[g_], w[j], n[j], z[j], root[j], troot[i], trate[i],
+                                    s * rho * xs[j], tsq[i])
                 D += xs[j] * (w[j] - w2)
                 if code[g_] != FTRL or w2 != 0.0:
-                    dD += s * xs[j] * xs[j] * _rate(code[g_], hyper[g_], n[j], sq)
+                    dD += s * xs[j] * xs[j] * trate[i]
         else:
             D, dD = K * rho, K
         q = _sigmoid(zk - D)
@@ -138,25 +154,24 @@ def _implicit(zk, y, r, K, l1_present, uniq, m, xs, w, n, z, grp, code, hyper, s
 
 
 @njit(cache=True, nogil=True)
-def _linear_value(k, lptr, lorder, lslot, lx, w):
+def _linear_value(k, lptr, lslot, lx, w):
     out = 0.0
     for i in range(lptr[k], lptr[k + 1]):
-        o = lorder[i]
-        out += lx[o] * w[lslot[o]]
+        out += lx[i] * w[lslot[i]]
     return out
 
 
 @njit(cache=True, nogil=True)
 def learn(z0, y, implicit, normalize, code, hyper,
-          lptr, lorder, lslot, lx, w, n, z, grp,
-          fptr, forder, frow, fx, ffield, fterm, nterms, V, Vn, Vz, vgrp):
+          lptr, lslot, lx, w, n, z, grp,
+          fptr, frow, fx, ffield, fterm, nterms, V, Vn, Vz, vgrp):
     """Per example ``k`` in order: its logit ``z0[k]`` plus what examples ``0..k−1`` changed in
     the owned terms; its residual ρ (implicit if asked); then its update of every linear slot
     and FM coordinate it touches. Updates the parameter arrays in place; returns (z, ρ).
 
-    Linear occurrences ``o``: slot ``lslot[o]``, coefficient ``lx[o]``, in example order
-    ``lorder[lptr[k]:lptr[k+1]]``. FM occurrences: row ``frow[o]``, coefficient ``fx[o]``, field
-    ``ffield[o]`` (of term ``fterm[field]``), grouped by field within an example."""
+    Linear occurrences in example order (example ``k``'s are ``lptr[k]:lptr[k+1]``): slot
+    ``lslot``, coefficient ``lx``. FM occurrences likewise (``fptr``): row ``frow``, coefficient
+    ``fx``, field ``ffield`` (of term ``fterm[field]``), grouped by field within an example."""
     B = len(z0)
     P, Q, d = len(w), V.shape[0], V.shape[1]
     nfields = len(fterm)
@@ -164,57 +179,62 @@ def learn(z0, y, implicit, normalize, code, hyper,
     E = np.zeros((max(nfields, 1), d))
     S = np.zeros((max(nterms, 1), d))
     for k in range(B):                       # the owned terms at the batch's starting point
-        base[k] = z0[k] - _linear_value(k, lptr, lorder, lslot, lx, w)
+        base[k] = z0[k] - _linear_value(k, lptr, lslot, lx, w)
         if nterms:
-            base[k] -= _fm_value(k, fptr, forder, frow, fx, ffield, fterm, V, E, S, nterms)
+            base[k] -= _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms)
     mark = np.full(P, -1, np.int64)
     xs = np.zeros(P)
     uniq = np.empty(P, np.int64)
+    root = np.sqrt(n)                        # √n of every slot, kept current: one sqrt per update
+    tsq, troot, trate = np.empty(P), np.empty(P), np.empty(P)   # per slot of the example
     fmark = np.full(Q, -1, np.int64)
     G = np.zeros((Q, d))
     funiq = np.empty(Q, np.int64)
     zs = np.empty(B)
     rhos = np.empty(B)
     for k in range(B):
-        zk = base[k] + _linear_value(k, lptr, lorder, lslot, lx, w)
+        zk = base[k] + _linear_value(k, lptr, lslot, lx, w)
         if nterms:
-            zk += _fm_value(k, fptr, forder, frow, fx, ffield, fterm, V, E, S, nterms)
+            zk += _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms)
         r = _sigmoid(zk) - y[k]
         # the example's linear features, one per slot (a slot twice: coefficients summed)
         m = 0
         for i in range(lptr[k], lptr[k + 1]):
-            o = lorder[i]
-            j = lslot[o]
+            j = lslot[i]
             if mark[j] != k:
                 mark[j] = k
                 xs[j] = 0.0
                 uniq[m] = j
                 m += 1
-            xs[j] += lx[o]
+            xs[j] += lx[i]
         norm = 0.0
         for i in range(m):
             norm += xs[uniq[i]] ** 2
         s = 1.0 / np.sqrt(max(norm, 1.0)) if normalize else 1.0
-        rho = r
-        if implicit and m:
-            K = 0.0
-            l1_present = False
-            for i in range(m):
-                j = uniq[i]
-                g_ = grp[j]
-                K += s * xs[j] * xs[j] * _rate(code[g_], hyper[g_], n[j], (r * xs[j]) ** 2)
-                if code[g_] == FTRL and hyper[g_, 2] > 0:
-                    l1_present = True
-            rho = _implicit(zk, y[k], r, K, l1_present, uniq, m, xs, w, n, z, grp, code, hyper, s)
+        K = 0.0
+        l1_present = False
         for i in range(m):
             j = uniq[i]
             g_ = grp[j]
-            w[j], n[j], z[j] = _step(code[g_], hyper[g_], w[j], n[j], z[j], s * rho * xs[j], (r * xs[j]) ** 2)
+            tsq[i] = (r * xs[j]) ** 2
+            troot[i], trate[i] = _prepare(code[g_], hyper[g_], n[j], tsq[i])
+            K += s * xs[j] * xs[j] * trate[i]
+            if code[g_] == FTRL and hyper[g_, 2] > 0:
+                l1_present = True
+        rho = r
+        if implicit and m:
+            rho = _implicit(zk, y[k], r, K, l1_present, uniq, m, xs, w, n, z, root, grp, code, hyper, s,
+                            tsq, troot, trate)
+        for i in range(m):
+            j = uniq[i]
+            g_ = grp[j]
+            w[j], n[j], z[j] = _apply(code[g_], hyper[g_], w[j], n[j], z[j], root[j], troot[i], trate[i],
+                                      s * rho * xs[j], tsq[i])
+            root[j] = troot[i]
         if nterms:
             mq = 0
             for i in range(fptr[k], fptr[k + 1]):
-                o = forder[i]
-                q, f, x = frow[o], ffield[o], fx[o]
+                q, f, x = frow[i], ffield[i], fx[i]
                 if fmark[q] != k:
                     fmark[q] = k
                     G[q, :] = 0.0
