@@ -15,8 +15,8 @@ import numpy as np
 from numba import njit
 
 from .terms import ADAGRAD, FTRL, SGD
-NEWTON_ITERATIONS = 50      # safeguarded Newton for the implicit residual; converges in 3-6
-NEWTON_TOLERANCE = 1e-13
+NEWTON_ITERATIONS = 50      # safeguarded Newton for the implicit residual: 2-3 steps from the
+NEWTON_TOLERANCE = 1e-12    # linearised solution, more through L1's kinks
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -139,17 +139,18 @@ def _implicit(zk, y, r, K, l1_present, uniq, m, xs, w, n, z, root, grp, code, hy
             D, dD = K * rho, K
         q = _sigmoid(zk - D)
         f = rho - q + y
+        if f == 0.0:
+            return rho
         if f > 0:
             hi = rho
         else:
             lo = rho
         step = f / (1.0 + q * (1.0 - q) * dD)
-        new = rho - step
-        if new <= lo or new >= hi:
-            new = 0.5 * (lo + hi)
-        if abs(new - rho) < NEWTON_TOLERANCE:
-            return new
-        rho = new
+        if abs(step) < NEWTON_TOLERANCE:
+            return rho - step
+        rho -= step
+        if rho <= lo or rho >= hi:           # Newton left the bracket (a kink of L1): bisect
+            rho = 0.5 * (lo + hi)
     return rho
 
 
