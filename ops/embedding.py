@@ -80,11 +80,15 @@ class Embedding(Layer):
         return self.field_terms(ctx)
 
     def field_terms(self, ctx):
-        fields, _, counts, _ = self._layout(ctx)
+        fields, _, counts, slot = self._layout(ctx)
         B, F = ctx.batch.size, len(fields)
         weights = self._weights(ctx, fields, counts)
-        example = np.repeat(np.tile(np.arange(B), F), counts)
-        field = np.repeat(np.repeat(np.arange(F), B), counts)
+        if slot is not None:                 # single-valued: the batch-major slot is example·F + field
+            example = slot // F
+            field = slot - example * F
+        else:
+            example = np.repeat(np.tile(np.arange(B), F), counts)
+            field = np.repeat(np.repeat(np.arange(F), B), counts)
         x = np.ones(len(example)) if weights is None else weights
         terms, start = [], 0
         for t, ids in self.table_ids(ctx).items():

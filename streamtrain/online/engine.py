@@ -7,7 +7,7 @@ weights and accumulators (``tests/test_sequential.py``), with either store.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -30,9 +30,9 @@ class _Block:
     start: tuple = ()         # (w, n, z) before the batch
 
 
-def _block(ctx, names: list, rows: list, group_of: dict, d: int) -> _Block:
+def _block(ctx, terms: list, group_of: dict, d: int) -> _Block:
     parts, w, n, z, grp, lo = [], [], [], [], [], 0
-    for name, r in zip(names, rows):
+    for name, r in ((t.param, t.rows) for t in terms):
         value = ctx.value(name)
         state = ctx.states.get(name, {})
         w.append(np.asarray(value, np.float64).reshape(r, d))
@@ -45,6 +45,22 @@ def _block(ctx, names: list, rows: list, group_of: dict, d: int) -> _Block:
     blk = _Block(parts, cat(w), cat(n), cat(z), np.concatenate(grp) if grp else _EMPTY_I)
     blk.start = (blk.w.copy(), blk.n.copy(), blk.z.copy())
     return blk
+
+
+def _occurrences(terms, blk: _Block, batch: int):
+    """(example, flat row, coefficient) of every occurrence, term after term, and the batch size."""
+    if not terms:
+        return _EMPTY_I, batch, _EMPTY_I, _EMPTY_F
+    ex = np.concatenate([t.example for t in terms]).astype(np.int64, copy=False)
+    row = np.concatenate([t.pos + lo for t, (_, lo, _, _) in zip(terms, blk.params)]).astype(np.int64, copy=False)
+    return ex, batch, row, np.concatenate([t.x for t in terms]).astype(np.float64, copy=False)
+
+
+_NO_FM = _Block([], np.zeros((0, 1)), np.zeros((0, 1)), np.zeros((0, 1)), _EMPTY_I)
+
+
+def _no_fm_occurrences(batch: int):
+    return np.zeros(batch + 1, np.int64), _EMPTY_I, _EMPTY_F, _EMPTY_I, _EMPTY_I
 
 
 class PerExample:
@@ -83,45 +99,27 @@ class PerExample:
         gradient of its update); the owned parameters' updates are kept for ``push``."""
         B = len(z0)
         linear = [t for layer in self.plan.linear for t in layer.linear_terms(ctx)]
-        lin = _block(ctx, [t.param for t in linear], [t.rows for t in linear], self.group_of, 1)
-        ex, slot, x = self._occurrences(linear, lin)
-        lptr, order = kernels.by_example(ex, B)
-        slot, x = slot[order], x[order]
-        fm_terms, fterm, offset = [], [], 0
-        for t, (_, emb) in enumerate(self.plan.fm):
-            for term in emb.field_terms(ctx):
-                fm_terms.append((term, offset))
-            fterm += [t] * len(emb.fields)
-            offset += len(emb.fields)
-        d = self.plan.fm[0][1].output_shape[-1] if self.plan.fm else 1
-        fm = _block(ctx, [t.param for t, _ in fm_terms], [t.rows for t, _ in fm_terms], self.group_of, d)
-        fex, frow, fx = self._occurrences([t for t, _ in fm_terms], fm)
-        ffield = np.concatenate([t.field + off for t, off in fm_terms]) if fm_terms else _EMPTY_I
-        fptr, order = kernels.by_example(fex, B)
-        frow, fx, ffield = frow[order], fx[order], ffield[order]
+        lin = _block(ctx, linear, self.group_of, 1)
+        lptr, slot, x, _ = kernels.by_example(*_occurrences(linear, lin, B), _EMPTY_I)
+        if self.plan.fm:
+            fm_terms, fterm = [], []
+            for t, (_, emb) in enumerate(self.plan.fm):
+                for term in emb.field_terms(ctx):
+                    fm_terms.append(term if not len(fterm) else
+                                    replace(term, field=term.field + len(fterm)))
+                fterm += [t] * len(emb.fields)
+            fm = _block(ctx, fm_terms, self.group_of, self.plan.fm[0][1].output_shape[-1])
+            field = np.concatenate([t.field for t in fm_terms]).astype(np.int64, copy=False)
+            fptr, frow, fx, ffield = kernels.by_example(*_occurrences(fm_terms, fm, B), field)
+            fterm = np.array(fterm, np.int64)
+        else:
+            fm, (fptr, frow, fx, ffield, fterm) = _NO_FM, _no_fm_occurrences(B)
         zs, rho = kernels.learn(
             np.asarray(z0, np.float64), np.asarray(y, np.float64), self.implicit, self.normalize,
             self.code, self.hyper, lptr, slot, x, lin.w.reshape(-1), lin.n.reshape(-1), lin.z.reshape(-1), lin.grp,
-            fptr, frow, fx, ffield.astype(np.int64), np.array(fterm, np.int64), len(self.plan.fm),
-            fm.w, fm.n, fm.z, fm.grp)
-        self._blocks = (lin, fm)
+            fptr, frow, fx, ffield, fterm, len(self.plan.fm), fm.w, fm.n, fm.z, fm.grp)
+        self._blocks = (lin, fm) if self.plan.fm else (lin,)
         return zs, rho
-
-    @staticmethod
-    def _occurrences(terms, blk: _Block):
-        """(example, flat row, coefficient) of every non-zero occurrence, term after term."""
-        if not terms:
-            return _EMPTY_I, _EMPTY_I, _EMPTY_F
-        ex, row, x = [], [], []
-        for t, (_, lo, _, _) in zip(terms, blk.params):
-            coef = np.asarray(t.x, np.float64)
-            keep = coef != 0
-            if keep.all():
-                ex.append(t.example), row.append(t.pos + lo), x.append(coef)
-            else:
-                ex.append(t.example[keep]), row.append(t.pos[keep] + lo), x.append(coef[keep])
-        return (np.concatenate(ex).astype(np.int64, copy=False), np.concatenate(row).astype(np.int64, copy=False),
-                np.concatenate(x))
 
     def push(self, ctx) -> None:
         """Add to ``ctx`` one gradient (and, for Adagrad/FTRL, squares) per owned parameter whose

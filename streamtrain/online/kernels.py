@@ -71,20 +71,26 @@ def _apply(code, h, w, n, z, root0, root, rate, g, sq):
 
 
 @njit(cache=True, nogil=True)
-def by_example(ex, batch):
-    """Counting sort of occurrences by example: (start offsets [B+1], order)."""
+def by_example(ex, batch, row, x, field):
+    """Occurrences grouped by example (a stable counting sort): (start offsets [B+1], and
+    ``row``, ``x``, ``field`` in that order; an empty ``field`` stays empty)."""
     ptr = np.zeros(batch + 1, np.int64)
     for e in ex:
         ptr[e + 1] += 1
     for k in range(batch):
         ptr[k + 1] += ptr[k]
     fill = ptr[:-1].copy()
-    order = np.empty(len(ex), np.int64)
-    for o in range(len(ex)):
-        e = ex[o]
-        order[fill[e]] = o
-        fill[e] += 1
-    return ptr, order
+    n = len(ex)
+    row2, x2 = np.empty(n, np.int64), np.empty(n)
+    field2 = np.empty(len(field), np.int64)
+    for o in range(n):
+        at = fill[ex[o]]
+        fill[ex[o]] += 1
+        row2[at] = row[o]
+        x2[at] = x[o]
+        if len(field):
+            field2[at] = field[o]
+    return ptr, row2, x2, field2
 
 
 @njit(cache=True, nogil=True)
@@ -202,6 +208,8 @@ def learn(z0, y, implicit, normalize, code, hyper,
         m = 0
         for i in range(lptr[k], lptr[k + 1]):
             j = lslot[i]
+            if lx[i] == 0.0:                 # a missing numeric value: not a feature
+                continue
             if mark[j] != k:
                 mark[j] = k
                 xs[j] = 0.0
