@@ -74,12 +74,15 @@ def test_ftrl_l1_gives_exact_zeros():
     assert w1[0] == 0.0 and w1[1] > 0
 
 
-@pytest.mark.parametrize("kind", sorted(OPTIMIZERS))
+KINDS = OPTIMIZERS.names()
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_sparse_rows_only_touched_change(kind):
     """Per-row lazy state: a row's step depends only on the pushes that touched it."""
     spec = ParamSpec("emb.table", (3,), table=True, init="normal", scale=0.1)
     store = MemoryStore(dtype=np.float64)
-    store.declare({spec.name: spec}, {"type": kind})
+    store.declare({spec.name: spec}, {"type": kind, **OPTIMIZERS[kind].test_params()})
     ids_a = np.array([1, 5, 9], np.uint64)
     before = store.pull([], {spec.name: ids_a})[spec.name].copy()
     g = np.ones((2, 3))
@@ -88,7 +91,7 @@ def test_sparse_rows_only_touched_change(kind):
     assert np.array_equal(after[1], before[1])          # id 5 untouched
     assert not np.allclose(after[0], before[0])
     # row 9 pushed once, like a fresh dense parameter of the same initial value stepped once
-    opt = make_optimizer({"type": kind})
+    opt = make_optimizer({"type": kind, **OPTIMIZERS[kind].test_params()})
     w = before[2].copy()[None, :]
     state = opt.init_state(w.shape, table=True, dtype=np.float64)
     opt.step(w, g[1:], state)
@@ -108,9 +111,9 @@ def test_adam_step_count_is_per_row():
     assert np.allclose(store.tables[spec.name].state["t"][:2, 0], [5, 1])
 
 
-@pytest.mark.parametrize("kind", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("kind", KINDS)
 def test_config_round_trip(kind):
-    opt = make_optimizer({"type": kind})
+    opt = make_optimizer({"type": kind, **OPTIMIZERS[kind].test_params()})
     again = make_optimizer(json.loads(json.dumps(opt.get_config())))
     assert again.get_config() == opt.get_config()
 
@@ -118,7 +121,85 @@ def test_config_round_trip(kind):
 def test_bad_optimizer_configs_name_the_path():
     with pytest.raises(ConfigError, match=r"default_optimizer.type: unknown optimizer 'adamw'"):
         make_optimizer({"type": "adamw"}, where="default_optimizer")
-    with pytest.raises(ConfigError, match=r"layers\[2\].optimizer.momentum: unknown hyperparameter"):
+    with pytest.raises(ConfigError, match=r"layers\[2\].optimizer.momentum: unknown key for optimizer 'sgd' \(known: lr\)"):
         make_optimizer({"type": "sgd", "momentum": 0.9}, where="layers[2].optimizer")
-    with pytest.raises(ConfigError, match=r"lr: must be a number >= 0"):
+    with pytest.raises(ConfigError, match=r"lr: expected int/float, got str 'fast'"):
         make_optimizer({"type": "sgd", "lr": "fast"})
+    with pytest.raises(ConfigError, match=r"lr: must be >= 0, got -1"):
+        make_optimizer({"type": "sgd", "lr": -1})
+
+
+@pytest.mark.parametrize("kind", [k for k in KINDS
+                                  if OPTIMIZERS[k](**OPTIMIZERS[k].test_params()).kernel_rule() is not None])
+def test_the_compiled_per_example_step_is_the_rule(kind):
+    """A rule with a ``kernel_rule`` has the same step in ``streamtrain.online.kernels``: one
+    coordinate's ``_step`` and the linear slots' ``_prepare``/``_apply`` equal ``step``, and
+    ``combine`` finds the one gradient and squares whose ``step`` lands on several steps' end."""
+    from streamtrain.online import kernels
+    opt = make_optimizer({"type": kind, **OPTIMIZERS[kind].test_params()})
+    code, h = opt.kernel_rule()
+    hyper = np.zeros(4)
+    hyper[:len(h)] = h
+    rng = np.random.default_rng(3)
+    w0 = rng.standard_normal(4)
+    state = opt.init_state(w0.shape, table=False, dtype=np.float64)
+    for _ in range(3):                               # a state that has seen some gradients
+        opt.step(w0, rng.standard_normal(4) * 2, state)
+    n0, z0 = state.get("n", np.zeros(4)).copy(), state.get("z", np.zeros(4)).copy()
+    g, sq = rng.standard_normal(4), rng.uniform(0.5, 2.0, 4)
+    w, st = w0.copy(), {k: v.copy() for k, v in state.items()}
+    opt.step(w, g, st, sq=sq if opt.squares else None)
+    for i in range(4):
+        q = sq[i] if opt.squares else g[i] ** 2
+        np.testing.assert_allclose(kernels._step(code, hyper, w0[i], n0[i], z0[i], g[i], q)[0], w[i], rtol=1e-12)
+        root, rate = kernels._prepare(code, hyper, n0[i], q)
+        got = kernels._apply(code, hyper, w0[i], n0[i], z0[i], np.sqrt(n0[i]), root, rate, g[i], q)
+        np.testing.assert_allclose(got[0], w[i], rtol=1e-12)
+    # three more steps, then the single step that replaces all four
+    for _ in range(3):
+        opt.step(w, rng.standard_normal(4), st, sq=rng.uniform(0.5, 2.0, 4) if opt.squares else None)
+    n1, z1 = st.get("n", np.zeros(4)), st.get("z", np.zeros(4))
+    col = (lambda a: np.asarray(a, np.float64).reshape(4, 1))
+    g1, sq1 = kernels.combine(np.array([code]), hyper[None], np.zeros(4, np.int64), col(w0), col(n0), col(z0),
+                              col(w), col(n1), col(z1))
+    once, st0 = w0.copy(), {k: v.copy() for k, v in state.items()}
+    opt.step(once, g1[:, 0], st0, sq=sq1[:, 0] if opt.squares else None)
+    np.testing.assert_allclose(once, w, rtol=1e-10, atol=1e-12)
+    for k in st0:
+        np.testing.assert_allclose(st0[k], st[k], rtol=1e-10, atol=1e-12)
+
+
+def test_an_optimizer_defined_here_is_discovered_and_checked():
+    """Adding a rule is one class: config, stores and this suite find it through the registry."""
+    from streamtrain.optim import Optimizer, register
+    from streamtrain.schema import NUMBER, Option
+
+    @register
+    class SignSGD(Optimizer):
+        """w -= lr · sign(g)"""
+
+        kind = "test_signsgd"
+        options = {"lr": Option(0.01, NUMBER)}
+
+        @classmethod
+        def test_params(cls):
+            return {"lr": 0.25}
+
+        def step(self, w, g, state, sq=None):
+            w -= self.lr * np.sign(g)
+
+    try:
+        assert "test_signsgd" in KINDS + OPTIMIZERS.names()
+        w1, w2 = two_steps("test_signsgd", {"lr": 0.25}, [1.0, -2.0], [0.5, -3.0], [-1.0, 0.0])
+        assert np.allclose(w1, [0.75, -1.75]) and np.allclose(w2, [1.0, -1.75])
+        test_sparse_rows_only_touched_change("test_signsgd")
+        test_config_round_trip("test_signsgd")
+        from streamtrain import config as cfgmod
+        found = cfgmod.problems(cfgmod.with_defaults(cfgmod.SCHEMA, {
+            "default_optimizer": {"type": "test_signsgd", "lr": 0.1, "mu": 1},
+            "layers": [{"name": "x", "type": "dense_input"}, {"name": "l", "type": "mse", "inputs": ["x"]}]}))
+        assert found == [("default_optimizer.mu", "unknown key for optimizer 'test_signsgd' (known: lr)")]
+    finally:
+        OPTIMIZERS.unregister("test_signsgd")
+    with pytest.raises(ConfigError, match="unknown optimizer 'test_signsgd'"):
+        make_optimizer({"type": "test_signsgd"})
