@@ -114,8 +114,11 @@ class PerExample:
             fterm = np.array(fterm, np.int64)
         else:
             fm, (fptr, frow, fx, ffield, fterm) = _NO_FM, _no_fm_occurrences(B)
+        # the rest of the logit: what the forward pass added besides the owned terms' outputs
+        base = np.asarray(z0, np.float64) - sum(np.asarray(ctx.outputs[r], np.float64).reshape(-1)
+                                                for r in self.plan.roots)
         zs, rho = kernels.learn(
-            np.asarray(z0, np.float64), np.asarray(y, np.float64), self.implicit, self.normalize,
+            base, np.asarray(y, np.float64), self.implicit, self.normalize,
             self.code, self.hyper, lptr, slot, x, lin.w.reshape(-1), lin.n.reshape(-1), lin.z.reshape(-1), lin.grp,
             fptr, frow, fx, ffield, fterm, len(self.plan.fm), fm.w, fm.n, fm.z, fm.grp)
         self._blocks = (lin, fm) if self.plan.fm else (lin,)

@@ -169,26 +169,22 @@ def _linear_value(k, lptr, lslot, lx, w):
 
 
 @njit(cache=True, nogil=True)
-def learn(z0, y, implicit, normalize, code, hyper,
+def learn(base, y, implicit, normalize, code, hyper,
           lptr, lslot, lx, w, n, z, grp,
           fptr, frow, fx, ffield, fterm, nterms, V, Vn, Vz, vgrp):
-    """Per example ``k`` in order: its logit ``z0[k]`` plus what examples ``0..k−1`` changed in
-    the owned terms; its residual ρ (implicit if asked); then its update of every linear slot
-    and FM coordinate it touches. Updates the parameter arrays in place; returns (z, ρ).
+    """Per example ``k`` in order: its logit, ``base[k]`` (the rest of the logit) plus the owned
+    terms at their current values, which examples ``0..k−1`` have updated; its residual ρ
+    (implicit if asked); then its update of every linear slot and FM coordinate it touches.
+    Updates the parameter arrays in place; returns (z, ρ).
 
     Linear occurrences in example order (example ``k``'s are ``lptr[k]:lptr[k+1]``): slot
     ``lslot``, coefficient ``lx``. FM occurrences likewise (``fptr``): row ``frow``, coefficient
     ``fx``, field ``ffield`` (of term ``fterm[field]``), grouped by field within an example."""
-    B = len(z0)
+    B = len(base)
     P, Q, d = len(w), V.shape[0], V.shape[1]
     nfields = len(fterm)
-    base = np.empty(B)
     E = np.zeros((max(nfields, 1), d))
     S = np.zeros((max(nterms, 1), d))
-    for k in range(B):                       # the owned terms at the batch's starting point
-        base[k] = z0[k] - _linear_value(k, lptr, lslot, lx, w)
-        if nterms:
-            base[k] -= _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms)
     mark = np.full(P, -1, np.int64)
     xs = np.zeros(P)
     uniq = np.empty(P, np.int64)

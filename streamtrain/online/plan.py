@@ -17,6 +17,7 @@ class Plan:
     linear: list = field(default_factory=list)     # linear layers
     fm: list = field(default_factory=list)         # (fm layer, embedding layer) pairs
     skip: set = field(default_factory=set)         # layers whose backward the graph skips
+    roots: list = field(default_factory=list)      # of those, the ones whose outputs the logit adds
 
     @property
     def layers(self) -> list:
@@ -69,4 +70,5 @@ def plan(graph, optimizers) -> Plan:
 
     for src in graph.loss.inputs:
         walk(src)
+    out.roots = [name for name in graph.layers if name in out.skip and graph.consumers[name][0] not in out.skip]
     return out
