@@ -352,3 +352,9 @@ def test_a_warm_start_does_not_recompile():
             "print(sum(sum(f.stats.cache_misses.values()) for f in (kernels.learn, kernels.combine, kernels.by_example)))\n")
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True) for _ in range(2)]
     assert runs[1].stdout.strip() == "0", runs[1].stderr
+
+
+def test_the_cache_warmer_trains_linear_and_fm_terms(capsys):
+    """``python -m streamtrain.online.warm`` (the Dockerfile's build step) runs the engine."""
+    from streamtrain.online import warm
+    assert warm.main() == 0 and "compiled and cached" in capsys.readouterr().out

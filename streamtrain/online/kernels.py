@@ -4,10 +4,12 @@ examples ``0..k−1`` have updated the terms the engine owns, then update them b
 Everything is float64 and flat. *Linear* slots ``j`` (one weight each: a row of a dim-1 table, an
 entry of a dense parameter) hold ``w[j]``, the accumulator ``n[j]`` and FTRL's ``z[j]``; *FM*
 rows ``q`` hold ``d`` coordinates each in ``V[q]``, ``Vn[q]``, ``Vz[q]``. Every slot / row has a
-rule group ``g``: ``code[g]`` (SGD, ADAGRAD, FTRL) and ``hyper[g]`` (SGD: lr; Adagrad: lr,
-eps; FTRL: alpha, beta, l1, l2). One coordinate's step is ``_step``, the same arithmetic as
-``streamtrain.optim.rules`` (``step(w, g, state, sq)``); ``combine`` turns a batch's net change
-into the one gradient (and squares) whose single ``step`` lands on it.
+rule group ``g``: ``code[g]`` (``terms.SGD``, ``ADAGRAD``, ``FTRL``) and ``hyper[g]`` (SGD: lr;
+Adagrad: lr, eps; FTRL: alpha, beta, l1, l2). A coordinate's update is ``_step`` (FM) or
+``_prepare`` + ``_apply`` (linear slots, which reuse √n and the step size the implicit residual
+needed): the arithmetic of the rules' ``Optimizer.step`` (``tests/test_optim.py`` holds them
+equal). ``combine`` turns a batch's net change into the one gradient (and squares) whose single
+``step`` lands on it.
 """
 from __future__ import annotations
 
