@@ -42,7 +42,7 @@ class Bias(Layer):
 
     def linear_terms(self, ctx):
         n = ctx.batch.size
-        return [Term(self.param_name("b"), np.arange(n), np.zeros(n, np.int64), np.ones(n), 1)]
+        return [Term(self.param_name("b"), np.zeros((n, 1), np.int64), np.ones((n, 1)), 1)]
 
     def forward(self, ctx, xs):
         b = ctx.value(self.param_name("b"))

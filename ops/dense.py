@@ -82,9 +82,9 @@ class FC(Layer):
     def linear_terms(self, ctx):
         x2 = ctx.saved[self.name][1]
         B, n = x2.shape
-        terms = [Term(self.param_name("W"), np.repeat(np.arange(B), n), np.tile(np.arange(n), B), x2.reshape(-1), n)]
+        terms = [Term(self.param_name("W"), np.broadcast_to(np.arange(n), (B, n)), x2, n)]
         if self.opts["bias"]:
-            terms.append(Term(self.param_name("b"), np.arange(B), np.zeros(B, np.int64), np.ones(B), 1))
+            terms.append(Term(self.param_name("b"), np.zeros((B, 1), np.int64), np.ones((B, 1)), 1))
         return terms
 
     def forward(self, ctx, xs):

@@ -97,19 +97,22 @@ class Embedding(Layer):
         fields, _, counts, slot = self._layout(ctx)
         B, F = ctx.batch.size, len(fields)
         weights = self._weights(ctx, fields, counts)
-        if slot is not None:                 # single-valued: the batch-major slot is example·F + field
-            example = slot // F
-            field = slot - example * F
-        else:
-            example = np.repeat(np.tile(np.arange(B), F), counts)
-            field = np.repeat(np.repeat(np.arange(F), B), counts)
+        if slot is not None and len(self.tables) == 1:     # single-valued: dense [B, F], by slot
+            t = self.tables[0]
+            pos = np.zeros(B * F, np.int64)
+            x = np.zeros(B * F)
+            pos[slot] = ctx.table_pos[(self.name, t)]
+            x[slot] = 1.0 if weights is None else weights
+            return [Term(t, pos.reshape(B, F), x.reshape(B, F), len(ctx.table_ids[t]), field=np.arange(F))]
+        example = np.repeat(np.tile(np.arange(B), F), counts)
+        field = np.repeat(np.repeat(np.arange(F), B), counts)
         x = np.ones(len(example)) if weights is None else weights
         terms, start = [], 0
         for t, ids in self.table_ids(ctx).items():
             n = len(ids)
             part = slice(start, start + n)
-            terms.append(Term(t, example[part], ctx.table_pos[(self.name, t)], x[part],
-                              len(ctx.table_ids[t]), field[part]))
+            terms.append(Term(t, ctx.table_pos[(self.name, t)], x[part], len(ctx.table_ids[t]),
+                              example[part], field[part]))
             start += n
         return terms
 

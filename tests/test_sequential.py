@@ -122,6 +122,15 @@ def test_crossed_multivalued_wide_part_learns_exactly_as_one_by_one():
     assert_same_training(layers, stream(64, seed=5, multivalue=("c",)), 32, 1e-9)
 
 
+def test_a_table_per_field_learns_exactly_as_one_by_one():
+    layers = lr_layers({"sequential": True}, OPTIMIZERS["ftrl-l1"], fm=OPTIMIZERS["adagrad"])
+    for layer in layers:
+        if layer["name"] in ("wide", "v"):
+            layer["shared"] = False
+    trainer = assert_same_training(layers, stream(), 16, 1e-9)
+    assert {layer.name for layer in trainer.engine.layers} == {"wide", "linear", "bias", "v"}
+
+
 @pytest.mark.parametrize("opt", ["adagrad", "ftrl-l1"])
 def test_redis_store_trains_a_batch_as_its_examples_one_by_one(opt, redis_url, redis_namespace):
     """The same through a real redis-server: one combined push per row. Its rows are float32, so

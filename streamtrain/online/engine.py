@@ -47,19 +47,38 @@ def _block(ctx, terms: list, group_of: dict, d: int) -> _Block:
     return blk
 
 
-def _occurrences(terms, blk: _Block, batch: int):
-    """(example, flat row, coefficient) of every occurrence, term after term, and the batch size."""
+def _by_example(terms, blk: _Block, batch: int, fm: bool):
+    """The terms' occurrences grouped by example for the kernel: (offsets [B+1], flat row,
+    coefficient, field). Dense terms side by side need no sorting: example ``k``'s occurrences
+    are row ``k`` of their ``[B, Σ m]`` concatenation; otherwise a counting sort."""
+    lows = [lo for _, lo, _, _ in blk.params]
     if not terms:
-        return _EMPTY_I, batch, _EMPTY_I, _EMPTY_F
-    ex = np.concatenate([t.example for t in terms]).astype(np.int64, copy=False)
-    row = np.concatenate([t.pos + lo for t, (_, lo, _, _) in zip(terms, blk.params)]).astype(np.int64, copy=False)
-    return ex, batch, row, np.concatenate([t.x for t in terms]).astype(np.float64, copy=False)
+        return _no_occurrences(batch)[:4]
+    if all(t.example is None for t in terms):
+        width = sum(t.pos.shape[1] for t in terms)
+        row = np.hstack([t.pos + lo for t, lo in zip(terms, lows)]).reshape(-1)
+        x = np.hstack([t.x for t in terms]).astype(np.float64, copy=False).reshape(-1)
+        field = np.tile(np.concatenate([t.field for t in terms]), batch) if fm else _EMPTY_I
+        return np.arange(batch + 1, dtype=np.int64) * width, row, x, field.astype(np.int64, copy=False)
+    ex, row, x, field = [], [], [], []
+    for t, lo in zip(terms, lows):
+        if t.example is None:
+            m = t.pos.shape[1]
+            ex.append(np.repeat(np.arange(batch), m))
+            field.append(np.tile(t.field, batch) if fm else _EMPTY_I)
+        else:
+            ex.append(t.example)
+            field.append(t.field if fm else _EMPTY_I)
+        row.append(t.pos.reshape(-1) + lo)
+        x.append(np.asarray(t.x, np.float64).reshape(-1))
+    cat = (lambda a: np.concatenate(a).astype(np.int64, copy=False))
+    return kernels.by_example(cat(ex), batch, cat(row), np.concatenate(x), cat(field))
 
 
 _NO_FM = _Block([], np.zeros((0, 1)), np.zeros((0, 1)), np.zeros((0, 1)), _EMPTY_I)
 
 
-def _no_fm_occurrences(batch: int):
+def _no_occurrences(batch: int):
     return np.zeros(batch + 1, np.int64), _EMPTY_I, _EMPTY_F, _EMPTY_I, _EMPTY_I
 
 
@@ -100,7 +119,7 @@ class PerExample:
         B = len(z0)
         linear = [t for layer in self.plan.linear for t in layer.linear_terms(ctx)]
         lin = _block(ctx, linear, self.group_of, 1)
-        lptr, slot, x, _ = kernels.by_example(*_occurrences(linear, lin, B), _EMPTY_I)
+        lptr, slot, x, _ = _by_example(linear, lin, B, fm=False)
         if self.plan.fm:
             fm_terms, fterm = [], []
             for t, (_, emb) in enumerate(self.plan.fm):
@@ -109,11 +128,10 @@ class PerExample:
                                     replace(term, field=term.field + len(fterm)))
                 fterm += [t] * len(emb.fields)
             fm = _block(ctx, fm_terms, self.group_of, self.plan.fm[0][1].output_shape[-1])
-            field = np.concatenate([t.field for t in fm_terms]).astype(np.int64, copy=False)
-            fptr, frow, fx, ffield = kernels.by_example(*_occurrences(fm_terms, fm, B), field)
+            fptr, frow, fx, ffield = _by_example(fm_terms, fm, B, fm=True)
             fterm = np.array(fterm, np.int64)
         else:
-            fm, (fptr, frow, fx, ffield, fterm) = _NO_FM, _no_fm_occurrences(B)
+            fm, (fptr, frow, fx, ffield, fterm) = _NO_FM, _no_occurrences(B)
         # the rest of the logit: what the forward pass added besides the owned terms' outputs
         base = np.asarray(z0, np.float64) - sum(np.asarray(ctx.outputs[r], np.float64).reshape(-1)
                                                 for r in self.plan.roots)

@@ -106,6 +106,8 @@ def _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms):
         E[ffield[i], :] = 0.0
     for i in range(fptr[k], fptr[k + 1]):
         f, q, x = ffield[i], frow[i], fx[i]
+        if x == 0.0:                         # nothing (a dense term's padding)
+            continue
         for c in range(d):
             E[f, c] += x * V[q, c]
     phi = 0.0
@@ -166,7 +168,8 @@ def _implicit(zk, y, r, K, l1_present, uniq, m, xs, w, n, z, root, grp, code, hy
 def _linear_value(k, lptr, lslot, lx, w):
     out = 0.0
     for i in range(lptr[k], lptr[k + 1]):
-        out += lx[i] * w[lslot[i]]
+        if lx[i] != 0.0:                     # not padding (whose row may not exist)
+            out += lx[i] * w[lslot[i]]
     return out
 
 
@@ -206,7 +209,7 @@ def learn(base, y, implicit, normalize, code, hyper,
         m = 0
         for i in range(lptr[k], lptr[k + 1]):
             j = lslot[i]
-            if lx[i] == 0.0:                 # a missing numeric value: not a feature
+            if lx[i] == 0.0:                 # a missing numeric value, or padding: not a feature
                 continue
             if mark[j] != k:
                 mark[j] = k
@@ -242,6 +245,8 @@ def learn(base, y, implicit, normalize, code, hyper,
             mq = 0
             for i in range(fptr[k], fptr[k + 1]):
                 q, f, x = frow[i], ffield[i], fx[i]
+                if x == 0.0:
+                    continue
                 if fmark[q] != k:
                     fmark[q] = k
                     G[q, :] = 0.0

@@ -17,9 +17,13 @@ SGD, ADAGRAD, FTRL = 0, 1, 2
 
 @dataclass
 class Term:
+    """Occurrences either as a list (``example`` given: ``pos``, ``x`` and ``field`` per
+    occurrence) or *dense* (``example`` None: ``pos`` and ``x`` are ``[B, m]``, one row per
+    example, ``x = 0`` where an example has nothing; ``field`` then per column)."""
+
     param: str
-    example: np.ndarray       # int: the example of each occurrence
-    pos: np.ndarray           # int: its row (table) or flat index (dense parameter)
+    pos: np.ndarray           # int: the row (table) or flat index (dense parameter) of each occurrence
     x: np.ndarray             # its coefficient
     rows: int                 # rows of the table pulled this batch, or the dense parameter's size
-    field: np.ndarray | None = None   # FM terms: the field of each occurrence, numbered in its layer
+    example: np.ndarray | None = None   # int: the example of each occurrence (None: dense)
+    field: np.ndarray | None = None     # FM terms: the field of each occurrence, numbered in its layer
