@@ -9,7 +9,8 @@ Adagrad: lr, eps; FTRL: alpha, beta, l1, l2). A coordinate's update is ``_step``
 ``_prepare`` + ``_apply`` (linear slots, which reuse √n and the step size the implicit residual
 needed): the arithmetic of the rules' ``Optimizer.step`` (``tests/test_optim.py`` holds them
 equal). ``combine`` turns a batch's net change into the one gradient (and squares) whose single
-``step`` lands on it.
+``step`` lands on it. numpy's error model: a division by zero gives inf (the trainer then skips
+the batch as non-finite) instead of raising inside the loop, and costs no check per division.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ NEWTON_ITERATIONS = 50      # safeguarded Newton for the implicit residual: 2-3 
 NEWTON_TOLERANCE = 1e-12    # linearised solution, more through L1's kinks
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _sigmoid(z):
     if z >= 0:
         return 1.0 / (1.0 + np.exp(-z))
@@ -29,7 +30,7 @@ def _sigmoid(z):
     return e / (1.0 + e)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _step(code, h, w, n, z, g, sq):
     """One coordinate's update by gradient ``g`` with squared gradient ``sq``: (w, n, z)."""
     if code == SGD:
@@ -45,7 +46,7 @@ def _step(code, h, w, n, z, g, sq):
     return -shrunk / ((h[1] + np.sqrt(n2)) / h[0] + h[3]), n2, z2
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _prepare(code, h, n, sq):
     """For a linear slot with accumulator ``n`` about to add ``sq``: (√(n + sq), the step size
     ``dw/d(−g)``). For FTRL without L1 from a consistent state ``w = −z/d`` the step is then
@@ -58,7 +59,7 @@ def _prepare(code, h, n, sq):
     return root, h[0] / (h[1] + root + h[0] * h[3])
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _apply(code, h, w, n, z, root0, root, rate, g, sq):
     """``_step`` of a linear slot with ``√n`` before (``root0``) and after, and the rate, known."""
     if code == SGD:
@@ -72,7 +73,7 @@ def _apply(code, h, w, n, z, root0, root, rate, g, sq):
     return -shrunk * rate, n + sq, z2
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def by_example(ex, batch, row, x, field):
     """Occurrences grouped by example (a stable counting sort): (start offsets [B+1], and
     ``row``, ``x``, ``field`` in that order; an empty ``field`` stays empty)."""
@@ -95,7 +96,7 @@ def by_example(ex, batch, row, x, field):
     return ptr, row2, x2, field2
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms):
     """The FM terms of example ``k`` at the current ``V``: fills E (per field) and S (per term)
     for the example's fields and returns ``Σ_t ½ (|S_t|² − Σ_f |E_f|²)``."""
@@ -127,7 +128,7 @@ def _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms):
     return phi
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _implicit(zk, y, r, K, l1_present, uniq, m, xs, w, n, z, root, grp, code, hyper, s, tsq, troot, trate):
     """ρ with ρ = σ(z_k − D(ρ)) − y, ``D(ρ) = Σ_j x_j (w_j − w_j'(ρ))`` the example's own move
     of its logit; linear (``D = K ρ``) unless an FTRL slot has L1. Safeguarded Newton."""
@@ -164,7 +165,7 @@ def _implicit(zk, y, r, K, l1_present, uniq, m, xs, w, n, z, root, grp, code, hy
     return rho
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _linear_value(k, lptr, lslot, lx, w):
     out = 0.0
     for i in range(lptr[k], lptr[k + 1]):
@@ -173,7 +174,7 @@ def _linear_value(k, lptr, lslot, lx, w):
     return out
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def learn(base, y, implicit, normalize, code, hyper,
           lptr, lslot, lx, w, n, z, grp,
           fptr, frow, fx, ffield, fterm, nterms, V, Vn, Vz, vgrp):
@@ -266,7 +267,7 @@ def learn(base, y, implicit, normalize, code, hyper,
     return zs, rhos
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def combine(code, hyper, grp, w0, n0, z0, w, n, z):
     """Per coordinate (rows of ``w`` share ``grp``): the gradient and squares whose single
     ``_step`` from (w0, n0, z0) lands on (w, n, z) — the sum of the per-example updates."""
