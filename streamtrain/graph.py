@@ -146,6 +146,10 @@ class Graph:
         self.table_params = [n for n, s in self.params.items() if s.table]
         self.table_layers = [layer for layer in self.train_order
                              if any(s.table for s in layer.params.values())]
+        # whose output needs a gradient: layers with parameters and everything downstream of one
+        self.needs_grad = {}
+        for layer in self.order:
+            self.needs_grad[layer.name] = bool(layer.params) or any(self.needs_grad[s] for s in layer.inputs)
 
     def _ancestors(self, name: str) -> set:
         seen, todo = set(), [name]
@@ -186,7 +190,9 @@ class Graph:
 
     # ---- one step -----------------------------------------------------------------------
     def context(self, *, training: bool = True, dtype=np.float32, seed: int = 0) -> Context:
-        return Context(self.layers, training=training, dtype=dtype, seed=seed)
+        ctx = Context(self.layers, training=training, dtype=dtype, seed=seed)
+        ctx.needs_grad = self.needs_grad
+        return ctx
 
     def feed(self, ctx: Context, batch) -> None:
         """Every layer back to Null; find the unique rows of every table this batch needs and,
@@ -236,7 +242,8 @@ class Graph:
         layers a per-example engine learns (``ctx.engine.skip``): it computes their gradients."""
         skip = ctx.engine.skip if ctx.engine is not None else ()
         for layer in reversed(self.train_order):
-            if not advance(ctx.status, layer.name, "backward") or layer.name in skip:
+            if not advance(ctx.status, layer.name, "backward") or not self.needs_grad[layer.name] \
+                    or layer.name in skip:
                 continue
             if layer.is_loss:
                 gy = None

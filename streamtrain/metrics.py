@@ -105,6 +105,12 @@ class Metrics:
         self.nonfinite = Counter("streamtrain_nonfinite_batches_total",
                                  "Batches skipped because their loss or gradient was not finite", registry=r)
         self.last_batch_ts = Gauge("streamtrain_last_batch_timestamp_seconds", "Unix time of the last step", registry=r)
+        self.graph_nodes = Gauge("streamtrain_graph_nodes", "Nodes with neighbours in the graph store", registry=r)
+        self.graph_edges = Gauge("streamtrain_graph_edges", "Neighbour entries held by the graph store", registry=r)
+        self.graph_fanout = Gauge("streamtrain_graph_mean_sampled_fanout",
+                                  "Sampled neighbours per destination node, mean over every hop so far", registry=r)
+        self.graph_sample_seconds = Histogram("streamtrain_graph_sample_seconds",
+                                              "Seconds to sample one batch's blocks", buckets=STEP_BUCKETS, registry=r)
         for reason in REASONS:
             self.malformed.labels(reason)
         for phase in PHASES:
@@ -132,6 +138,9 @@ class Metrics:
             self.window.update(batch.labels, result.predictions)
         if result.applied:
             self._freshness(job, batch)
+        graph = getattr(job, "graph_input", None)
+        if graph is not None:
+            self.graph_sample_seconds.observe(graph.last_sample_s)
         self._sync_counters(job)
         if time.monotonic() >= self._next_refresh:
             self.refresh(job)
@@ -180,6 +189,12 @@ class Metrics:
                                  (self.observed_ctr, figures.observed_ctr)):
                 gauge.set(value)
         self._store_rows(job.store)
+        graph = getattr(job, "graph_input", None)
+        if graph is not None:
+            stats = graph.stats()
+            self.graph_nodes.set(stats["nodes"])
+            self.graph_edges.set(stats["edges"])
+            self.graph_fanout.set(stats["mean_fanout"])
         trainer = getattr(job, "trainer", None)
         if trainer is not None:
             for layer, status in trainer.ctx.status.items():
