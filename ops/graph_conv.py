@@ -47,6 +47,7 @@ class ScatterGather(Layer):
     ``[num_src, d] → [num_dst, d]``; a destination without edges gets zeros."""
 
     kind = "scatter_gather"
+    reads_blocks = True          # needs the batch's sampled blocks (the job's graph section)
     options = {"block": BLOCK, "reduce": Option("sum", (str,), ("sum", "mean"), doc="sum or mean of the sources")}
 
     @classmethod
@@ -88,6 +89,7 @@ class IndegreeNorm(Layer):
     """Each destination row divided by its in-degree in the block; 0 edges → a zero row."""
 
     kind = "indegree_norm"
+    reads_blocks = True          # needs the batch's sampled blocks (the job's graph section)
     options = {"block": BLOCK}
 
     @classmethod
@@ -121,6 +123,7 @@ class PartialLinear(Layer):
     ``num_dst`` are zero."""
 
     kind = "partial_linear"
+    reads_blocks = True          # needs the batch's sampled blocks (the job's graph section)
     options = {
         "dim": Option(REQUIRED, (int,), check=positive, doc="output size"),
         "block": BLOCK,
