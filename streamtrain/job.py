@@ -5,6 +5,7 @@ Offsets of a batch are committed only after its update was applied to the store.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import shutil
 import time
@@ -48,6 +49,7 @@ class Job:
         self.last_checkpoint: str | None = None
         self.store_failures = 0     # steps that failed because the store gave up (then retried)
         self.received_at = None
+        self.first_step = None   # (monotonic time, examples) once the first batch is applied
         self.hooks = []          # callables(job, batch, result) after every step (metrics, daemon)
         self.checkpoint_hooks = []   # callables(job, path, ok) after every checkpoint attempt
         self.checkpoint_requested = False   # set by SIGHUP: write one at the next safe point
@@ -109,7 +111,8 @@ class Job:
         every = float(self.config.get("log", {}).get("every_seconds", 10.0))
         next_log = time.monotonic() + every
         try:
-            for batch in self.source.batches():
+            batches = self._read_ahead(self.source.batches())
+            for batch, ahead in batches:
                 self.received_at = time.time()      # freshness fallback when a batch has no event times
                 if self.graph_input is not None:
                     batch = self.graph_input.clean(batch)
@@ -124,9 +127,14 @@ class Job:
                 batch, complete = self._limit(batch)
                 if batch is None:
                     break
+                nxt = ahead() if complete and not self._reached_limit(batch.size) else None
+                if nxt is not None:
+                    self.trainer.prefetch(nxt)
                 result = self._step_until_applied(batch)
                 if result is None:          # asked to stop while the store was unreachable
                     break
+                if self.first_step is None:
+                    self.first_step = (time.monotonic(), self.trainer.examples)
                 if complete:
                     t0 = time.perf_counter()
                     self.source.commit(batch.offsets)
@@ -144,6 +152,28 @@ class Job:
         finally:
             self.finish()
         return self.summary()
+
+    def _read_ahead(self, batches):
+        """(batch, ahead) pairs: ``ahead()`` reads the next batch now, so that a store that reads
+        ahead (``store.prefetches``: redis) fetches its rows while this batch trains. Only for
+        sources that never wait for data (not Kafka: a quiet topic would hold this batch back);
+        else ``ahead()`` is None. Offsets are untouched: a batch read ahead but not trained
+        (stop, limit) is not committed."""
+        it = iter(batches)
+        waits = getattr(self.source, "request_stop", None) is not None     # Kafka: may wait for data
+        eager = getattr(self.store, "prefetches", False) and not waits
+        pending = []
+
+        def ahead():
+            if eager and self.graph is not None and not pending:
+                pending.extend(itertools.islice(it, 1))
+            return pending[0] if pending else None
+
+        while True:
+            batch = pending.pop() if pending else next(it, None)
+            if batch is None:
+                return
+            yield batch, ahead
 
     def _step_until_applied(self, batch):
         """Step; when the store gives up (it already retried for ``retry.give_up_s``), log it and
@@ -164,9 +194,10 @@ class Job:
                     time.sleep(0.05)
                 delay = min(delay * 2, 30.0)
 
-    def _reached_limit(self) -> bool:
+    def _reached_limit(self, coming: int = 0) -> bool:
+        """The example limit is reached (or will be, after ``coming`` more examples)."""
         return self.max_examples is not None and self.trainer is not None \
-            and self.trainer.examples >= self.max_examples
+            and self.trainer.examples + coming >= self.max_examples
 
     def _limit(self, batch):
         """Cut the batch at ``max_examples``; a cut batch is trained but its offsets not committed."""
@@ -257,6 +288,13 @@ class Job:
                 f"logloss={f['logloss']} auc={f['auc']} lag={f['lag'] if f['lag'] is not None else '-'} "
                 f"malformed={f['malformed']} nonfinite={f['nonfinite']}")
 
+    def _steady_rate(self) -> float | None:
+        """Examples/s after the first batch (start-up, graph build and warm-up excluded)."""
+        if self.first_step is None or self.trainer is None:
+            return None
+        at, n = self.first_step
+        return round((self.trainer.examples - n) / max(time.monotonic() - at, 1e-9), 1)
+
     def summary(self) -> dict:
         elapsed = time.monotonic() - self.started
         t = self.trainer
@@ -270,6 +308,7 @@ class Job:
             "store_failures": self.store_failures,
             "elapsed_s": round(elapsed, 3),
             "examples_per_s": round((t.examples if t else 0) / max(elapsed, 1e-9), 1),
+            "steady_examples_per_s": self._steady_rate(),
             "logloss": _num(p.logloss) if p else None,
             "auc": _num(p.auc) if p else None,
             "predicted_ctr": _num(p.predicted_ctr) if p else None,

@@ -26,6 +26,18 @@ def logloss(labels, probs, eps: float = EPS) -> float:
     return float(losses.mean()) if losses.size else float("nan")
 
 
+def rankdata(x: np.ndarray) -> np.ndarray:
+    """1-based ranks, ties sharing their mean rank (``scipy.stats.rankdata``'s default, without
+    importing scipy.stats: a third of a second at start-up)."""
+    order = np.argsort(x, kind="stable")
+    xs = x[order]
+    starts = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1]])
+    ends = np.r_[starts[1:], len(xs)]
+    ranks = np.empty(len(x), np.float64)
+    ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
+    return ranks
+
+
 def auc(labels, scores) -> float:
     """Area under the ROC curve (Mann-Whitney U, ties count one half); nan without both classes."""
     y = np.asarray(labels, np.float64) > 0.5

@@ -48,6 +48,8 @@ class Trainer:
         self.examples = 0
         self.nonfinite = 0
         self.binary = graph.loss.kind == "logloss"
+        self._ahead_ctx = None     # a context to find the next batch's rows in (read-ahead stores)
+        self._ahead = None         # (dense, tables) the store reads while the next step computes
         self.hits = 0                      # multi-class losses: progressive top-1 hits
 
     def step(self, batch) -> StepResult:
@@ -61,6 +63,9 @@ class Trainer:
         ctx.values = self.store.pull(dense, tables)
         if self.sequential_params:
             ctx.states = self.store.pull_states(self.sequential_params)
+        if self._ahead is not None:            # the next batch's rows, read while this one computes
+            self.store.prefetch(*self._ahead)
+            self._ahead = None
         t1 = clock()
         g.forward(ctx)
         t2 = clock()
@@ -93,6 +98,18 @@ class Trainer:
         if sol is None:
             return StepResult(ctx.loss, predictions, True, seconds=t)
         return StepResult(ctx.loss, predictions, True, seconds=t, newton=sol.iterations, converged=sol.converged)
+
+    def prefetch(self, next_batch) -> None:
+        """Let the next ``step`` start reading ``next_batch``'s rows once its own are pulled (a
+        store with ``prefetches``; others ignore it). The rows are found in a context of their
+        own, so the current batch's is untouched."""
+        if not self.store.prefetches:
+            return
+        if self._ahead_ctx is None:
+            self._ahead_ctx = self.graph.context(training=True, dtype=self.ctx.dtype)
+        self.graph.feed(self._ahead_ctx, next_batch)
+        dense, tables = self.graph.needs(self._ahead_ctx)
+        self._ahead = (list(dense), dict(tables))
 
     def _skip(self, batch, predictions, reason, t) -> StepResult:
         if self.graph_input is not None:
