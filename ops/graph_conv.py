@@ -11,7 +11,6 @@ import numpy as np
 
 from streamtrain.errors import ShapeError
 
-from ._graph_kernels import gather_sum, scatter_sum
 from .base import INIT_OPTIONS, REQUIRED, Layer, Option, flat_dim, positive, register
 from .dense import ACTIVATIONS, activate, activation_grad
 
@@ -70,6 +69,7 @@ class ScatterGather(Layer):
             deg = block.indegree()
             scale = (1.0 / np.maximum(deg, 1)).astype(ctx.dtype)[:, None]
         out = ctx.rows((self.name, "out"), (block.num_dst, x2.shape[1]), x.dtype)
+        from ._graph_kernels import gather_sum     # numba: imported by the first graph model only
         gather_sum(block.indptr(), block.src, x2, out)
         if scale is not None:
             out *= scale
@@ -80,6 +80,7 @@ class ScatterGather(Layer):
         block, shape, scale = ctx.saved[self.name]
         g = np.ascontiguousarray(gy if scale is None else gy * scale)
         gx = ctx.rows((self.name, "gx"), (shape[0], g.shape[1]), g.dtype)
+        from ._graph_kernels import scatter_sum
         scatter_sum(block.dst, block.src, g, gx)
         return [gx.reshape(shape)]
 
