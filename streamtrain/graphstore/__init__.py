@@ -1,8 +1,9 @@
 """The graph store beside the parameter store: adjacency grown from the stream, sampled per batch.
 
 Backends register in ``GRAPH_STORES`` (``base.py``); every module of the package is imported
-here so they do (``stream.py``, the job's side, imports this package and is left out), except
-the redis backend, imported on its first lookup so a memory run starts without redis-py.
+here so they do (``stream.py``, the job's side, imports this package and is left out). The
+redis backend needs redis-py: it is imported on the first lookup of ``redis``, so a run that
+uses no graph or the memory graph store starts without it.
 """
 from __future__ import annotations
 
@@ -18,6 +19,6 @@ def make_graph_store(cfg: dict) -> GraphStore:
 
 
 import_modules(__name__, __path__, skip=("stream", "redis_graph"))
-GRAPH_STORES.lazy("redis", f"{__name__}.redis_graph")   # redis-py only when a job uses it
+GRAPH_STORES.lazy("redis", f"{__name__}.redis_graph")
 
 __all__ = ["GRAPH_STORES", "GraphStore", "make_graph_store"]
