@@ -15,8 +15,8 @@ import numpy as np
 
 from . import checkpoint
 from .graph import Graph, Schema
-from .graphstore.stream import open_graph_input
-from .errors import StoreError
+from .graphstore.stream import model_problems, open_graph_input
+from .errors import ConfigError, StoreError
 from .store import make_store
 from .trainer import Trainer
 
@@ -72,6 +72,9 @@ class Job:
     def _build(self, batch) -> None:
         schema = Schema.of(batch)
         self.graph = Graph.from_config(self.config["layers"], schema)
+        found = model_problems(self.graph, self.config.get("graph"))
+        if found:
+            raise ConfigError(found)
         self.store.declare(self.graph.params, self.config["default_optimizer"])
         self.trainer = Trainer(self.graph, self.store, seed=self.config.get("seed", 0),
                                graph_input=self.graph_input)
