@@ -16,8 +16,8 @@ import numpy as np
 from . import checkpoint
 from .backoff import STOPPED, Backoff
 from .graph import Graph, Schema
-from .graphstore.stream import open_graph_input
-from .errors import StoreAccessError, StoreError
+from .graphstore.stream import model_problems, open_graph_input
+from .errors import ConfigError, StoreAccessError, StoreError
 from .store import make_store
 from .trainer import Trainer
 
@@ -77,6 +77,9 @@ class Job:
     def _build(self, batch) -> None:
         schema = Schema.of(batch)
         self.graph = Graph.from_config(self.config["layers"], schema)
+        found = model_problems(self.graph, self.config.get("graph"))
+        if found:
+            raise ConfigError(found)
         declared = self._until_store_answers(
             "declare the model's parameters",
             lambda: self.store.declare(self.graph.params, self.config["default_optimizer"]))
@@ -88,14 +91,14 @@ class Job:
                  len(self.graph.layers), len(self.graph.params), len(self.graph.table_params),
                  ",".join(schema.sparse) or "-", self.store.describe())
         if self.graph.loss.opts.get("sequential"):
-            learnt = [layer.name for layer in self.trainer.ctx.sequential]
+            learnt = [layer.name for layer in self.trainer.engine.layers]
             if learnt:
-                log.info("per-example linear terms (sequential loss '%s'): %s",
+                log.info("per-example terms (sequential loss '%s'): %s",
                          self.graph.loss.name, ", ".join(learnt))
             else:
-                log.warning("loss '%s' is sequential but no layer qualifies (a dim-1 embedding, bias or "
-                            "linear fc reaching it through add/sum_pooling, trained by sgd, adagrad or "
-                            "ftrl): every layer learns per batch", self.graph.loss.name)
+                log.warning("loss '%s' is sequential but no layer qualifies (a dim-1 embedding, bias, "
+                            "linear fc or reduced fm reaching it through add/sum_pooling, trained by sgd, "
+                            "adagrad or ftrl): every layer learns per batch", self.graph.loss.name)
         if self.restore_from:
             self._until_store_answers("restore the checkpoint", lambda: self.restore(self.restore_from))
 

@@ -103,10 +103,6 @@ class Metrics:
         self.checkpoint_failures = Counter("streamtrain_checkpoint_failures_total", "Checkpoints that failed", registry=r)
         self.nonfinite = Counter("streamtrain_nonfinite_batches_total",
                                  "Batches skipped because their loss or gradient was not finite", registry=r)
-        self.newton = Counter("streamtrain_sequential_newton_iterations_total",
-                              "Newton iterations of the sequential loss (per-example linear terms)", registry=r)
-        self.unconverged = Counter("streamtrain_sequential_unconverged_batches_total",
-                                   "Batches whose sequential Newton solve stopped before its tolerance", registry=r)
         self.last_batch_ts = Gauge("streamtrain_last_batch_timestamp_seconds", "Unix time of the last step", registry=r)
         self.graph_nodes = Gauge("streamtrain_graph_nodes", "Nodes with neighbours in the graph store", registry=r)
         self.graph_edges = Gauge("streamtrain_graph_edges", "Neighbour entries held by the graph store", registry=r)
@@ -133,10 +129,6 @@ class Metrics:
         for phase, seconds in result.seconds.items():
             if phase in PHASES:
                 self.step_seconds.labels(phase).observe(seconds)
-        if result.newton:
-            self.newton.inc(result.newton)
-            if not result.converged:
-                self.unconverged.inc()
         if not result.applied:
             self.nonfinite.inc()
         elif getattr(job.trainer, "binary", False) and result.predictions is not None:
