@@ -1,7 +1,7 @@
 """The job config: one JSON document, ``--set`` overrides by dotted path, every problem listed.
 
 Top-level keys: ``reader``, ``batch_size``, ``store``, ``default_optimizer``, ``layers``,
-``metrics``, ``checkpoint``, ``log``, ``seed``. In a dotted path, a list item is addressed by
+``metrics``, ``checkpoint``, ``log``, ``seed``, ``drift``, ``serve``. In a dotted path, a list item is addressed by
 its ``name`` (``layers.emb.dim``) or its index (``layers.1.dim``).
 """
 from __future__ import annotations
@@ -21,6 +21,8 @@ DEFAULTS = {
     "checkpoint": {"dir": None, "every_seconds": 600, "every_batches": 0, "keep": 3},
     "log": {"every_seconds": 10.0, "format": "text", "level": "INFO"},
     "seed": 0,
+    "drift": {},
+    "serve": {},
 }
 TOP_LEVEL = {*DEFAULTS, "layers", "name", "description"}
 
@@ -105,7 +107,9 @@ def apply_sets(config: dict, sets) -> None:
 
 def problems(config: dict) -> list[tuple[str, str]]:
     """Every problem in a config, as (JSON path, message); no data is read, nothing is opened."""
+    from streamtrain.drift import drift_problems
     from streamtrain.graph import layers_from_config, topology_problems
+    from streamtrain.serve.settings import serve_problems
     from streamtrain.optim import make_optimizer
     from streamtrain.readers import validate_reader_config
     from streamtrain.store import validate_store_config
@@ -122,6 +126,8 @@ def problems(config: dict) -> list[tuple[str, str]]:
     found += [(f"reader.{p}" if p else "reader", m) for p, m in validate_reader_config(config.get("reader"))]
     found += [(f"store.{p}" if p else "store", m) for p, m in validate_store_config(config.get("store"))]
     found += _section_problems(config)
+    found += [(f"drift.{p}" if p else "drift", m) for p, m in drift_problems(config.get("drift"))]
+    found += [(f"serve.{p}" if p else "serve", m) for p, m in serve_problems(config.get("serve"))]
     layers = config.get("layers")
     if not isinstance(layers, list) or not layers:
         found.append(("layers", "required: a non-empty list of layers"))

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
 from . import checkpoint
+from .drift import DriftMonitor
 from .graph import Graph, Schema
 from .errors import StoreError
 from .store import make_store
@@ -45,7 +47,9 @@ class Job:
         self.last_checkpoint: str | None = None
         self.store_failures = 0     # steps that failed because the store gave up (then retried)
         self.received_at = None
-        self.hooks = []          # callables(job, batch, result) after every step (metrics, daemon)
+        self.drift = DriftMonitor.from_config(config.get("drift"))    # alarms over the progressive loss
+        self.hooks = [self.drift.on_step] if self.drift else []   # callables(job, batch, result) after every step
+        self.step_lock = threading.Lock()   # held for a whole step: a server reads between steps
         self.checkpoint_hooks = []   # callables(job, path, ok) after every checkpoint attempt
         self.checkpoint_requested = False   # set by SIGHUP: write one at the next safe point
         self._ckpt_batches = 0
@@ -137,7 +141,8 @@ class Job:
         delay = 1.0
         while True:
             try:
-                return self.trainer.step(batch)
+                with self.step_lock:
+                    return self.trainer.step(batch)
             except StoreError as err:
                 self.store_failures += 1
                 log.error("step failed, batch not applied and its offsets not committed; "
@@ -255,6 +260,7 @@ class Job:
             "reader": self.source.describe(),
             "store": self.store.describe(),
             "checkpoint": self.last_checkpoint,
+            "drift_alarms": dict(self.drift.alarms) if self.drift else {},
         }
         truth = getattr(self.source, "truth", None)
         if truth is not None:

@@ -112,6 +112,10 @@ class Metrics:
         self.unconverged = Counter("streamtrain_sequential_unconverged_batches_total",
                                    "Batches whose sequential Newton solve stopped before its tolerance", registry=r)
         self.last_batch_ts = Gauge("streamtrain_last_batch_timestamp_seconds", "Unix time of the last step", registry=r)
+        self.drift_alarms = Counter("streamtrain_drift_detected_total",
+                                    "Drift alarms over the progressive loss, by detector", ["detector"], registry=r)
+        self.drift_last = Gauge("streamtrain_drift_last_alarm_timestamp_seconds",
+                                "Unix time of the last drift alarm, by detector (0: none yet)", ["detector"], registry=r)
         for reason in REASONS:
             self.malformed.labels(reason)
         for phase in PHASES:
@@ -144,6 +148,7 @@ class Metrics:
         if result.applied:
             self._freshness(job, batch)
         self._sync_counters(job)
+        self._sync_drift(getattr(job, "drift", None))
         if time.monotonic() >= self._next_refresh:
             self.refresh(job)
 
@@ -179,6 +184,13 @@ class Metrics:
             self.rows_pulled.inc(self._delta("pulled", stats.rows_pulled))
             self.rows_pushed.inc(self._delta("pushed", stats.rows_pushed))
             self.store_errors.inc(self._delta("errors", stats.errors))
+
+    def _sync_drift(self, drift) -> None:
+        if drift is None:
+            return
+        for kind, n in drift.alarms.items():
+            self.drift_alarms.labels(kind).inc(self._delta(("drift", kind), n))
+            self.drift_last.labels(kind).set(drift.last_alarm.get(kind, 0.0))
 
     def refresh(self, job) -> None:
         """Recompute the gauges: window figures, table rows, layer states, source lag."""
