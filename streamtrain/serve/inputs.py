@@ -10,13 +10,15 @@ the record (or line) and the field that was wrong.
 """
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
 
-from streamtrain.batch import SparseField
+from streamtrain.batch import Batch, SparseField
 from streamtrain.graph import Schema
-from streamtrain.readers import Malformed, make_parser, records_to_batch
+from streamtrain.readers import Malformed, make_parser
+from streamtrain.readers.ids import as_bytes_array, byte_words, field_seed, hash_spans
 
 
 class BadRequest(ValueError):
@@ -35,11 +37,13 @@ class TooLarge(BadRequest):
         super().__init__("", message, status=413, kind="too_large")
 
 
-_SCALAR = (str, int, bool)
+_NUMBER = {int, float, type(None)}
+_CATEGORY = {str, int, bool, type(None)}
 
 
 def records_batch(payload, schema: Schema, max_records: int):
-    """The batch of a JSON payload (already decoded)."""
+    """The batch of a JSON payload (already decoded), built column by column: the same ids as
+    ``records_to_batch`` (the plug-in readers' path) gives for the same records."""
     if not isinstance(payload, dict) or not isinstance(payload.get("records"), list):
         raise BadRequest("", 'expected a JSON object {"records": [{field: value, ...}, ...]}')
     records = payload["records"]
@@ -47,32 +51,81 @@ def records_batch(payload, schema: Schema, max_records: int):
         raise TooLarge(f"{len(records)} records in one request (serve.max_records = {max_records})")
     if not records:
         raise BadRequest("records", "empty: send at least one record")
-    sparse, dense = set(schema.sparse), set(schema.dense)
-    clean = []
+    known = {*schema.sparse, *schema.dense, "label"}
     for i, rec in enumerate(records):
-        if not isinstance(rec, dict):
+        if type(rec) is not dict:
             raise BadRequest(f"records[{i}]", f"expected an object of fields, got {type(rec).__name__}")
-        out = {}
-        for key, v in rec.items():
-            where = f"records[{i}].{key}"
-            if key == "label" or v is None:
-                continue
-            if key in dense:
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
-                    raise BadRequest(where, f"numeric field: expected a finite number, got {v!r}")
-                out[key] = float(v)
-            elif key in sparse:
-                vs = v if isinstance(v, list) else [v]
-                bad = [x for x in vs if not isinstance(x, _SCALAR)]
-                if bad:
-                    raise BadRequest(where, "categorical field: expected a string, integer, boolean "
-                                            f"or a list of them, got {bad[0]!r}")
-                out[key] = v
-            else:
-                raise BadRequest(where, f"unknown field (the model's fields: {_fields(schema)})")
-        clean.append(out)
-    hint = {**{k: "multi" for k in schema.sparse}, **{k: "dense" for k in schema.dense}}
-    return on_schema(records_to_batch(clean, hint), schema)
+        if not rec.keys() <= known:
+            key = next(k for k in rec if k not in known)
+            raise BadRequest(f"records[{i}].{key}", f"unknown field (the model's fields: {_fields(schema)})")
+    n = len(records)
+    dense = np.zeros((n, len(schema.dense)), np.float32)
+    for j, name in enumerate(schema.dense):
+        col = [r.get(name) for r in records]
+        if not set(map(type, col)) <= _NUMBER or not np.isfinite(
+                arr := np.array([0.0 if v is None else v for v in col], np.float64)).all():
+            i = next(i for i, v in enumerate(col) if not _finite_number(v))
+            raise BadRequest(f"records[{i}].{name}", f"numeric field: expected a finite number, got {col[i]!r}")
+        dense[:, j] = arr
+    parts = [_categorical(name, [r.get(name) for r in records]) for name in schema.sparse]
+    return Batch(labels=np.full(n, np.nan, np.float32), sparse=_fields_csr(schema.sparse, parts, n),
+                 dense=dense, dense_names=tuple(schema.dense))
+
+
+def _fields_csr(names, parts, n) -> dict:
+    """Every categorical field's CSR pair from its (rows, tokens), hashed and counted in one pass."""
+    if not names:
+        return {}
+    lens = [len(tokens) for _, tokens in parts]
+    ids = hash_fields(tuple(names), [tokens for _, tokens in parts])
+    rows = np.concatenate([r for r, _ in parts]) if sum(lens) else np.zeros(0, np.int64)
+    which = np.repeat(np.arange(len(names)), lens)
+    offsets = np.zeros((len(names), n + 1), np.int64)
+    np.cumsum(np.bincount(which * n + rows, minlength=len(names) * n).reshape(len(names), n),
+              axis=1, out=offsets[:, 1:])
+    ends = np.cumsum(lens).tolist()
+    return {name: SparseField(ids[end - k:end], offsets[f]) for f, (name, k, end) in enumerate(zip(names, lens, ends))}
+
+
+def _finite_number(v) -> bool:
+    return v is None or (type(v) in _NUMBER and np.isfinite(v))
+
+
+@functools.lru_cache(maxsize=64)
+def _seeds(names: tuple) -> np.ndarray:
+    return np.array([field_seed(n) for n in names], np.uint64)
+
+
+def hash_fields(names, token_lists) -> np.ndarray:
+    """``hash_values`` of every field's tokens in one vectorised pass (a seed per token)."""
+    arr = as_bytes_array([t for tokens in token_lists for t in tokens] or np.zeros(0, "S1")).ravel()
+    width = max(arr.dtype.itemsize, 1)
+    seeds = np.repeat(_seeds(tuple(names)), [len(t) for t in token_lists])
+    return hash_spans(byte_words(np.ascontiguousarray(arr).tobytes() + bytes(16)),
+                      np.arange(len(arr), dtype=np.int64) * width,
+                      np.strings.str_len(arr).astype(np.int64), seeds)
+
+
+def _categorical(name: str, col: list) -> tuple[np.ndarray, list]:
+    """One categorical column's (row of each token, tokens): scalars give one token, lists
+    several, None none."""
+    types = set(map(type, col))
+    if types <= _CATEGORY and bool not in types:
+        rows = [i for i, v in enumerate(col) if v is not None]
+        tokens = [str(col[i]) for i in rows] if types - {str, type(None)} else [col[i] for i in rows]
+    else:
+        rows, tokens = [], []
+        for i, v in enumerate(col):
+            for x in (v if type(v) is list else () if v is None else (v,)):
+                if type(x) not in _CATEGORY or x is None:
+                    raise BadRequest(f"records[{i}].{name}", "categorical field: expected a string, integer, "
+                                                             f"boolean or a list of them, got {x!r}")
+                rows.append(i)
+                tokens.append(("1" if x else "0") if type(x) is bool else str(x))
+    keep = [k for k, t in enumerate(tokens) if t != ""] if "" in tokens else None
+    if keep is not None:
+        rows, tokens = [rows[k] for k in keep], [tokens[k] for k in keep]
+    return np.asarray(rows, np.int64), tokens
 
 
 def lines_batch(body: bytes, fmt: str, options: dict, schema: Schema, max_records: int):
