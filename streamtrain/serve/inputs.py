@@ -97,8 +97,8 @@ def _seeds(names: tuple) -> np.ndarray:
 
 
 def hash_fields(names, token_lists) -> np.ndarray:
-    """``hash_values`` of every field's tokens in one vectorised pass (a seed per token)."""
-    arr = as_bytes_array([t for tokens in token_lists for t in tokens] or np.zeros(0, "S1")).ravel()
+    """``hash_values`` of every field's tokens (``S`` arrays) in one vectorised pass."""
+    arr = np.concatenate(token_lists) if token_lists else np.zeros(0, "S1")
     width = max(arr.dtype.itemsize, 1)
     seeds = np.repeat(_seeds(tuple(names)), [len(t) for t in token_lists])
     return hash_spans(byte_words(np.ascontiguousarray(arr).tobytes() + bytes(16)),
@@ -106,26 +106,29 @@ def hash_fields(names, token_lists) -> np.ndarray:
                       np.strings.str_len(arr).astype(np.int64), seeds)
 
 
-def _categorical(name: str, col: list) -> tuple[np.ndarray, list]:
-    """One categorical column's (row of each token, tokens): scalars give one token, lists
-    several, None none."""
+def _categorical(name: str, col: list) -> tuple[np.ndarray, np.ndarray]:
+    """One categorical column's (row of each token, tokens as UTF-8 ``S`` array): a scalar gives
+    one token (its decimal string for an integer, "1"/"0" for a boolean), a list several, None
+    and "" none."""
     types = set(map(type, col))
-    if types <= _CATEGORY and bool not in types:
-        rows = [i for i, v in enumerate(col) if v is not None]
-        tokens = [str(col[i]) for i in rows] if types - {str, type(None)} else [col[i] for i in rows]
+    if types <= _CATEGORY and bool not in types:      # the common case: one string or integer each
+        rows = np.arange(len(col)) if type(None) not in types else \
+            np.array([i for i, v in enumerate(col) if v is not None], np.int64)
+        values = col if len(rows) == len(col) else [col[i] for i in rows]
+        tokens = as_bytes_array(np.array(values)) if values else np.zeros(0, "S1")
     else:
-        rows, tokens = [], []
+        rows, values = [], []
         for i, v in enumerate(col):
             for x in (v if type(v) is list else () if v is None else (v,)):
                 if type(x) not in _CATEGORY or x is None:
                     raise BadRequest(f"records[{i}].{name}", "categorical field: expected a string, integer, "
                                                              f"boolean or a list of them, got {x!r}")
                 rows.append(i)
-                tokens.append(("1" if x else "0") if type(x) is bool else str(x))
-    keep = [k for k, t in enumerate(tokens) if t != ""] if "" in tokens else None
-    if keep is not None:
-        rows, tokens = [rows[k] for k in keep], [tokens[k] for k in keep]
-    return np.asarray(rows, np.int64), tokens
+                values.append(("1" if x else "0") if type(x) is bool else str(x))
+        rows = np.asarray(rows, np.int64)
+        tokens = as_bytes_array(values) if values else np.zeros(0, "S1")
+    keep = tokens != b""
+    return (rows, tokens) if keep.all() else (rows[keep], tokens[keep])
 
 
 def lines_batch(body: bytes, fmt: str, options: dict, schema: Schema, max_records: int):
