@@ -44,3 +44,13 @@ def test_too_many_records_is_413():
     with pytest.raises(TooLarge) as err:
         records_batch({"records": [{}] * 11}, SCHEMA, 10)
     assert err.value.status == 413
+
+
+def test_serve_and_drift_sections_are_checked_with_their_paths():
+    from streamtrain import config as configmod
+    cfg = configmod.load("examples/lr.json", ["serve.port=-1", "serve.bogus=1", "serve.max_staleness_s=fast",
+                                              'drift.detectors=[{"type": "x"}]'])
+    found = dict(configmod.problems(cfg))
+    assert "0..65535" in found["serve.port"] and "unknown key for serve" in found["serve.bogus"]
+    assert "expected int/float" in found["serve.max_staleness_s"]
+    assert "unknown drift detector" in found["drift.detectors[0].type"]
