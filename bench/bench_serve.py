@@ -9,7 +9,9 @@ process on the same config (``serve.max_staleness_s`` 1 s). Then, while the trai
 
 * single-record requests, open loop at ``--rate`` requests/s: client-side latency p50 / p99;
 * batched requests of ``--batch`` records from ``--clients`` closed-loop clients: records/s;
-* the ``max_param_age_s`` every answer reports (age of the oldest parameter it used): p50 / p99.
+* the ``max_param_age_s`` every answer reports (age of the oldest parameter it used): p50 / p99;
+* the serve process's own CPU time per request and per record (``/proc``): on a machine other
+  processes load, the capacity of one serve process when it has a core to itself.
 
 Targets (issue 13): single-record p50 <= 2 ms and p99 <= 10 ms at 200 requests/s; batched
 (256 records) >= 20k records/s from one serve process. Prints one JSON object.
@@ -61,6 +63,13 @@ def wait_port(log_path, proc, timeout=60):
             break
         time.sleep(0.1)
     raise SystemExit("serve did not start:\n" + Path(log_path).read_text()[-2000:])
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux ``/proc``): what a request costs
+    the server, whatever else runs on the machine."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def open_loop(base, rate, seconds, rng):
@@ -140,8 +149,12 @@ def main() -> None:
             trainer.send_signal(signal.SIGTERM)
             trainer.wait(60)
         closed_loop(base, args.batch, 1, 2.0, rng)                      # warm the row cache
+        c0 = cpu_seconds(server.pid)
         lat, ages1, errors = open_loop(base, args.rate, args.seconds, rng)
+        c1 = cpu_seconds(server.pid)
         rps, ages2 = closed_loop(base, args.batch, args.clients, args.seconds, rng)
+        c2 = cpu_seconds(server.pid)
+        batched_records = rps * args.seconds
         model = httpx.get(base + "/v1/model").json()
         ages = np.array(ages1 + ages2)
     finally:
@@ -162,8 +175,10 @@ def main() -> None:
         "trainer_examples_per_s": summary.get("examples_per_s"), "served_step": model["step"],
         "single": {"rate": args.rate, "requests": len(lat), "errors": errors,
                    "p50_ms": round(1000 * float(np.percentile(lat, 50)), 3),
-                   "p99_ms": round(1000 * float(np.percentile(lat, 99)), 3)},
-        "batched": {"batch": args.batch, "clients": args.clients, "records_per_s": round(rps)},
+                   "p99_ms": round(1000 * float(np.percentile(lat, 99)), 3),
+                   "server_cpu_ms_per_request": round(1000 * (c1 - c0) / max(len(lat), 1), 3)},
+        "batched": {"batch": args.batch, "clients": args.clients, "records_per_s": round(rps),
+                    "server_cpu_records_per_s": round(batched_records / max(c2 - c1, 1e-9))},
         "param_age_s": {"p50": round(float(np.percentile(ages, 50)), 3), "p99": round(float(np.percentile(ages, 99)), 3),
                         "max_staleness_s": 1.0},
     }, indent=2))

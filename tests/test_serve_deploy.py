@@ -18,8 +18,7 @@ from streamtrain.metrics import ServeMetrics
 from streamtrain.serve.http import Server, make_app
 from streamtrain.serve.service import JobModel, Service
 from streamtrain.serve.settings import serve_settings
-from tests.fixtures_prometheus import http_get, wait_for
-from tests.test_prometheus_queries import THRESHOLD, query
+from tests.fixtures_prometheus import THRESHOLD, http_get, wait_all_have_data
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -85,17 +84,7 @@ def test_serving_dashboard_and_alerts_have_data(run_prometheus):
         base = run_prometheus(srv.port, [DEPLOY / "prometheus" / "alerts-serving.yml"])
         signals = exprs + [THRESHOLD.sub("", r["expr"]).replace('job="streamtrain-serve"', 'job="streamtrain"')
                            for r in rules]
-        pending = set(signals)
-
-        def all_have_data():
-            for expr in sorted(pending):
-                if query(base, expr):
-                    pending.discard(expr)
-            return not pending
-        try:
-            wait_for(all_have_data, 45, "data for every serving expression", interval=1.0)
-        except AssertionError:
-            pytest.fail(f"no data from: {sorted(pending)}")
+        wait_all_have_data(base, signals)
         groups = json.loads(http_get(f"{base}/api/v1/rules")[1])["data"]["groups"]
         assert sum(len(g["rules"]) for g in groups) == len(rules)
     finally:
