@@ -5,9 +5,7 @@
 ``GET /metrics`` (the server's own registry; under ``streamtrain run`` they are on the job's
 metrics port instead). Errors are JSON ``{"error", "where", "message"}``: 400 for what a client
 sent wrong, 413 for too much, 503 with ``Retry-After`` while the store is unreachable or the
-model not ready. Parsing and predicting run in worker threads, so requests are concurrent; a
-small body (a few records, well under a millisecond of work) is answered on the event loop
-itself, which costs less than the hop to a thread.
+model not ready. Parsing and predicting run in worker threads, so requests are concurrent.
 """
 from __future__ import annotations
 
@@ -30,7 +28,6 @@ from .inputs import BadRequest, TooLarge
 from .service import NotReady, Service
 
 log = logging.getLogger("streamtrain.serve")
-INLINE_BYTES = 4096       # bodies up to this size are predicted on the event loop itself
 
 
 def make_app(service: Service, metrics, *, expose_metrics: bool = True) -> Starlette:
@@ -79,11 +76,7 @@ def make_app(service: Service, metrics, *, expose_metrics: bool = True) -> Starl
     async def predict(request):
         async def work():
             body = await read_body(request)
-            ctype = request.headers.get("content-type", "")
-            if len(body) <= INLINE_BYTES:        # a few records: cheaper than a hop to a worker thread
-                out = service.predict(body, ctype)
-            else:
-                out = await run_in_threadpool(service.predict, body, ctype)
+            out = await run_in_threadpool(service.predict, body, request.headers.get("content-type", ""))
             n = len(out["predictions"])
             metrics.records.observe(n)
             metrics.predictions.inc(n)
