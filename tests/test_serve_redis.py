@@ -3,6 +3,7 @@ never created, the staleness bound of the cache, fields published by a trainer, 
 outage answered with 503 + Retry-After and recovered from without a restart."""
 from __future__ import annotations
 
+import threading
 import time
 
 import httpx
@@ -125,6 +126,14 @@ def test_store_outage_gives_503_and_recovers(redis_factory, redis_namespace):
         assert r.status_code == 503 and r.headers["Retry-After"] == "1"
         assert r.json()["error"] == "store_unavailable" and time.monotonic() - t0 < 3
         assert client.get("/readyz").status_code == 503 and client.get("/healthz").status_code == 200
+        t0, codes = time.monotonic(), []            # concurrent requests do not queue behind the outage
+        threads = [threading.Thread(target=lambda: codes.append(client.post("/v1/predict", json=rec).status_code))
+                   for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert codes == [503] * 8 and time.monotonic() - t0 < 3
         redis_factory.start(port=port)
         deadline = time.monotonic() + 10
         while client.post("/v1/predict", json=rec).status_code != 200:

@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 
+from streamtrain.errors import StoreError
 from streamtrain.store.idindex import IdIndex
 from streamtrain.store.memory import put_rows, take_rows
 
@@ -73,6 +74,7 @@ class CachedParams:
         self.dense: dict[str, tuple[np.ndarray, float]] = {}
         self.lock = threading.Lock()
         self.hits = self.misses = 0
+        self.pause_s, self.down_until, self.last_error = 0.5, 0.0, None
 
     def pull(self, dense, tables):
         now = time.monotonic()
@@ -86,7 +88,7 @@ class CachedParams:
                 self.hits += len(ids) - int(stale.sum())
             wanted = {name: ids[plan[name][1]] for name, ids in tables.items() if plan[name][1].any()}
             if old or wanted:
-                fresh = self.store.pull(old, wanted, create=False)
+                fresh = self._read(old, wanted)
                 read_at = time.monotonic()
                 for name in old:
                     self.dense[name] = (fresh[name], read_at)
@@ -105,6 +107,17 @@ class CachedParams:
                 if len(rows):
                     oldest = min(oldest, float(cache.fetched[rows].min()))
         return values, oldest
+
+    def _read(self, dense, tables):
+        """The store's values; after a failed read, requests fail at once for ``pause_s`` instead
+        of queueing behind this lock for ``store_give_up_s`` each."""
+        if time.monotonic() < self.down_until:
+            raise StoreError(f"parameter store unreachable (last attempt failed: {self.last_error})")
+        try:
+            return self.store.pull(dense, tables, create=False)
+        except StoreError as err:
+            self.down_until, self.last_error = time.monotonic() + self.pause_s, err
+            raise
 
     def hit_ratio(self) -> float:
         total = self.hits + self.misses
