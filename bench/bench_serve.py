@@ -75,7 +75,7 @@ def cpu_seconds(pid: int) -> float:
 def open_loop(base, rate, seconds, rng):
     """One request every 1/rate s on schedule; latency from the scheduled send time."""
     bodies = [json.dumps({"records": records(rng, 1)}).encode() for _ in range(512)]
-    lat, ages, errors = [], [], 0
+    lat, ages, errors = [], [], {}
     with httpx.Client(base_url=base, timeout=5) as c:
         t0 = time.perf_counter()
         for i in range(int(rate * seconds)):
@@ -89,7 +89,8 @@ def open_loop(base, rate, seconds, rng):
             if r.status_code == 200:
                 ages.append(r.json()["max_param_age_s"])
             else:
-                errors += 1
+                kind = r.json().get("error", str(r.status_code))
+                errors[kind] = errors.get(kind, 0) + 1
     return np.array(lat), ages, errors
 
 

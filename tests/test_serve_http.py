@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import httpx
 import numpy as np
@@ -186,3 +187,33 @@ def test_a_job_that_has_not_trained_answers_503_then_serves():
             assert r.status_code == 200 and r.json()["step"] == 2
     finally:
         stop()
+
+
+def test_streamtrain_run_serves_while_it_trains(tmp_path):
+    """The daemon wiring: ``streamtrain run`` with serve.enabled answers on its own port while
+    training, its serving metrics join the job's /metrics, and SIGTERM still drains cleanly."""
+    import re
+    import signal
+    import subprocess
+    import sys
+    from tests.test_serve_freshness import served_port, ROOT
+    sets = ["reader.type=synthetic", "reader.fields=3", "serve.enabled=true", "serve.port=0",
+            "metrics.port=0", "log.every_seconds=0.2"]
+    proc = subprocess.Popen([sys.executable, "-m", "streamtrain", "run", "examples/lr.json",
+                             *[a for s in sets for a in ("--set", s)]], cwd=ROOT,
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        port = served_port(proc)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as c:
+            deadline = time.monotonic() + 30
+            while (r := c.post("/v1/predict", json={"records": [{"f0": "1"}]})).status_code != 200:
+                assert time.monotonic() < deadline, r.text
+            first = r.json()["step"]
+            while c.post("/v1/predict", json={"records": [{"f0": "1"}]}).json()["step"] == first:
+                assert time.monotonic() < deadline, "the served step does not advance"
+            assert c.get("/metrics").status_code == 404          # on the job's metrics port instead
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=30)[1]
+    assert proc.returncode == 0, out[-2000:]
+    assert re.search(r"done: examples=\d+", out)

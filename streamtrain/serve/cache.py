@@ -74,7 +74,7 @@ class CachedParams:
         self.dense: dict[str, tuple[np.ndarray, float]] = {}
         self.lock = threading.Lock()
         self.hits = self.misses = 0
-        self.pause_s, self.down_until, self.last_error = 0.5, 0.0, None
+        self.pause_s, self.down_until, self.last_error = 0.25, 0.0, None
 
     def pull(self, dense, tables):
         now = time.monotonic()
@@ -109,7 +109,7 @@ class CachedParams:
         return values, oldest
 
     def _read(self, dense, tables):
-        """The store's values; after a failed read, requests fail at once for ``pause_s`` instead
+        """The store's values; after a failed read, requests fail at once for ``pause_s`` (0.25 s) instead
         of queueing behind this lock for ``store_give_up_s`` each."""
         if time.monotonic() < self.down_until:
             raise StoreError(f"parameter store unreachable (last attempt failed: {self.last_error})")

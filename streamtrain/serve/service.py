@@ -66,7 +66,7 @@ def serving_store_config(config: dict, settings: dict) -> dict:
     cfg.setdefault("namespace", config.get("name") or "default")
     give_up = float(settings["store_give_up_s"])
     cfg["retry"] = {"initial_s": 0.05, "max_s": max(0.05, give_up / 4), "give_up_s": give_up}
-    cfg["timeout_s"] = min(float(cfg.get("timeout_s", 5.0)), give_up)
+    cfg["timeout_s"] = min(float(cfg.get("timeout_s", 5.0)), give_up / 2)     # two attempts at least
     cfg["mode"] = "async"                 # a server never joins the trainers' barrier
     return cfg
 

@@ -32,7 +32,7 @@ SERVE_OPTIONS = {
     "max_body_bytes": Option(8 << 20, (int,), check=positive, doc="request body size (more: 413)"),
     "schema": Option(None, (dict, type(None)), check=_schema,
                      doc="fields the model is built on; null = what the trainers published"),
-    "store_give_up_s": Option(1.0, (int, float), check=positive,
+    "store_give_up_s": Option(2.0, (int, float), check=positive,
                               doc="how long a request retries an unreachable store before its 503"),
     "retry_after_s": Option(1, (int,), check=positive, doc="Retry-After of a 503"),
 }
