@@ -105,7 +105,7 @@ def bench_reader(source) -> float:
 def bench_job(reader_cfg, batch_size, store) -> tuple[float, dict]:
     from streamtrain import config as C
     from streamtrain.job import Job
-    cfg = C.validate(C.merge(C.DEFAULTS, {"reader": reader_cfg, "batch_size": batch_size, "layers": LR,
+    cfg = C.validate(C.merge(C.defaults(), {"reader": reader_cfg, "batch_size": batch_size, "layers": LR,
                                           "store": store, "metrics": {"enabled": False}}))
     job = Job(cfg)
     clock = Clock()

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from streamtrain.scores import auc, logloss
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers as peermod  # noqa: E402
@@ -38,23 +40,6 @@ import streams  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("lr", "fm", "deepfm", "wide_deep", "dcn", "pnn", "nfm")
-
-
-# ---- metrics ---------------------------------------------------------------------------------
-def logloss(y, p) -> float:
-    p = np.clip(np.asarray(p, np.float64), 1e-7, 1 - 1e-7)
-    y = np.asarray(y, np.float64)
-    return float(-(y * np.log(p) + (1 - y) * np.log1p(-p)).mean())
-
-
-def auc(y, p) -> float:
-    from scipy.stats import rankdata
-    y = np.asarray(y) > 0.5
-    n_pos, n_neg = int(y.sum()), int((~y).sum())
-    if not n_pos or not n_neg:
-        return float("nan")
-    ranks = rankdata(np.asarray(p, np.float64))
-    return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
 # ---- streamtrain -----------------------------------------------------------------------------

@@ -36,7 +36,7 @@ class Stream:
 
 def movielens_csv() -> Path:
     """ML-100K as the time-ordered click-stream CSV, built once into the temp directory."""
-    from streamtrain.readers.movielens import write_movielens_csv
+    from streamtrain.movielens import write_movielens_csv
     dest = Path(tempfile.gettempdir()) / "streamtrain-bench" / "movielens_100k_stream.csv"
     if not dest.exists():
         tmp = dest.with_suffix(".tmp")

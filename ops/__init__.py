@@ -1,22 +1,28 @@
-"""Layer kinds (operators) in numpy, one family per module, registered by name for JSON."""
+"""Layer kinds (operators) in numpy, one family per module, registered by name for JSON.
+
+Importing the package imports every module in it, so a kind added as a new file is registered.
+"""
 from __future__ import annotations
 
 import importlib
 import pkgutil
 
-from .base import REGISTRY, Layer, Option, register
+from .base import LAYERS, SPARSE, Layer, Option, register
 
-__all__ = ["REGISTRY", "Layer", "Option", "register", "load_all", "get"]
+__all__ = ["LAYERS", "SPARSE", "Layer", "Option", "register", "load_all", "get"]
 
 
-def load_all() -> dict:
+def load_all():
     """Import every module of this package so every kind is registered; return the registry."""
     for mod in pkgutil.iter_modules(__path__):
         if not mod.name.startswith("_"):
             importlib.import_module(f"{__name__}.{mod.name}")
-    return REGISTRY
+    return LAYERS
 
 
 def get(kind: str) -> type[Layer]:
     load_all()
-    return REGISTRY[kind]
+    return LAYERS.get(kind)
+
+
+load_all()

@@ -9,18 +9,17 @@ accumulation over several consumers.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Callable, ClassVar
 
 import numpy as np
 
 from streamtrain.errors import ConfigError, ShapeError
 from streamtrain.params import INITS, ParamSpec
 from streamtrain.registry import Registry
-from streamtrain.schema import REQUIRED, Option, non_negative, positive, probability  # noqa: F401
+from streamtrain.schema import REQUIRED, Option, check_options, non_negative, positive, probability  # noqa: F401
 
 LAYERS = Registry("layer kind", group="streamtrain.layers")
 register = LAYERS.register
-REGISTRY = LAYERS          # the name older code and tests use
 
 
 INIT_OPTIONS = {
@@ -29,6 +28,8 @@ INIT_OPTIONS = {
 }
 
 RESERVED = ("name", "type", "inputs", "param", "optimizer")
+#: in ``test_params``, an input that is the batch's categorical fields (what ``sparse_input`` gives)
+SPARSE = "sparse"
 
 
 @dataclass(frozen=True)
@@ -69,20 +70,16 @@ class Layer:
     @classmethod
     def option_problems(cls, options: dict) -> list[tuple[str, str]]:
         """Every problem with ``options`` as (key, message); empty when they are fine."""
-        problems = []
-        for key in options:
-            if key not in cls.options:
-                known = ", ".join(sorted(cls.options)) or "none"
-                problems.append((key, f"unknown option for layer type '{cls.kind}' (known: {known})"))
-        for key, opt in cls.options.items():
-            if key not in options:
-                if opt.default is REQUIRED:
-                    problems.append((key, f"required by layer type '{cls.kind}'"))
-                continue
-            msg = opt.problem(options[key])
-            if msg:
-                problems.append((key, msg))
-        return problems
+        return check_options(cls.options, options, what=f"layer type '{cls.kind}'", noun="option")
+
+    @classmethod
+    def test_params(cls) -> dict:
+        """What the conformance suite (tests/test_ops_conformance.py) builds this kind with:
+        ``{"cases": [case, ...], "bad": (option, a value it must refuse) or None}``; a case is
+        ``{"options", "inputs" (per-example shapes, or SPARSE), "batch" (random_batch
+        arguments), "classes" (labels as class indices), "extra" (param/optimizer), "tag"}``,
+        every key optional (one dense input of shape (4,))."""
+        raise NotImplementedError(f"layer kind '{cls.kind}' has no test_params()")
 
     def get_config(self) -> dict:
         cfg = {"name": self.name, "type": self.kind, "inputs": list(self.inputs)}

@@ -23,6 +23,14 @@ class Bias(Layer):
         "init": Option("zeros", (str,), ("zeros", "normal", "uniform", "xavier", "ones")),
     }
 
+    @classmethod
+    def test_params(cls):
+        return {"cases": [
+            {"inputs": []},
+            {"options": {"dim": 3, "init": "normal", "init_scale": 0.5}, "inputs": [],
+             "extra": {"optimizer": {"type": "adagrad", "lr": 0.5}}, "tag": "dim3-optimizer"},
+        ], "bad": ("dim", 0)}
+
     def build(self, input_shapes, schema):
         self.declare("b", (self.opts["dim"],))
         return (self.opts["dim"],)

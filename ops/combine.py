@@ -23,6 +23,13 @@ class Concat(Layer):
     arity = (1, None)
     options = {}
 
+    @classmethod
+    def test_params(cls):
+        return {"cases": [
+            {"inputs": [(2, 3), (4,), (1,)]},
+            {"inputs": [(3, 2)], "tag": "one-input"},
+        ], "bad": None}
+
     def build(self, input_shapes, schema):
         names = self.inputs or [f"input{i}" for i in range(len(input_shapes))]
         dims = [flat_dim(_dense_shape(self, n, s)) for n, s in zip(names, input_shapes)]
@@ -49,6 +56,13 @@ class Add(Layer):
     kind = "add"
     arity = (1, None)
     options = {}
+
+    @classmethod
+    def test_params(cls):
+        return {"cases": [
+            {"inputs": [(2,), (2,), (2,)]},
+            {"inputs": [(3, 2)], "tag": "one-input"},
+        ], "bad": None}
 
     def build(self, input_shapes, schema):
         names = self.inputs or [f"input{i}" for i in range(len(input_shapes))]

@@ -14,7 +14,7 @@ import numpy as np
 from streamtrain.errors import ShapeError
 from streamtrain.hashing import hash_str, splitmix64
 
-from .base import Layer, Option, SparseShape, register
+from .base import SPARSE, Layer, Option, SparseShape, register
 from .inputs import batch_fields
 
 
@@ -67,6 +67,14 @@ class FeatureCross(Layer):
         "max_fields": Option(8, (int,), check=lambda v: None if v >= 2 else f"must be >= 2, got {v!r}",
                              doc="without pairs: cross all pairs only when the input has at most this many fields"),
     }
+
+    @classmethod
+    def test_params(cls):
+        return {"cases": [
+            {"inputs": [SPARSE]},
+            {"options": {"pairs": [["a", "c"]], "keep": False}, "inputs": [SPARSE],
+             "batch": {"multivalue": ("a",), "values": True}, "tag": "pairs-multi-values"},
+        ], "bad": ("max_fields", 1)}
 
     def build(self, input_shapes, schema):
         (shape,) = input_shapes

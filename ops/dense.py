@@ -56,6 +56,15 @@ class FC(Layer):
         "init": Option("xavier", (str,), ("zeros", "normal", "uniform", "xavier", "ones")),
     }
 
+    @classmethod
+    def test_params(cls):
+        return {"cases": [
+            *[{"options": {"dim": 3, "activation": act}, "inputs": [(2, 3)], "tag": act}
+              for act in ("identity", "relu", "sigmoid", "tanh")],
+            {"options": {"dim": 2, "bias": False, "init": "normal"}, "tag": "nobias-param",
+             "extra": {"param": "shared_fc", "optimizer": {"type": "adam", "lr": 0.01}}},
+        ], "bad": ("activation", "gelu")}
+
     def build(self, input_shapes, schema):
         (shape,) = input_shapes
         self.n_in = flat_dim(shape)

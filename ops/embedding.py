@@ -6,7 +6,7 @@ import scipy.sparse as sp
 
 from streamtrain.errors import ShapeError
 
-from .base import INIT_OPTIONS, Layer, Option, SparseShape, positive, register
+from .base import INIT_OPTIONS, SPARSE, Layer, Option, SparseShape, positive, register
 from .inputs import batch_fields
 
 
@@ -28,6 +28,20 @@ class Embedding(Layer):
         "combiner": Option("sum", (str,), ("sum", "mean"), doc="pooling of a multi-valued field"),
         **INIT_OPTIONS,
     }
+
+    @classmethod
+    def test_params(cls):
+        return {"cases": [
+            {"options": {"dim": 3}, "inputs": [SPARSE], "tag": "per_field-sum"},
+            {"options": {"dim": 3, "shared": True}, "inputs": [SPARSE],
+             "batch": {"multivalue": ("b", "c"), "values": True}, "tag": "shared-sum-values-multi"},
+            {"options": {"dim": 2, "combiner": "mean"}, "inputs": [SPARSE],
+             "batch": {"multivalue": ("a",)}, "tag": "per_field-mean-multi"},
+            {"options": {"dim": 2, "combiner": "mean", "shared": True}, "inputs": [SPARSE],
+             "batch": {"multivalue": ("a", "b"), "values": True, "missing": 0.3}, "tag": "shared-mean-values-multi"},
+            {"options": {"dim": 2}, "inputs": [SPARSE],
+             "batch": {"multivalue": ("a", "b", "c"), "values": True}, "tag": "per_field-sum-values-multi"},
+        ], "bad": ("combiner", "max")}
 
     def build(self, input_shapes, schema):
         (shape,) = input_shapes

@@ -47,6 +47,14 @@ class SparseInput(Layer):
         "exclude": Option([], (list,), doc="categorical fields to leave out"),
     }
 
+    @classmethod
+    def test_params(cls):
+        return {"cases": [
+            {"inputs": []},
+            {"options": {"fields": ["a", "c"]}, "inputs": [], "tag": "fields"},
+            {"options": {"exclude": ["b"]}, "inputs": [], "tag": "exclude"},
+        ], "bad": ("fields", "a")}
+
     def build(self, input_shapes, schema):
         fields = self.opts["fields"] if self.opts["fields"] is not None else list(schema.sparse)
         missing = [f for f in fields if f not in schema.sparse]
@@ -76,6 +84,13 @@ class DenseInput(Layer):
     options = {
         "fields": Option(None, check=_field_list, doc="numeric fields to take (default: all)"),
     }
+
+    @classmethod
+    def test_params(cls):
+        return {"cases": [
+            {"inputs": []},
+            {"options": {"fields": ["d2", "d0"]}, "inputs": [], "tag": "fields"},
+        ], "bad": ("fields", ["d0", 3])}
 
     def build(self, input_shapes, schema):
         fields = self.opts["fields"]

@@ -25,6 +25,13 @@ class FM(Layer):
     kind = "fm"
     options = {"reduce": Option(False, (bool,), doc="sum over d: [B, 1] instead of [B, d]")}
 
+    @classmethod
+    def test_params(cls):
+        return {"cases": [
+            {"inputs": [(4, 3)]},
+            {"options": {"reduce": True}, "inputs": [(4, 3)], "tag": "reduce"},
+        ], "bad": ("reduce", 1)}
+
     def build(self, input_shapes, schema):
         _, dim = _fields_shape(self, input_shapes[0])
         return (1,) if self.opts["reduce"] else (dim,)
@@ -49,6 +56,13 @@ class InnerProduct(Layer):
 
     kind = "inner_product"
     options = {}
+
+    @classmethod
+    def test_params(cls):
+        return {"cases": [
+            {"inputs": [(4, 3)]},
+            {"inputs": [(2, 5)], "tag": "two-fields"},
+        ], "bad": None}
 
     def build(self, input_shapes, schema):
         n_fields, _ = _fields_shape(self, input_shapes[0])
@@ -83,6 +97,13 @@ class Cross(Layer):
         "layers": Option(3, (int,), check=positive, doc="number of cross layers"),
         **INIT_OPTIONS,
     }
+
+    @classmethod
+    def test_params(cls):
+        return {"cases": [
+            {"options": {"layers": 1}, "inputs": [(5,)], "tag": "1layer"},
+            {"options": {"layers": 3, "init_scale": 0.3}, "inputs": [(2, 3)], "tag": "3layers"},
+        ], "bad": ("layers", 0)}
 
     def build(self, input_shapes, schema):
         n = flat_dim(input_shapes[0])
@@ -131,6 +152,12 @@ class Cosine(Layer):
     kind = "cosine"
     arity = (2, 2)
     options = {"eps": Option(1e-12, (int, float), check=positive, doc="squared norm below which a vector is zero")}
+
+    @classmethod
+    def test_params(cls):
+        return {"cases": [
+            {"inputs": [(6,), (2, 3)]},
+        ], "bad": ("eps", 0)}
 
     def build(self, input_shapes, schema):
         dims = [flat_dim(s) for s in input_shapes]

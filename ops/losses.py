@@ -38,6 +38,14 @@ class LogLoss(Layer):
                                                "root mean squared norm of an example's linear features"),
     }
 
+    @classmethod
+    def test_params(cls):
+        return {"cases": [
+            {"inputs": [(1,)]},
+            {"options": {"reduction": "mean"}, "inputs": [(1,)], "tag": "mean"},
+            {"options": {"sequential": True, "implicit": False}, "inputs": [(1,)], "tag": "sequential"},
+        ], "bad": ("reduction", "avg")}
+
     def build(self, input_shapes, schema):
         (shape,) = input_shapes
         if flat_dim(shape) != 1:
@@ -88,6 +96,13 @@ class SoftmaxCE(Layer):
     is_loss = True
     options = {"reduction": REDUCTION}
 
+    @classmethod
+    def test_params(cls):
+        return {"cases": [
+            {"classes": 4},
+            {"options": {"reduction": "mean"}, "inputs": [(3,)], "classes": 3, "tag": "mean"},
+        ], "bad": ("reduction", "avg")}
+
     def build(self, input_shapes, schema):
         (shape,) = input_shapes
         if flat_dim(shape) < 2:
@@ -135,6 +150,13 @@ class MSE(Layer):
     kind = "mse"
     is_loss = True
     options = {"reduction": REDUCTION}
+
+    @classmethod
+    def test_params(cls):
+        return {"cases": [
+            {"inputs": [(1,)]},
+            {"options": {"reduction": "mean"}, "inputs": [(1,)], "tag": "mean"},
+        ], "bad": ("reduction", "none")}
 
     def build(self, input_shapes, schema):
         (shape,) = input_shapes

@@ -55,6 +55,10 @@ class SumPooling(_Pooling):
 
     kind = "sum_pooling"
 
+    @classmethod
+    def test_params(cls):
+        return {"cases": [{"inputs": [(4, 3)]}, {"inputs": [(5,)], "tag": "vector"}], "bad": ("axis", 0)}
+
 
 @register
 class MeanPooling(_Pooling):
@@ -62,3 +66,8 @@ class MeanPooling(_Pooling):
 
     kind = "mean_pooling"
     mean = True
+
+    @classmethod
+    def test_params(cls):
+        return {"cases": [{"inputs": [(4, 3)]}, {"options": {"axis": 2}, "inputs": [(4, 3)], "tag": "axis2"}],
+                "bad": ("axis", "1")}

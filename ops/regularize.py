@@ -15,6 +15,13 @@ class Dropout(Layer):
     kind = "dropout"
     options = {"rate": Option(0.5, (int, float), check=probability, doc="probability of dropping an entry")}
 
+    @classmethod
+    def test_params(cls):
+        return {"cases": [
+            {"options": {"rate": 0.3}, "inputs": [(2, 3)]},
+            {"options": {"rate": 0.0}, "tag": "rate0"},
+        ], "bad": ("rate", 1.0)}
+
     def build(self, input_shapes, schema):
         (shape,) = input_shapes
         return tuple(shape)

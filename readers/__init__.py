@@ -1,26 +1,25 @@
 """Readers: parsers for line formats, file / synthetic sources, composition helpers.
 
-Entry point: ``open_reader(cfg, batch_size, malformed) -> Source``. See ``README`` section
-"Readers" for the formats and options.
+Entry point: ``open_reader(cfg, batch_size, malformed) -> Source``. Line formats are
+registered in ``FORMATS`` (``formats.py``), reader types in ``READERS`` (``source.py``); the
+modules that define kinds are imported here so every kind is registered. See ``README``
+section "Readers" for the formats and options.
 """
+from streamtrain.movielens import write_movielens_csv  # a data-set converter, kept importable here
+
 from .compose import batched, buffered, chain, map_readers, shuffle, take
 from .files import file_reader
-from .formats import LabelRule, Parser, make_parser
+from .formats import FORMATS, LabelRule, Parser, make_parser
 from .ids import hash_values
 from .malformed import REASONS, Malformed
-from .movielens import write_movielens_csv
 from .records import records_to_batch
-from .source import (READER_TYPES, ReaderType, Source, open_reader, register_reader_type,
-                     validate_reader_config)
+from .source import READERS, Reader, Source, open_reader, validate_reader_config
 from .synthetic import SyntheticStream, SyntheticTruth
-from . import kafka_config as _kafka_config, plugin as _plugin  # noqa: E402
-
-register_reader_type("kafka", _kafka_config.validate, _kafka_config.open_kafka)
-register_reader_type("plugin", _plugin.validate, _plugin.open_plugin)
+from . import criteo, csvfmt, libsvm, plugin  # noqa: F401  (modules that register kinds)
 
 __all__ = [
-    "open_reader", "validate_reader_config", "register_reader_type", "READER_TYPES",
-    "ReaderType", "Source", "Malformed", "REASONS", "make_parser", "Parser", "LabelRule",
+    "open_reader", "validate_reader_config", "READERS", "Reader", "FORMATS", "Source", "Malformed",
+    "REASONS", "make_parser", "Parser", "LabelRule",
     "file_reader", "hash_values", "records_to_batch", "batched", "buffered", "chain",
     "map_readers", "shuffle", "take", "SyntheticStream", "SyntheticTruth",
     "write_movielens_csv",

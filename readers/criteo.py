@@ -7,7 +7,7 @@ from streamtrain.batch import Batch
 
 from . import malformed as mf
 from .batching import fields_from_columns
-from .formats import Parser
+from .formats import COMMON_OPTIONS, TRANSFORM, Parser, register
 from .ids import field_seed, hash_spans
 from .lines import Chunk, fixed_fields, split
 from .numbers import parse_spans, signed_log1p
@@ -17,23 +17,22 @@ SPARSE = tuple(f"C{i}" for i in range(1, 27))
 N_FIELDS = 1 + len(DENSE) + len(SPARSE)
 
 
+@register
 class CriteoParser(Parser):
     """Dense ``I1..I13`` as ``sign(x)*log1p(|x|)`` (missing = 0); sparse fields ``C1..C26``."""
 
-    name = "criteo"
-    OPTIONS = ("numeric_transform",)
+    kind = "criteo"
+    options = {**COMMON_OPTIONS, "numeric_transform": TRANSFORM}
 
     def __init__(self, options=None, malformed=None):
         super().__init__(options, malformed)
-        self.transform = self.options.get("numeric_transform", "log1p")
+        self.transform = self.opts.get("numeric_transform", "log1p")
         self.seeds = np.array([field_seed(c) for c in SPARSE], dtype=np.uint64)
 
     @classmethod
-    def check_options(cls, options):
-        problems = super().check_options(options)
-        if options.get("numeric_transform", "log1p") not in ("log1p", "none"):
-            problems.append(("numeric_transform", "expected 'log1p' or 'none'"))
-        return problems
+    def test_params(cls):
+        good = "1\t" + "\t".join(["3", "", "-2"] + ["1"] * 10) + "\t" + "\t".join(["a1b2"] * 26)
+        return {"options": {"numeric_transform": "none"}, "lines": [good, "2\t" + good[2:], "oops"], "rows": 1}
 
     def parse_chunk(self, chunk: Chunk) -> Batch:
         rows, st, en = fixed_fields(chunk, split(chunk, b"\t"), N_FIELDS)

@@ -11,23 +11,45 @@ import numpy as np
 
 from streamtrain.batch import Batch
 from streamtrain.errors import ReaderError
+from streamtrain.schema import Option
 
 from . import malformed as mf
 from .batching import field_from_rows, fields_from_columns
-from .formats import Parser
+from .formats import COMMON_OPTIONS, TRANSFORM, Parser, register
 from .ids import field_seed, hash_spans
 from .lines import Chunk, fixed_fields, split
 from .numbers import parse_spans, signed_log1p
 
 
+def _names(v) -> str | None:
+    if v is None or all(isinstance(x, str) for x in v):
+        return None
+    return f"expected a list of column names, got {v!r}"
+
+
+def _one_byte(d) -> str | None:
+    if len(d.encode()) == 1 and d not in "\r\n":
+        return None
+    return f"expected one single-byte character, got {d!r}"
+
+
+@register
 class CsvParser(Parser):
-    name = "csv"
-    OPTIONS = ("columns", "label", "numeric", "multivalue", "drop", "delimiter",
-               "numeric_transform")
+    kind = "csv"
+    options = {
+        **COMMON_OPTIONS,
+        "columns": Option(None, (list, type(None)), check=_names, doc="column names (no header line)"),
+        "label": Option("label", (str,), doc="the label column"),
+        "numeric": Option([], (list,), check=_names, doc="dense columns"),
+        "multivalue": Option({}, (dict,), doc="{column: separator} of multi-valued columns"),
+        "drop": Option([], (list,), check=_names, doc="columns left out"),
+        "delimiter": Option(",", (str,), check=_one_byte, doc="the column separator"),
+        "numeric_transform": TRANSFORM,
+    }
 
     def __init__(self, options=None, malformed=None):
         super().__init__(options, malformed)
-        o = self.options
+        o = self.opts
         self.delimiter = o.get("delimiter", ",").encode()
         self.label_col = o.get("label", "label")
         self.numeric = list(o.get("numeric", []))
@@ -41,30 +63,21 @@ class CsvParser(Parser):
     @classmethod
     def check_options(cls, options):
         problems = super().check_options(options)
-        d = options.get("delimiter", ",")
-        if not isinstance(d, str) or len(d.encode()) != 1 or d in "\r\n":
-            problems.append(("delimiter", f"expected one single-byte character, got {d!r}"))
-        for key in ("numeric", "drop", "columns"):
-            v = options.get(key, [])
-            if v is not None and (not isinstance(v, list) or not all(isinstance(x, str) for x in v)):
-                problems.append((key, f"expected a list of column names, got {v!r}"))
-        mv = options.get("multivalue", {})
-        if not isinstance(mv, dict):
-            problems.append(("multivalue", f"expected {{column: separator}}, got {mv!r}"))
-        else:
-            for col, sep in mv.items():
-                if not isinstance(sep, str) or len(sep.encode()) != 1 or sep == d:
-                    problems.append((f"multivalue.{col}", "separator must be one single-byte "
-                                     f"character other than the delimiter, got {sep!r}"))
-        if not isinstance(options.get("label", "label"), str):
-            problems.append(("label", "expected a column name"))
-        if options.get("numeric_transform", "log1p") not in ("log1p", "none"):
-            problems.append(("numeric_transform", "expected 'log1p' or 'none'"))
+        d, mv = options.get("delimiter", ","), options.get("multivalue", {})
+        for col, sep in (mv.items() if isinstance(mv, dict) else ()):
+            if not isinstance(sep, str) or _one_byte(sep) or sep == d:
+                problems.append((f"multivalue.{col}", "separator must be one single-byte "
+                                 f"character other than the delimiter, got {sep!r}"))
         return problems
+
+    @classmethod
+    def test_params(cls):
+        return {"options": {"numeric": ["age"], "multivalue": {"tags": "|"}},
+                "lines": ["label,user,age,tags", "1,u1,31,a|b", "0,u2,x,c", "1,u3,40,"], "rows": 2}
 
     @property
     def needs_header(self) -> bool:
-        return self.options.get("columns") is None
+        return self.opts.get("columns") is None
 
     def set_header(self, line) -> None:
         if isinstance(line, bytes):

@@ -15,13 +15,36 @@ import math
 import numpy as np
 
 from streamtrain.batch import Batch
+from streamtrain.errors import ConfigError
+from streamtrain.registry import Registry
+from streamtrain.schema import Option, check_options
 
 from . import malformed as mf
 from .lines import Chunk
 from .malformed import Malformed
 from .numbers import parse_spans
 
-COMMON_OPTIONS = ("labels", "label_map")
+FORMATS = Registry("format", group="streamtrain.formats")
+register = FORMATS.register
+
+
+def _labels(v) -> str | None:
+    if v is None or (isinstance(v, (list, tuple)) and v and all(_is_number(x) for x in v)):
+        return None
+    return f"expected a non-empty list of numbers or null, got {v!r}"
+
+
+def _label_map(v) -> str | None:
+    if isinstance(v, dict) and all(_is_number(k) and _is_number(x) for k, x in v.items()):
+        return None
+    return f"expected {{number: number}}, got {v!r}"
+
+
+TRANSFORM = Option("log1p", (str,), ("log1p", "none"), doc="numbers as sign(x)·log1p(|x|), or as they are")
+COMMON_OPTIONS = {
+    "labels": Option([0, 1], check=_labels, doc="the label values accepted; null = any finite number"),
+    "label_map": Option({}, check=_label_map, doc="labels replaced before the check, e.g. {-1: 0}"),
+}
 
 
 class LabelRule:
@@ -49,17 +72,16 @@ class LabelRule:
 class Parser:
     """Base class: ``parse(lines) -> Batch``; subclasses implement ``parse_chunk``."""
 
-    name = ""
-    OPTIONS: tuple[str, ...] = ()
+    kind = ""
+    options: dict[str, Option] = COMMON_OPTIONS    # a format adds its own: {**COMMON_OPTIONS, ...}
     DEFAULT_LABEL_MAP: dict = {}
 
     def __init__(self, options: dict | None = None, malformed: Malformed | None = None):
         options = dict(options or {})
         problems = self.check_options(options)
         if problems:
-            from streamtrain.errors import ConfigError
             raise ConfigError(problems)
-        self.options = options
+        self.opts = options
         self.malformed = malformed if malformed is not None else Malformed()
         self.labels = LabelRule(options.get("labels", (0, 1)),
                                 options.get("label_map", self.DEFAULT_LABEL_MAP))
@@ -85,21 +107,13 @@ class Parser:
     @classmethod
     def check_options(cls, options: dict) -> list[tuple[str, str]]:
         """Every problem in ``options`` as (key, message); empty when fine."""
-        problems = []
-        known = set(cls.OPTIONS) | set(COMMON_OPTIONS)
-        for key in options:
-            if key not in known:
-                problems.append((key, f"unknown option for format '{cls.name}' "
-                                      f"(known: {', '.join(sorted(known))})"))
-        labels = options.get("labels", (0, 1))
-        if labels is not None and (not isinstance(labels, (list, tuple)) or not labels
-                                   or not all(_is_number(x) for x in labels)):
-            problems.append(("labels", f"expected a non-empty list of numbers or null, got {labels!r}"))
-        lmap = options.get("label_map", {})
-        if not isinstance(lmap, dict) or not all(_is_number(k) and _is_number(v)
-                                                 for k, v in (lmap or {}).items()):
-            problems.append(("label_map", f"expected {{number: number}}, got {lmap!r}"))
-        return problems
+        return check_options(cls.options, options, what=f"format '{cls.kind}'")
+
+    @classmethod
+    def test_params(cls) -> dict:
+        """Options and sample lines for the conformance suite: ``{"options", "lines", "rows"}``
+        (``rows``: how many of ``lines`` are good)."""
+        raise NotImplementedError(f"format '{cls.kind}' has no test_params()")
 
     def _finish(self, chunk: Chunk) -> None:
         chunk.report(self.malformed)
@@ -120,30 +134,41 @@ def _is_number(x) -> bool:
         return False
 
 
-def format_classes() -> dict[str, type[Parser]]:
-    from .criteo import CriteoParser
-    from .csvfmt import CsvParser
-    from .libsvm import LibsvmParser
-    return {"criteo": CriteoParser, "csv": CsvParser, "libsvm": LibsvmParser}
-
-
-FORMAT_NAMES = ("criteo", "csv", "libsvm")
-
-
 def check_format_options(fmt: str, options: dict) -> list[tuple[str, str]]:
-    classes = format_classes()
-    if fmt not in classes:
-        return [("", f"unknown format {fmt!r} (known: {', '.join(sorted(classes))})")]
-    return classes[fmt].check_options(options)
+    """The problems of format ``fmt``'s ``options`` (an unknown format at ``format``)."""
+    if fmt not in FORMATS:
+        return [("format", FORMATS.unknown(fmt))]
+    return FORMATS[fmt].check_options(options)
+
+
+def format_problems(cfg: dict, reserved, default: str | None = None) -> list[tuple[str, str]]:
+    """Problems of the format part of a reader config: ``format`` and its options, given
+    inline (every key not in ``reserved``) or under ``options``, each reported where it is."""
+    fmt = cfg.get("format", default)
+    if fmt not in FORMATS:
+        return [("format", FORMATS.unknown(fmt))]
+    options, where = split_format_options(cfg, reserved)
+    out = []
+    for key, msg in FORMATS[fmt].check_options(options):
+        head = key.split(".")[0]
+        out.append((where.get(head, head) + key[len(head):], msg))
+    return out
+
+
+def split_format_options(cfg: dict, reserved) -> tuple[dict, dict]:
+    """(format options, the key each came from): inline keys not in ``reserved`` merged with
+    the ``options`` object."""
+    inline = {k: v for k, v in cfg.items() if k not in reserved}
+    nested = cfg.get("options") if isinstance(cfg.get("options"), dict) else {}
+    where = {k: k for k in inline}
+    where.update({k: f"options.{k}" for k in nested})
+    return {**inline, **nested}, where
 
 
 def make_parser(fmt: str, options: dict | None = None, malformed: Malformed | None = None) -> Parser:
-    """The parser of format ``fmt`` (``criteo`` | ``csv`` | ``libsvm``) with its options."""
-    classes = format_classes()
-    if fmt not in classes:
-        from streamtrain.errors import ConfigError
-        raise ConfigError([("format", f"unknown format {fmt!r} (known: {', '.join(sorted(classes))})")])
-    return classes[fmt](options or {}, malformed)
+    """The parser of format ``fmt`` (``criteo`` | ``csv`` | ``libsvm`` | a plug-in) with its options."""
+    return FORMATS.get(fmt, where="format")(options or {}, malformed)
 
 
-__all__ = ["Parser", "LabelRule", "make_parser", "check_format_options", "FORMAT_NAMES", "mf"]
+__all__ = ["FORMATS", "register", "Parser", "LabelRule", "make_parser", "check_format_options",
+           "format_problems", "split_format_options", "mf"]

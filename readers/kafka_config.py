@@ -8,7 +8,7 @@ Keys that are not Kafka keys are the format's options (as for the file reader), 
 """
 from __future__ import annotations
 
-from .formats import check_format_options, format_classes
+from .formats import format_problems, split_format_options
 
 DEFAULTS = {
     "format": "criteo",
@@ -42,12 +42,7 @@ TEST_CONSUMER = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 300,
 
 def split_options(cfg: dict) -> tuple[dict, dict]:
     """(format options, where each came from): inline non-Kafka keys merged with ``options``."""
-    inline = {k: v for k, v in cfg.items() if k not in KAFKA_KEYS}
-    nested = cfg.get("options") or {}
-    nested = nested if isinstance(nested, dict) else {}
-    where = {k: k for k in inline}
-    where.update({k: f"options.{k}" for k in nested})
-    return {**inline, **nested}, where
+    return split_format_options(cfg, KAFKA_KEYS)
 
 
 def normalized(cfg: dict) -> dict:
@@ -95,17 +90,12 @@ def validate(cfg: dict) -> list[tuple[str, str]]:
             problems.append(("bootstrap", f"expected host:port, got {s!r}"))
     if not isinstance(cfg.get("group"), str) or not cfg.get("group"):
         problems.append(("group", f"required: a consumer group name, got {cfg.get('group')!r}"))
-    fmt = cfg.get("format", DEFAULTS["format"])
-    if fmt not in format_classes():
-        problems.append(("format", f"unknown format {fmt!r} (known: {', '.join(sorted(format_classes()))})"))
     if "options" in cfg and not isinstance(cfg["options"], dict):
         problems.append(("options", f"expected an object, got {cfg['options']!r}"))
-    if fmt in format_classes():
-        options, where = split_options(cfg)
-        for key, msg in check_format_options(fmt, options):
-            head = key.split(".")[0]
-            problems.append((where.get(head, head) + key[len(head):], msg))
-        if fmt == "csv" and options.get("columns") is None:
+    problems += format_problems(cfg, KAFKA_KEYS, DEFAULTS["format"])
+    if cfg.get("format", DEFAULTS["format"]) == "csv":
+        options, _ = split_options(cfg)
+        if options.get("columns") is None:
             problems.append(("columns", "csv over Kafka has no header line: give the column "
                                         "names in option 'columns'"))
     for key, lo in (("max_wait_ms", 0), ("lines_per_message", 1)):
@@ -132,7 +122,3 @@ def validate(cfg: dict) -> list[tuple[str, str]]:
                                                         "only after the update is applied"))
     return problems
 
-
-def open_kafka(cfg: dict, batch_size: int, malformed):
-    from .kafka_source import KafkaSource       # kafka-python is imported only when used
-    return KafkaSource(cfg, batch_size, malformed)

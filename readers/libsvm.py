@@ -8,10 +8,11 @@ from __future__ import annotations
 import numpy as np
 
 from streamtrain.batch import Batch
+from streamtrain.schema import Option
 
 from . import malformed as mf
 from .batching import field_from_rows
-from .formats import Parser
+from .formats import COMMON_OPTIONS, Parser, register
 from .ids import field_seed, hash_spans
 from .lines import Chunk, split
 from .numbers import parse_spans
@@ -20,15 +21,20 @@ FIELD = "features"
 COLON = ord(":")
 
 
+@register
 class LibsvmParser(Parser):
-    name = "libsvm"
-    OPTIONS = ("field",)
+    kind = "libsvm"
+    options = {**COMMON_OPTIONS, "field": Option(FIELD, (str,), doc="the name of the one sparse field")}
     DEFAULT_LABEL_MAP = {-1: 0}
 
     def __init__(self, options=None, malformed=None):
         super().__init__(options, malformed)
-        self.field = self.options.get("field", FIELD)
+        self.field = self.opts.get("field", FIELD)
         self.seed = field_seed(self.field)
+
+    @classmethod
+    def test_params(cls):
+        return {"options": {"field": "f"}, "lines": ["1 3:0.5 7:1", "-1 3:2", "oops"], "rows": 2}
 
     def parse_chunk(self, chunk: Chunk) -> Batch:
         sp = split(chunk, b" \t", drop_empty=True)

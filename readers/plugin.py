@@ -26,17 +26,19 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata as md
+import os
 import re
+import sys
 
 import numpy as np
 
 from streamtrain.batch import Batch
 from streamtrain.errors import ConfigError, ReaderError
 
-from .formats import LabelRule, check_format_options, format_classes, make_parser
+from .formats import LabelRule, format_problems, make_parser, split_format_options
 from .malformed import LABEL, Malformed
 from .records import records_to_batch
-from .source import Source
+from .source import Reader, Source, register
 
 GROUP = "streamtrain.readers"
 PLUGIN_KEYS = ("type", "factory", "entry_point", "args", "format", "options", "label_key")
@@ -44,10 +46,15 @@ _SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
 def load_factory(spec: str):
-    """The object named ``package.module:attr`` (``attr`` may be dotted)."""
+    """The object named ``package.module:attr`` (``attr`` may be dotted). A module that is not
+    installed is looked for in the current directory too, as ``python -m`` does (the
+    ``streamtrain`` console script alone would not: it puts only its own folder on the path)."""
     if not isinstance(spec, str) or not _SPEC.match(spec):
         raise ReaderError(f"plug-in factory {spec!r}: expected 'package.module:function'")
     mod_name, attr = spec.split(":", 1)
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)       # as ``python -m`` finds it; installed modules still come first
     try:
         obj = importlib.import_module(mod_name)
     except ImportError as err:
@@ -79,9 +86,7 @@ def load_entry_point(name: str):
 
 
 def _options(cfg: dict) -> dict:
-    inline = {k: v for k, v in cfg.items() if k not in PLUGIN_KEYS}
-    nested = cfg.get("options") if isinstance(cfg.get("options"), dict) else {}
-    return {**inline, **nested}
+    return split_format_options(cfg, PLUGIN_KEYS)[0]
 
 
 def validate(cfg: dict) -> list[tuple[str, str]]:
@@ -102,15 +107,11 @@ def validate(cfg: dict) -> list[tuple[str, str]]:
                                             f"(installed: {', '.join(sorted(entry_points())) or 'none'})"))
     if not isinstance(cfg.get("args", {}), dict):
         problems.append(("args", f"expected an object of keyword arguments, got {cfg.get('args')!r}"))
-    fmt = cfg.get("format")
-    if fmt is not None:
-        if fmt not in format_classes():
-            problems.append(("format", f"unknown format {fmt!r} (known: {', '.join(sorted(format_classes()))})"))
-        else:
-            problems += check_format_options(fmt, _options(cfg))
-    elif _options(cfg):
-        unknown = ", ".join(sorted(_options(cfg)))
-        problems.append(("", f"unknown keys {unknown} (format options need a 'format')"))
+    if cfg.get("format") is not None:
+        problems += format_problems(cfg, PLUGIN_KEYS)
+    else:
+        problems += [(key, f"unknown key for reader type 'plugin' (known: {', '.join(sorted(PLUGIN_KEYS))}; "
+                           "other keys are format options and need a 'format')") for key in _options(cfg)]
     return problems
 
 
@@ -191,3 +192,30 @@ def open_plugin(cfg: dict, batch_size: int, malformed: Malformed) -> Source:
         src.seek = obj.seek
     src.plugin = obj
     return src
+
+
+@register
+class PluginReader(Reader):
+    """Any reader factory, named by dotted path or by entry point (this module's docstring)."""
+
+    kind = "plugin"
+
+    @classmethod
+    def check_config(cls, cfg):
+        return validate(cfg)
+
+    @classmethod
+    def open(cls, cfg, batch_size, malformed):
+        return open_plugin(cfg, batch_size, malformed)
+
+    @classmethod
+    def test_params(cls):
+        return {"factory": "streamtrain.readers.plugin:example_records", "args": {"n": 50}}
+
+
+def example_records(n: int = 50):
+    """A plug-in factory for tests and the docs: ``n`` dict records, a reader function."""
+    def reader():
+        for i in range(n):
+            yield {"label": i % 2, "user": f"u{i % 7}", "hour": float(i % 24)}
+    return reader

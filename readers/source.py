@@ -1,18 +1,23 @@
-"""``Source``: what the trainer holds (batches, commit, close), and the reader-type registry.
+"""``Source``: what the trainer holds (batches, commit, close), and the reader types.
 
-``READER_TYPES`` maps ``reader.type`` to a ``ReaderType(validate, open)``; the Kafka and
-plug-in readers add themselves here (``register_reader_type``).
+``READERS`` maps ``reader.type`` to a ``Reader`` class (``kind``, ``options``, ``open``):
+``file`` and ``kafka`` here, ``synthetic`` and ``plugin`` in their modules; a new type is one
+class with ``@register``.
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+import tempfile
+from pathlib import Path
+from typing import Callable
 
 from streamtrain.errors import ConfigError
+from streamtrain.registry import Registry
+from streamtrain.schema import REQUIRED, Option, check_options, join, kind_problems, non_negative, optional
 
+from . import kafka_config
 from .files import file_reader
-from .formats import check_format_options, format_classes
+from .formats import FORMATS, format_problems, split_format_options
 from .malformed import Malformed
-from .synthetic import SyntheticStream, check_synthetic
 
 
 class Source:
@@ -57,85 +62,105 @@ class Source:
         self.close()
 
 
-class ReaderType(NamedTuple):
-    validate: Callable[[dict], list]                       # cfg -> [(key path, message)]
-    open: Callable[[dict, int, Malformed], Source]         # cfg, batch_size, malformed -> Source
+READERS = Registry("reader type", group="streamtrain.reader_types")
+register = READERS.register
 
 
-# -- file ---------------------------------------------------------------------------------
-FILE_KEYS = ("type", "path", "format", "options", "loop", "limit")
+class Reader:
+    """A ``reader.type``: its keys (``options``), their check, and ``open`` → ``Source``.
+
+    A subclass sets ``kind`` and ``options``; with ``format_options`` every key that is not
+    one of ``options`` is an option of the reader's line format (inline, or under
+    ``options``). ``check_config`` may add checks across keys; ``test_params()`` gives a config
+    the conformance suite validates (and opens when ``offline``)."""
+
+    kind: str = ""
+    options: dict[str, Option] = {}
+    format_options = False
+    offline = True              # opens without a server (the conformance suite reads a batch)
+
+    @classmethod
+    def check_config(cls, cfg: dict) -> list[tuple[str, str]]:
+        """Every problem of ``cfg`` (without ``type``) as (key path, message)."""
+        own = {k: v for k, v in cfg.items() if k in cls.options or not cls.format_options}
+        problems = check_options(cls.options, own, what=f"reader type '{cls.kind}'")
+        if cls.format_options and cfg.get("format") in FORMATS:
+            problems += format_problems(cfg, (*cls.options, "type"))
+        return problems
+
+    @classmethod
+    def open(cls, cfg: dict, batch_size: int, malformed: Malformed) -> Source:
+        raise NotImplementedError
+
+    @classmethod
+    def test_params(cls) -> dict:
+        raise NotImplementedError(f"reader type '{cls.kind}' has no test_params()")
 
 
-def _file_options(cfg: dict) -> tuple[dict, dict]:
-    """(format options, where each came from) merging inline keys and ``options``."""
-    inline = {k: v for k, v in cfg.items() if k not in FILE_KEYS}
-    nested = cfg.get("options") or {}
-    where = {k: k for k in inline}
-    where.update({k: f"options.{k}" for k in nested} if isinstance(nested, dict) else {})
-    return {**inline, **(nested if isinstance(nested, dict) else {})}, where
+def _format_name(v) -> str | None:
+    return None if v in FORMATS else FORMATS.unknown(v)
 
 
-def validate_file(cfg: dict) -> list[tuple[str, str]]:
-    problems = []
-    if not isinstance(cfg.get("path"), str) or not cfg.get("path"):
-        problems.append(("path", f"expected a file path, got {cfg.get('path')!r}"))
-    fmt = cfg.get("format")
-    if fmt not in format_classes():
-        problems.append(("format", f"unknown format {fmt!r} (known: "
-                                   f"{', '.join(sorted(format_classes()))})"))
-    if "options" in cfg and not isinstance(cfg["options"], dict):
-        problems.append(("options", f"expected an object, got {cfg['options']!r}"))
-    limit = cfg.get("limit")
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
-        problems.append(("limit", f"expected null or an integer >= 0, got {limit!r}"))
-    if not isinstance(cfg.get("loop", False), bool):
-        problems.append(("loop", f"expected true or false, got {cfg.get('loop')!r}"))
-    if fmt in format_classes():
-        options, where = _file_options(cfg)
-        for key, msg in check_format_options(fmt, options):
-            problems.append((where.get(key.split(".")[0], key) +
-                             key[len(key.split(".")[0]):], msg))
-    return problems
+def _path(v) -> str | None:
+    return None if v else "expected a file path, got ''"
 
 
-def open_file(cfg: dict, batch_size: int, malformed: Malformed) -> Source:
-    options, _ = _file_options(cfg)
-    reader = file_reader(cfg["path"], cfg["format"], options, batch_size, malformed,
-                         loop=cfg.get("loop", False), limit=cfg.get("limit"))
-    desc = f"file {cfg['path']} format={cfg['format']}" + (" loop" if cfg.get("loop") else "")
-    return Source(reader, malformed, desc)
+@register
+class FileReader(Reader):
+    """Lines of a file (gzip or not) in one of the formats."""
+
+    kind = "file"
+    format_options = True
+    options = {
+        "path": Option(REQUIRED, (str,), check=_path, doc="the file (``.gz`` is decompressed)"),
+        "format": Option(REQUIRED, (str,), check=_format_name, doc="its line format"),
+        "options": Option({}, (dict,), doc="the format's options (or give them inline)"),
+        "loop": Option(False, (bool,), doc="start again at the end"),
+        "limit": Option(None, (int, type(None)), check=optional(non_negative),
+                        doc="stop after this many lines (null = all)"),
+    }
+
+    @classmethod
+    def open(cls, cfg, batch_size, malformed):
+        options, _ = split_format_options(cfg, (*cls.options, "type"))
+        reader = file_reader(cfg["path"], cfg["format"], options, batch_size, malformed,
+                             loop=cfg.get("loop", False), limit=cfg.get("limit"))
+        desc = f"file {cfg['path']} format={cfg['format']}" + (" loop" if cfg.get("loop") else "")
+        return Source(reader, malformed, desc)
+
+    @classmethod
+    def test_params(cls):
+        path = Path(tempfile.gettempdir()) / "streamtrain-test-params.libsvm"
+        path.write_text("".join(f"{i % 2} {i}:1 {i % 7}:0.5\n" for i in range(100)))
+        return {"path": str(path), "format": "libsvm", "limit": 50}
 
 
-# -- synthetic ------------------------------------------------------------------------------
-def open_synthetic(cfg: dict, batch_size: int, malformed: Malformed) -> Source:
-    stream = SyntheticStream(cfg, batch_size)
-    src = Source(stream.reader(), malformed, stream.describe())
-    src.truth = stream.truth
-    src.stream = stream
-    return src
+@register
+class KafkaReader(Reader):
+    """Topics of a Kafka cluster (``readers/kafka_config.py`` holds its keys and checks)."""
 
+    kind = "kafka"
+    offline = False
 
-READER_TYPES: dict[str, ReaderType] = {
-    "file": ReaderType(validate_file, open_file),
-    "synthetic": ReaderType(check_synthetic, open_synthetic),
-}
+    @classmethod
+    def check_config(cls, cfg):
+        return kafka_config.validate(cfg)
 
+    @classmethod
+    def open(cls, cfg, batch_size, malformed):
+        from .kafka_source import KafkaSource       # kafka-python is imported only when used
+        return KafkaSource(cfg, batch_size, malformed)
 
-def register_reader_type(name: str, validate, open_fn) -> None:
-    """Add a ``reader.type`` (used by the Kafka and plug-in readers)."""
-    READER_TYPES[name] = ReaderType(validate, open_fn)
+    @classmethod
+    def test_params(cls):
+        return {"bootstrap": "127.0.0.1:9092", "topic": "clicks", "group": "trainers"}
 
 
 def validate_reader_config(cfg, prefix: str = "reader") -> list[tuple[str, str]]:
     """Every problem of a reader config as (json path, message), opening nothing."""
     if not isinstance(cfg, dict):
         return [(prefix, f"expected an object, got {cfg!r}")]
-    kind = cfg.get("type")
-    if kind not in READER_TYPES:
-        return [(f"{prefix}.type", f"unknown reader type {kind!r} "
-                                   f"(known: {', '.join(sorted(READER_TYPES))})")]
-    return [(f"{prefix}.{key}" if key else prefix, msg)
-            for key, msg in READER_TYPES[kind].validate(cfg)]
+    return [(join(prefix, key), msg) for key, msg in kind_problems(READERS, cfg)]
 
 
 def open_reader(reader_cfg: dict, batch_size: int, malformed: Malformed | None = None) -> Source:
@@ -146,4 +171,4 @@ def open_reader(reader_cfg: dict, batch_size: int, malformed: Malformed | None =
     if problems:
         raise ConfigError(problems)
     malformed = malformed if malformed is not None else Malformed()
-    return READER_TYPES[reader_cfg["type"]].open(reader_cfg, batch_size, malformed)
+    return READERS[reader_cfg["type"]].open(reader_cfg, batch_size, malformed)

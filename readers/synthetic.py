@@ -21,54 +21,43 @@ import math
 
 import numpy as np
 
-from streamtrain.progressive import Progressive
 from streamtrain.batch import Batch
+from streamtrain.progressive import Progressive
+from streamtrain.schema import NUMBER, Option, check_options, non_negative, optional, positive, with_defaults
+from streamtrain.scores import auc as exact_auc, logloss as exact_logloss
 
 from .batching import field_from_column, field_from_rows
 from .files import _Rebatcher
 from .ids import hash_values
-from .metrics import auc as exact_auc, logloss as exact_logloss
+from .source import Reader, Source, register
 
-DEFAULTS = {"fields": 8, "cardinality": 1000, "zipf": 1.1, "dense": 4, "model": "lr",
-            "fm_dim": 4, "weight_scale": 1.0, "bias": -1.0, "drift": 0.0, "examples": None,
-            "seed": 0, "multivalue": 0, "multivalue_max": 4}
+def _finite(v) -> str | None:
+    return None if math.isfinite(v) else f"expected a finite number, got {v!r}"
+
+
+def _cardinality(v) -> str | None:
+    ok = (isinstance(v, int) and not isinstance(v, bool) and v >= 1) or (
+        isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in v))
+    return None if ok else f"expected an integer >= 1 or a list of them, got {v!r}"
+
+
+OPTIONS = {
+    "fields": Option(8, (int,), check=non_negative, doc="categorical fields f0, f1, …"),
+    "cardinality": Option(1000, (int, list), check=_cardinality, doc="values per field (or one per field)"),
+    "zipf": Option(1.1, NUMBER, check=non_negative, doc="Zipf exponent of the values' frequencies"),
+    "dense": Option(4, (int,), check=non_negative, doc="dense columns d0, d1, …"),
+    "model": Option("lr", (str,), ("lr", "fm"), doc="the planted model"),
+    "fm_dim": Option(4, (int,), check=positive, doc="latent size of the planted FM"),
+    "weight_scale": Option(1.0, NUMBER, check=_finite, doc="std of the planted weights"),
+    "bias": Option(-1.0, NUMBER, check=_finite, doc="planted bias"),
+    "drift": Option(0.0, NUMBER, check=_finite, doc="rotation of the weights per example"),
+    "examples": Option(None, (int, type(None)), check=optional(non_negative),
+                       doc="stop after this many (null = endless)"),
+    "seed": Option(0, (int,), doc="the stream depends on this only"),
+    "multivalue": Option(0, (int,), check=non_negative, doc="multi-valued fields m0, m1, …"),
+    "multivalue_max": Option(4, (int,), check=positive, doc="most values of a multi-valued field"),
+}
 BLOCK = 4096
-
-
-def check_synthetic(cfg: dict) -> list[tuple[str, str]]:
-    """Problems in a synthetic reader config as (key, message)."""
-    problems = []
-    for key in cfg:
-        if key not in DEFAULTS and key not in ("type",):
-            problems.append((key, f"unknown option for a synthetic reader "
-                                  f"(known: {', '.join(sorted(DEFAULTS))})"))
-    c = {**DEFAULTS, **cfg}
-
-    def need(key, ok, what):
-        if not ok:
-            problems.append((key, f"expected {what}, got {c[key]!r}"))
-    isint = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
-    need("fields", isint(c["fields"]) and c["fields"] >= 0, "an integer >= 0")
-    card = c["cardinality"]
-    if isinstance(card, list):
-        need("cardinality", len(card) == c["fields"] and all(isint(x) and x >= 1 for x in card),
-             f"one integer >= 1 per field ({c['fields']})")
-    else:
-        need("cardinality", isint(card) and card >= 1, "an integer >= 1 or a list of them")
-    for key in ("zipf", "weight_scale", "bias", "drift"):
-        need(key, isinstance(c[key], (int, float)) and not isinstance(c[key], bool)
-             and math.isfinite(c[key]), "a number")
-    need("zipf", isinstance(c["zipf"], (int, float)) and c["zipf"] >= 0, "a number >= 0")
-    need("dense", isint(c["dense"]) and c["dense"] >= 0, "an integer >= 0")
-    need("model", c["model"] in ("lr", "fm"), "'lr' or 'fm'")
-    need("fm_dim", isint(c["fm_dim"]) and c["fm_dim"] >= 1, "an integer >= 1")
-    need("examples", c["examples"] is None or (isint(c["examples"]) and c["examples"] >= 0),
-         "null or an integer >= 0")
-    need("seed", isint(c["seed"]), "an integer")
-    need("multivalue", isint(c["multivalue"]) and c["multivalue"] >= 0, "an integer >= 0")
-    need("multivalue_max", isint(c["multivalue_max"]) and c["multivalue_max"] >= 1,
-         "an integer >= 1")
-    return problems
 
 
 class SyntheticTruth:
@@ -153,7 +142,7 @@ class SyntheticStream:
     """The planted model and the reader over it: ``stream.reader()`` is a reader function."""
 
     def __init__(self, cfg: dict, batch_size: int = 1024):
-        self.cfg = {**DEFAULTS, **{k: v for k, v in cfg.items() if k != "type"}}
+        self.cfg = with_defaults(OPTIONS, {k: v for k, v in cfg.items() if k != "type"})
         self.batch_size = batch_size
         c = self.cfg
         n = c["fields"]
@@ -259,3 +248,32 @@ def _zipf_cdf(m: int, s: float) -> np.ndarray:
     cdf /= cdf[-1]
     cdf[-1] = 1.0 + 1e-12   # rng.random() < 1, so searchsorted never returns m
     return cdf
+
+
+@register
+class SyntheticReader(Reader):
+    """``reader.type: synthetic``: the stream above, with its planted model."""
+
+    kind = "synthetic"
+    options = OPTIONS
+
+    @classmethod
+    def check_config(cls, cfg):
+        problems = check_options(OPTIONS, cfg, what="reader type 'synthetic'")
+        c = with_defaults(OPTIONS, cfg)
+        if isinstance(c["cardinality"], list) and isinstance(c["fields"], int) and len(c["cardinality"]) != c["fields"]:
+            problems.append(("cardinality", f"expected one integer >= 1 per field ({c['fields']}), "
+                                            f"got {len(c['cardinality'])}"))
+        return problems
+
+    @classmethod
+    def open(cls, cfg, batch_size, malformed):
+        stream = SyntheticStream(cfg, batch_size)
+        src = Source(stream.reader(), malformed, stream.describe())
+        src.truth = stream.truth
+        src.stream = stream
+        return src
+
+    @classmethod
+    def test_params(cls):
+        return {"fields": 3, "cardinality": 50, "examples": 100}

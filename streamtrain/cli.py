@@ -7,6 +7,7 @@ import sys
 
 from . import config as configmod
 from .errors import ConfigError, StreamtrainError
+from .readers.produce import add_produce_parser
 
 ENV = "STREAMTRAIN_"
 
@@ -58,12 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     val = sub.add_parser("validate", help="check a config; exit 0, or 2 with every problem listed")
     _common(val)
 
-    try:
-        from streamtrain.readers.produce import add_produce_parser
-    except ImportError:
-        pass
-    else:
-        add_produce_parser(sub)
+    add_produce_parser(sub)
     return parser
 
 
@@ -75,8 +71,11 @@ def _int_env(name):
 def load_config(args) -> dict:
     if not args.config:
         raise ConfigError([("", "no config given (argument CONFIG or env STREAMTRAIN_CONFIG)")])
-    cfg = configmod.load(args.config, args.sets)
-    return configmod.validate(cfg, source=args.config)
+    cfg, found = configmod.load_listing(args.config, args.sets)
+    found += configmod.problems(cfg)
+    if found:
+        raise ConfigError(found, source=args.config)
+    return cfg
 
 
 def main(argv=None) -> int:

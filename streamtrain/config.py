@@ -1,30 +1,131 @@
 """The job config: one JSON document, ``--set`` overrides by dotted path, every problem listed.
 
-Top-level keys: ``reader``, ``batch_size``, ``store``, ``default_optimizer``, ``layers``,
-``metrics``, ``checkpoint``, ``log``, ``seed``, ``drift``, ``serve``. In a dotted path, a list item is addressed by
-its ``name`` (``layers.emb.dim``) or its index (``layers.1.dim``).
+``SCHEMA`` states every top-level key once: its default, what it accepts, and for a section
+its keys (``metrics``, ``checkpoint``, ``log``, ``drift``, ``serve``) or the registry its kind comes from
+(``reader``, ``store``, ``default_optimizer``). Adding a section is one entry here. In a
+dotted path, a list item is addressed by its ``name`` (``layers.emb.dim``) or its index
+(``layers.1.dim``).
 """
 from __future__ import annotations
 
 import copy
 import json
+import logging
 from pathlib import Path
 
+from .drift import DRIFT_OPTIONS
 from .errors import ConfigError
+from .graph import layers_from_config, topology_problems
+from .ops import LAYERS
+from .optim import OPTIMIZERS
+from .readers import READERS
+from .schema import (NUMBER, REQUIRED, Option, check_options, join, kind_problems, non_negative, port, positive,
+                     with_defaults)
+from .serve.settings import SERVE_OPTIONS
+from .store import STORES
 
-DEFAULTS = {
-    "reader": {"type": "synthetic"},
-    "batch_size": 256,
-    "store": {"backend": "memory"},
-    "default_optimizer": {"type": "adagrad", "lr": 0.05},
-    "metrics": {"enabled": True, "host": "127.0.0.1", "port": 9464, "window": 100000},
-    "checkpoint": {"dir": None, "every_seconds": 600, "every_batches": 0, "keep": 3},
-    "log": {"every_seconds": 10.0, "format": "text", "level": "INFO"},
-    "seed": 0,
-    "drift": {},
-    "serve": {},
+
+def _level(value) -> str | None:
+    return None if isinstance(logging.getLevelName(value.upper()), int) else (
+        f"expected a logging level (DEBUG, INFO, WARNING, ERROR), got {value!r}")
+
+
+METRICS = {
+    "enabled": Option(True, (bool,), doc="serve /metrics, /healthz, /readyz"),
+    "host": Option("127.0.0.1", (str,), doc="address to listen on"),
+    "port": Option(9464, (int,), check=port, doc="port (0 = any free port)"),
+    "window": Option(100_000, (int,), check=positive, doc="examples in the sliding logloss/AUC window"),
+    "stall_seconds": Option(300.0, NUMBER, check=non_negative,
+                            doc="/healthz fails after this long without a step (0 = never)"),
+    "refresh_seconds": Option(1.0, NUMBER, check=positive, doc="how often the costlier gauges are refreshed"),
+    "lifecycle_seconds": Option(60.0, NUMBER, check=positive, doc="how often the store's rows are counted"),
 }
-TOP_LEVEL = {*DEFAULTS, "layers", "name", "description"}
+CHECKPOINT = {
+    "dir": Option(None, (str, type(None)), doc="where checkpoints go (null = none)"),
+    "every_seconds": Option(600, NUMBER, check=non_negative, doc="a checkpoint this often (0 = off)"),
+    "every_batches": Option(0, (int,), check=non_negative, doc="and/or every this many batches (0 = off)"),
+    "keep": Option(3, (int,), check=non_negative, doc="how many to keep"),
+}
+LOG = {
+    "every_seconds": Option(10.0, NUMBER, check=non_negative, doc="a progress line this often"),
+    "format": Option("text", (str,), ("text", "json"), doc="log line format"),
+    "level": Option("INFO", (str,), check=_level, doc="logging level"),
+}
+
+
+def layer_problems(configs: list) -> list[tuple[str, str]]:
+    """Every problem of the ``layers`` list: each layer's options and optimizer, and the
+    topology (names, inputs, arity, cycles, one loss) even when some options are wrong."""
+    try:
+        layers_from_config(configs)
+        found = []
+    except ConfigError as err:
+        found = list(err.problems)
+    found += [p for p in topology_problems([_Outline(i, c) for i, c in enumerate(configs)]) if p not in found]
+    for i, cfg in enumerate(configs):
+        if isinstance(cfg, dict) and isinstance(cfg.get("optimizer"), dict):
+            found += [(join(f"layers[{i}].optimizer", k), m) for k, m in kind_problems(OPTIMIZERS, cfg["optimizer"])]
+    return [(path.removeprefix("layers"), msg) for path, msg in found]     # relative to ``layers``
+
+
+class _Outline:
+    """What the topology checks read of a layer, taken from its config alone."""
+
+    def __init__(self, i: int, cfg):
+        cfg = cfg if isinstance(cfg, dict) else {}
+        cls = LAYERS[cfg["type"]] if cfg.get("type") in LAYERS else None
+        name = cfg.get("name")
+        self.name = name if isinstance(name, str) and name else f"#{i}"
+        inputs = cfg.get("inputs", [])
+        inputs = [inputs] if isinstance(inputs, str) else inputs
+        self.inputs = [x for x in inputs if isinstance(x, str)] if isinstance(inputs, list) else []
+        self.kind = cfg.get("type")
+        self.arity = cls.arity if cls else (0, None)
+        self.is_loss = bool(cls and cls.is_loss)
+
+
+SCHEMA = {
+    "name": Option(None, (str, type(None)), doc="the job's name (the redis namespace by default)"),
+    "description": Option(None, (str, type(None)), doc="free text"),
+    "reader": Option({"type": "synthetic"}, kinds=READERS, doc="where examples come from ([Readers](#readers))"),
+    "batch_size": Option(256, (int,), check=positive, doc="examples per mini-batch"),
+    "store": Option({"backend": "memory"}, kinds=STORES, tag="backend",
+                    doc="where parameters live ([Parameter store](#parameter-store))"),
+    "default_optimizer": Option({"type": "adagrad", "lr": 0.05}, kinds=OPTIMIZERS,
+                                doc="the update rule of every parameter without its own ([Optimizers](#optimizers))"),
+    "layers": Option(REQUIRED, (list,), nested=layer_problems,
+                     doc='the graph: `{"name", "type", "inputs", options…, "optimizer"?, "param"?}` '
+                         '([Layer kinds](#layer-kinds))'),
+    "metrics": Option(fields=METRICS,
+                      doc="Prometheus and health endpoints ([Running as a daemon](#running-as-a-daemon))"),
+    "checkpoint": Option(fields=CHECKPOINT, doc="periodic atomic checkpoints ([Checkpoints](#checkpoints))"),
+    "log": Option(fields=LOG, doc="progress lines"),
+    "seed": Option(0, (int,), doc="dropout and other randomness in the trainer"),
+    "drift": Option(fields=DRIFT_OPTIONS, doc="drift alarms over the progressive loss ([Drift alarms](#drift-alarms))"),
+    "serve": Option(fields=SERVE_OPTIONS, doc="the prediction server ([Serving](#serving))"),
+}
+
+
+def markdown(schema: dict[str, Option]) -> str:
+    """The README table of a schema: key, default, meaning (``python -m streamtrain.config``)."""
+    rows = ["| key | default | meaning |", "|---|---|---|"]
+    for key, opt in schema.items():
+        default = ("required" if opt.default is REQUIRED else "see below" if opt.fields is not None
+                   else f"`{json.dumps(opt.default)}`")
+        rows.append(f"| `{key}` | {default} | {opt.doc} |")
+    return "\n".join(rows)
+
+
+def tables() -> dict[str, str]:
+    """The README's config tables by heading: the top level, then each section."""
+    out = {"the job config": markdown(SCHEMA)}
+    out.update({f"`{key}`": markdown(opt.fields) for key, opt in SCHEMA.items() if opt.fields is not None})
+    return out
+
+
+def defaults() -> dict:
+    """A config with every default and nothing else (``layers`` is required, so absent)."""
+    return with_defaults(SCHEMA, {})
 
 
 def merge(base: dict, over: dict) -> dict:
@@ -76,6 +177,15 @@ def set_path(config: dict, dotted: str, value) -> None:
 
 def load(path, sets=()) -> dict:
     """Read a config file, apply defaults, then the ``PATH=VALUE`` overrides in order."""
+    config, found = load_listing(path, sets)
+    if found:
+        raise ConfigError(found)
+    return config
+
+
+def load_listing(path, sets=()) -> tuple[dict, list]:
+    """``load`` that returns the problems of the ``--set`` overrides instead of raising, so
+    ``validate`` lists them with the config's own (an unreadable file still raises)."""
     path = Path(path)
     try:
         raw = json.loads(path.read_text())
@@ -85,90 +195,37 @@ def load(path, sets=()) -> dict:
         raise ConfigError([("", f"{path}: not valid JSON: {err.msg} at line {err.lineno} column {err.colno}")]) from None
     if not isinstance(raw, dict):
         raise ConfigError([("", f"{path}: expected a JSON object at the top, got {type(raw).__name__}")])
-    config = merge(DEFAULTS, raw)
-    apply_sets(config, sets)
-    return config
+    config = with_defaults(SCHEMA, raw)
+    return config, set_problems(config, sets)
 
 
 def apply_sets(config: dict, sets) -> None:
-    problems = []
+    found = set_problems(config, sets)
+    if found:
+        raise ConfigError(found)
+
+
+def set_problems(config: dict, sets) -> list[tuple[str, str]]:
+    """Apply every ``PATH=VALUE`` that can be applied; the problems of the others."""
+    found = []
     for item in sets:
         if "=" not in item:
-            problems.append(("--set", f"expected PATH=VALUE, got {item!r}"))
+            found.append(("--set", f"expected PATH=VALUE, got {item!r}"))
             continue
         key, text = item.split("=", 1)
         try:
             set_path(config, key.strip(), parse_value(text))
         except ConfigError as err:
-            problems.extend(err.problems)
-    if problems:
-        raise ConfigError(problems)
+            found.extend(err.problems)
+    return found
 
 
 def problems(config: dict) -> list[tuple[str, str]]:
     """Every problem in a config, as (JSON path, message); no data is read, nothing is opened."""
-    from streamtrain.drift import drift_problems
-    from streamtrain.graph import layers_from_config, topology_problems
-    from streamtrain.serve.settings import serve_problems
-    from streamtrain.optim import make_optimizer
-    from streamtrain.readers import validate_reader_config
-    from streamtrain.store import validate_store_config
-
-    found = []
-    for key in config:
-        if key not in TOP_LEVEL:
-            found.append((key, f"unknown top-level key (known: {', '.join(sorted(TOP_LEVEL))})"))
-    bs = config.get("batch_size")
-    if isinstance(bs, bool) or not isinstance(bs, int) or bs < 1:
-        found.append(("batch_size", f"expected a positive integer, got {bs!r}"))
-    for path, msg in _catch(lambda: make_optimizer(config.get("default_optimizer"), where="default_optimizer")):
-        found.append((path, msg))
-    found += [(f"reader.{p}" if p else "reader", m) for p, m in validate_reader_config(config.get("reader"))]
-    found += [(f"store.{p}" if p else "store", m) for p, m in validate_store_config(config.get("store"))]
-    found += _section_problems(config)
-    found += [(f"drift.{p}" if p else "drift", m) for p, m in drift_problems(config.get("drift"))]
-    found += [(f"serve.{p}" if p else "serve", m) for p, m in serve_problems(config.get("serve"))]
-    layers = config.get("layers")
-    if not isinstance(layers, list) or not layers:
+    found = check_options(SCHEMA, config, what="the job config")
+    if isinstance(config.get("layers"), list) and not config["layers"]:
         found.append(("layers", "required: a non-empty list of layers"))
-    else:
-        built = _catch(lambda: layers_from_config(layers))
-        found += built
-        if not built:
-            objs = layers_from_config(layers)
-            found += topology_problems(objs)
-            for i, (cfg, layer) in enumerate(zip(layers, objs)):
-                if layer.optimizer is not None:
-                    found += _catch(lambda: make_optimizer(layer.optimizer, where=f"layers[{i}].optimizer"))
     return found
-
-
-def _section_problems(config: dict) -> list:
-    found = []
-    m = config.get("metrics", {})
-    if not isinstance(m, dict):
-        return [("metrics", "expected an object")]
-    port = m.get("port")
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port < 65536:
-        found.append(("metrics.port", f"expected a port number 0..65535 (0 = any free port), got {port!r}"))
-    c = config.get("checkpoint", {})
-    if not isinstance(c, dict):
-        return found + [("checkpoint", "expected an object")]
-    if c.get("dir") is not None and not isinstance(c.get("dir"), str):
-        found.append(("checkpoint.dir", f"expected a directory path or null, got {c.get('dir')!r}"))
-    for key in ("every_seconds", "every_batches", "keep"):
-        v = c.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
-            found.append((f"checkpoint.{key}", f"expected a number >= 0, got {v!r}"))
-    return found
-
-
-def _catch(fn) -> list:
-    try:
-        fn()
-    except ConfigError as err:
-        return err.problems
-    return []
 
 
 def validate(config: dict, *, source: str | None = None) -> dict:
@@ -176,3 +233,8 @@ def validate(config: dict, *, source: str | None = None) -> dict:
     if found:
         raise ConfigError(found, source=source)
     return config
+
+
+if __name__ == "__main__":
+    for heading, table in tables().items():
+        print(f"{heading}:\n\n{table}\n")

@@ -27,9 +27,9 @@ import time
 import numpy as np
 
 from . import adwin as kernel
-from .progressive import logloss
+from .scores import log_losses
 from .registry import Registry
-from .schema import Option, check_options, non_negative, positive, with_defaults
+from .schema import Option, check_options, join, kind_problems, non_negative, positive, with_defaults
 
 log = logging.getLogger("streamtrain.drift")
 DETECTORS = Registry("drift detector", group="streamtrain.drift")
@@ -170,27 +170,22 @@ class Adwin(Detector):
 
 
 # ---- in the trainer ----------------------------------------------------------------------
+def _detector_problems(value) -> list[tuple[str, str]]:
+    """Each listed detector: a known ``type`` and that kind's options."""
+    found = []
+    for i, d in enumerate(value or []):
+        if not isinstance(d, dict):
+            found.append((f"[{i}]", f'expected an object like {{"type": "adwin"}}, got {d!r}'))
+            continue
+        found += [(join(f"[{i}]", k), m) for k, m in kind_problems(DETECTORS, d)]
+    return found
+
+
 DRIFT_OPTIONS = {
     "enabled": Option(True, (bool,), doc="run the detectors over the progressive loss"),
-    "detectors": Option(None, (list, type(None)),
-                        doc='list of {"type": "page_hinkley" | "adwin", ...options}; null = both, defaults'),
+    "detectors": Option(None, (list, type(None)), nested=_detector_problems,
+                        doc='`[{"type": "page_hinkley" or "adwin", options…}]`; null = both, with their defaults'),
 }
-
-
-def drift_problems(cfg) -> list[tuple[str, str]]:
-    """Every problem of the ``drift`` section, with its path below ``drift``."""
-    if not isinstance(cfg, dict):
-        return [("", f"expected an object, got {cfg!r}")]
-    found = check_options(DRIFT_OPTIONS, cfg, what="drift")
-    for i, d in enumerate(cfg.get("detectors") or []):
-        if not isinstance(d, dict) or d.get("type") not in DETECTORS.names():
-            found.append((f"detectors[{i}].type", f"unknown drift detector {d!r} "
-                                                  f"(known: {', '.join(DETECTORS.names())})"))
-            continue
-        cls = DETECTORS.get(d["type"])
-        found += [(f"detectors[{i}].{k}", m) for k, m in
-                  check_options(cls.options, {k: v for k, v in d.items() if k != "type"}, what=cls.kind)]
-    return found
 
 
 class DriftMonitor:
@@ -235,4 +230,4 @@ class DriftMonitor:
 
     def on_step(self, job, batch, result) -> None:
         if result.applied and getattr(job.trainer, "binary", False) and result.predictions is not None:
-            self.update(logloss(batch.labels, np.asarray(result.predictions).reshape(-1)))
+            self.update(log_losses(batch.labels, np.asarray(result.predictions).reshape(-1)))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streamtrain.ops import REGISTRY, load_all
+from streamtrain.ops import LAYERS, load_all
 from streamtrain.ops.base import Layer
 
 from .context import Context, Gradients
@@ -44,11 +44,11 @@ def layers_from_config(configs: list) -> list[Layer]:
         name, kind = cfg.get("name"), cfg.get("type")
         if not isinstance(name, str) or not name:
             problems.append((f"{where}.name", "required: a non-empty string"))
-        if kind not in REGISTRY:
-            known = ", ".join(sorted(REGISTRY))
+        if kind not in LAYERS:
+            known = ", ".join(sorted(LAYERS))
             problems.append((f"{where}.type", f"unknown layer type {kind!r} (known: {known})"))
             continue
-        cls = REGISTRY[kind]
+        cls = LAYERS[kind]
         opts = {k: v for k, v in cfg.items() if k not in ("name", "type", "inputs", "param", "optimizer")}
         for key, msg in cls.option_problems(opts):
             problems.append((f"{where}.{key}", msg))

@@ -20,6 +20,7 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from .progressive import Window
+from .readers.malformed import REASONS
 from .state import Status
 
 log = logging.getLogger("streamtrain.metrics")
@@ -28,10 +29,6 @@ ROW_STATES = ("live", "admitted", "expired")
 LAYER_STATES = [s.name.lower() for s in Status]
 STEP_BUCKETS = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10)
 FRESHNESS_BUCKETS = (.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 21600, 86400)
-try:
-    from streamtrain.readers.malformed import REASONS
-except ImportError:  # pragma: no cover - readers not installed
-    REASONS = ("decode", "field_count", "number", "label")
 
 
 class BulkHistogram(Collector):

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .scores import log_losses
+
 BINS = 1 << 16
 LIMIT = 30.0
-EPS = 1e-7
 
 
 def logit_bins(p: np.ndarray) -> np.ndarray:
@@ -25,12 +26,6 @@ def auc_from_hist(pos: np.ndarray, neg: np.ndarray) -> float:
         return float("nan")
     neg_below = np.cumsum(neg) - neg
     return float((pos * neg_below).sum() + 0.5 * (pos * neg).sum()) / (float(n_pos) * float(n_neg))
-
-
-def logloss(labels, p) -> np.ndarray:
-    p = np.clip(np.asarray(p, np.float64), EPS, 1 - EPS)
-    y = np.asarray(labels, np.float64)
-    return -(y * np.log(p) + (1 - y) * np.log1p(-p))
 
 
 class Progressive:
@@ -52,7 +47,7 @@ class Progressive:
         np.add.at(self.pos, bins[positive], 1)      # O(batch), not O(BINS) per batch
         np.add.at(self.neg, bins[~positive], 1)
         self.count += len(labels)
-        self.loss_sum += float(logloss(labels, p).sum())
+        self.loss_sum += float(log_losses(labels, p).sum())
         self.label_sum += float(labels.sum())
         self.pred_sum += float(p.sum())
 

@@ -150,7 +150,7 @@ def fake_stream(monkeypatch):
 
 def job_config(tmp_path, **over) -> dict:
     from streamtrain import config as configmod
-    cfg = configmod.merge(configmod.DEFAULTS, {"layers": MODEL, "batch_size": 64,
+    cfg = configmod.merge(configmod.defaults(), {"layers": MODEL, "batch_size": 64,
                                                "checkpoint": {"dir": str(tmp_path / "ckpt")}})
     return configmod.merge(cfg, over)
 

@@ -63,7 +63,7 @@ def test_every_problem_is_listed_with_its_path(tmp_path):
     bad["layers"][1] = {"name": "emb", "type": "embedding", "inputs": ["sparse"], "dim": 2}
     found = dict(cfgmod.problems(cfgmod.load(write(tmp_path, bad))))
     assert found["layers[2].inputs[0]"] == "unknown layer 'fc9' (known: sparse, emb, fc1, loss)"
-    assert found["layers[3].optimizer.lr"].startswith("must be a number >= 0")
+    assert found["layers[3].optimizer.lr"] == "must be >= 0, got -1"
 
 
 def test_cycle_and_loss_count(tmp_path):
@@ -88,7 +88,7 @@ def test_validate_command(tmp_path, capsys):
     bad = write(tmp_path, {**LR, "batch_size": -1}, "bad.json")
     assert main(["validate", str(bad), "--set", "layers.emb.dim=0"]) == 2
     err = capsys.readouterr().err
-    assert "batch_size: expected a positive integer, got -1" in err
+    assert "batch_size: must be > 0, got -1" in err
     assert "layers[1].dim: must be > 0, got 0" in err
 
 

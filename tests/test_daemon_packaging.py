@@ -47,11 +47,6 @@ def test_compose_overrides_make_a_kafka_redis_job():
                              "group": "streamtrain", "format": "criteo"}
     assert cfg["store"] == {"backend": "redis", "urls": ["redis://redis:6379/0"]}
     assert cfg["metrics"]["host"] == "0.0.0.0"
-    from streamtrain.readers import READER_TYPES
-    from streamtrain.store import BACKENDS, validate_store_config
-    validate_store_config(cfg["store"])              # loads the optional backends
-    if "kafka" not in READER_TYPES or "redis" not in BACKENDS:
-        pytest.skip("the kafka reader or redis store is not installed: cannot validate the whole job")
     configmod.validate(cfg)
 
 

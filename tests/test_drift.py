@@ -9,10 +9,11 @@ import types
 import numpy as np
 import pytest
 
-from streamtrain.drift import DETECTORS, Adwin, DriftMonitor, PageHinkley, drift_problems, fading_sum
+from streamtrain import config as configmod
+from streamtrain.drift import DETECTORS, Adwin, DriftMonitor, PageHinkley, fading_sum
 from streamtrain.graph import Graph, Schema
 from streamtrain.metrics import Metrics
-from streamtrain.progressive import logloss
+from streamtrain.scores import log_losses as logloss
 from streamtrain.readers import SyntheticStream
 from streamtrain.store import MemoryStore
 from streamtrain.trainer import Trainer
@@ -235,9 +236,11 @@ def test_planted_drift_in_the_synthetic_stream_fires_in_the_trainer():
 
 
 def test_config_problems_name_the_detector_option():
-    assert drift_problems({"detectors": [{"type": "adwin", "delta": -1}, {"type": "cusum"}]}) == [
-        ("detectors[0].delta", "must be > 0, got -1"),
-        ("detectors[1].type", "unknown drift detector {'type': 'cusum'} (known: adwin, page_hinkley)")]
+    cfg = configmod.load("examples/lr.json", ['drift.detectors=[{"type": "adwin", "delta": -1}, {"type": "cusum"}, 3]'])
+    assert [p for p in configmod.problems(cfg) if p[0].startswith("drift")] == [
+        ("drift.detectors[0].delta", "must be > 0, got -1"),
+        ("drift.detectors[1].type", "unknown drift detector 'cusum' (known: adwin, page_hinkley)"),
+        ("drift.detectors[2]", 'expected an object like {"type": "adwin"}, got 3')]
     assert DriftMonitor.from_config({"enabled": False}) is None
 
 

@@ -219,7 +219,7 @@ def test_a_recreated_topic_is_followed_not_skipped(tmp_path):
         topic, group = "recreated", "g-recreated"
         broker_mod.create_topic(broker.bootstrap, topic, partitions=2)
         produce(broker.bootstrap, topic, criteo_lines(400, seed=1))
-        cfg = configmod.merge(configmod.DEFAULTS, {
+        cfg = configmod.merge(configmod.defaults(), {
             "batch_size": 50, "layers": LR_LAYERS, "metrics": {"enabled": False},
             "reader": {"type": "kafka", "bootstrap": broker.bootstrap, "topic": topic, "group": group,
                        "format": "criteo", "max_wait_ms": 100, "consumer": dict(TEST_CONSUMER)}})

@@ -11,7 +11,7 @@ import pytest
 from streamtrain import config as cfgmod
 from streamtrain.evaluator import Evaluator
 from streamtrain.job import Job
-from streamtrain.readers.metrics import auc as exact_auc
+from streamtrain.scores import auc as exact_auc
 from tests.conftest import ROOT
 
 EXAMPLES = ROOT / "examples"
@@ -56,7 +56,7 @@ def test_every_example_model_trains_on_criteo_to_the_end(model, criteo_path):
 
 @pytest.fixture(scope="module")
 def movielens_csv(data_dir, tmp_path_factory):
-    from streamtrain.readers.movielens import write_movielens_csv
+    from streamtrain.movielens import write_movielens_csv
     path = tmp_path_factory.mktemp("ml") / "movielens.csv"
     write_movielens_csv(data_dir / "movielens_100k", path)
     return path

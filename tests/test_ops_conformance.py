@@ -17,16 +17,17 @@ import pytest
 from streamtrain.context import Context
 from streamtrain.errors import ConfigError
 from streamtrain.graph import Schema
-from streamtrain.ops import REGISTRY, load_all
+from streamtrain.ops import LAYERS, SPARSE, load_all
 from streamtrain.testing import feed_tables, gradcheck, input_shape, random_batch
 
 load_all()
 BATCH = 5
-SPARSE = "sparse"      # an input spec: the batch's categorical fields (what sparse_input outputs)
 
 
 @dataclass
 class Case:
+    """One entry of a kind's ``test_params()["cases"]`` (see ``Layer.test_params``)."""
+
     kind: str
     options: dict = field(default_factory=dict)
     inputs: tuple = ((4,),)         # per-example shape of each dense input, or SPARSE
@@ -40,67 +41,14 @@ class Case:
         return f"{self.kind}-{self.tag}" if self.tag else self.kind
 
 
-CASES = [
-    Case("sparse_input", inputs=()),
-    Case("sparse_input", {"fields": ["a", "c"]}, inputs=(), tag="fields"),
-    Case("sparse_input", {"exclude": ["b"]}, inputs=(), tag="exclude"),
-    Case("dense_input", inputs=()),
-    Case("dense_input", {"fields": ["d2", "d0"]}, inputs=(), tag="fields"),
-    Case("embedding", {"dim": 3}, (SPARSE,), tag="per_field-sum"),
-    Case("embedding", {"dim": 3, "shared": True}, (SPARSE,), {"multivalue": ("b", "c"), "values": True},
-         tag="shared-sum-values-multi"),
-    Case("embedding", {"dim": 2, "combiner": "mean"}, (SPARSE,), {"multivalue": ("a",)},
-         tag="per_field-mean-multi"),
-    Case("embedding", {"dim": 2, "combiner": "mean", "shared": True}, (SPARSE,),
-         {"multivalue": ("a", "b"), "values": True, "missing": 0.3}, tag="shared-mean-values-multi"),
-    Case("embedding", {"dim": 2}, (SPARSE,), {"multivalue": ("a", "b", "c"), "values": True},
-         tag="per_field-sum-values-multi"),
-    *[Case("fc", {"dim": 3, "activation": act}, ((2, 3),), tag=act)
-      for act in ("identity", "relu", "sigmoid", "tanh")],
-    Case("fc", {"dim": 2, "bias": False, "init": "normal"}, ((4,),),
-         extra={"param": "shared_fc", "optimizer": {"type": "adam", "lr": 0.01}}, tag="nobias-param"),
-    Case("logloss", inputs=((1,),)),
-    Case("logloss", {"reduction": "mean"}, ((1,),), tag="mean"),
-    Case("logloss", {"sequential": True, "implicit": False}, ((1,),), tag="sequential"),
-    Case("mse", inputs=((1,),)),
-    Case("mse", {"reduction": "mean"}, ((1,),), tag="mean"),
-    Case("softmax_ce", inputs=((4,),), classes=4),
-    Case("softmax_ce", {"reduction": "mean"}, ((3,),), classes=3, tag="mean"),
-    Case("dropout", {"rate": 0.3}, ((2, 3),)),
-    Case("dropout", {"rate": 0.0}, ((4,),), tag="rate0"),
-    Case("concat", inputs=((2, 3), (4,), (1,))),
-    Case("concat", inputs=((3, 2),), tag="one-input"),
-    Case("add", inputs=((2,), (2,), (2,))),
-    Case("add", inputs=((3, 2),), tag="one-input"),
-    Case("sum_pooling", inputs=((4, 3),)),
-    Case("sum_pooling", inputs=((5,),), tag="vector"),
-    Case("mean_pooling", inputs=((4, 3),)),
-    Case("mean_pooling", {"axis": 2}, ((4, 3),), tag="axis2"),
-    Case("fm", inputs=((4, 3),)),
-    Case("fm", {"reduce": True}, ((4, 3),), tag="reduce"),
-    Case("inner_product", inputs=((4, 3),)),
-    Case("inner_product", inputs=((2, 5),), tag="two-fields"),
-    Case("cross", {"layers": 1}, ((5,),), tag="1layer"),
-    Case("cross", {"layers": 3, "init_scale": 0.3}, ((2, 3),), tag="3layers"),
-    Case("cosine", inputs=((6,), (2, 3))),
-    Case("feature_cross", inputs=(SPARSE,)),
-    Case("feature_cross", {"pairs": [["a", "c"]], "keep": False}, (SPARSE,), {"multivalue": ("a",), "values": True},
-         tag="pairs-multi-values"),
-    Case("bias", inputs=()),
-    Case("bias", {"dim": 3, "init": "normal", "init_scale": 0.5}, inputs=(),
-         extra={"optimizer": {"type": "adagrad", "lr": 0.5}}, tag="dim3-optimizer"),
-]
+def cases_of(kind: str) -> list[Case]:
+    return [Case(kind, **{k: tuple(v) if k == "inputs" else v for k, v in c.items()})
+            for c in LAYERS[kind].test_params()["cases"]]
 
-# per kind: one option value that must be refused (None: the kind has no options)
-BAD_VALUE = {
-    "sparse_input": ("fields", "a"), "dense_input": ("fields", ["d0", 3]),
-    "embedding": ("combiner", "max"), "fc": ("activation", "gelu"), "logloss": ("reduction", "avg"),
-    "mse": ("reduction", "none"), "softmax_ce": ("reduction", "avg"), "dropout": ("rate", 1.0),
-    "concat": None, "add": None, "sum_pooling": ("axis", 0), "mean_pooling": ("axis", "1"),
-    "fm": ("reduce", 1), "inner_product": None, "cross": ("layers", 0), "cosine": ("eps", 0),
-    "bias": ("dim", 0), "feature_cross": ("max_fields", 1),
-}
-KINDS = sorted(REGISTRY)
+
+KINDS = LAYERS.names()
+CASES = [case for kind in KINDS for case in cases_of(kind)]
+BAD_VALUE = {kind: LAYERS[kind].test_params()["bad"] for kind in KINDS}
 
 
 def make_batch(case: Case, seed: int = 0):
@@ -116,7 +64,7 @@ def make(case: Case, seed: int = 0):
     batch = make_batch(case, seed)
     xs = [batch.sparse if spec == SPARSE else rng.standard_normal((BATCH, *spec)) for spec in case.inputs]
     names = [f"in{i}" for i in range(len(xs))]
-    layer = REGISTRY[case.kind]("l", names, **case.extra, **case.options)
+    layer = LAYERS[case.kind]("l", names, **case.extra, **case.options)
     return layer, xs, batch
 
 
@@ -143,9 +91,8 @@ def run(layer, xs, batch, values=None, **kw):
 
 
 def test_every_registered_kind_has_a_case():
-    missing = set(REGISTRY) - {c.kind for c in CASES}
+    missing = set(LAYERS) - {c.kind for c in CASES}
     assert not missing, f"layer kinds without a conformance case: {sorted(missing)}"
-    assert set(BAD_VALUE) == set(REGISTRY), "every kind needs an entry in BAD_VALUE"
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
@@ -164,7 +111,7 @@ def test_json_round_trip(case):
     config = layer.get_config()
     assert config["type"] == case.kind and config["name"] == "l"
     again = json.loads(json.dumps(config))
-    rebuilt = REGISTRY[again["type"]].from_config(again)
+    rebuilt = LAYERS[again["type"]].from_config(again)
     assert rebuilt.get_config() == config
     assert type(rebuilt) is type(layer)
     ctx1, out1 = run(layer, xs, batch)
@@ -213,7 +160,7 @@ def test_forward_contract(case):
 @pytest.mark.parametrize("kind", KINDS)
 def test_unknown_option_is_refused(kind):
     with pytest.raises(ConfigError) as err:
-        REGISTRY[kind]("l", ["x"], colour="blue")
+        LAYERS[kind]("l", ["x"], colour="blue")
     assert "layers.l.colour" in str(err.value) and "unknown option" in str(err.value)
 
 
@@ -222,11 +169,60 @@ def test_bad_option_value_is_refused(kind):
     key, value = BAD_VALUE[kind]
     required = {"dim": 2} if kind == "fc" else {}
     with pytest.raises(ConfigError) as err:
-        REGISTRY[kind]("l", ["x"], **{**required, key: value})
+        LAYERS[kind]("l", ["x"], **{**required, key: value})
     assert f"layers.l.{key}" in str(err.value), str(err.value)
     assert [p for p, _ in err.value.problems] == [f"layers.l.{key}"]
 
 
 def test_missing_required_option_is_refused():
     with pytest.raises(ConfigError, match=r"layers\.l\.dim: required"):
-        REGISTRY["fc"]("l", ["x"])
+        LAYERS["fc"]("l", ["x"])
+
+
+def test_a_kind_defined_here_is_discovered_and_checked():
+    """Adding a layer kind is one class: the suite and the config find it through the registry."""
+    from streamtrain.graph import layers_from_config
+    from streamtrain.ops import Layer, Option, register
+
+    @register
+    class Scale(Layer):
+        """y = x · w (one weight per feature)."""
+
+        kind = "test_scale"
+        options = {"init_scale": Option(0.5, (int, float))}
+
+        @classmethod
+        def test_params(cls):
+            return {"cases": [{"inputs": [(3,)]}, {"inputs": [(2, 2)], "tag": "2d"}],
+                    "bad": ("init_scale", "big")}
+
+        def build(self, input_shapes, schema):
+            self.declare("w", input_shapes[0], init="normal")
+            return tuple(input_shapes[0])
+
+        def forward(self, ctx, xs):
+            ctx.saved[self.name] = xs[0]
+            return xs[0] * ctx.values[self.params["w"].name]
+
+        def backward(self, ctx, gy):
+            x = ctx.saved[self.name]
+            ctx.add_param_grad(self.params["w"].name, (gy * x).sum(axis=0))
+            return [gy * ctx.values[self.params["w"].name]]
+
+    try:
+        assert "test_scale" in LAYERS.names()
+        cases = cases_of("test_scale")
+        assert [c.id for c in cases] == ["test_scale", "test_scale-2d"]
+        for case in cases:
+            test_gradcheck(case)
+            test_json_round_trip(case)
+            test_forward_contract(case)
+        test_unknown_option_is_refused("test_scale")
+        key, value = Scale.test_params()["bad"]
+        with pytest.raises(ConfigError, match=r"layers\.l\.init_scale"):
+            Scale("l", ["x"], **{key: value})
+        built = layers_from_config([{"name": "s", "type": "test_scale", "inputs": ["x"]}])
+        assert type(built[0]) is Scale
+    finally:
+        LAYERS.unregister("test_scale")
+    assert "test_scale" not in LAYERS

@@ -8,7 +8,7 @@ from streamtrain.batch import Batch
 from streamtrain.context import Context
 from streamtrain.errors import ConfigError, ShapeError
 from streamtrain.graph import Graph, Schema
-from streamtrain.ops import REGISTRY, load_all
+from streamtrain.ops import LAYERS, load_all
 
 load_all()
 
@@ -18,7 +18,7 @@ V = np.array([[[1.0, 0.0], [2.0, 1.0], [0.0, 3.0]]])
 
 def forward(kind, xs, labels=None, params=None, *, training=True, seed=0, **options):
     xs = [np.asarray(x, np.float64) for x in xs]
-    layer = REGISTRY[kind]("l", [f"in{i}" for i in range(len(xs))], **options)
+    layer = LAYERS[kind]("l", [f"in{i}" for i in range(len(xs))], **options)
     layer.output_shape = layer.build([x.shape[1:] for x in xs], Schema())
     ctx = Context(["l"], dtype=np.float64, seed=seed, training=training)
     labels = np.zeros(len(xs[0])) if labels is None else labels
@@ -55,7 +55,7 @@ def test_cosine_by_hand_and_zero_vectors():
     out, _ = forward("cosine", [a, b])
     np.testing.assert_allclose(out, [[0.96], [-1.0], [0.0], [0.0]], atol=1e-8)
     assert out.shape == (4, 1)
-    layer = REGISTRY["cosine"]("l", ["in0", "in1"])
+    layer = LAYERS["cosine"]("l", ["in0", "in1"])
     layer.build([(2,), (2,)], Schema())
     ctx = Context(["l"], dtype=np.float64)
     layer.forward(ctx, [np.array(a), np.array(b)])
@@ -87,7 +87,7 @@ def test_mse_by_hand():
     out, ctx = forward("mse", [[[1.0], [3.0]]], labels=[0, 1])
     assert ctx.loss == pytest.approx((1 + 4) / 2)                # no one-half
     np.testing.assert_allclose(out, [1.0, 3.0])
-    layer = REGISTRY["mse"]("l", ["in0"], reduction="mean")
+    layer = LAYERS["mse"]("l", ["in0"], reduction="mean")
     layer.build([(1,)], Schema())
     layer.forward(ctx, [np.array([[1.0], [3.0]])])
     np.testing.assert_allclose(layer.backward(ctx, None)[0], [[1.0], [2.0]])   # 2 (z - y) / B
@@ -115,7 +115,7 @@ def test_dropout_scales_kept_entries_and_is_identity_when_evaluating():
 
 
 def test_add_shape_mismatch_names_both_inputs_and_shapes():
-    layer = REGISTRY["add"]("logit", ["wide", "deep"])
+    layer = LAYERS["add"]("logit", ["wide", "deep"])
     with pytest.raises(ShapeError) as err:
         layer.build([(1,), (8,)], Schema())
     msg = str(err.value)
@@ -124,17 +124,17 @@ def test_add_shape_mismatch_names_both_inputs_and_shapes():
 
 def test_shape_errors_of_interaction_layers():
     with pytest.raises(ShapeError, match=r"'c'.*'a'.*\(3,\).*'b'.*\(4,\)"):
-        REGISTRY["cosine"]("c", ["a", "b"]).build([(3,), (4,)], Schema())
+        LAYERS["cosine"]("c", ["a", "b"]).build([(3,), (4,)], Schema())
     with pytest.raises(ShapeError, match=r"\[B, F, d\]"):
-        REGISTRY["fm"]("f", ["x"]).build([(6,)], Schema())
+        LAYERS["fm"]("f", ["x"]).build([(6,)], Schema())
     with pytest.raises(ShapeError, match="at least 2 fields"):
-        REGISTRY["inner_product"]("p", ["x"]).build([(1, 4)], Schema())
+        LAYERS["inner_product"]("p", ["x"]).build([(1, 4)], Schema())
     with pytest.raises(ShapeError, match="axis 3"):
-        REGISTRY["sum_pooling"]("s", ["x"], axis=3).build([(2, 4)], Schema())
+        LAYERS["sum_pooling"]("s", ["x"], axis=3).build([(2, 4)], Schema())
     with pytest.raises(ShapeError, match="K >= 2"):
-        REGISTRY["softmax_ce"]("s", ["x"]).build([(1,)], Schema())
+        LAYERS["softmax_ce"]("s", ["x"]).build([(1,)], Schema())
     with pytest.raises(ShapeError, match="one output"):
-        REGISTRY["mse"]("m", ["x"]).build([(2,)], Schema())
+        LAYERS["mse"]("m", ["x"]).build([(2,)], Schema())
 
 
 def test_shape_error_in_a_graph_becomes_a_config_error_naming_the_layer():

@@ -74,12 +74,15 @@ def test_ftrl_l1_gives_exact_zeros():
     assert w1[0] == 0.0 and w1[1] > 0
 
 
-@pytest.mark.parametrize("kind", sorted(OPTIMIZERS))
+KINDS = OPTIMIZERS.names()
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_sparse_rows_only_touched_change(kind):
     """Per-row lazy state: a row's step depends only on the pushes that touched it."""
     spec = ParamSpec("emb.table", (3,), table=True, init="normal", scale=0.1)
     store = MemoryStore(dtype=np.float64)
-    store.declare({spec.name: spec}, {"type": kind})
+    store.declare({spec.name: spec}, {"type": kind, **OPTIMIZERS[kind].test_params()})
     ids_a = np.array([1, 5, 9], np.uint64)
     before = store.pull([], {spec.name: ids_a})[spec.name].copy()
     g = np.ones((2, 3))
@@ -88,7 +91,7 @@ def test_sparse_rows_only_touched_change(kind):
     assert np.array_equal(after[1], before[1])          # id 5 untouched
     assert not np.allclose(after[0], before[0])
     # row 9 pushed once, like a fresh dense parameter of the same initial value stepped once
-    opt = make_optimizer({"type": kind})
+    opt = make_optimizer({"type": kind, **OPTIMIZERS[kind].test_params()})
     w = before[2].copy()[None, :]
     state = opt.init_state(w.shape, table=True, dtype=np.float64)
     opt.step(w, g[1:], state)
@@ -108,9 +111,9 @@ def test_adam_step_count_is_per_row():
     assert np.allclose(store.tables[spec.name].state["t"][:2, 0], [5, 1])
 
 
-@pytest.mark.parametrize("kind", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("kind", KINDS)
 def test_config_round_trip(kind):
-    opt = make_optimizer({"type": kind})
+    opt = make_optimizer({"type": kind, **OPTIMIZERS[kind].test_params()})
     again = make_optimizer(json.loads(json.dumps(opt.get_config())))
     assert again.get_config() == opt.get_config()
 
@@ -118,7 +121,66 @@ def test_config_round_trip(kind):
 def test_bad_optimizer_configs_name_the_path():
     with pytest.raises(ConfigError, match=r"default_optimizer.type: unknown optimizer 'adamw'"):
         make_optimizer({"type": "adamw"}, where="default_optimizer")
-    with pytest.raises(ConfigError, match=r"layers\[2\].optimizer.momentum: unknown hyperparameter"):
+    with pytest.raises(ConfigError, match=r"layers\[2\].optimizer.momentum: unknown key for optimizer 'sgd' \(known: lr\)"):
         make_optimizer({"type": "sgd", "momentum": 0.9}, where="layers[2].optimizer")
-    with pytest.raises(ConfigError, match=r"lr: must be a number >= 0"):
+    with pytest.raises(ConfigError, match=r"lr: expected int/float, got str 'fast'"):
         make_optimizer({"type": "sgd", "lr": "fast"})
+    with pytest.raises(ConfigError, match=r"lr: must be >= 0, got -1"):
+        make_optimizer({"type": "sgd", "lr": -1})
+
+
+@pytest.mark.parametrize("kind", [k for k in KINDS if OPTIMIZERS[k].sequential])
+def test_rates_are_the_step_size_by_finite_differences(kind):
+    """``rates(state, sq)`` is ``-dw/dg`` of ``step`` with the squares ``sq`` held fixed."""
+    opt = make_optimizer({"type": kind, **OPTIMIZERS[kind].test_params()})
+    rng = np.random.default_rng(3)
+    w0 = rng.standard_normal(4)
+    state = opt.init_state(w0.shape, table=False, dtype=np.float64)
+    for _ in range(3):                               # a state that has seen some gradients
+        opt.step(w0, rng.standard_normal(4) * 2, state)
+    sq = rng.uniform(0.5, 2.0, 4)
+    h = 1e-6
+
+    def after(g):
+        w, st = w0.copy(), {k: v.copy() for k, v in state.items()}
+        opt.step(w, np.full(4, g), st, sq=sq if opt.squares else None)
+        return w
+    numeric = -(after(h) - after(-h)) / (2 * h)
+    analytic = opt.rates({k: np.broadcast_to(state[k], sq.shape) for k in opt.rate_slots}, sq)
+    np.testing.assert_allclose(numeric, analytic, rtol=1e-5, atol=1e-9)
+
+
+def test_an_optimizer_defined_here_is_discovered_and_checked():
+    """Adding a rule is one class: config, stores and this suite find it through the registry."""
+    from streamtrain.optim import Optimizer, register
+    from streamtrain.schema import NUMBER, Option
+
+    @register
+    class SignSGD(Optimizer):
+        """w -= lr · sign(g)"""
+
+        kind = "test_signsgd"
+        options = {"lr": Option(0.01, NUMBER)}
+
+        @classmethod
+        def test_params(cls):
+            return {"lr": 0.25}
+
+        def step(self, w, g, state, sq=None):
+            w -= self.lr * np.sign(g)
+
+    try:
+        assert "test_signsgd" in KINDS + OPTIMIZERS.names()
+        w1, w2 = two_steps("test_signsgd", {"lr": 0.25}, [1.0, -2.0], [0.5, -3.0], [-1.0, 0.0])
+        assert np.allclose(w1, [0.75, -1.75]) and np.allclose(w2, [1.0, -1.75])
+        test_sparse_rows_only_touched_change("test_signsgd")
+        test_config_round_trip("test_signsgd")
+        from streamtrain import config as cfgmod
+        found = cfgmod.problems(cfgmod.with_defaults(cfgmod.SCHEMA, {
+            "default_optimizer": {"type": "test_signsgd", "lr": 0.1, "mu": 1},
+            "layers": [{"name": "x", "type": "dense_input"}, {"name": "l", "type": "mse", "inputs": ["x"]}]}))
+        assert found == [("default_optimizer.mu", "unknown key for optimizer 'test_signsgd' (known: lr)")]
+    finally:
+        OPTIMIZERS.unregister("test_signsgd")
+    with pytest.raises(ConfigError, match="unknown optimizer 'test_signsgd'"):
+        make_optimizer({"type": "test_signsgd"})

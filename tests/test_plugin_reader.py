@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -127,6 +128,23 @@ def test_worked_example_trains_from_the_cli(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     s = json.loads(summary.read_text())
     assert s["examples"] == 20000 and s["auc"] > 0.62
+
+
+def test_worked_example_runs_through_the_console_script(tmp_path):
+    """Issue 15 defect 3: the README's command, as a user types it (the ``streamtrain`` script
+    does not put the current directory on the path; ``python -m`` did, hiding the bug)."""
+    script = Path(sys.executable).with_name("streamtrain")
+    out = subprocess.run([str(script), "run", "examples/plugin_reader.json", "--set", "metrics.enabled=false",
+                          "--set", "reader.args.n=600", "--summary", str(tmp_path / "s.json")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads((tmp_path / "s.json").read_text())["examples"] == 600
+    out = subprocess.run([str(script), "validate", "examples/plugin_reader.json", "--set", "reader.seed=1",
+                          "--set", "reader.format=criteo", "--set", "reader.colour=red"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "  reader.colour: unknown key for format 'criteo'" in out.stderr and "reader.reader" not in out.stderr
+    assert "  reader.seed: unknown key for format 'criteo'" in out.stderr
 
 
 def test_entry_point_plugin_from_the_cli(entry_point_dist, tmp_path):

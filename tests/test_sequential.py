@@ -252,12 +252,12 @@ def test_job_names_the_layers_it_learns_per_example(caplog):
     base = {"reader": {"type": "synthetic", "examples": 512, "fields": 3}, "batch_size": 256,
             "metrics": {"enabled": False}}
     with caplog.at_level(logging.INFO, logger="streamtrain"):
-        Job(cfgmod.validate(cfgmod.merge(cfgmod.DEFAULTS, {**base, "layers": lr_layers({"sequential": True}, OPTIMIZERS["ftrl"])}))).run()
+        Job(cfgmod.validate(cfgmod.merge(cfgmod.defaults(), {**base, "layers": lr_layers({"sequential": True}, OPTIMIZERS["ftrl"])}))).run()
     assert "per-example linear terms (sequential loss 'loss'): wide, linear, bias" in caplog.text
     adam = {"type": "adam", "lr": 0.01}
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="streamtrain"):
-        Job(cfgmod.validate(cfgmod.merge(cfgmod.DEFAULTS, {**base, "layers": lr_layers({"sequential": True}, adam)}))).run()
+        Job(cfgmod.validate(cfgmod.merge(cfgmod.defaults(), {**base, "layers": lr_layers({"sequential": True}, adam)}))).run()
     assert "is sequential but no layer qualifies" in caplog.text
 
 

@@ -149,7 +149,7 @@ def lines_batch(body: bytes, fmt: str, options: dict, schema: Schema, max_record
         raise BadRequest("", "no lines: send at least one record")
     batch = parser.parse(lines)
     if batch.size != len(lines):
-        _name_bad_line(lines, parser, fmt, header)
+        _name_bad_line(lines, fmt, options, header)
     missing = set(schema.sparse) - set(batch.sparse) | set(schema.dense) - set(batch.dense_names)
     if missing:
         raise BadRequest("header" if first else "line 1",
@@ -157,12 +157,12 @@ def lines_batch(body: bytes, fmt: str, options: dict, schema: Schema, max_record
     return on_schema(batch, schema)
 
 
-def _name_bad_line(lines, parser, fmt, header) -> None:
+def _name_bad_line(lines, fmt, options, header) -> None:
     """Only on the error path: parse line by line to say which one and why."""
     first = int(header is not None)
     for i, line in enumerate(lines):
         reasons = []
-        one = type(parser)(parser.options, Malformed(on_bad=lambda _line, why: reasons.append(why)))
+        one = make_parser(fmt, options, Malformed(on_bad=lambda _line, why: reasons.append(why)))
         if header is not None:
             one.set_header(header)
         if one.parse([line]).size == 0:

@@ -24,7 +24,8 @@ from streamtrain.store import make_store
 
 from .cache import CachedParams, LiveParams
 from streamtrain.readers.kafka_config import DEFAULTS as KAFKA_DEFAULTS, split_options
-from streamtrain.readers.source import _file_options
+from streamtrain.readers.formats import split_format_options
+from streamtrain.readers.source import FileReader
 
 from .inputs import BadRequest, decode_json, lines_batch, records_batch
 from .publish import layers_digest, published_schema, published_step, read_published
@@ -195,6 +196,6 @@ def stream_format(reader_cfg: dict) -> tuple[str | None, dict]:
         options, _ = split_options(reader_cfg)
         return reader_cfg.get("format", KAFKA_DEFAULTS["format"]), options
     if kind == "file" and reader_cfg.get("format"):
-        options, _ = _file_options(reader_cfg)
+        options, _ = split_format_options(reader_cfg, (*FileReader.options, "type"))
         return reader_cfg["format"], options
     return None, {}

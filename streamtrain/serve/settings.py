@@ -1,15 +1,11 @@
 """The ``serve`` section of the job config: where the prediction server listens and its limits.
 
->>> serve_problems({"port": -1, "max_record": 5})[0]
-('max_record', 'unknown key for serve (known: enabled, host, max_body_bytes, max_records, max_staleness_s, port, retry_after_s, schema, store_give_up_s)')
+>>> check_options(SERVE_OPTIONS, {"port": -1}, what="serve")
+[('port', 'expected a port number 0..65535 (0 = any free port), got -1')]
 """
 from __future__ import annotations
 
-from streamtrain.schema import Option, check_options, non_negative, positive, with_defaults
-
-
-def _port(v):
-    return None if 0 <= v < 65536 else f"expected a port number 0..65535 (0 = any free port), got {v!r}"
+from streamtrain.schema import NUMBER, Option, check_options, non_negative, port, positive, with_defaults
 
 
 def _schema(v):
@@ -23,25 +19,21 @@ def _schema(v):
 
 
 SERVE_OPTIONS = {
-    "enabled": Option(False, (bool,), doc="streamtrain run: also serve predictions from its own parameters"),
-    "host": Option("127.0.0.1", (str,), doc="address to listen on (0.0.0.0 in containers)"),
-    "port": Option(8080, (int,), check=_port, doc="port (0 = any free port, logged)"),
-    "max_staleness_s": Option(1.0, (int, float), check=non_negative,
-                              doc="oldest a cached parameter may be when it is used (redis store)"),
-    "max_records": Option(1024, (int,), check=positive, doc="records per request (more: 413)"),
-    "max_body_bytes": Option(8 << 20, (int,), check=positive, doc="request body size (more: 413)"),
+    "enabled": Option(False, (bool,), doc="`streamtrain run`: also serve predictions from its own parameters"),
+    "host": Option("127.0.0.1", (str,), doc="address to listen on (`0.0.0.0` in containers)"),
+    "port": Option(8080, (int,), check=port,
+                   doc="port (0 = any free one, logged as `serving predictions on http://HOST:PORT/v1/predict`)"),
+    "max_staleness_s": Option(1.0, NUMBER, check=non_negative,
+                              doc="oldest a cached parameter may be when a request uses it (redis store)"),
+    "max_records": Option(1024, (int,), check=positive, doc="records (or lines) per request; more: 413"),
+    "max_body_bytes": Option(8 << 20, (int,), check=positive, doc="request body size; more: 413"),
     "schema": Option(None, (dict, type(None)), check=_schema,
-                     doc="fields the model is built on; null = what the trainers published"),
-    "store_give_up_s": Option(2.0, (int, float), check=positive,
-                              doc="how long a request retries an unreachable store before its 503"),
-    "retry_after_s": Option(1, (int,), check=positive, doc="Retry-After of a 503"),
+                     doc='the model\'s fields `{"sparse": [...], "dense": [...]}`; null = what the trainers published'),
+    "store_give_up_s": Option(2.0, NUMBER, check=positive,
+                              doc="how long a request retries an unreachable store before its 503 "
+                                  "(then every request gets its 503 at once for 0.25 s)"),
+    "retry_after_s": Option(1, (int,), check=positive, doc="the `Retry-After` of a 503"),
 }
-
-
-def serve_problems(cfg) -> list[tuple[str, str]]:
-    if not isinstance(cfg, dict):
-        return [("", f"expected an object, got {cfg!r}")]
-    return check_options(SERVE_OPTIONS, cfg, what="serve")
 
 
 def serve_settings(config: dict) -> dict:

@@ -1,39 +1,30 @@
-"""Parameter stores: ``memory`` (in process) and ``redis`` (sharded, shared by trainers)."""
+"""Parameter stores: ``memory`` (in process) and ``redis`` (sharded, shared by trainers).
+
+Backends are registered in ``STORES`` (``store.base``) by their module; ``make_store`` picks one
+by ``store.backend``.
+"""
 from __future__ import annotations
 
-from .base import ParamStore, Snapshot, StoreStats
+from streamtrain.schema import kind_problems
+
+from . import redis_store  # noqa: F401  (registers the redis backend)
+from .base import STORES, ParamStore, Snapshot, StoreStats, register
 from .memory import MemoryStore
 
-BACKENDS = {"memory": lambda cfg: MemoryStore()}
-VALIDATORS = {"memory": lambda cfg: [(k, "unknown option for the memory store") for k in cfg if k != "backend"]}
-
-
-def register_backend(name: str, factory, validator) -> None:
-    BACKENDS[name] = factory
-    VALIDATORS[name] = validator
-
-
-def _load_optional() -> None:
-    try:
-        from . import redis_store  # noqa: F401  (registers the redis backend)
-    except ImportError:
-        pass
+DEFAULT_BACKEND = "memory"
 
 
 def validate_store_config(cfg) -> list[tuple[str, str]]:
-    _load_optional()
+    """Every problem of a ``store`` section as (path inside it, message)."""
     if not isinstance(cfg, dict):
         return [("", f"expected an object like {{\"backend\": \"memory\"}}, got {cfg!r}")]
-    backend = cfg.get("backend", "memory")
-    if backend not in BACKENDS:
-        return [("backend", f"unknown store backend {backend!r} (known: {', '.join(BACKENDS)})")]
-    return VALIDATORS[backend](cfg)
+    return kind_problems(STORES, cfg, tag="backend", default=DEFAULT_BACKEND)
 
 
 def make_store(cfg: dict) -> ParamStore:
-    _load_optional()
-    return BACKENDS[cfg.get("backend", "memory")](cfg)
+    cls = STORES.get(cfg.get("backend", DEFAULT_BACKEND), where="store.backend")
+    return cls.from_config({k: v for k, v in cfg.items() if k != "backend"})
 
 
-__all__ = ["ParamStore", "Snapshot", "StoreStats", "MemoryStore", "make_store", "validate_store_config",
-           "register_backend"]
+__all__ = ["ParamStore", "Snapshot", "StoreStats", "MemoryStore", "STORES", "register", "make_store",
+           "validate_store_config"]

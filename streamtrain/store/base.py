@@ -15,6 +15,11 @@ import numpy as np
 from streamtrain.context import Gradients
 from streamtrain.optim import Optimizer, make_optimizer
 from streamtrain.params import ParamSpec, init_dense, init_rows
+from streamtrain.registry import Registry
+from streamtrain.schema import Option, check_options
+
+STORES = Registry("store backend", group="streamtrain.stores")
+register = STORES.register
 
 
 @dataclass
@@ -64,10 +69,38 @@ def initial_rows(spec: ParamSpec, optimizer: Optimizer, ids: np.ndarray, dtype=n
 
 
 class ParamStore(abc.ABC):
-    """Where the parameters live. ``declare`` once, then ``pull``/``push`` every step."""
+    """Where the parameters live. ``declare`` once, then ``pull``/``push`` every step.
 
+    A backend is a subclass with ``kind``, ``options`` (its keys in the ``store`` section),
+    ``from_config`` and ``test_params()``, registered with ``@register``. Optional
+    capabilities have defaults here: ``pull_states`` (raises: no optimizer state to show),
+    ``barrier`` (``None``: updates apply on push, no sync rounds), ``lifecycle()`` (``{}``:
+    no row expiry or admission to count) and ``stats`` (the counters, kept by every store)."""
+
+    kind: str = ""
+    options: dict[str, Option] = {}
     specs: dict
     optimizers: dict
+    #: sync mode: ``barrier(store)`` after each push (the trainer calls it); None = async
+    barrier = None
+    #: the server a backend talks to ("redis"): tests add the address of theirs to test_params
+    server: str | None = None
+
+    @classmethod
+    def check_config(cls, cfg: dict) -> list[tuple[str, str]]:
+        """Every problem of the ``store`` section (without ``backend``) as (key path, message)."""
+        return check_options(cls.options, cfg, what=f"the {cls.kind} store")
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> "ParamStore":
+        """The store a checked ``store`` section describes."""
+        return cls()
+
+    @classmethod
+    def test_params(cls) -> dict:
+        """A ``store`` section (without ``backend``) for the conformance suite (which adds the
+        address of its server for a backend with ``server`` set)."""
+        return {}
 
     def __init__(self):
         self.stats = StoreStats()
@@ -97,6 +130,11 @@ class ParamStore(abc.ABC):
         as the values (a table: one row per pulled id, a "row" slot ``[n, 1]``; a dense
         parameter: its shape, a "row" slot ``(1,)``). Read-only copies; no round trip."""
         raise NotImplementedError(f"{self.describe()} store cannot report optimizer state")
+
+    def lifecycle(self) -> dict:
+        """Per table ``{created, admitted, expired, live, ...}`` for the metrics; may scan the
+        store, so it is called at most every ``metrics.lifecycle_seconds``. ``{}``: none."""
+        return {}
 
     def apply(self) -> None:
         """Sync mode: apply what was staged. Async stores apply on push; nothing to do."""

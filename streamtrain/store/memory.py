@@ -9,7 +9,7 @@ from streamtrain.context import Gradients
 from streamtrain.optim import Optimizer
 from streamtrain.params import ParamSpec
 
-from .base import ParamStore, Snapshot, initial_dense, initial_rows
+from .base import ParamStore, Snapshot, initial_dense, initial_rows, register
 from .idindex import IdIndex
 
 
@@ -84,8 +84,11 @@ class Table:
             put_rows(self.state[k], rows, arr)
 
 
+@register
 class MemoryStore(ParamStore):
     """Parameters as numpy arrays in this process; a lock makes pull/push safe across threads."""
+
+    kind = "memory"
 
     def __init__(self, dtype=np.float32):
         super().__init__()

@@ -21,8 +21,8 @@ import numpy as np
 from streamtrain.context import Gradients
 from streamtrain.errors import StoreError
 
-from . import redis_keys, redis_lifecycle, register_backend
-from .base import ParamStore, Snapshot
+from . import redis_keys, redis_lifecycle
+from .base import ParamStore, Snapshot, register
 from .redis_config import RedisConfig, validate
 from .redis_io import RowIO
 from .redis_rows import RowLayout
@@ -71,7 +71,12 @@ class _Rows:
         return self.w.reshape(self.layout.spec.shape).copy() if self.ids is None else self.w.copy()
 
 
+@register
 class RedisStore(ParamStore):
+    kind, options, server = "redis", {}, "redis"    # keys checked by redis_config.validate until Options
+    check_config = classmethod(lambda cls, cfg: validate(cfg))
+    from_config = classmethod(lambda cls, cfg: cls(cfg))
+    test_params = classmethod(lambda cls: {"buckets": 4})
     def __init__(self, cfg: dict | RedisConfig | None = None):
         super().__init__()
         self.cfg = cfg if isinstance(cfg, RedisConfig) else RedisConfig.from_dict(cfg or {})
@@ -398,5 +403,3 @@ class RedisStore(ParamStore):
                  f"{len(self.shards.names)} shard(s) {','.join(self.shards.names)}")
         return f"redis ({where}; namespace {self.ns}; {self.cfg.mode})"
 
-
-register_backend("redis", lambda cfg: RedisStore(cfg), validate)

@@ -1,0 +1,38 @@
+"""Adagrad: a step size per coordinate from the sum of its squared gradients."""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Optimizer, hyper, register
+
+
+@register
+class Adagrad(Optimizer):
+    """n += g²;  w -= lr * g / (sqrt(n) + eps)"""
+
+    kind = "adagrad"
+    options = {"lr": hyper(0.05, "step size"), "eps": hyper(1e-7, "added to sqrt(n)"),
+               "initial_accumulator": hyper(0.0, "n of a new row")}
+    slots = {"n": "full"}
+
+    @classmethod
+    def test_params(cls):
+        return {"lr": 0.1, "initial_accumulator": 0.5}
+
+    def init_state(self, weight_shape, table, dtype=np.float32):
+        state = super().init_state(weight_shape, table, dtype)
+        state["n"] += self.initial_accumulator
+        return state
+
+    sequential = True
+    squares = True
+
+    def step(self, w, g, state, sq=None):
+        n = state["n"]
+        n += g * g if sq is None else sq
+        w -= self.lr * g / (np.sqrt(n) + self.eps)
+
+    rate_slots = ("n",)
+
+    def rates(self, state, squares):
+        return self.lr / (np.sqrt(state["n"] + squares) + self.eps)

@@ -1,0 +1,90 @@
+"""The optimizer interface and the registry of update rules by name.
+
+Update rules are small pure functions of (weights, gradient, state), updated in place. The
+same rule runs on a dense parameter or on the rows of a table the batch touched: every state
+slot has the weights' shape ("full") or one number per row ("row"), and a rule only ever sees
+the rows it updates (lazy, sparse-aware state). The Redis store runs the same arithmetic next
+to the data. A rule is one module of this package: a subclass with ``kind``, ``options`` (its
+hyperparameters as ``Option``), ``test_params()`` and ``@register``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from streamtrain.errors import ConfigError
+from streamtrain.registry import Registry
+from streamtrain.schema import NUMBER, Option, check_options, non_negative
+
+OPTIMIZERS = Registry("optimizer", group="streamtrain.optimizers")
+register = OPTIMIZERS.register
+
+
+def hyper(default: float, doc: str) -> Option:
+    """A hyperparameter: a number >= 0."""
+    return Option(default, NUMBER, check=non_negative, doc=doc)
+
+
+class Optimizer:
+    """Base: hyperparameters in ``options``; ``slots`` names the state; ``step`` updates."""
+
+    kind = ""
+    options: dict[str, Option] = {}
+    slots: dict = {}            # slot name -> "full" | "row"
+    zero_init = False           # rows start at zero whatever the initializer (FTRL)
+
+    def __init__(self, **values):
+        problems = check_options(self.options, values, what=f"optimizer '{self.kind}'")
+        if problems:
+            raise ConfigError(problems)
+        self.hyper = {k: values.get(k, o.default) for k, o in self.options.items()}
+        self.__dict__.update(self.hyper)
+
+    @classmethod
+    def test_params(cls) -> dict:
+        """Hyperparameters the conformance suite builds this rule with (the defaults)."""
+        return {}
+
+    def get_config(self) -> dict:
+        return {"type": self.kind, **self.hyper}
+
+    def state_shapes(self, weight_shape: tuple, table: bool) -> dict[str, tuple]:
+        """Shapes of the state slots for a dense weight or for ``weight_shape`` rows of a table."""
+        row = (weight_shape[0], 1) if table else (1,)
+        return {k: (tuple(weight_shape) if how == "full" else row) for k, how in self.slots.items()}
+
+    def init_state(self, weight_shape: tuple, table: bool, dtype=np.float32) -> dict:
+        return {k: np.zeros(s, dtype) for k, s in self.state_shapes(weight_shape, table).items()}
+
+    def step(self, w: np.ndarray, g: np.ndarray, state: dict, sq: np.ndarray | None = None) -> None:
+        """Update ``w`` in place by the gradient ``g``. ``sq`` (optional, ``g``'s shape) is the
+        sum over the batch's examples of each example's squared gradient: rules that accumulate
+        squared gradients (Adagrad, FTRL) add it instead of ``g²``, so a mini-batch moves their
+        accumulators exactly as its examples one by one would (``g²`` of the batch sum counts
+        ``B`` agreeing examples ``B²`` times)."""
+        raise NotImplementedError
+
+    #: whether ``rates`` exists: the step is ``w -= rate · g`` for a small ``g`` at known squares
+    sequential = False
+    #: whether ``step`` uses ``sq``: layers then send per-example squared gradients
+    squares = False
+    #: the state slots ``rates`` reads
+    rate_slots: tuple = ()
+
+    def rates(self, state: dict, squares: np.ndarray) -> np.ndarray:
+        """The per-coordinate step size of this rule once the accumulator holds ``squares`` more:
+        ``d w / d(−g)`` of ``step`` with ``sq`` fixed. ``state`` holds the rows' slots broadcast
+        to ``squares``' shape. Used to predict, inside a mini-batch, what the earlier examples'
+        updates did to a later example (``streamtrain.ops.sequential``)."""
+        raise NotImplementedError(f"optimizer '{self.kind}' has no per-example step size")
+
+
+def make_optimizer(config: dict | None, *, where: str = "optimizer") -> Optimizer:
+    """Build an optimizer from ``{"type": ..., hyper...}``; errors carry the JSON path."""
+    if not isinstance(config, dict):
+        raise ConfigError([(where, f"expected an object like {{\"type\": \"adagrad\"}}, got {config!r}")])
+    config = dict(config)
+    cls = OPTIMIZERS.get(config.pop("type", None), where=f"{where}.type")
+    try:
+        return cls(**config)
+    except ConfigError as err:
+        raise ConfigError([(f"{where}.{p}", m) for p, m in err.problems]) from None
