@@ -132,3 +132,5 @@ def test_served_predictions_follow_a_label_flip(tmp_path, redis_url, redis_names
         stop(server)
         stop(trainer)
         truth_store.close()
+    assert server.returncode == 0, server.stderr.read()[-2000:]      # SIGTERM: a graceful stop
+    assert trainer.returncode == 0

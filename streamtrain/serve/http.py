@@ -9,15 +9,17 @@ model not ready. Parsing and predicting run in worker threads, so requests are c
 """
 from __future__ import annotations
 
+import asyncio
 import logging
+import signal
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -28,11 +30,14 @@ from .inputs import BadRequest, TooLarge
 from .service import NotReady, Service
 
 log = logging.getLogger("streamtrain.serve")
+WORKERS = 8               # request threads (numpy releases the GIL in the larger operations)
+loop = asyncio.get_running_loop
 
 
 def make_app(service: Service, metrics, *, expose_metrics: bool = True) -> Starlette:
     settings = service.settings
     retry_after = str(settings["retry_after_s"])
+    pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="serve")   # plain: cheaper than anyio's
 
     def unavailable(kind: str, message: str) -> Response:
         metrics.errors.labels(kind).inc()
@@ -76,7 +81,7 @@ def make_app(service: Service, metrics, *, expose_metrics: bool = True) -> Starl
     async def predict(request):
         async def work():
             body = await read_body(request)
-            out = await run_in_threadpool(service.predict, body, request.headers.get("content-type", ""))
+            out = await loop().run_in_executor(pool, service.predict, body, request.headers.get("content-type", ""))
             n = len(out["predictions"])
             metrics.records.observe(n)
             metrics.predictions.inc(n)
@@ -88,14 +93,14 @@ def make_app(service: Service, metrics, *, expose_metrics: bool = True) -> Starl
 
     async def model(request):
         async def work():
-            return JSONResponse(await run_in_threadpool(service.describe))
+            return JSONResponse(await loop().run_in_executor(pool, service.describe))
         return await guarded("model", work)
 
     async def healthz(request):
         return PlainTextResponse("ok\n")
 
     async def readyz(request):
-        ok, reason = await run_in_threadpool(service.ready)
+        ok, reason = await loop().run_in_executor(pool, service.ready)
         return PlainTextResponse(reason + "\n", 200 if ok else 503,
                                  headers=None if ok else {"Retry-After": retry_after})
 
@@ -109,6 +114,10 @@ def make_app(service: Service, metrics, *, expose_metrics: bool = True) -> Starl
     return Starlette(routes=routes)
 
 
+def _stopped(signum, frame) -> None:
+    """The signal uvicorn re-raises after its graceful stop: already handled."""
+
+
 class Server:
     """uvicorn on a socket bound here (port 0 picks a free one: ``server.port``)."""
 
@@ -118,14 +127,23 @@ class Server:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port))
         self.host, self.port = host, self.sock.getsockname()[1]
-        self.uvicorn = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
+        self.uvicorn = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, proxy_headers=False,
                                                      timeout_graceful_shutdown=5))
         self._thread = None
 
     def run(self) -> None:
-        """In the foreground (``streamtrain serve``): SIGTERM/SIGINT stop it gracefully."""
+        """In the foreground (``streamtrain serve``): SIGTERM/SIGINT stop it gracefully (no new
+        connections, requests in flight finished) and it returns. uvicorn re-raises the signal
+        it caught once it has stopped; the handlers in place then ignore it, so the process
+        exits 0 instead of dying of the signal."""
+        previous = {sig: signal.signal(sig, _stopped) for sig in (signal.SIGTERM, signal.SIGINT)}
         log.info("serving predictions on http://%s:%d/v1/predict", self.host, self.port)
-        self.uvicorn.run(sockets=[self.sock])
+        try:
+            self.uvicorn.run(sockets=[self.sock])
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            log.info("prediction server stopped")
 
     def start(self) -> "Server":
         """In a thread beside a training job."""
