@@ -13,6 +13,7 @@ Each request thread has its own activations (``graph.context``); graph and cache
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -20,15 +21,16 @@ import numpy as np
 
 from streamtrain.errors import ConfigError, StoreError
 from streamtrain.graph import Graph, Schema
+from streamtrain.readers.formats import split_format_options
+from streamtrain.readers.kafka_config import DEFAULTS as KAFKA_DEFAULTS, split_options
+from streamtrain.readers.source import FileReader
 from streamtrain.store import make_store
 
 from .cache import CachedParams, LiveParams
-from streamtrain.readers.kafka_config import DEFAULTS as KAFKA_DEFAULTS, split_options
-from streamtrain.readers.formats import split_format_options
-from streamtrain.readers.source import FileReader
-
 from .inputs import BadRequest, decode_json, lines_batch, records_batch
 from .publish import layers_digest, published_schema, published_step, read_published
+
+log = logging.getLogger("streamtrain.serve")
 
 
 class NotReady(RuntimeError):
@@ -98,6 +100,10 @@ class StoreModel:
                         raise NotReady("no trainer has published the model's fields yet "
                                        "(start one on this store, or set serve.schema)")
                     self.published_digest = docs[0].get("layers")
+                    if self.published_digest != self.digest:
+                        log.warning("the trainers publishing to this store train other layers (digest %s, "
+                                    "this config's %s): predictions will not match theirs",
+                                    self.published_digest, self.digest)
                 graph = Graph.from_config(self.config["layers"], schema)
                 self.store.declare(graph.params, self.config["default_optimizer"])
                 self.params = CachedParams(self.store, self.settings["max_staleness_s"])
