@@ -3,6 +3,11 @@
     python bench/compare.py --data criteo [talkingdata movielens] \\
         [--models lr fm deepfm wide_deep dcn pnn nfm] [--peers river-sgd river-ftrl river-fm vw vw-q] \\
         [--examples N] [--repeat R] [--segments K]
+    python bench/compare.py --targets [--rows 1000000] [--repeat 3] [--learners vw st-lr ...]
+
+``--targets`` is the speed run of issue 11: every learner a whole process as its users run it
+(VW's native driver on a file, ``streamtrain run``, PyTorch), see ``bench/targets.py``. The
+run without it is the quality comparison below, where the peers are fed from Python.
 
 Protocol (every learner): one pass, predict-then-learn (progressive validation): each example
 (River, VW) or mini-batch (streamtrain) is predicted before it is learnt; logloss (predictions
@@ -17,7 +22,9 @@ What is timed:
   defaults, file reader (gunzip, byte-level parsing, hashing), memory store, progressive metrics.
 * peers: only their own per-example work on examples prepared before the clock starts (River
   dicts, VW text lines built from streamtrain's parsed batches, so the encoding is identical);
-  see ``bench/peers.py``. Reading and parsing the file is *not* charged to the peers.
+  see ``bench/peers.py``. Reading and parsing the file is *not* charged to the peers. VW here
+  is fed one line per Python call (``vw``/``vw-q``): that measures the Python loop around VW,
+  not VW as its users run it (``--targets`` does that).
 """
 from __future__ import annotations
 
@@ -37,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers as peermod  # noqa: E402
 import streams  # noqa: E402
+import targets  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("lr", "fm", "deepfm", "wide_deep", "dcn", "pnn", "nfm")
@@ -133,6 +141,9 @@ def print_tables(data: str, rows: list[dict], args) -> None:
         label = f"streamtrain {r['learner']}" if r["kind"] == "streamtrain" else r["learner"]
         print(f"| {label}{mark} | {r.get('batch_size', 1)} | {r['examples']} | {r['rate']:.0f} | "
               f"{r['logloss']:.5f} | {r['auc']:.4f} |")
+    if any(r["learner"] in peermod.VW for r in pr):
+        print("\nvw, vw-q: fed one text line per Python call (`Workspace.learn(line)`): the Python loop "
+              "around VW, not VW's native driver on a file (that is `--targets`).")
     if args.segments:
         print(f"\nprogressive logloss over {args.segments} consecutive segments of the stream ({data}):\n")
         print("| learner | " + " | ".join(f"part {i + 1}" for i in range(args.segments)) + " |")
@@ -180,16 +191,27 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--river-fm-examples", type=int, default=5000,
                     help="with --examples: river-fm's rate is measured on this many (it runs ~200 ex/s)")
-    ap.add_argument("--vw-mode", choices=("lines", "objects"), default="lines")
+    ap.add_argument("--vw-mode", choices=("lines", "objects"), default="lines",
+                    help="how the Python loop feeds VW one example at a time (not VW's native driver)")
     ap.add_argument("--segments", type=int, default=0, metavar="K",
                     help="also print each learner's progressive logloss over K consecutive parts of the stream")
     ap.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
                     help="extra config override for every streamtrain model (experiments only)")
+    ap.add_argument("--targets", action="store_true", help="issue 11's speed targets (bench/targets.py)")
+    ap.add_argument("--rows", type=int, default=1_000_000, help="with --targets: Criteo rows")
+    ap.add_argument("--learners", nargs="*", default=list(targets.LEARNERS), choices=targets.LEARNERS,
+                    help="with --targets: the line-up")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="with --targets: torch.set_num_threads (streamtrain trains on one thread)")
     args = ap.parse_args(argv)
     from streamtrain import limit_blas_threads
     limit_blas_threads()
     print(f"# {' '.join(['python bench/compare.py', *(argv if argv is not None else sys.argv[1:])])}")
-    print(f"# {machine()}")
+    print(f"# {machine()}; load average {os.getloadavg()[0]:.1f} at start")
+    if args.targets:
+        got = targets.run_targets(args.rows, args.repeat, args.learners, args.threads)
+        targets.print_targets(args.rows, args.repeat, got, args.threads)
+        return 0
     for data in args.data:
         rows = bench(data, args)
         print_tables(data, rows, args)

@@ -33,8 +33,9 @@ def describe(name: str) -> str:
         "river-sgd": "river LogisticRegression(optimizer=SGD(0.01)) (River's default)",
         "river-ftrl": "river LogisticRegression(optimizer=FTRLProximal(alpha=0.05, beta=1, l1=0, l2=1))",
         "river-fm": "river FMClassifier(n_factors=10, seed=0) (defaults)",
-        "vw": f"vowpalwabbit `{VW_ARGS}`",
-        "vw-q": f"vowpalwabbit `{VW_ARGS} -q cc` (all pairs of categorical features)",
+        "vw": f"vowpalwabbit `{VW_ARGS}`, one line per Python call (not VW's native driver)",
+        "vw-q": f"vowpalwabbit `{VW_ARGS} -q cc` (all pairs of categorical features), "
+                "one line per Python call",
     }[name]
 
 
@@ -45,11 +46,12 @@ def versions() -> str:
         out.append(f"river {river.__version__}")
     except ImportError:
         out.append("river (not installed)")
-    try:
-        from importlib.metadata import version
-        out.append(f"vowpalwabbit {version('vowpalwabbit')}")
-    except Exception:
-        out.append("vowpalwabbit (not installed)")
+    from importlib.metadata import PackageNotFoundError, version
+    for pkg in ("vowpalwabbit", "torch"):
+        try:
+            out.append(f"{pkg} {version(pkg)}")
+        except PackageNotFoundError:
+            out.append(f"{pkg} (not installed)")
     return ", ".join(out)
 
 

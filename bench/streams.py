@@ -16,7 +16,11 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("STREAMTRAIN_DATA", ROOT.parent / "shared" / "data"))
+# ../shared/data beside the checkout (or beside the worktrees' parent); STREAMTRAIN_DATA wins
+DATA = Path(os.environ.get("STREAMTRAIN_DATA") or next(
+    (p for p in (ROOT.parent / "shared" / "data", ROOT.parents[1] / "shared" / "data") if p.is_dir()),
+    ROOT.parent / "shared" / "data"))
+BENCH_TMP = Path(tempfile.gettempdir()) / "streamtrain-bench"
 
 
 @dataclass
@@ -106,3 +110,40 @@ def vw_lines(labels, feats, dense_names) -> list[str]:
         num = " ".join(f"{k}:{v:.6g}" for k, v in row if k in dense_names)
         out.append(f"{1 if y > 0.5 else -1} |c {cat} |n {num}")
     return out
+
+
+# ---- the target runs: N Criteo rows, uncompressed, written once -----------------------------
+def _write_once(dest: Path, write) -> Path:
+    """Build ``dest`` by ``write(file)`` into a temp file renamed into place (atomic)."""
+    if not dest.exists():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_suffix(dest.suffix + ".tmp")
+        with open(tmp, "wb") as f:
+            write(f)
+        tmp.replace(dest)
+    return dest
+
+
+def _cycled(lines: list[bytes], n: int, f) -> None:
+    whole, part = divmod(n, len(lines))
+    block = b"".join(lines)
+    for _ in range(whole):
+        f.write(block)
+    f.write(b"".join(lines[:part]))
+
+
+def criteo_tsv(n: int) -> Path:
+    """``n`` rows cycled from the Criteo sample as an uncompressed TSV (streamtrain, PyTorch)."""
+    import gzip
+    src = DATA / "criteo_kaggle_head7625.tsv.gz"
+    with gzip.open(src, "rb") as f:
+        lines = [ln if ln.endswith(b"\n") else ln + b"\n" for ln in f.read().splitlines(keepends=True)]
+    return _write_once(BENCH_TMP / f"criteo_{n}.tsv", lambda f: _cycled(lines, n, f))
+
+
+def criteo_vw(n: int) -> Path:
+    """The same ``n`` rows in VW's text format, encoded as ``vw_lines`` does (namespaces c, n)."""
+    s = stream("criteo")
+    labels, feats = examples(read_batches(s))
+    lines = [(ln + "\n").encode() for ln in vw_lines(labels, feats, read_batches(s)[0].dense_names)]
+    return _write_once(BENCH_TMP / f"criteo_{n}.vw", lambda f: _cycled(lines, n, f))

@@ -4,8 +4,7 @@ Importing the package imports every module in it, so a kind added as a new file 
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
+from streamtrain.registry import import_modules
 
 from .base import LAYERS, SPARSE, Layer, Option, register
 
@@ -14,14 +13,11 @@ __all__ = ["LAYERS", "SPARSE", "Layer", "Option", "register", "load_all", "get"]
 
 def load_all():
     """Import every module of this package so every kind is registered; return the registry."""
-    for mod in pkgutil.iter_modules(__path__):
-        if not mod.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{mod.name}")
+    import_modules(__name__, __path__)
     return LAYERS
 
 
 def get(kind: str) -> type[Layer]:
-    load_all()
     return LAYERS.get(kind)
 
 

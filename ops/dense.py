@@ -105,4 +105,4 @@ class FC(Layer):
             ctx.add_param_grad(self.param_name("W"), x2.T @ gz)
             if self.opts["bias"]:
                 ctx.add_param_grad(self.param_name("b"), gz.sum(axis=0))
-        return [(gz @ W.T).reshape(x.shape)]
+        return [(gz @ W.T).reshape(x.shape) if ctx.input_needs_grad(self)[0] else None]

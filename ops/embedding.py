@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 
 from streamtrain.errors import ShapeError
 
@@ -134,6 +133,7 @@ class Embedding(Layer):
         data = weights if weights is not None else np.ones(len(pos), ctx.dtype)
         indptr = np.zeros(F * B + 1, np.int64)
         np.cumsum(counts, out=indptr[1:])
+        import scipy.sparse as sp       # only multi-valued fields need it: not paid at start-up
         matrix = sp.csr_matrix((data, pos, indptr), shape=(F * B, total))
         table = rows[0] if len(rows) == 1 else np.concatenate(rows)
         pooled = matrix @ table.astype(ctx.dtype, copy=False)                  # [F*B, dim]

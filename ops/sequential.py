@@ -37,7 +37,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import solve_triangular
 
 MAX_ITERATIONS = 12
 TOLERANCE = 1e-4          # stop when the next Newton step would move no logit by more than this
@@ -234,6 +233,7 @@ class Sequential:
             # (I + M D) δ = F  ⇔  (D⁻¹ + M) u = F with δ = D⁻¹ u: only the diagonal changes
             d = np.maximum(drho, 1e-12)
             np.fill_diagonal(M, 1.0 / d)
+            from scipy.linalg import solve_triangular   # lazily: scipy costs start-up time
             step = solve_triangular(M, F.astype(np.float32), lower=True, check_finite=False) / d
             z -= step
             size = float(np.max(np.abs(step), initial=0.0))

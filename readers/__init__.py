@@ -2,10 +2,11 @@
 
 Entry point: ``open_reader(cfg, batch_size, malformed) -> Source``. Line formats are
 registered in ``FORMATS`` (``formats.py``), reader types in ``READERS`` (``source.py``); the
-modules that define kinds are imported here so every kind is registered. See ``README``
+package's modules are all imported here, so a kind added as a new file is registered. See ``README``
 section "Readers" for the formats and options.
 """
 from streamtrain.movielens import write_movielens_csv  # a data-set converter, kept importable here
+from streamtrain.registry import import_modules
 
 from .compose import batched, buffered, chain, map_readers, shuffle, take
 from .files import file_reader
@@ -15,7 +16,8 @@ from .malformed import REASONS, Malformed
 from .records import records_to_batch
 from .source import READERS, Reader, Source, open_reader, validate_reader_config
 from .synthetic import SyntheticStream, SyntheticTruth
-from . import criteo, csvfmt, libsvm, plugin  # noqa: F401  (modules that register kinds)
+
+import_modules(__name__, __path__)      # every module, so the formats and reader types register
 
 __all__ = [
     "open_reader", "validate_reader_config", "READERS", "Reader", "FORMATS", "Source", "Malformed",

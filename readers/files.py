@@ -30,6 +30,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 BLOCK_BYTES = 1 << 18      # 256 KiB: keeps numpy temporaries small (fewer page faults)
 GZ_READ_BYTES = 1 << 20    # compressed bytes per zlib call: long GIL-free stretches
 GZ_FIRST_BYTES = 1 << 15   # ... after a ramp from this: the reader's first lines come at once
+PARSE_AHEAD = 2            # batches parsed ahead on the other core while the trainer runs
 
 
 def open_binary(path: str | os.PathLike):
@@ -110,12 +111,16 @@ class _Rebatcher:
 
 def file_reader(path, fmt: str, options: dict | None = None, batch_size: int = 1024,
                 malformed: Malformed | None = None, *, loop: bool = False,
-                limit: int | None = None, block_bytes: int = BLOCK_BYTES, prefetch: int = 4):
+                limit: int | None = None, block_bytes: int = BLOCK_BYTES, prefetch: int = 4,
+                parse_ahead: int = PARSE_AHEAD):
     """A reader factory over one line file: ``for batch in file_reader(...)(): ...``.
 
     ``loop`` cycles over the file forever (stopping if a whole pass gave no example);
     ``limit`` stops after that many good examples. Bad lines are counted in ``malformed``.
-    Reading and gunzipping run in a background thread (``prefetch`` blocks ahead; 0 = inline).
+    Reading and gunzipping run in a background thread (``prefetch`` blocks ahead; 0 = inline),
+    and so does parsing: up to ``parse_ahead`` batches are parsed while the consumer trains
+    on the previous one (0 = parse in the consumer's thread). The batches, their order and
+    their offsets are the same either way; closing the reader stops both threads.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -148,7 +153,7 @@ def file_reader(path, fmt: str, options: dict | None = None, batch_size: int = 1
             if n > 0:
                 yield out.take(n, {"file": path, "line": line})
 
-    return reader
+    return buffered(reader, parse_ahead) if parse_ahead else reader
 
 
 MAX_PIECE_LINES = 1024

@@ -14,7 +14,9 @@ FIELD_COUNT = "field_count"  # wrong number of fields for the format / header
 NUMBER = "number"            # a value that must be a (finite) number is not
 LABEL = "label"              # label missing, not a number, or not in the allowed set
 
-REASONS = (DECODE, FIELD_COUNT, NUMBER, LABEL)
+GRAPH = "graph"              # an edge's endpoint missing or unparseable, or a self-loop (graph section)
+
+REASONS = (DECODE, FIELD_COUNT, NUMBER, LABEL, GRAPH)
 
 
 class Malformed:

@@ -46,6 +46,7 @@ class Batch:
     dense_names: tuple[str, ...] = ()
     offsets: dict = field(default_factory=dict)        # source position to commit after the update
     timestamps: np.ndarray | None = None               # float64 [B] event time, seconds
+    subgraph: object | None = None                     # sampled blocks (streamtrain.graphstore.blocks)
 
     def __post_init__(self):
         if self.dense is None:

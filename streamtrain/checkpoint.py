@@ -53,8 +53,9 @@ def _spec_from(name: str, d: dict) -> ParamSpec:
 
 
 def write(root, snapshot: Snapshot, *, step: int = 0, examples: int = 0, offsets=None,
-          keep: int | None = None, extra: dict | None = None) -> Path:
-    """Write a checkpoint under ``root`` atomically; point ``LATEST`` at it; keep the newest ``keep``."""
+          keep: int | None = None, extra: dict | None = None, more_arrays: dict | None = None) -> Path:
+    """Write a checkpoint under ``root`` atomically; point ``LATEST`` at it; keep the newest ``keep``.
+    ``more_arrays``: more state as ``{name: {key: array}}`` (the graph store's), one ``<name>.npz`` each."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     name = f"ckpt-{step:012d}-{time.time_ns() // 1_000_000}"
@@ -70,6 +71,9 @@ def write(root, snapshot: Snapshot, *, step: int = 0, examples: int = 0, offsets
             rel = f"tables/{i}.npz"
             np.savez(tmp / rel, **arrays)
             files["tables"][pname] = rel
+        for aname, part in (more_arrays or {}).items():
+            np.savez(tmp / f"{aname}.npz", **part)
+            files.setdefault("arrays", {})[aname] = f"{aname}.npz"
         meta = {
             "format": FORMAT, "step": step, "examples": examples, "created": time.time(),
             "offsets": _offsets_json(offsets or {}),
@@ -136,6 +140,10 @@ def read(path) -> tuple[Snapshot, dict]:
     for pname, rel in meta["files"]["tables"].items():
         with np.load(path / rel) as z:
             snap.tables[pname] = {k: z[k] for k in z.files}
+    meta["arrays"] = {}
+    for aname, rel in meta["files"].get("arrays", {}).items():
+        with np.load(path / rel) as z:
+            meta["arrays"][aname] = {k: z[k] for k in z.files}
     meta["offsets"] = _offsets_from(meta.get("offsets", []))
     return snap, meta
 

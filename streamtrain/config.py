@@ -16,6 +16,7 @@ from pathlib import Path
 from .drift import DRIFT_OPTIONS
 from .errors import ConfigError
 from .graph import layers_from_config, topology_problems
+from .graphstore.stream import problems as graph_problems
 from .ops import LAYERS
 from .optim import OPTIMIZERS
 from .readers import READERS
@@ -100,6 +101,8 @@ SCHEMA = {
                       doc="Prometheus and health endpoints ([Running as a daemon](#running-as-a-daemon))"),
     "checkpoint": Option(fields=CHECKPOINT, doc="periodic atomic checkpoints ([Checkpoints](#checkpoints))"),
     "log": Option(fields=LOG, doc="progress lines"),
+    "graph": Option(None, (dict, type(None)), nested=graph_problems,
+                    doc="graph learning: endpoint fields, fanouts, graph store ([Graph learning](#graph-learning))"),
     "seed": Option(0, (int,), doc="dropout and other randomness in the trainer"),
     "drift": Option(fields=DRIFT_OPTIONS, doc="drift alarms over the progressive loss ([Drift alarms](#drift-alarms))"),
     "serve": Option(fields=SERVE_OPTIONS, doc="the prediction server ([Serving](#serving))"),

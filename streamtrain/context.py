@@ -52,6 +52,7 @@ class Context:
         self.optimizers: dict = {}    # parameter -> Optimizer (set by a trainer)
         self.states: dict = {}        # parameter -> optimizer slots of the pulled rows (when asked)
         self.sequential: list = []    # linear layers the loss updates per example (set by a trainer)
+        self.needs_grad: dict = {}    # layer -> whether its output needs a gradient (default: yes)
         self.loss = float("nan")
         self.predictions = None
         self.memo: dict = {}          # per-batch results layers share (an embedding layout, ...)
@@ -68,6 +69,18 @@ class Context:
             self._buffers[key] = buf
         return buf
 
+    def rows(self, key, shape, dtype=None) -> np.ndarray:
+        """The first ``shape[0]`` rows of a buffer for ``key`` kept across batches whose row count
+        varies (sampled graphs), reallocated only when a batch needs more (sam_backend's Resize)."""
+        dtype = np.dtype(dtype or self.dtype)
+        n, rest = int(shape[0]), tuple(shape[1:])
+        buf = self._buffers.get(key)
+        if buf is None or buf.shape[1:] != rest or buf.dtype != dtype or len(buf) < n:
+            grown = len(buf) * 3 // 2 if buf is not None and buf.shape[1:] == rest else 0
+            buf = np.empty((max(n, grown), *rest), dtype)
+            self._buffers[key] = buf
+        return buf[:n]
+
     def accumulate(self, store: dict, key: str, grad: np.ndarray) -> None:
         """First contribution of the batch is copied into a reused buffer, later ones added."""
         tag = (id(store), key)
@@ -78,6 +91,11 @@ class Context:
             self._written.add(tag)
         else:
             store[key] += grad
+
+    def input_needs_grad(self, layer) -> list[bool]:
+        """Per input of ``layer``: whether a gradient must flow back into it (a layer may skip
+        computing the others and return None for them)."""
+        return [self.needs_grad.get(src, True) for src in layer.inputs]
 
     def wants_squares(self, name: str) -> bool:
         """Whether parameter ``name``'s update rule accumulates per-example squared gradients."""

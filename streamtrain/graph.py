@@ -147,6 +147,10 @@ class Graph:
         self.table_layers = [layer for layer in self.train_order
                              if any(s.table for s in layer.params.values())]
         self.linear_layers = self._linear_layers() if self.loss.opts.get("sequential") else []
+        # whose output needs a gradient: layers with parameters and everything downstream of one
+        self.needs_grad = {}
+        for layer in self.order:
+            self.needs_grad[layer.name] = bool(layer.params) or any(self.needs_grad[s] for s in layer.inputs)
 
     def _linear_layers(self) -> list[Layer]:
         """The layers whose outputs reach the loss only through ``add`` and ``sum_pooling``
@@ -212,7 +216,9 @@ class Graph:
 
     # ---- one step -----------------------------------------------------------------------
     def context(self, *, training: bool = True, dtype=np.float32, seed: int = 0) -> Context:
-        return Context(self.layers, training=training, dtype=dtype, seed=seed)
+        ctx = Context(self.layers, training=training, dtype=dtype, seed=seed)
+        ctx.needs_grad = self.needs_grad
+        return ctx
 
     def feed(self, ctx: Context, batch) -> None:
         """Every layer back to Null; find the unique rows of every table this batch needs and,
@@ -260,7 +266,7 @@ class Graph:
         """Reverse topological walk; each layer gets the sum of its consumers' gradients.
         Layers the loss does not depend on are left alone (they stay Null)."""
         for layer in reversed(self.train_order):
-            if not advance(ctx.status, layer.name, "backward"):
+            if not advance(ctx.status, layer.name, "backward") or not self.needs_grad[layer.name]:
                 continue
             if layer.is_loss:
                 gy = None

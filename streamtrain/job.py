@@ -5,6 +5,7 @@ Offsets of a batch are committed only after its update was applied to the store.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import shutil
 import threading
@@ -16,6 +17,7 @@ import numpy as np
 from . import checkpoint
 from .drift import DriftMonitor
 from .graph import Graph, Schema
+from .graphstore.stream import open_graph_input
 from .errors import StoreError
 from .store import make_store
 from .trainer import Trainer
@@ -38,6 +40,8 @@ class Job:
         if store_cfg.get("backend") == "redis":     # several models can share one Redis
             store_cfg.setdefault("namespace", config.get("name") or "default")
         self.store = make_store(store_cfg)
+        self.graph_input = open_graph_input(config.get("graph"), self.malformed,
+                                            namespace=config.get("name") or "default")
         self.graph: Graph | None = None
         self.trainer: Trainer | None = None
         self.stop_requested = False
@@ -47,6 +51,7 @@ class Job:
         self.last_checkpoint: str | None = None
         self.store_failures = 0     # steps that failed because the store gave up (then retried)
         self.received_at = None
+        self.first_step = None   # (monotonic time, examples) once the first batch is applied
         self.drift = DriftMonitor.from_config(config.get("drift"))    # alarms over the progressive loss
         self.hooks = [self.drift.on_step] if self.drift else []   # callables(job, batch, result) after every step
         self.step_lock = threading.Lock()   # held for a whole step: a server reads between steps
@@ -72,7 +77,8 @@ class Job:
         schema = Schema.of(batch)
         self.graph = Graph.from_config(self.config["layers"], schema)
         self.store.declare(self.graph.params, self.config["default_optimizer"])
-        self.trainer = Trainer(self.graph, self.store, seed=self.config.get("seed", 0))
+        self.trainer = Trainer(self.graph, self.store, seed=self.config.get("seed", 0),
+                               graph_input=self.graph_input)
         log.info("model built: %d layers, %d parameters (%d tables) on fields %s; store %s",
                  len(self.graph.layers), len(self.graph.params), len(self.graph.table_params),
                  ",".join(schema.sparse) or "-", self.store.describe())
@@ -91,6 +97,8 @@ class Job:
     def restore(self, where) -> dict:
         snap, meta = checkpoint.read(where)
         self.store.restore(snap)
+        if self.graph_input is not None and "graph" in meta["arrays"]:
+            self.graph_input.store.restore(meta["arrays"]["graph"])
         self.trainer.batches = meta.get("step", 0)
         self.trainer.examples = meta.get("examples", 0)
         if meta.get("offsets") and hasattr(self.source, "seek"):
@@ -104,8 +112,15 @@ class Job:
         every = float(self.config.get("log", {}).get("every_seconds", 10.0))
         next_log = time.monotonic() + every
         try:
-            for batch in self.source.batches():
+            batches = self._read_ahead(self.source.batches())
+            for batch, ahead in batches:
                 self.received_at = time.time()      # freshness fallback when a batch has no event times
+                if self.graph_input is not None:
+                    batch = self.graph_input.clean(batch)
+                    if not batch.size:             # every row was bad graph input (counted)
+                        self.source.commit(batch.offsets)
+                        self.offsets.update(batch.offsets)
+                        continue
                 if self.graph is None:
                     self._build(batch)
                     if self.sought:      # read before the reader was sought back: it comes again
@@ -113,9 +128,14 @@ class Job:
                 batch, complete = self._limit(batch)
                 if batch is None:
                     break
+                nxt = ahead() if complete and not self._reached_limit(batch.size) else None
+                if nxt is not None:
+                    self.trainer.prefetch(nxt)
                 result = self._step_until_applied(batch)
                 if result is None:          # asked to stop while the store was unreachable
                     break
+                if self.first_step is None:
+                    self.first_step = (time.monotonic(), self.trainer.examples)
                 if complete:
                     t0 = time.perf_counter()
                     self.source.commit(batch.offsets)
@@ -133,6 +153,28 @@ class Job:
         finally:
             self.finish()
         return self.summary()
+
+    def _read_ahead(self, batches):
+        """(batch, ahead) pairs: ``ahead()`` reads the next batch now, so that a store that reads
+        ahead (``store.prefetches``: redis) fetches its rows while this batch trains. Only for
+        sources that never wait for data (not Kafka: a quiet topic would hold this batch back);
+        else ``ahead()`` is None. Offsets are untouched: a batch read ahead but not trained
+        (stop, limit) is not committed."""
+        it = iter(batches)
+        waits = getattr(self.source, "request_stop", None) is not None     # Kafka: may wait for data
+        eager = getattr(self.store, "prefetches", False) and not waits
+        pending = []
+
+        def ahead():
+            if eager and self.graph is not None and not pending:
+                pending.extend(itertools.islice(it, 1))
+            return pending[0] if pending else None
+
+        while True:
+            batch = pending.pop() if pending else next(it, None)
+            if batch is None:
+                return
+            yield batch, ahead
 
     def _step_until_applied(self, batch):
         """Step; when the store gives up (it already retried for ``retry.give_up_s``), log it and
@@ -154,9 +196,10 @@ class Job:
                     time.sleep(0.05)
                 delay = min(delay * 2, 30.0)
 
-    def _reached_limit(self) -> bool:
+    def _reached_limit(self, coming: int = 0) -> bool:
+        """The example limit is reached (or will be, after ``coming`` more examples)."""
         return self.max_examples is not None and self.trainer is not None \
-            and self.trainer.examples >= self.max_examples
+            and self.trainer.examples + coming >= self.max_examples
 
     def _limit(self, batch):
         """Cut the batch at ``max_examples``; a cut batch is trained but its offsets not committed."""
@@ -179,6 +222,8 @@ class Job:
                 self.source.close()
             finally:
                 self.store.close()
+                if self.graph_input is not None:
+                    self.graph_input.close()
 
     def _maybe_checkpoint(self) -> None:
         """Periodic checkpoints (every N batches / N seconds) and SIGHUP's; a failure is logged
@@ -206,7 +251,8 @@ class Job:
         try:
             path = checkpoint.write(cfg["dir"], self.store.snapshot(), step=self.trainer.batches,
                                     examples=self.trainer.examples, offsets=self.offsets,
-                                    keep=cfg.get("keep") or None)
+                                    keep=cfg.get("keep") or None,
+                                    more_arrays=self._graph_state())
         except BaseException:
             for hook in self.checkpoint_hooks:
                 hook(self, None, False)
@@ -216,6 +262,10 @@ class Job:
         for hook in self.checkpoint_hooks:
             hook(self, path, True)
         return path
+
+    def _graph_state(self) -> dict | None:
+        """The graph store's arrays for a checkpoint (None without a graph section)."""
+        return {"graph": self.graph_input.store.snapshot()} if self.graph_input is not None else None
 
     # ---- reporting -------------------------------------------------------------------------
     def progress(self) -> dict:
@@ -240,6 +290,13 @@ class Job:
                 f"logloss={f['logloss']} auc={f['auc']} lag={f['lag'] if f['lag'] is not None else '-'} "
                 f"malformed={f['malformed']} nonfinite={f['nonfinite']}")
 
+    def _steady_rate(self) -> float | None:
+        """Examples/s after the first batch (start-up, graph build and warm-up excluded)."""
+        if self.first_step is None or self.trainer is None:
+            return None
+        at, n = self.first_step
+        return round((self.trainer.examples - n) / max(time.monotonic() - at, 1e-9), 1)
+
     def summary(self) -> dict:
         elapsed = time.monotonic() - self.started
         t = self.trainer
@@ -253,6 +310,7 @@ class Job:
             "store_failures": self.store_failures,
             "elapsed_s": round(elapsed, 3),
             "examples_per_s": round((t.examples if t else 0) / max(elapsed, 1e-9), 1),
+            "steady_examples_per_s": self._steady_rate(),
             "logloss": _num(p.logloss) if p else None,
             "auc": _num(p.auc) if p else None,
             "predicted_ctr": _num(p.predicted_ctr) if p else None,
@@ -262,6 +320,10 @@ class Job:
             "checkpoint": self.last_checkpoint,
             "drift_alarms": dict(self.drift.alarms) if self.drift else {},
         }
+        if t is not None and not t.binary and t.examples:
+            out["accuracy"] = round(t.hits / t.examples, 6)
+        if self.graph_input is not None:
+            out["graph"] = self.graph_input.stats()
         truth = getattr(self.source, "truth", None)
         if truth is not None:
             out["planted_auc"] = _num(truth.auc())

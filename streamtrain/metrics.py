@@ -113,6 +113,12 @@ class Metrics:
                                     "Drift alarms over the progressive loss, by detector", ["detector"], registry=r)
         self.drift_last = Gauge("streamtrain_drift_last_alarm_timestamp_seconds",
                                 "Unix time of the last drift alarm, by detector (0: none yet)", ["detector"], registry=r)
+        self.graph_nodes = Gauge("streamtrain_graph_nodes", "Nodes with neighbours in the graph store", registry=r)
+        self.graph_edges = Gauge("streamtrain_graph_edges", "Neighbour entries held by the graph store", registry=r)
+        self.graph_fanout = Gauge("streamtrain_graph_mean_sampled_fanout",
+                                  "Sampled neighbours per destination node, mean over every hop so far", registry=r)
+        self.graph_sample_seconds = Histogram("streamtrain_graph_sample_seconds",
+                                              "Seconds to sample one batch's blocks", buckets=STEP_BUCKETS, registry=r)
         for reason in REASONS:
             self.malformed.labels(reason)
         for phase in PHASES:
@@ -144,6 +150,9 @@ class Metrics:
             self.window.update(batch.labels, result.predictions)
         if result.applied:
             self._freshness(job, batch)
+        graph = getattr(job, "graph_input", None)
+        if graph is not None:
+            self.graph_sample_seconds.observe(graph.last_sample_s)
         self._sync_counters(job)
         self._sync_drift(getattr(job, "drift", None))
         if time.monotonic() >= self._next_refresh:
@@ -200,6 +209,12 @@ class Metrics:
                                  (self.observed_ctr, figures.observed_ctr)):
                 gauge.set(value)
         self._store_rows(job.store)
+        graph = getattr(job, "graph_input", None)
+        if graph is not None:
+            stats = graph.stats()
+            self.graph_nodes.set(stats["nodes"])
+            self.graph_edges.set(stats["edges"])
+            self.graph_fanout.set(stats["mean_fanout"])
         trainer = getattr(job, "trainer", None)
         if trainer is not None:
             for layer, status in trainer.ctx.status.items():

@@ -22,9 +22,19 @@ streamtrain.errors.ConfigError: invalid config:
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from importlib import metadata
 
 from .errors import ConfigError
+
+
+def import_modules(package: str, path, *, skip=()) -> None:
+    """Import every module of a package (``__name__``, ``__path__``) but ``skip``, so the kinds
+    its modules define are registered: a kind added as a new file needs no other edit."""
+    for mod in pkgutil.iter_modules(path):
+        if not mod.name.startswith("_") and mod.name not in skip:
+            importlib.import_module(f"{package}.{mod.name}")
 
 
 class Registry:
@@ -34,6 +44,7 @@ class Registry:
         self.what = what
         self.group = group          # entry-point group for outside plug-ins, e.g. streamtrain.layers
         self._kinds: dict[str, type] = {}
+        self._lazy: dict[str, str] = {}     # built-in kind name -> module that registers it
         self._entry_points_loaded = group is None
 
     # ---- adding ------------------------------------------------------------------------------
@@ -49,6 +60,18 @@ class Registry:
             self._kinds[key] = c
             return c
         return add(cls) if cls is not None else add
+
+    def lazy(self, name: str, module: str) -> None:
+        """A built-in kind whose module (and the client library it needs: redis-py, kafka-python)
+        is imported on the first lookup of ``name``, not at start-up; it is listed meanwhile."""
+        self._lazy[name] = module
+
+    def _load(self, name) -> None:
+        module = self._lazy.pop(name, None) if isinstance(name, str) else None
+        if module is not None:
+            importlib.import_module(module)
+        if name not in self._kinds:
+            self._load_entry_points()
 
     def unregister(self, name: str) -> None:
         """Remove a kind (tests that register one of their own clean up with this)."""
@@ -67,7 +90,7 @@ class Registry:
     def get(self, name, *, where: str = "type"):
         """The class registered as ``name``; a ``ConfigError`` at ``where`` naming the known ones."""
         if name not in self._kinds:
-            self._load_entry_points()
+            self._load(name)
         if name not in self._kinds:
             raise ConfigError([(where, self.unknown(name))])
         return self._kinds[name]
@@ -78,15 +101,17 @@ class Registry:
 
     def names(self) -> list[str]:
         self._load_entry_points()
-        return sorted(self._kinds)
+        return sorted({*self._kinds, *self._lazy})
 
     def items(self):
+        for name in list(self._lazy):
+            self._load(name)
         self._load_entry_points()
         return sorted(self._kinds.items())
 
     def __contains__(self, name) -> bool:
         if name not in self._kinds:
-            self._load_entry_points()
+            self._load(name)
         return name in self._kinds
 
     def __getitem__(self, name):

@@ -9,7 +9,6 @@ planted model (``readers/synthetic.py``) and the benchmarks all use these.
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import rankdata
 
 EPS = 1e-7          # probabilities are clipped to [EPS, 1 - EPS]
 
@@ -27,6 +26,18 @@ def logloss(labels, probs, eps: float = EPS) -> float:
     return float(losses.mean()) if losses.size else float("nan")
 
 
+def rankdata(x: np.ndarray) -> np.ndarray:
+    """1-based ranks, ties sharing their mean rank (``scipy.stats.rankdata``'s default, without
+    importing scipy.stats: a third of a second at start-up)."""
+    order = np.argsort(x, kind="stable")
+    xs = x[order]
+    starts = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1]])
+    ends = np.r_[starts[1:], len(xs)]
+    ranks = np.empty(len(x), np.float64)
+    ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
+    return ranks
+
+
 def auc(labels, scores) -> float:
     """Area under the ROC curve (Mann-Whitney U, ties count one half); nan without both classes."""
     y = np.asarray(labels, np.float64) > 0.5
@@ -34,5 +45,14 @@ def auc(labels, scores) -> float:
     neg = len(y) - pos
     if pos == 0 or neg == 0:
         return float("nan")
-    ranks = rankdata(np.asarray(scores, dtype=np.float64))
+    ranks = average_ranks(np.asarray(scores, dtype=np.float64))
     return float((ranks[y].sum() - pos * (pos + 1) / 2.0) / (pos * neg))
+
+
+def average_ranks(x: np.ndarray) -> np.ndarray:
+    """1-based ranks of ``x``, ties sharing their average rank (scipy's ``rankdata``)."""
+    order = np.argsort(x, kind="stable")
+    _, first, counts = np.unique(x[order], return_index=True, return_counts=True)
+    ranks = np.empty(len(x), np.float64)
+    ranks[order] = np.repeat(first + (counts + 1) / 2.0, counts)
+    return ranks

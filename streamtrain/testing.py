@@ -9,14 +9,17 @@ import numpy as np
 from .batch import Batch, SparseField
 from .context import Context
 from .graph import Schema
+from .graphstore.blocks import random_subgraph
 from .hashing import splitmix64
 from .ops.base import Layer, SparseShape
 from .uniq import unique_inverse
 
 
 def random_batch(size=16, fields=("a", "b", "c"), dense=3, *, cardinality=10, multivalue=(),
-                 missing=0.1, values=False, seed=0) -> Batch:
-    """A small batch with ids from a few values per field, some missing, some multi-valued."""
+                 missing=0.1, values=False, seed=0, blocks=0, node_features=0, endpoints=("src",)) -> Batch:
+    """A small batch with ids from a few values per field, some missing, some multi-valued;
+    with ``blocks`` > 0 it carries that many sampled blocks of ``size`` rows each
+    (``graphstore.blocks.random_subgraph``)."""
     rng = np.random.default_rng(seed)
     sparse = {}
     for fi, name in enumerate(fields):
@@ -28,9 +31,11 @@ def random_batch(size=16, fields=("a", "b", "c"), dense=3, *, cardinality=10, mu
         ids = splitmix64(raw + np.uint64(1000 * (fi + 1)))
         vals = rng.uniform(0.5, 1.5, offsets[-1]).astype(np.float32) if values else None
         sparse[name] = SparseField(ids, offsets, vals)
+    sub = random_subgraph(size, blocks, batch_size=size, features=node_features, endpoints=endpoints,
+                          seed=seed) if blocks else None
     return Batch(labels=(rng.random(size) < 0.4).astype(np.float32), sparse=sparse,
                  dense=rng.standard_normal((size, dense)).astype(np.float32),
-                 dense_names=tuple(f"d{i}" for i in range(dense)))
+                 dense_names=tuple(f"d{i}" for i in range(dense)), subgraph=sub)
 
 
 def input_shape(x):

@@ -30,9 +30,10 @@ class Trainer:
     """Drives the graph's phases for one batch against a parameter store."""
 
     def __init__(self, graph: Graph, store: ParamStore, *, barrier=None, seed: int = 0,
-                 dtype=np.float32):
+                 dtype=np.float32, graph_input=None):
         self.graph = graph
         self.store = store
+        self.graph_input = graph_input     # samples blocks before a step, adds its edges after
         # sync mode: callable(store) after the push; a store that stages pushes (the redis store
         # in sync mode) brings its own as ``store.barrier``
         self.barrier = barrier if barrier is not None else getattr(store, "barrier", None)
@@ -47,16 +48,24 @@ class Trainer:
         self.examples = 0
         self.nonfinite = 0
         self.binary = graph.loss.kind == "logloss"
+        self._ahead_ctx = None     # a context to find the next batch's rows in (read-ahead stores)
+        self._ahead = None         # (dense, tables) the store reads while the next step computes
+        self.hits = 0                      # multi-class losses: progressive top-1 hits
 
     def step(self, batch) -> StepResult:
         g, ctx, t = self.graph, self.ctx, {}
         clock = time.perf_counter
+        if self.graph_input is not None:
+            self.graph_input.attach(batch)
         g.feed(ctx, batch)
         t0 = clock()
         dense, tables = g.needs(ctx)
         ctx.values = self.store.pull(dense, tables)
         if self.sequential_params:
             ctx.states = self.store.pull_states(self.sequential_params)
+        if self._ahead is not None:            # the next batch's rows, read while this one computes
+            self.store.prefetch(*self._ahead)
+            self._ahead = None
         t1 = clock()
         g.forward(ctx)
         t2 = clock()
@@ -66,6 +75,8 @@ class Trainer:
             return self._skip(batch, predictions, "loss", t)
         if self.binary:
             self.progressive.update(batch.labels, predictions)
+        elif predictions is not None and predictions.ndim == 2:
+            self.hits += int((predictions.argmax(axis=1) == batch.labels).sum())
         g.backward(ctx)
         grads = g.gradients(ctx)
         t3 = clock()
@@ -79,6 +90,8 @@ class Trainer:
             self.barrier(self.store)
         g.update(ctx)
         t["update"] = clock() - t4
+        if self.graph_input is not None:
+            self.graph_input.learnt(batch)
         self.batches += 1
         self.examples += batch.size
         sol = ctx.memo.get("sequential-solution")
@@ -86,7 +99,21 @@ class Trainer:
             return StepResult(ctx.loss, predictions, True, seconds=t)
         return StepResult(ctx.loss, predictions, True, seconds=t, newton=sol.iterations, converged=sol.converged)
 
+    def prefetch(self, next_batch) -> None:
+        """Let the next ``step`` start reading ``next_batch``'s rows once its own are pulled (a
+        store with ``prefetches``; others ignore it). The rows are found in a context of their
+        own, so the current batch's is untouched."""
+        if not self.store.prefetches:
+            return
+        if self._ahead_ctx is None:
+            self._ahead_ctx = self.graph.context(training=True, dtype=self.ctx.dtype)
+        self.graph.feed(self._ahead_ctx, next_batch)
+        dense, tables = self.graph.needs(self._ahead_ctx)
+        self._ahead = (list(dense), dict(tables))
+
     def _skip(self, batch, predictions, reason, t) -> StepResult:
+        if self.graph_input is not None:
+            self.graph_input.learnt(batch)
         self.nonfinite += 1
         self.batches += 1
         self.examples += batch.size

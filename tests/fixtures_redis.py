@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 import uuid
 
@@ -21,7 +20,7 @@ from tests.conftest import docker_answers
 import redis
 
 from streamtrain.graph import Graph, Schema
-from streamtrain.store.redis_server import RedisServer, free_port
+from streamtrain.store.redis_server import RedisServer, cluster_args, create_cluster, free_port
 from streamtrain.testing import random_batch
 from streamtrain.trainer import Trainer
 
@@ -31,6 +30,7 @@ from streamtrain.trainer import Trainer
 class _Servers:
     def __init__(self):
         self.started: list[RedisServer] = []
+        self.workdirs: list[str] = []          # removed after the servers stop
 
     def start(self, *extra, port=None, workdir=None) -> RedisServer:
         if not shutil.which("redis-server"):
@@ -42,6 +42,8 @@ class _Servers:
     def stop_all(self):
         for s in self.started:
             s.stop()
+        for d in self.workdirs:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -70,29 +72,25 @@ def redis_urls3(_redis_servers):
     return [_redis_servers.start().url for _ in range(3)]
 
 
-@pytest.fixture(scope="session")
-def redis_cluster_url(_redis_servers):
+def start_cluster(servers, n: int = 3) -> list[str]:
+    """``n`` fresh ``redis-server --cluster-enabled yes`` nodes made into one cluster (no
+    replicas, slots split evenly); their ``host:port`` addresses, once the cluster is ok."""
     if not shutil.which("redis-cli"):
         pytest.skip("no redis-cli on PATH to create a cluster")
     workdir = tempfile.mkdtemp(prefix="streamtrain-cluster-")
-    nodes = []
-    for _ in range(3):
+    servers.workdirs.append(workdir)
+    addrs = []
+    for _ in range(n):                   # one at a time: a started node holds its port
         port = free_port(below=55536)
-        nodes.append(_redis_servers.start("--cluster-enabled", "yes", "--cluster-config-file",
-                                          f"nodes-{port}.conf", port=port,
-                                          workdir=tempfile.mkdtemp(dir=workdir)))
-    addrs = [f"127.0.0.1:{n.port}" for n in nodes]
-    subprocess.run(["redis-cli", "--cluster", "create", *addrs, "--cluster-replicas", "0", "--cluster-yes"],
-                   check=True, capture_output=True, timeout=30)
-    client = redis.Redis(port=nodes[0].port)
-    import time
-    deadline = time.monotonic() + 10
-    while client.cluster("info").get("cluster_state") != "ok":
-        if time.monotonic() > deadline:
-            pytest.fail("cluster did not reach state ok")
-        time.sleep(0.05)
-    yield f"redis://{addrs[0]}"
-    shutil.rmtree(workdir, ignore_errors=True)
+        servers.start(*cluster_args(port), port=port, workdir=tempfile.mkdtemp(dir=workdir))
+        addrs.append(f"127.0.0.1:{port}")
+    create_cluster(addrs)
+    return addrs
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(_redis_servers):
+    yield f"redis://{start_cluster(_redis_servers)[0]}"
 
 
 @pytest.fixture

@@ -32,14 +32,14 @@ def test_docker_compose_config_accepts_the_file():
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert done.returncode == 0, done.stderr
     services = yaml.safe_load(done.stdout)["services"]
-    assert set(services) >= {"kafka", "redis", "prometheus", "grafana", "replayer", "streamtrain"}
+    assert set(services) >= {"kafka", "redis", "prometheus", "grafana", "replayer", "trainer"}
     assert services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"   # KRaft
     assert services["replayer"]["command"][0] == "produce"
 
 
 def test_compose_overrides_make_a_kafka_redis_job():
     services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
-    raw = services["streamtrain"]["environment"]["STREAMTRAIN_SET"]
+    raw = services["trainer"]["environment"]["STREAMTRAIN_SET"]
     sets = [s for s in raw.replace("${TOPIC:-clicks}", "clicks").replace("${REPLAY_FORMAT:-criteo}", "criteo")
             .split(";") if s.strip()]
     cfg = configmod.load(ROOT / "examples" / "synthetic.json", sets)
@@ -76,7 +76,8 @@ def test_dockerfile_is_slim_and_non_root():
 
 def test_prometheus_config_and_dashboard_reference_the_same_metrics():
     conf = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
-    assert conf["scrape_configs"][0]["static_configs"][0]["targets"] == ["streamtrain:9464"]
+    assert conf["scrape_configs"][0]["dns_sd_configs"][0] == {"names": ["trainer"], "type": "A", "port": 9464,
+                                                              "refresh_interval": "15s"}
     text = (DEPLOY / "grafana" / "dashboards" / "streamtrain.json").read_text()
     for metric in ("examples_total", "step_seconds_bucket", "progressive_logloss", "progressive_auc",
                    "predicted_ctr", "observed_ctr", "kafka_lag", "event_to_update_seconds_bucket",

@@ -2,14 +2,11 @@
 
 Importing the package imports every module in it, so a rule added as a new file is registered.
 """
-import importlib
-import pkgutil
+from streamtrain.registry import import_modules
 
 from .base import OPTIMIZERS, Optimizer, make_optimizer, register
 
-for _mod in pkgutil.iter_modules(__path__):
-    if _mod.name != "base":
-        importlib.import_module(f"{__name__}.{_mod.name}")
+import_modules(__name__, __path__)
 
 from .adagrad import Adagrad  # noqa: E402
 from .adam import Adam  # noqa: E402

@@ -1,15 +1,23 @@
 """Parameter stores: ``memory`` (in process) and ``redis`` (sharded, shared by trainers).
 
-Backends are registered in ``STORES`` (``store.base``) by their module; ``make_store`` picks one
-by ``store.backend``.
+Backends are registered in ``STORES`` (``store.base``) by their module (every module of the
+package is imported); ``make_store`` picks one by ``store.backend``. The ``redis_*`` modules
+are the exception: they need redis-py, so the redis backend is imported on the first lookup of
+``redis`` (``Registry.lazy``) and a memory-store run starts without them.
 """
 from __future__ import annotations
 
+import pkgutil
+
+from streamtrain.registry import import_modules
 from streamtrain.schema import kind_problems
 
-from . import redis_store  # noqa: F401  (registers the redis backend)
 from .base import STORES, ParamStore, Snapshot, StoreStats, register
 from .memory import MemoryStore
+
+_REDIS = {m.name for m in pkgutil.iter_modules(__path__) if m.name.startswith("redis_")}
+import_modules(__name__, __path__, skip=_REDIS)   # every other module, so a new backend file registers
+STORES.lazy("redis", f"{__name__}.redis_store")
 
 DEFAULT_BACKEND = "memory"
 

@@ -125,6 +125,12 @@ class ParamStore(abc.ABC):
     def push(self, grads: Gradients) -> None:
         """Apply each parameter's update rule to its gradient (atomic per row)."""
 
+    prefetches = False     # True: ``prefetch`` reads ahead, worth calling with the next batch
+
+    def prefetch(self, dense: list[str], tables: dict[str, np.ndarray]) -> None:
+        """Start reading what the next ``pull`` will ask for (a store with slow reads overlaps
+        them with the current batch's compute). The default does nothing."""
+
     def pull_states(self, names) -> dict[str, dict]:
         """The optimizer slots of what the last ``pull`` returned for each of ``names``, shaped
         as the values (a table: one row per pulled id, a "row" slot ``[n, 1]``; a dense

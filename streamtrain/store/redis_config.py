@@ -13,7 +13,8 @@ DEFAULTS = {
     "urls": None, "cluster": None, "namespace": "default", "mode": "async", "trainers": 1,
     "worker": 0, "barrier_timeout_s": 60.0, "sync_combine": "mean", "buckets": 64,
     "timeout_s": 5.0, "retry": {"initial_s": 0.05, "max_s": 2.0, "give_up_s": 30.0},
-    "max_push_attempts": 1000, "tables": {},   # tables: {param name | layer name | "*": {...}}
+    "max_push_attempts": 1000, "placement": "modulo",   # placement: redis_keys (standalone servers)
+    "tables": {},   # tables: {param name | layer name | "*": {...}}
 }
 TABLE_OPTIONS = ("ttl_s", "admit_after", "max_rows")
 
@@ -51,6 +52,7 @@ class RedisConfig:
     timeout_s: float = 5.0
     retry: dict = field(default_factory=lambda: dict(DEFAULTS["retry"]))
     max_push_attempts: int = 1000
+    placement: str = "modulo"       # standalone servers: redis_keys "modulo" | "rendezvous"
     tables: dict = field(default_factory=dict)
 
     @classmethod
@@ -92,7 +94,8 @@ def validate(cfg: dict) -> list[tuple[str, str]]:
         out.append(("cluster", "give either urls (standalone shards) or cluster, not both"))
     if "namespace" in cfg and (msg := redis_keys.check_name(cfg["namespace"], "namespace")):
         out.append(("namespace", msg))
-    for key, choices in (("mode", ("async", "sync")), ("sync_combine", ("mean", "sum"))):
+    for key, choices in (("mode", ("async", "sync")), ("sync_combine", ("mean", "sum")),
+                         ("placement", redis_keys.PLACEMENTS)):
         if key in cfg and cfg[key] not in choices:
             out.append((key, f"expected one of {', '.join(map(repr, choices))}, got {cfg[key]!r}"))
     for key, integer, strict in (("trainers", True, True), ("worker", True, False), ("buckets", True, True),

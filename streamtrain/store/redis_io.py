@@ -33,7 +33,7 @@ class RowIO:
     # ---- routing -----------------------------------------------------------------------
     def group_shard(self) -> np.ndarray:
         """Shard of every group; recomputed when the cluster map changed."""
-        key = id(self.shards._slot_shard) if self.shards.cluster else len(self.shards.clients)
+        key = (self.shards.epoch, len(self.shards.clients))      # (not id() of the map: ids are reused)
         if self._map_of != key:
             tags = [redis_keys.bucket_tag(self.ns, b, self.buckets) for b in range(self.buckets)]
             tags += [redis_keys.tag(self.ns, "dense"), redis_keys.tag(self.ns, "meta")]
@@ -124,9 +124,11 @@ class RowIO:
             plan.append((shard, pos, [receipt, *keys], [self.receipt_ms, segments, *argv]))
 
         def attempt():
+            where = self.group_shard()     # re-read: a Cluster slot may have moved since the last try
             for retry_script in (False, True):
                 sha = self._load_script()
-                items = [(s, pos, ("EVALSHA", sha, len(ks), *ks, *argv)) for s, pos, ks, argv in plan]
+                items = [(int(where[groups[pos[0]]]), pos, ("EVALSHA", sha, len(ks), *ks, *argv))
+                         for _, pos, ks, argv in plan]
                 try:
                     answers = self._run(items)
                     break

@@ -3,12 +3,26 @@
 Every row of every table lands in one of ``buckets`` groups, chosen by a stable hash of
 (table, id). The bucket is the key's Redis Cluster hash tag, so a batch's rows group into at
 most ``buckets`` slots and each group can be read or written with one multi-key command or one
-script. Over standalone servers the bucket picks the server: ``shard = bucket % n_shards``.
+script. Over standalone servers the bucket picks the server by the store's ``placement``:
+
+* ``modulo`` (the default, and how every existing deployment placed its rows):
+  ``shard = bucket % n_shards``; a change of ``n_shards`` moves most groups.
+* ``rendezvous`` (highest random weight): the shard ``i`` with the largest
+  ``splitmix64(group, i)``. Appending a server to ``urls`` moves only the groups the new server
+  wins (``1/(n+1)`` of them) and never moves a group between the old servers.
+
+The shard is a position in ``urls``: keep the order, append new servers at the end.
+``streamtrain-redis-migrate`` moves the groups that change servers between two
+placements (a new server, or ``modulo`` -> ``rendezvous``) while the trainers are stopped.
 
 >>> row_keys("default", "emb.a", np.array([255], np.uint64), 64).tolist()[0]
 b'st:{default/38}:emb.a:r:00000000000000ff'
 >>> shard_of_bucket(np.array([0, 1, 2, 3]), 3).tolist()
 [0, 1, 2, 0]
+>>> g = np.arange(4096)
+>>> old, new = shard_of_bucket(g, 3, "rendezvous"), shard_of_bucket(g, 4, "rendezvous")
+>>> bool(((old == new) | (new == 3)).all())
+True
 """
 from __future__ import annotations
 
@@ -20,6 +34,8 @@ from redis.crc import key_slot
 from streamtrain.hashing import hash_str, splitmix64
 
 PREFIX = "st"
+PLACEMENTS = ("modulo", "rendezvous")
+NAMED_GROUPS = 1 << 32          # rendezvous: a named tag's group number is this + its Cluster slot
 NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
 
@@ -37,18 +53,23 @@ def bucket_of(table: str, ids: np.ndarray, buckets: int) -> np.ndarray:
     return (splitmix64(ids ^ np.uint64(hash_str(table))) % np.uint64(buckets)).astype(np.int64)
 
 
-def shard_of_bucket(bucket, n_shards: int):
-    """Standalone servers: the server that holds a bucket."""
-    return np.asarray(bucket) % n_shards
+def shard_of_bucket(bucket, n_shards: int, placement: str = "modulo"):
+    """Standalone servers: the server that holds a bucket (see the module's doc)."""
+    if placement == "modulo":
+        return np.asarray(bucket) % n_shards
+    groups = np.asarray(bucket, np.uint64).reshape(-1, 1)
+    weights = splitmix64(splitmix64(groups) ^ np.arange(1, n_shards + 1, dtype=np.uint64))
+    return weights.argmax(axis=1).reshape(np.shape(bucket))
 
 
-def shard_of_tag(tag_: str, n_shards: int) -> int:
-    """Standalone servers: the server of a hash tag. A bucket tag ``<ns>/<b>`` goes to
-    ``b % n``; a named group (``<ns>/dense``, ``<ns>/meta``) to its Cluster slot ``% n``."""
+def shard_of_tag(tag_: str, n_shards: int, placement: str = "modulo") -> int:
+    """Standalone servers: the server of a hash tag. A bucket tag ``<ns>/<b>`` is bucket ``b``;
+    a named group (``<ns>/dense``, ``<ns>/meta``) goes by its Cluster slot."""
     tail = tag_.rsplit("/", 1)[-1]
-    if tail.isdigit():
-        return int(tail) % n_shards
-    return key_slot(f"{{{tag_}}}".encode()) % n_shards
+    group = int(tail) if tail.isdigit() else key_slot(f"{{{tag_}}}".encode())
+    if placement == "rendezvous" and not tail.isdigit():
+        group += NAMED_GROUPS
+    return int(shard_of_bucket(group, n_shards, placement))
 
 
 def tag(namespace: str, bucket) -> str:

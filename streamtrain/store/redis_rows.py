@@ -11,6 +11,7 @@ import numpy as np
 
 from streamtrain.errors import StoreError
 
+from . import redis_keys
 from .base import initial_dense, initial_rows
 
 TAG = 8
@@ -73,6 +74,11 @@ class RowLayout:
                 mat = flat
             else:
                 mat[present] = flat
+        return (present, *self.unpack(mat))
+
+    def unpack(self, mat: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
+        """``uint8[n, nbytes]`` (``encode``'s output) → tags, weights, state."""
+        n = len(mat)
         tags = mat[:, :TAG].copy().view("<u8").reshape(n)
         floats = mat[:, TAG:].copy().view("<f4").reshape(n, self.floats)
         w = floats[:, :self.dim].astype(self.dtype)
@@ -80,7 +86,7 @@ class RowLayout:
         for k, width in self.slots:
             state[k] = floats[:, col:col + width].astype(self.dtype)
             col += width
-        return present, tags, w, state
+        return tags, w, state
 
     # ---- the rule, with the memory store's shapes ---------------------------------------
     def step(self, w: np.ndarray, g: np.ndarray, state: dict, sq: np.ndarray | None = None) -> None:
@@ -96,3 +102,50 @@ class RowLayout:
               for k, _ in self.slots}
         self.optimizer.step(wv, g.reshape(shape).astype(self.dtype, copy=False), st,
                             None if sq is None else sq.reshape(shape).astype(self.dtype, copy=False))
+
+
+class Rows:
+    """One parameter's rows in flight: keys, and the current value read for each."""
+
+    def __init__(self, store, name, ids):   # store: a RedisStore (its layouts, cfg, ns, io)
+        self.name, self.ids = name, ids
+        self.layout: RowLayout = store.layouts[name]
+        self.policy = store.cfg.policy(name) if ids is not None else None
+        self.present = None             # not read yet
+        if ids is None:
+            self.keys = np.array([redis_keys.dense_key(store.ns, name)])
+            self.groups = np.array([store.io.DENSE], np.int64)
+        else:
+            self.keys = redis_keys.row_keys(store.ns, name, ids, store.io.buckets)
+            self.groups = redis_keys.bucket_of(name, ids, store.io.buckets)
+
+    def set_values(self, values, where: str, rows=None) -> None:
+        present, tags, w, state = self.layout.decode(list(values), where)
+        if rows is None:
+            self.present, self.tags, self.w, self.state = present, tags, w, state
+            return
+        self._assign(rows, present, tags, w, state)
+
+    def set_encoded(self, rows: np.ndarray, mat: np.ndarray) -> None:
+        """Rows ``rows`` now hold these encoded values (as written by this store)."""
+        self._assign(rows, True, *self.layout.unpack(mat))
+
+    def _assign(self, rows, present, tags, w, state) -> None:
+        self.present[rows], self.tags[rows], self.w[rows] = present, tags, w
+        for k in self.state:
+            self.state[k][rows] = state[k]
+
+    def fill_initial(self, rows: np.ndarray) -> None:
+        """Absent rows take their initial weights and state."""
+        if len(rows):
+            w, state = self.layout.initial(None if self.ids is None else self.ids[rows])
+            self.w[rows] = w
+            for k in self.state:
+                self.state[k][rows] = state[k]
+
+    @property
+    def ttl(self) -> int:
+        return self.policy.ttl_ms if self.policy else 0
+
+    def out(self) -> np.ndarray:
+        return self.w.reshape(self.layout.spec.shape).copy() if self.ids is None else self.w.copy()

@@ -60,8 +60,10 @@ def _host_port(url: str) -> tuple[str, int]:
 class Shards:
     """Where each key lives. Standalone: ``shard_of_tag`` from redis_keys; Cluster: the slot map."""
 
-    def __init__(self, *, urls=None, cluster=None, timeout_s=5.0, retry: Retry | None = None, stats=None):
+    def __init__(self, *, urls=None, cluster=None, timeout_s=5.0, retry: Retry | None = None, stats=None,
+                 placement: str = "modulo"):
         self.cluster = bool(cluster)
+        self.placement = placement
         self.timeout_s = timeout_s
         self.retry = retry or Retry()
         self.stats = stats
@@ -69,6 +71,7 @@ class Shards:
         self.clients: list[redis.Redis] = []
         self.names: list[str] = []
         self._slot_shard: list[int] = []
+        self.epoch = 0                  # +1 at each slot map read: routing caches compare it
         if self.cluster:
             self.retrying("read the cluster slot map", self.refresh)
         else:
@@ -103,11 +106,12 @@ class Shards:
         if -1 in table:
             raise redis.ConnectionError(f"cluster slot {table.index(-1)} has no node (CLUSTERDOWN)")
         self._slot_shard = table
+        self.epoch += 1
 
     def shard_of_tag(self, tag: str) -> int:
         if self.cluster:
             return self._slot_shard[key_slot(f"{{{tag}}}".encode())]
-        return redis_keys.shard_of_tag(tag, len(self.clients))
+        return redis_keys.shard_of_tag(tag, len(self.clients), self.placement)
 
     def shard_of_key(self, key: bytes) -> int:
         return self.shard_of_tag(redis_keys.tag_of_key(key))

@@ -8,7 +8,10 @@
 * **Push**: the update rule is the memory store's numpy rule, run on the value just read, and
   written back by a per-row compare-and-set script (redis_scripts): atomic per row, no lost
   update, retried on conflicts; the values read by the pull are reused when nobody wrote since.
+* **Overlap** (redis_prefetch): the next batch's rows are read on a thread while this batch
+  computes; this store's own writes are patched in, the compare-and-set catches the others'.
 * **Sync mode** (redis_sync): pushes are staged; ``store.barrier`` is the trainer's barrier.
+* **Checkpoints** (redis_snapshot): every row of a table by SCAN, restored by compare-and-set.
 * **Lifecycle** (redis_lifecycle): TTL, admission, cap, counters. **Failures** (redis_shards):
   retries with backoff, then ``StoreError`` — a push either lands or raises.
 """
@@ -21,54 +24,15 @@ import numpy as np
 from streamtrain.context import Gradients
 from streamtrain.errors import StoreError
 
-from . import redis_keys, redis_lifecycle
+from . import redis_keys, redis_lifecycle, redis_snapshot
 from .base import ParamStore, Snapshot, register
 from .redis_config import RedisConfig, validate
 from .redis_io import RowIO
-from .redis_rows import RowLayout
+from .redis_prefetch import Prefetch
+from .redis_rows import RowLayout, Rows
 from .redis_server import RedisServer
 from .redis_shards import Retry, Shards
 from .redis_sync import SyncBarrier
-
-
-class _Rows:
-    """One parameter's rows in flight: keys, and the current value read for each."""
-
-    def __init__(self, store, name, ids):
-        self.name, self.ids = name, ids
-        self.layout: RowLayout = store.layouts[name]
-        self.policy = store.cfg.policy(name) if ids is not None else None
-        self.present = None             # not read yet
-        if ids is None:
-            self.keys = np.array([redis_keys.dense_key(store.ns, name)])
-            self.groups = np.array([store.io.DENSE], np.int64)
-        else:
-            self.keys = redis_keys.row_keys(store.ns, name, ids, store.io.buckets)
-            self.groups = redis_keys.bucket_of(name, ids, store.io.buckets)
-
-    def set_values(self, values, where: str, rows=None) -> None:
-        present, tags, w, state = self.layout.decode(list(values), where)
-        if rows is None:
-            self.present, self.tags, self.w, self.state = present, tags, w, state
-            return
-        self.present[rows], self.tags[rows], self.w[rows] = present, tags, w
-        for k in self.state:
-            self.state[k][rows] = state[k]
-
-    def fill_initial(self, rows: np.ndarray) -> None:
-        """Absent rows take their initial weights and state."""
-        if len(rows):
-            w, state = self.layout.initial(None if self.ids is None else self.ids[rows])
-            self.w[rows] = w
-            for k in self.state:
-                self.state[k][rows] = state[k]
-
-    @property
-    def ttl(self) -> int:
-        return self.policy.ttl_ms if self.policy else 0
-
-    def out(self) -> np.ndarray:
-        return self.w.reshape(self.layout.spec.shape).copy() if self.ids is None else self.w.copy()
 
 
 @register
@@ -89,8 +53,8 @@ class RedisStore(ParamStore):
             self.embedded = True
             urls = [self.server.url]
         try:
-            self.shards = Shards(urls=urls, cluster=cluster, timeout_s=self.cfg.timeout_s,
-                                 retry=Retry(**self.cfg.retry), stats=self.stats)
+            self.shards = Shards(urls=urls, cluster=cluster, timeout_s=self.cfg.timeout_s, stats=self.stats,
+                                 retry=Retry(**self.cfg.retry), placement=self.cfg.placement)
         except BaseException:
             if self.server:
                 self.server.stop()
@@ -100,8 +64,10 @@ class RedisStore(ParamStore):
         self.io.receipt_ms = int((retry.give_up_s + retry.max_s + 2 * self.cfg.timeout_s) * 1000) + 1000
         self.counters = redis_lifecycle.Counters(self.io)
         self.layouts: dict[str, RowLayout] = {}
-        self._cache: dict[str, _Rows] = {}
+        self._cache: dict[str, Rows] = {}
         self._rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))
+        self.ahead = Prefetch(self)
+        self.prefetches = self.cfg.mode != "sync"     # sync mode stages pushes: no read ahead
         self.barrier = None
         if self.cfg.mode == "sync":
             self.barrier = SyncBarrier(self, self.cfg.trainers, self.cfg.worker,
@@ -119,10 +85,17 @@ class RedisStore(ParamStore):
             self._cache.clear()
 
     # ---- pull ------------------------------------------------------------------------------
+    def prefetch(self, dense, tables) -> None:
+        """Start reading the next batch's rows now (redis_prefetch); its ``pull`` takes them."""
+        if self.prefetches:
+            self.ahead.start(dense, tables)
+
     def pull(self, dense, tables, *, create=True):
-        items = [_Rows(self, n, None) for n in dense]
-        items += [_Rows(self, n, np.asarray(ids, np.uint64)) for n, ids in tables.items()]
-        self._read(items, "pull")
+        items = self.ahead.take(dense, tables)
+        if items is None:
+            items = [Rows(self, n, None) for n in dense]
+            items += [Rows(self, n, np.asarray(ids, np.uint64)) for n, ids in tables.items()]
+            self.read_rows(items, "pull")
         creating = []
         for it in items:
             missing = np.flatnonzero(~it.present)
@@ -170,7 +143,7 @@ class RedisStore(ParamStore):
                 out[name] = {k: a.copy() for k, a in it.state.items()}
         return out
 
-    def _read(self, items: list[_Rows], what: str, rows: list | None = None) -> None:
+    def read_rows(self, items: list[Rows], what: str, rows: list | None = None) -> None:
         """Read the current values of ``items`` (or of ``rows[i]`` of each) in one round trip."""
         sel = rows or [slice(None)] * len(items)
         keys = [it.keys[s] for it, s in zip(items, sel)]
@@ -186,9 +159,9 @@ class RedisStore(ParamStore):
     def _create(self, creating: list) -> None:
         """Create-if-absent; rows someone else created first are re-read."""
         parts = [(it, rows, np.zeros(len(rows), np.uint64),
-                  it.layout.encode(self._tags(len(rows)), it.w[rows], {k: a[rows] for k, a in it.state.items()}))
+                  it.layout.encode(self.new_tags(len(rows)), it.w[rows], {k: a[rows] for k, a in it.state.items()}))
                  for it, rows in creating]
-        failed = self._cas(parts, "create rows")
+        failed = self.cas_rows(parts, "create rows")
         lost = []
         for (it, rows, _, _), bad in zip(parts, failed):
             won = rows[~bad]
@@ -197,9 +170,9 @@ class RedisStore(ParamStore):
             if bad.any():
                 lost.append((it, rows[bad]))
         if lost:
-            self._read([it for it, _ in lost], "re-read rows created concurrently", [r for _, r in lost])
+            self.read_rows([it for it, _ in lost], "re-read rows created concurrently", [r for _, r in lost])
 
-    def _count_created(self, it: _Rows, won: int, lost: int) -> None:
+    def _count_created(self, it: Rows, won: int, lost: int) -> None:
         if it.ids is None:
             return
         self.stats.rows_created += won
@@ -224,16 +197,16 @@ class RedisStore(ParamStore):
         numpy, compare-and-set; rows that changed meanwhile are re-read and recomputed."""
         work, squares = [], []
         for name, g in grads.dense.items():
-            work.append((self._reuse(name, None) or _Rows(self, name, None), np.asarray(g).reshape(1, -1)))
+            work.append((self._reuse(name, None) or Rows(self, name, None), np.asarray(g).reshape(1, -1)))
             sq = grads.squares.get(name)
             squares.append(None if sq is None else np.asarray(sq).reshape(1, -1))
         for name, (ids, g) in grads.tables.items():
             ids = np.asarray(ids, np.uint64)
-            work.append((self._reuse(name, ids) or _Rows(self, name, ids), np.asarray(g)))
+            work.append((self._reuse(name, ids) or Rows(self, name, ids), np.asarray(g)))
             sq = grads.squares.get(name)
             squares.append(None if sq is None else np.asarray(sq))
         stale = [it for it, _ in work if it.present is None]
-        self._read(stale, "read rows to update")
+        self.read_rows(stale, "read rows to update")
         pending = []
         for it, g in work:
             absent = np.flatnonzero(~it.present)
@@ -253,10 +226,10 @@ class RedisStore(ParamStore):
                 w, state = it.w[rows].copy(), {k: a[rows].copy() for k, a in it.state.items()}
                 it.layout.step(w, g[rows], state, None if sq is None else sq[rows])
                 expected = np.where(it.present[rows], it.tags[rows], np.uint64(0))
-                parts.append((it, rows, expected, it.layout.encode(self._tags(len(rows)), w, state)))
+                parts.append((it, rows, expected, it.layout.encode(self.new_tags(len(rows)), w, state)))
             if not parts:
                 break
-            failed = self._cas(parts, "update rows")
+            failed = self.cas_rows(parts, "update rows")
             retry_items, retry_rows = [], []
             for (it, rows, expected, _), bad in zip(parts, failed):
                 self._count_created(it, int(((expected == 0) & ~bad).sum()), 0)
@@ -265,7 +238,7 @@ class RedisStore(ParamStore):
                     retry_rows.append(rows[bad])
             if not retry_items:
                 break
-            self._read(retry_items, "re-read rows changed by another trainer", retry_rows)
+            self.read_rows(retry_items, "re-read rows changed by another trainer", retry_rows)
             for i, (it, rows) in enumerate(zip(retry_items, retry_rows)):
                 gone = rows[~it.present[rows]]          # expired meanwhile
                 if it.policy is not None and it.policy.gated:
@@ -292,14 +265,18 @@ class RedisStore(ParamStore):
             return None
         return it
 
-    def _tags(self, n: int) -> np.ndarray:
+    def new_tags(self, n: int) -> np.ndarray:
         """Fresh row versions: random, never 0 (0 means "absent" to the CAS script)."""
         return self._rng.integers(1, np.iinfo(np.uint64).max, n, dtype=np.uint64, endpoint=True)
 
-    def _cas(self, parts: list, what: str) -> list[np.ndarray]:
+    def cas_rows(self, parts: list, what: str) -> list[np.ndarray]:
         """One chunked compare-and-set over ``(rows item, row numbers, expected tags, values)``."""
-        return self.io.cas([(it.keys[rows], it.groups[rows], expected, values, it.ttl)
-                            for it, rows, expected, values in parts], what=what)
+        failed = self.io.cas([(it.keys[rows], it.groups[rows], expected, values, it.ttl)
+                              for it, rows, expected, values in parts], what=what)
+        for (it, rows, _, values), bad in zip(parts, failed):
+            done = ~bad
+            self.ahead.record(it.name, None if it.ids is None else it.ids[rows[done]], values[done])
+        return failed
 
     # ---- lifecycle and stats ----------------------------------------------------------------
     def lifecycle(self) -> dict:
@@ -320,64 +297,15 @@ class RedisStore(ParamStore):
         self.stats.lifecycle = {n: c for n, c in counts.items() if n in self.specs}
         return self.stats.lifecycle
 
-    # ---- checkpoints ---------------------------------------------------------------------------
+    # ---- checkpoints (redis_snapshot) ---------------------------------------------------------
     def snapshot(self) -> Snapshot:
-        snap = Snapshot(specs=dict(self.specs), optimizers={k: o.get_config() for k, o in self.optimizers.items()})
-        for name, spec in self.specs.items():
-            if spec.table:
-                keys = self.io.scan(redis_keys.table_pattern(self.ns, name), what=f"list rows of '{name}'")
-                ids = np.array([redis_keys.key_id(k) for k in keys], np.uint64)
-                it = _Rows(self, name, np.sort(ids))
-                if not len(ids):                 # no row of this table exists yet
-                    w, state = it.layout.initial(it.ids)
-                    snap.tables[name] = {"ids": it.ids, "value": w, **state}
-                    continue
-            else:
-                it = _Rows(self, name, None)
-            self._read([it], "snapshot")
-            keep = np.flatnonzero(it.present) if spec.table else np.arange(1)
-            if not spec.table and not it.present[0]:
-                it.fill_initial(keep)
-            arrays = {"value": it.w[keep] if spec.table else it.out()}
-            for k, a in it.state.items():
-                kind = self.optimizers[name].slots[k]
-                arrays[k] = a[keep] if spec.table else a.reshape(spec.shape if kind == "full" else (1,)).copy()
-            if spec.table:
-                arrays = {"ids": it.ids[keep], **arrays}
-                snap.tables[name] = arrays
-            else:
-                snap.dense[name] = arrays
-        return snap
+        return redis_snapshot.snapshot(self)
 
     def restore(self, snapshot: Snapshot) -> None:
         """Replace this namespace's parameters by the snapshot's (declared parameters only)."""
         self._cache.clear()
-        for name, spec in self.specs.items():
-            if spec.table and name in snapshot.tables:
-                self.io.delete(self.io.scan(redis_keys.table_pattern(self.ns, name)), what="clear table")
-        parts = []
-        for name, arrays in [*snapshot.dense.items(), *snapshot.tables.items()]:
-            if name not in self.specs:
-                continue
-            spec = self.specs[name]
-            it = _Rows(self, name, np.asarray(arrays["ids"], np.uint64) if spec.table else None)
-            n = len(it.keys)
-            w, state = it.layout.initial(it.ids)
-            w[...] = np.asarray(arrays["value"]).reshape(n, -1)
-            for k, width in it.layout.slots:
-                if k in arrays:
-                    state[k][...] = np.asarray(arrays[k]).reshape(n, width)
-            values = it.layout.encode(self._tags(n), w, state)
-            if not spec.table:
-                self.io.delete(list(it.keys), what="clear dense parameter")
-            parts.append((it, np.arange(n), np.zeros(n, np.uint64), values))
-            if spec.table:
-                self.counters.set(name, created=n, live=n)
-        if parts:
-            failed = self._cas(parts, "restore")
-            if any(f.any() for f in failed):
-                raise StoreError("redis store: restore raced with another writer (rows appeared meanwhile)")
-        self.stats.table_rows = {n: len(a["ids"]) for n, a in snapshot.tables.items() if n in self.specs}
+        self.ahead.cancel()
+        redis_snapshot.restore(self, snapshot)
 
     # ---- the rest ------------------------------------------------------------------------------
     def ready(self) -> bool:
@@ -388,6 +316,7 @@ class RedisStore(ParamStore):
 
     def close(self) -> None:
         try:
+            self.ahead.cancel()
             self.counters.flush(force=True)
         except StoreError:
             pass

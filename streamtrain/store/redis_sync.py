@@ -10,6 +10,13 @@ Round ``r`` of a namespace, all keys in its meta slot (``st:{<ns>/meta}:sync:...
    instead), applies that one update through the ordinary atomic path, sets ``applied:<r>``;
 4. the others wait for ``applied:<r>``, then acknowledge; the last one deletes the round.
 
+A trainer that dies stops the others at the barrier (``StoreError`` naming who did not arrive,
+after ``barrier_timeout_s``; the daemon retries the step). Its replacement joins at the round in
+progress: trainer 0 publishes the next round number (``round``) with each update, and a trainer
+reads it before its first stage. Each stage carries a random token and ``applied:<r>`` lists the
+tokens combined, so a trainer whose gradient missed round ``r`` (it staged while trainer 0 was
+already applying) sees it and stages again in round ``r + 1`` instead of losing it.
+
 With a batch split evenly between trainers and a loss of ``reduction: mean`` the combined
 gradient is the full batch's gradient, so a sync run reproduces one process on whole batches.
 A wait longer than ``barrier_timeout_s`` raises ``StoreError`` naming who is missing.
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import time
 
 import numpy as np
@@ -25,6 +33,7 @@ import numpy as np
 from streamtrain.context import Gradients
 from streamtrain.errors import StoreError
 
+TOKEN = 16                           # bytes of random token before each staged gradient
 ACK = """
 redis.call('SADD', KEYS[1], ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
@@ -119,15 +128,23 @@ class SyncBarrier:
     def __init__(self, store, trainers: int, worker: int, timeout_s: float, combine_how: str = "mean"):
         self.store, self.trainers, self.worker = store, trainers, worker
         self.timeout_s, self.combine_how = timeout_s, combine_how
-        self.round = 0
+        self.round = None            # read from Redis at the first stage: the round in progress
         self.keep_ms = int(max(60.0, 10 * timeout_s) * 1000)
+        self._staged = b""           # token + gradients of this trainer's current round
 
     def key(self, what: str, *parts) -> bytes:
         from .redis_keys import meta_key
         return meta_key(self.store.ns, ":".join(["sync", what, *map(str, parts)]))
 
     def stage(self, grads: Gradients) -> None:
-        self.store.io.meta("SET", self.key("grad", self.round, self.worker), encode_grads(grads),
+        if self.round is None:
+            current = self.store.io.meta("GET", self.key("round"), what="read the sync round in progress")
+            self.round = int(current or 0)
+        self._staged = os.urandom(TOKEN) + encode_grads(grads)
+        self._put_staged()
+
+    def _put_staged(self) -> None:
+        self.store.io.meta("SET", self.key("grad", self.round, self.worker), self._staged,
                            "PX", self.keep_ms, what=f"stage sync round {self.round}")
 
     def __call__(self, store=None) -> bool:
@@ -144,21 +161,31 @@ class SyncBarrier:
             if missing:
                 raise StoreError(f"sync round {r}: staged gradients of trainer(s) "
                                  f"{', '.join(map(str, missing))} are gone (expired or deleted)")
-            update = combine([decode_grads(b) for b in blobs], self.trainers, self.combine_how)
+            update = combine([decode_grads(b[TOKEN:]) for b in blobs], self.trainers, self.combine_how)
             self.store.apply_now(update)
             applied = self.key("applied", r)
-            io_.meta_many([("SET", applied, 1, "PX", self.keep_ms),
+            io_.meta_many([("SET", applied, b"".join(b[:TOKEN] for b in blobs), "PX", self.keep_ms),
+                           ("SET", self.key("round"), r + 1),
                            ("DEL", arrived, *[self.key("grad", r, w) for w in range(self.trainers)])],
                           what=f"sync round {r}: publish")
             if self.trainers == 1:
                 io_.meta("DEL", applied, what=f"sync round {r}: clean up")
-        else:
-            applied = self.key("applied", r)
-            self._wait(lambda: io_.meta("EXISTS", applied, what=f"sync round {r}: poll") == 1, r, "apply")
-            io_.meta("EVAL", ACK, 2, self.key("ack", r), applied, self.worker, self.trainers - 1,
-                     self.keep_ms, what=f"sync round {r}: acknowledge")
+            self.round += 1
+            return True
+        applied, tokens = self.key("applied", r), None
+
+        def published():
+            nonlocal tokens
+            tokens = io_.meta("GET", applied, what=f"sync round {r}: poll")
+            return tokens is not None
+        self._wait(published, r, "apply")
+        io_.meta("EVAL", ACK, 2, self.key("ack", r), applied, self.worker, self.trainers - 1,
+                 self.keep_ms, what=f"sync round {r}: acknowledge")
         self.round += 1
-        return self.worker == 0
+        if tokens[self.worker * TOKEN:(self.worker + 1) * TOKEN] != self._staged[:TOKEN]:
+            self._put_staged()               # round r was applied without this gradient: next round
+            return self(store)
+        return False
 
     def _arrived(self, r) -> set:
         members = self.store.io.meta("SMEMBERS", self.key("arrived", r), what=f"sync round {r}: poll")

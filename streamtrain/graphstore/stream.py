@@ -1,0 +1,177 @@
+"""The job's ``graph`` section: which fields of an ordinary record are an edge's endpoints, and
+the per-batch work around a training step.
+
+Before the step: rows with bad graph input (an endpoint field missing from the record or
+empty, several values, a numeric id that is not a non-negative integer, a self-loop) are
+counted as malformed (reason ``graph``) and dropped; the source node's features are stored;
+the seeds are sampled into blocks (``batch.subgraph``). After the step was predicted and
+learnt, and only then, the batch's own edges enter the graph store: the graph never holds
+the edge of the example being predicted.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from streamtrain.errors import ConfigError, StoreError
+from streamtrain.hashing import splitmix64
+from streamtrain.schema import REQUIRED, Option, check_options, with_defaults
+
+from . import GRAPH_STORES, make_graph_store
+from .blocks import Subgraph, first_occurrence
+from .sampling import Sampler
+
+ENDPOINTS = ("src", "dst")
+
+
+def _fanouts(v):
+    ok = isinstance(v, list) and v and all(isinstance(f, int) and not isinstance(f, bool) and f > 0 for f in v)
+    return None if ok else f"expected a non-empty list of positive integers (one per layer), got {v!r}"
+
+
+def _seeds(v):
+    ok = isinstance(v, list) and v and all(e in ENDPOINTS for e in v) and len(set(v)) == len(v)
+    return None if ok else f"expected a non-empty list of 'src' / 'dst', got {v!r}"
+
+
+def _names(v):
+    return None if all(isinstance(x, str) for x in v) else f"expected a list of field names, got {v!r}"
+
+
+OPTIONS = {
+    "src": Option(REQUIRED, (str,), doc="field holding an example's (source) node"),
+    "dst": Option(None, (str, type(None)), doc="field holding the other endpoint of its edge (null: none)"),
+    "seeds": Option(["src"], (list,), check=_seeds, doc="endpoints whose neighbourhoods are sampled"),
+    "fanouts": Option([10, 5], (list,), check=_fanouts, doc="neighbours sampled per node, hop by hop"),
+    "features": Option([], (list,), check=_names, doc="numeric fields: the source node's features"),
+    "undirected": Option(True, (bool,), doc="an edge also enters the destination's neighbours"),
+    "seed": Option(0, (int,), doc="seed of the sampler"),
+    "store": Option({"backend": "memory"}, kinds=GRAPH_STORES, tag="backend",
+                    doc="graph store backend and its options"),
+}
+
+
+def problems(cfg) -> list[tuple[str, str]]:
+    """Every problem of a ``graph`` section (null: none) as (path under ``graph``, message)."""
+    if cfg is None:
+        return []
+    if not isinstance(cfg, dict):
+        return [("", f"expected an object or null, got {cfg!r}")]
+    found = check_options(OPTIONS, cfg, what="graph")
+    if isinstance(cfg.get("seeds"), list) and "dst" in cfg["seeds"] and not cfg.get("dst"):
+        found.append(("seeds", "'dst' is a seed but graph.dst names no field"))
+    return found
+
+
+def endpoint_ids(batch, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(uint64 id per example, whether it is usable) for the endpoint field ``name``: a
+    categorical field with exactly one value, or a numeric column holding a non-negative
+    integer (hashed, so numeric ids share one id space)."""
+    field = batch.sparse.get(name)
+    n = batch.size
+    if field is not None:
+        counts = np.diff(field.offsets)
+        ok = counts == 1
+        ids = np.zeros(n, np.uint64)
+        ids[ok] = field.ids[field.offsets[:-1][ok]]
+        return ids, ok
+    if name in batch.dense_names:
+        v = batch.dense[:, batch.dense_names.index(name)].astype(np.float64)
+        ok = np.isfinite(v) & (v >= 0) & (v == np.floor(v)) & (v < 2.0 ** 53)
+        return splitmix64(np.where(ok, v, 0).astype(np.uint64)), ok
+    return np.zeros(n, np.uint64), np.zeros(n, bool)
+
+
+def open_graph_input(cfg, malformed=None, *, namespace: str = "default"):
+    """The job's graph input, or None when the config has no ``graph`` section."""
+    return None if cfg is None else GraphInput(cfg, malformed, namespace=namespace)
+
+
+class GraphInput:
+    """Owns the graph store and the sampler of a job; see the module docstring."""
+
+    def __init__(self, cfg: dict, malformed=None, *, namespace: str = "default"):
+        found = problems(cfg)
+        if found:
+            raise ConfigError([(f"graph.{k}" if k else "graph", m) for k, m in found])
+        self.cfg = with_defaults(OPTIONS, cfg)
+        store_cfg = dict(self.cfg["store"])
+        if store_cfg.get("backend") == "redis":
+            store_cfg.setdefault("namespace", namespace)
+        self.store = make_graph_store(store_cfg)
+        self.sampler = Sampler(self.store, self.cfg["fanouts"], self.cfg["seed"])
+        self.malformed = malformed
+        self.columns = None
+        self.last_sample_s = 0.0                    # of the last batch (the metrics histogram)
+        self._stats = {"nodes": 0, "edges": 0}
+
+    def mean_fanout(self) -> float:
+        s = self.sampler
+        return s.edges / s.dst_rows if s.dst_rows else 0.0
+
+    def _endpoints(self, batch):
+        src, ok = endpoint_ids(batch, self.cfg["src"])
+        dst = None
+        if self.cfg["dst"]:
+            dst, ok_dst = endpoint_ids(batch, self.cfg["dst"])
+            ok &= ok_dst & (src != dst)
+        return src, dst, ok
+
+    def clean(self, batch):
+        """The batch without its rows of bad graph input (counted as malformed, reason graph)."""
+        _, _, ok = self._endpoints(batch)
+        if ok.all():
+            return batch
+        if self.malformed is not None:
+            self.malformed.add("graph", int((~ok).sum()))
+        kept = batch.take(np.flatnonzero(ok))
+        kept.offsets = batch.offsets
+        return kept
+
+    def attach(self, batch) -> None:
+        """Store the source nodes' features, sample the seeds' blocks into ``batch.subgraph``."""
+        t0 = time.perf_counter()
+        src, dst, _ = self._endpoints(batch)
+        names = self.cfg["features"]
+        if names and self.columns is None:
+            missing = [f for f in names if f not in batch.dense_names]
+            if missing:
+                known = ", ".join(batch.dense_names) or "none"
+                raise ConfigError([("graph.features", f"fields {missing} are not numeric fields of the data "
+                                                      f"(the reader reports: {known})")])
+            self.columns = np.array([batch.dense_names.index(f) for f in names], np.int64)
+        if names and batch.size:
+            self.store.set_features(src, batch.dense[:, self.columns])
+        by_endpoint = {"src": src, "dst": dst}
+        seeds = np.concatenate([by_endpoint[e] for e in self.cfg["seeds"]])
+        uniq, local = first_occurrence(seeds)
+        blocks, node_ids = self.sampler.sample(uniq)
+        feats = self.store.features(node_ids, len(names))
+        n = batch.size
+        rows = {e: local[i * n:(i + 1) * n] for i, e in enumerate(self.cfg["seeds"])}
+        batch.subgraph = Subgraph(blocks, node_ids, feats, rows)
+        self.last_sample_s = time.perf_counter() - t0
+
+    def learnt(self, batch) -> None:
+        """The batch was predicted and learnt: its edges enter the graph now."""
+        if not self.cfg["dst"] or not batch.size:
+            return
+        src, dst, _ = self._endpoints(batch)
+        if self.cfg["undirected"]:
+            src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+        self.store.insert(src, dst)
+
+    def stats(self) -> dict:
+        """Nodes, edges, mean sampled fanout; the last figures while the store is unreachable."""
+        try:
+            self._stats = self.store.stats()
+        except StoreError:
+            pass
+        return {**self._stats, "mean_fanout": self.mean_fanout()}
+
+    def close(self) -> None:
+        self.store.close()
+
+    def describe(self) -> str:
+        return f"graph {self.cfg['src']}-{self.cfg['dst']} fanouts={self.cfg['fanouts']} store {self.store.describe()}"

@@ -1,0 +1,95 @@
+"""Move a namespace's keys to where a new placement over standalone servers puts them: after
+appending a server to ``store.urls``, removing one, or switching ``store.placement`` from
+``modulo`` to ``rendezvous`` (redis_keys). Only keys whose server changes move, with
+``MIGRATE ... KEYS`` (atomic per call, TTLs kept, never overwriting a key already there), so
+adding a server to a rendezvous placement moves about ``1/(n+1)`` of the rows: no full restore.
+
+Stop the trainers first (SIGTERM drains them): a trainer running meanwhile would read a row
+that is being moved as absent. Then start them with the new ``store.urls`` and ``store.placement``.
+
+    streamtrain-redis-migrate --namespace default \\
+        --from-urls redis://r0:6379/0,redis://r1:6379/0 \\
+        --to-urls redis://r0:6379/0,redis://r1:6379/0,redis://r2:6379/0 --placement rendezvous
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+
+import redis
+
+from . import redis_keys
+
+MIGRATE_KEYS = 500
+MIGRATE_TIMEOUT_MS = 10_000
+
+
+def server_of(url: str) -> tuple[str, int, int, str | None]:
+    """(host, port, db, password) of a ``redis://`` URL: a server's identity and its login."""
+    kw = redis.connection.parse_url(url)
+    return kw.get("host", "127.0.0.1"), int(kw.get("port", 6379)), int(kw.get("db", 0)), kw.get("password")
+
+
+def migrate(namespace: str, from_urls: list[str], to_urls: list[str], placement: str = "rendezvous",
+            *, dry_run: bool = False) -> dict:
+    """Move every key of ``namespace`` found on ``from_urls`` to its server under
+    (``to_urls``, ``placement``). Returns ``{"moved", "kept", "by_target": {url: n}}``."""
+    if placement not in redis_keys.PLACEMENTS:
+        raise ValueError(f"placement: expected one of {', '.join(redis_keys.PLACEMENTS)}, got {placement!r}")
+    targets = [server_of(u) for u in to_urls]
+    clients = [redis.Redis.from_url(u) for u in from_urls]
+    moved, kept, by_target = 0, 0, defaultdict(int)
+    try:
+        plans = []                 # every server is listed before any key moves: none is seen twice
+        for url, client in zip(from_urls, clients):
+            leaving = defaultdict(list)
+            for key in set(client.scan_iter(match=redis_keys.namespace_pattern(namespace), count=5000)):
+                j = redis_keys.shard_of_tag(redis_keys.tag_of_key(key), len(to_urls), placement)
+                if targets[j][:3] == server_of(url)[:3]:
+                    kept += 1
+                else:
+                    leaving[j].append(key)
+            plans.append(leaving)
+        for client, leaving in zip(clients, plans):
+            for j, keys in sorted(leaving.items()):
+                host, port, db, password = targets[j]
+                auth = ("AUTH", password) if password else ()
+                for start in range(0, len(keys), MIGRATE_KEYS):
+                    chunk = keys[start:start + MIGRATE_KEYS]
+                    if not dry_run:
+                        client.execute_command("MIGRATE", host, port, "", db, MIGRATE_TIMEOUT_MS, *auth,
+                                               "KEYS", *chunk)
+                    moved += len(chunk)
+                    by_target[to_urls[j]] += len(chunk)
+    finally:
+        for client in clients:
+            client.close()
+    return {"moved": moved, "kept": kept, "by_target": dict(by_target)}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="streamtrain-redis-migrate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--namespace", default="default", help="store.namespace (default: default)")
+    p.add_argument("--from-urls", required=True, help="comma-separated store.urls the rows are on now")
+    p.add_argument("--to-urls", required=True, help="comma-separated store.urls of the new layout "
+                                                    "(keep the old order, append new servers)")
+    p.add_argument("--placement", default="rendezvous", choices=redis_keys.PLACEMENTS,
+                   help="store.placement of the new layout (default: rendezvous)")
+    p.add_argument("--dry-run", action="store_true", help="count what would move, move nothing")
+    args = p.parse_args(argv)
+    try:
+        out = migrate(args.namespace, args.from_urls.split(","), args.to_urls.split(","), args.placement,
+                      dry_run=args.dry_run)
+    except redis.RedisError as err:
+        print(f"redis_migrate: {err}", file=sys.stderr)
+        return 1
+    verb = "would move" if args.dry_run else "moved"
+    print(f"namespace '{args.namespace}': {verb} {out['moved']} keys, kept {out['kept']} in place; "
+          + ", ".join(f"{n} to {u}" for u, n in out["by_target"].items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""Start-up: a synthetic + memory-store run imports nothing its config does not use.
+
+The time to the first batch is measured by ``bench/startup.py`` (not here: timing on a loaded
+machine is not a test); this checks the cause of a slow start deterministically."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("kafka", "redis", "scipy.stats", "scipy.sparse", "torch", "river", "vowpalwabbit")
+
+PROBE = """
+import json, sys
+from streamtrain.cli import main
+rc = main(["run", sys.argv[1], "--max-examples", "512", "--set", "metrics.enabled=false",
+           "--set", "checkpoint.dir=null", "--log-level", "WARNING"])
+print(json.dumps({"rc": rc, "modules": sorted(sys.modules)}))
+"""
+
+
+def test_synthetic_memory_run_imports_no_broker_client_nor_scipy_stats():
+    out = subprocess.run([sys.executable, "-c", PROBE, str(ROOT / "examples" / "synthetic.json")],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["rc"] == 0
+    loaded = set(got["modules"])
+    assert "streamtrain.job" in loaded and "numpy" in loaded          # the probe really ran a job
+    assert not [m for m in HEAVY if m in loaded], f"imported at start-up: {[m for m in HEAVY if m in loaded]}"
+
+
+def test_rankdata_matches_scipy():
+    import numpy as np
+    from scipy.stats import rankdata as scipy_rankdata
+    from streamtrain.scores import rankdata
+    rng = np.random.default_rng(0)
+    for n in (0, 1, 2, 7, 1000):
+        x = rng.integers(0, 5, n).astype(np.float64)
+        np.testing.assert_array_equal(rankdata(x), scipy_rankdata(x))
+
+
+LAZY = """
+import sys
+from streamtrain.store import STORES, make_store
+assert "redis" in STORES.names() and "redis" not in sys.modules      # listed, not imported
+try:
+    STORES.get("nosuch", where="store.backend")
+except Exception as err:
+    assert "redis" in str(err), err                                    # errors name it too
+assert "redis" not in sys.modules
+assert STORES.get("redis").__name__ == "RedisStore" and "redis" in sys.modules
+"""
+
+
+def test_the_redis_backend_is_listed_before_and_imported_on_first_use():
+    out = subprocess.run([sys.executable, "-c", LAZY], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
