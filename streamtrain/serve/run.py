@@ -6,7 +6,6 @@ import logging
 
 from streamtrain.metrics import ServeMetrics
 
-from .publish import Publisher
 from .settings import serve_settings
 
 log = logging.getLogger("streamtrain.serve")
@@ -37,6 +36,7 @@ def attach(job, config: dict, registry=None):
     A Redis store: the job publishes its fields and step for servers (always). With
     ``serve.enabled``: a server in a thread answers from the job's own parameters."""
     if config.get("store", {}).get("backend") == "redis":
+        from .publish import Publisher          # redis-py is imported only by jobs that use it
         job.hooks.append(Publisher())
     settings = serve_settings(config)
     if not settings["enabled"]:
