@@ -102,8 +102,9 @@ class Trainer:
     def prefetch(self, next_batch) -> None:
         """Let the next ``step`` start reading ``next_batch``'s rows once its own are pulled (a
         store with ``prefetches``; others ignore it). The rows are found in a context of their
-        own, so the current batch's is untouched."""
-        if not self.store.prefetches:
+        own, so the current batch's is untouched. A graph model reads none ahead: the next
+        batch's neighbourhoods are sampled only after this batch's edges entered the graph."""
+        if not self.store.prefetches or self.graph_input is not None:
             return
         if self._ahead_ctx is None:
             self._ahead_ctx = self.graph.context(training=True, dtype=self.ctx.dtype)

@@ -182,3 +182,19 @@ def test_kafka_movielens_into_both_redis_stores(kafka_bootstrap, kafka_topic, ka
     assert committed_offsets(kafka_bootstrap, topic, group) == end_offsets(kafka_bootstrap, topic)
     assert summary["graph"]["edges"] == 2 * 1999 and summary["graph"]["nodes"] > 100
     assert 0.4 < summary["logloss"] < 0.75
+
+
+def test_file_stream_into_the_redis_store_reads_no_graph_batch_ahead(redis_url, redis_namespace, tmp_path, data_dir):
+    """The Redis store reads a file stream's next batch ahead; a graph batch has no blocks until
+    it is sampled after the previous batch's edges entered the graph, so none is read ahead."""
+    from streamtrain.readers import write_movielens_csv
+    csv = tmp_path / "ml.csv"
+    write_movielens_csv(data_dir / "movielens_100k", csv)
+    cfg = C.validate(C.load(ROOT / "examples" / "graphsage_rec.json", [
+        f"reader.path={csv}", "reader.limit=1000", "batch_size=128", "metrics.enabled=false",
+        "store=" + json.dumps({"backend": "redis", "urls": [redis_url], "namespace": redis_namespace})]))
+    job = Job(cfg)
+    assert job.store.prefetches                          # the store would read ahead for other models
+    summary = job.run()
+    assert summary["examples"] == 1000 and 0 < summary["graph"]["edges"] <= 2 * 1000
+    assert 0.4 < summary["logloss"] < 0.8

@@ -1,7 +1,9 @@
 """The graph store beside the parameter store: adjacency grown from the stream, sampled per batch.
 
 Backends register in ``GRAPH_STORES`` (``base.py``); every module of the package is imported
-here so they do (``stream.py``, the job's side, imports this package and is left out).
+here so they do (``stream.py``, the job's side, imports this package and is left out). The
+redis backend needs redis-py: it is imported on the first lookup of ``redis``, so a run that
+uses no graph or the memory graph store starts without it.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ def make_graph_store(cfg: dict) -> GraphStore:
     return cls(**{k: v for k, v in cfg.items() if k != "backend"})
 
 
-import_modules(__name__, __path__, skip=("stream",))
+import_modules(__name__, __path__, skip=("stream", "redis_graph"))
+GRAPH_STORES.lazy("redis", f"{__name__}.redis_graph")
 
 __all__ = ["GRAPH_STORES", "GraphStore", "make_graph_store"]

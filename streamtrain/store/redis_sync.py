@@ -14,8 +14,10 @@ A trainer that dies stops the others at the barrier (``StoreError`` naming who d
 after ``barrier_timeout_s``; the daemon retries the step). Its replacement joins at the round in
 progress: trainer 0 publishes the next round number (``round``) with each update, and a trainer
 reads it before its first stage. Each stage carries a random token and ``applied:<r>`` lists the
-tokens combined, so a trainer whose gradient missed round ``r`` (it staged while trainer 0 was
-already applying) sees it and stages again in round ``r + 1`` instead of losing it.
+tokens combined, so a trainer whose batch missed round ``r`` (it staged while trainer 0 was
+already applying) sees it and stages again in round ``r + 1`` instead of losing it; a step the
+daemon retried after a barrier timeout stages the same batch again, and any of its tokens in
+``applied:<r>`` counts, so it is never applied twice.
 
 With a batch split evenly between trainers and a loss of ``reduction: mean`` the combined
 gradient is the full batch's gradient, so a sync run reproduces one process on whole batches.
@@ -131,6 +133,8 @@ class SyncBarrier:
         self.round = None            # read from Redis at the first stage: the round in progress
         self.keep_ms = int(max(60.0, 10 * timeout_s) * 1000)
         self._staged = b""           # token + gradients of this trainer's current round
+        self._tokens: set = set()    # tokens staged in this round: retries of one step, one batch
+        self._previous: set = set()  # ... and in the round before
 
     def key(self, what: str, *parts) -> bytes:
         from .redis_keys import meta_key
@@ -141,6 +145,7 @@ class SyncBarrier:
             current = self.store.io.meta("GET", self.key("round"), what="read the sync round in progress")
             self.round = int(current or 0)
         self._staged = os.urandom(TOKEN) + encode_grads(grads)
+        self._tokens.add(self._staged[:TOKEN])
         self._put_staged()
 
     def _put_staged(self) -> None:
@@ -170,7 +175,7 @@ class SyncBarrier:
                           what=f"sync round {r}: publish")
             if self.trainers == 1:
                 io_.meta("DEL", applied, what=f"sync round {r}: clean up")
-            self.round += 1
+            self._next_round()
             return True
         applied, tokens = self.key("applied", r), None
 
@@ -181,11 +186,17 @@ class SyncBarrier:
         self._wait(published, r, "apply")
         io_.meta("EVAL", ACK, 2, self.key("ack", r), applied, self.worker, self.trainers - 1,
                  self.keep_ms, what=f"sync round {r}: acknowledge")
-        self.round += 1
-        if tokens[self.worker * TOKEN:(self.worker + 1) * TOKEN] != self._staged[:TOKEN]:
-            self._put_staged()               # round r was applied without this gradient: next round
+        self._next_round()
+        if tokens[self.worker * TOKEN:(self.worker + 1) * TOKEN] not in self._previous:
+            self._tokens.add(self._staged[:TOKEN])
+            self._put_staged()               # round r was applied without this batch: next round
             return self(store)
         return False
+
+    def _next_round(self) -> None:
+        """The round is over: a retried step from now on is a new batch."""
+        self.round += 1
+        self._previous, self._tokens = self._tokens, set()
 
     def _arrived(self, r) -> set:
         members = self.store.io.meta("SMEMBERS", self.key("arrived", r), what=f"sync round {r}: poll")
