@@ -1,10 +1,10 @@
 """Compiled sums over a block's edges (numba, cached): the per-edge loops of ``scatter_gather``."""
 from __future__ import annotations
 
-from numba import njit
+from streamtrain.compiled import njit
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def gather_sum(indptr, src, x, out):
     """``out[d] = sum of x[src[e]]`` over the edges ``e`` of destination ``d`` (CSR ``indptr``)."""
     n, f = out.shape
@@ -17,7 +17,7 @@ def gather_sum(indptr, src, x, out):
                 out[d, j] += x[s, j]
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def scatter_sum(dst, src, g, out):
     """``out[s] = sum of g[dst[e]]`` over the edges ``e`` leaving source ``s``."""
     f = out.shape[1]

@@ -127,20 +127,28 @@ class Layer:
         """For layers with table parameters: the ids this batch touches, per table name."""
         return {}
 
-    # ---- linear terms (``streamtrain.ops.sequential``) ------------------------------------
+    # ---- terms of the logit the per-example engine can own (``streamtrain.online``) ------
+    #: whether the output is the layer's parameter rows pooled per field, ``[B, F, d]`` (an
+    #: embedding): it then declares them with ``field_terms``
+    pools_rows: ClassVar[bool] = False
+
     def is_linear(self) -> bool:
         """Whether this layer's output is one number per example, linear in its parameters
         (and free of other inputs' gradients): a wide embedding, a bias, a dim-1 linear fc."""
         return False
 
     def linear_terms(self, ctx) -> list:
-        """For a linear layer: a ``LinearTerm`` per parameter, for this batch."""
+        """For a linear layer: a ``streamtrain.online.terms.Term`` per parameter, this batch."""
         raise NotImplementedError
 
-    def sequential_owns(self, ctx) -> bool:
-        """True when the loss computed this layer's parameter gradients itself (per-example
-        sequential updates): its ``backward`` then adds none."""
-        return self.name in ctx.memo.get("sequential-owned", ())
+    def field_terms(self, ctx) -> list:
+        """For a layer that ``pools_rows``: a ``Term`` per parameter with each occurrence's field."""
+        raise NotImplementedError
+
+    def pairwise_input(self) -> str | None:
+        """For a layer whose output is the FM sum ``½ (|Σ_f e_f|² − Σ_f |e_f|²)`` of its input's
+        fields, one number per example: that input's name."""
+        return None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} inputs={self.inputs}>"

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from streamtrain.online.terms import Term
+
 from .base import INIT_OPTIONS, Layer, Option, positive, register
 
 
@@ -39,9 +41,8 @@ class Bias(Layer):
         return self.opts["dim"] == 1
 
     def linear_terms(self, ctx):
-        from .sequential import LinearTerm
         n = ctx.batch.size
-        return [LinearTerm(self.param_name("b"), np.arange(n), np.zeros(n, np.int64), np.ones(n), 1, (1,))]
+        return [Term(self.param_name("b"), np.zeros((n, 1), np.int64), np.ones((n, 1)), 1)]
 
     def forward(self, ctx, xs):
         b = ctx.value(self.param_name("b"))
@@ -51,7 +52,5 @@ class Bias(Layer):
         return out
 
     def backward(self, ctx, gy):
-        if self.sequential_owns(ctx):
-            return []
         ctx.add_param_grad(self.param_name("b"), np.asarray(gy).sum(axis=0))
         return []

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from streamtrain.online.terms import Term
+
 from .base import INIT_OPTIONS, REQUIRED, Layer, Option, flat_dim, positive, register
 
 ACTIVATIONS = ("identity", "relu", "sigmoid", "tanh")
@@ -78,13 +80,11 @@ class FC(Layer):
         return self.opts["dim"] == 1 and self.opts["activation"] == "identity"
 
     def linear_terms(self, ctx):
-        from .sequential import LinearTerm
         x2 = ctx.saved[self.name][1]
         B, n = x2.shape
-        terms = [LinearTerm(self.param_name("W"), np.repeat(np.arange(B), n), np.tile(np.arange(n), B),
-                            x2.reshape(-1), n, (n, 1))]
+        terms = [Term(self.param_name("W"), np.broadcast_to(np.arange(n), (B, n)), x2, n)]
         if self.opts["bias"]:
-            terms.append(LinearTerm(self.param_name("b"), np.arange(B), np.zeros(B, np.int64), np.ones(B), 1, (1,)))
+            terms.append(Term(self.param_name("b"), np.zeros((B, 1), np.int64), np.ones((B, 1)), 1))
         return terms
 
     def forward(self, ctx, xs):
@@ -101,8 +101,7 @@ class FC(Layer):
         x, x2, y = ctx.saved[self.name]
         gz = activation_grad(self.opts["activation"], y, gy)
         W = ctx.value(self.param_name("W"))
-        if not self.sequential_owns(ctx):
-            ctx.add_param_grad(self.param_name("W"), x2.T @ gz)
-            if self.opts["bias"]:
-                ctx.add_param_grad(self.param_name("b"), gz.sum(axis=0))
+        ctx.add_param_grad(self.param_name("W"), x2.T @ gz)
+        if self.opts["bias"]:
+            ctx.add_param_grad(self.param_name("b"), gz.sum(axis=0))
         return [(gz @ W.T).reshape(x.shape) if ctx.input_needs_grad(self)[0] else None]

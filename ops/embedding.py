@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from streamtrain.errors import ShapeError
+from streamtrain.online.terms import Term
 
 from .base import INIT_OPTIONS, SPARSE, Layer, Option, SparseShape, positive, register
 from .inputs import batch_fields
@@ -83,23 +84,34 @@ class Embedding(Layer):
             return {self.tables[0]: ids}
         return {t: field.ids for t, field in zip(self.tables, fields)}
 
+    pools_rows = True
+
     def is_linear(self):
         return self.opts["dim"] == 1
 
     def linear_terms(self, ctx):
-        from .sequential import LinearTerm
-        fields, _, counts, _ = self._layout(ctx)
-        B = ctx.batch.size
+        return self.field_terms(ctx)
+
+    def field_terms(self, ctx):
+        fields, _, counts, slot = self._layout(ctx)
+        B, F = ctx.batch.size, len(fields)
         weights = self._weights(ctx, fields, counts)
-        example = np.repeat(np.tile(np.arange(B), len(fields)), counts)
+        if slot is not None and len(self.tables) == 1:     # single-valued: dense [B, F], by slot
+            t = self.tables[0]
+            pos = np.zeros(B * F, np.int64)
+            x = np.zeros(B * F)
+            pos[slot] = ctx.table_pos[(self.name, t)]
+            x[slot] = 1.0 if weights is None else weights
+            return [Term(t, pos.reshape(B, F), x.reshape(B, F), len(ctx.table_ids[t]), field=np.arange(F))]
+        example = np.repeat(np.tile(np.arange(B), F), counts)
+        field = np.repeat(np.repeat(np.arange(F), B), counts)
         x = np.ones(len(example)) if weights is None else weights
         terms, start = [], 0
-        per_table = self.table_ids(ctx)
-        for t in self.tables:
-            n = len(per_table[t])
-            rows = len(ctx.table_ids[t])
-            terms.append(LinearTerm(t, example[start:start + n], ctx.table_pos[(self.name, t)],
-                                    x[start:start + n], rows, (rows, 1)))
+        for t, ids in self.table_ids(ctx).items():
+            n = len(ids)
+            part = slice(start, start + n)
+            terms.append(Term(t, ctx.table_pos[(self.name, t)], x[part], len(ctx.table_ids[t]),
+                              example[part], field[part]))
             start += n
         return terms
 
@@ -154,8 +166,6 @@ class Embedding(Layer):
         return w
 
     def backward(self, ctx, gy):
-        if self.sequential_owns(ctx):
-            return [None]
         how, a, w, total = ctx.saved[self.name]
         dim = self.opts["dim"]
         squares = any(ctx.wants_squares(t) for t in self.tables)

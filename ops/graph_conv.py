@@ -11,7 +11,6 @@ import numpy as np
 
 from streamtrain.errors import ShapeError
 
-from ._graph_kernels import gather_sum, scatter_sum
 from .base import INIT_OPTIONS, REQUIRED, Layer, Option, flat_dim, positive, register
 from .dense import ACTIVATIONS, activate, activation_grad
 
@@ -47,6 +46,7 @@ class ScatterGather(Layer):
     ``[num_src, d] → [num_dst, d]``; a destination without edges gets zeros."""
 
     kind = "scatter_gather"
+    reads_blocks = True          # needs the batch's sampled blocks (the job's graph section)
     options = {"block": BLOCK, "reduce": Option("sum", (str,), ("sum", "mean"), doc="sum or mean of the sources")}
 
     @classmethod
@@ -69,6 +69,7 @@ class ScatterGather(Layer):
             deg = block.indegree()
             scale = (1.0 / np.maximum(deg, 1)).astype(ctx.dtype)[:, None]
         out = ctx.rows((self.name, "out"), (block.num_dst, x2.shape[1]), x.dtype)
+        from ._graph_kernels import gather_sum     # numba: imported by the first graph model only
         gather_sum(block.indptr(), block.src, x2, out)
         if scale is not None:
             out *= scale
@@ -79,6 +80,7 @@ class ScatterGather(Layer):
         block, shape, scale = ctx.saved[self.name]
         g = np.ascontiguousarray(gy if scale is None else gy * scale)
         gx = ctx.rows((self.name, "gx"), (shape[0], g.shape[1]), g.dtype)
+        from ._graph_kernels import scatter_sum
         scatter_sum(block.dst, block.src, g, gx)
         return [gx.reshape(shape)]
 
@@ -88,6 +90,7 @@ class IndegreeNorm(Layer):
     """Each destination row divided by its in-degree in the block; 0 edges → a zero row."""
 
     kind = "indegree_norm"
+    reads_blocks = True          # needs the batch's sampled blocks (the job's graph section)
     options = {"block": BLOCK}
 
     @classmethod
@@ -121,6 +124,7 @@ class PartialLinear(Layer):
     ``num_dst`` are zero."""
 
     kind = "partial_linear"
+    reads_blocks = True          # needs the batch's sampled blocks (the job's graph section)
     options = {
         "dim": Option(REQUIRED, (int,), check=positive, doc="output size"),
         "block": BLOCK,

@@ -24,6 +24,7 @@ class NodeInput(Layer):
     none) followed by the ``features`` numeric features the graph store holds for the node."""
 
     kind = "node_input"
+    reads_blocks = True          # needs the batch's sampled blocks (the job's graph section)
     arity = (0, 0)
     reads_batch = True
     options = {
@@ -87,6 +88,7 @@ class SeedRows(Layer):
     same node share its row (and add their gradients into it)."""
 
     kind = "seed_rows"
+    reads_blocks = True          # needs the batch's sampled blocks (the job's graph section)
     options = {
         "endpoint": Option("src", (str,), ("src", "dst"), doc="which endpoint of the example"),
         "block": Option(-1, (int,), doc="the block whose destination rows are the seeds"),

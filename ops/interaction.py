@@ -36,6 +36,9 @@ class FM(Layer):
         _, dim = _fields_shape(self, input_shapes[0])
         return (1,) if self.opts["reduce"] else (dim,)
 
+    def pairwise_input(self):
+        return self.inputs[0] if self.opts["reduce"] else None
+
     def forward(self, ctx, xs):
         (v,) = xs
         s = v.sum(axis=1)                                        # [B, d]

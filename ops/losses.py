@@ -20,22 +20,24 @@ def _scale(layer, n: int) -> float:
 class LogLoss(Layer):
     """Sigmoid cross-entropy on one logit per example; labels in {0, 1}.
 
-    With ``sequential: true`` the terms of the logit that are linear in their parameters (a
-    wide embedding of dim 1 summed in, a bias, a dim-1 fc without activation, reaching the
+    With ``sequential: true`` the terms of the logit the per-example engine can own (linear
+    terms: a dim-1 embedding summed in, a bias, a dim-1 fc without activation; FM terms: an
+    ``fm`` with ``reduce: true`` over an embedding that feeds nothing else; all reaching the
     loss through ``add``/``sum_pooling``) learn example by example inside each mini-batch, as a
     per-example learner would, and each example is predicted after the examples before it in
-    the batch (``ops/sequential.py``). Training only: evaluators predict from the parameters.
+    the batch (``streamtrain.online``; the trainer installs the engine as ``ctx.engine``).
+    Training only: evaluators predict from the parameters.
     """
 
     kind = "logloss"
     is_loss = True
     options = {
         "reduction": REDUCTION,
-        "sequential": Option(False, (bool,), doc="per-example updates of the linear terms inside a batch"),
-        "implicit": Option(True, (bool,), doc="sequential: each example's own update is implicit "
-                                              "(cannot overshoot its label)"),
-        "normalize": Option(True, (bool,), doc="sequential: divide the linear terms' step sizes by the "
-                                               "root mean squared norm of an example's linear features"),
+        "sequential": Option(False, (bool,), doc="per-example updates of the linear and FM terms inside a batch"),
+        "implicit": Option(True, (bool,), doc="sequential: each example's own update of its linear terms "
+                                              "is implicit (cannot overshoot its label)"),
+        "normalize": Option(True, (bool,), doc="sequential: divide an example's linear-term gradients by "
+                                               "the norm of its linear features (at least 1)"),
     }
 
     @classmethod
@@ -59,31 +61,23 @@ class LogLoss(Layer):
         (z,) = xs
         z = z.reshape(-1)
         y = ctx.batch.labels.astype(z.dtype, copy=False)
-        seq = sol = None
-        if self.opts["sequential"] and ctx.training and ctx.sequential and len(z):
-            from .sequential import Sequential
-            terms = [t for layer in ctx.sequential for t in layer.linear_terms(ctx)]
-            seq = Sequential(terms, ctx.optimizers, ctx.states, len(z),
-                             implicit=self.opts["implicit"], normalize=self.opts["normalize"])
-            sol = seq.solve(z, y)
-            z = sol.z.astype(z.dtype)
-            ctx.memo["sequential-owned"] = {layer.name for layer in ctx.sequential}
-            ctx.memo["sequential-solution"] = sol
+        rho = None
+        if self.opts["sequential"] and ctx.training and ctx.engine is not None and len(z):
+            z, rho = ctx.engine.learn(ctx, z, y)
+            z = z.astype(xs[0].dtype)
         p = sigmoid(z)
         # log(1 + exp(-|z|)) + max(z, 0) - y z, stable for any z
         losses = np.logaddexp(0, -np.abs(z)) + np.maximum(z, 0) - y * z
         ctx.loss = float(losses.mean()) if len(z) else 0.0
         ctx.predictions = p
-        ctx.saved[self.name] = (xs[0].shape, p, y, seq, sol)
+        ctx.saved[self.name] = (xs[0].shape, p, y, rho)
         return p
 
     def backward(self, ctx, gy):
-        shape, p, y, seq, sol = ctx.saved[self.name]
-        if seq is None:
+        shape, p, y, rho = ctx.saved[self.name]
+        if rho is None:
             return [((p - y) * _scale(self, len(p))).reshape(shape)]
-        for param, grad, squares in seq.gradients(sol, ctx.dtype):
-            ctx.add_param_grad(param, grad, squares)
-        return [sol.rho.astype(ctx.dtype).reshape(shape)]
+        return [rho.astype(ctx.dtype).reshape(shape)]
 
 
 @register

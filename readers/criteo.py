@@ -35,7 +35,7 @@ class CriteoParser(Parser):
         return {"options": {"numeric_transform": "none"}, "lines": [good, "2\t" + good[2:], "oops"], "rows": 1}
 
     def parse_chunk(self, chunk: Chunk) -> Batch:
-        rows, st, en = fixed_fields(chunk, split(chunk, b"\t"), N_FIELDS)
+        rows, st, en = fixed_fields(chunk, split(chunk, b"\t", max_length=self.field_length), N_FIELDS)
         labels, lab_ok = self.labels.parse(chunk, st[:, 0], en[:, 0])
         vals, ok, empty = parse_spans(chunk, st[:, 1:14], en[:, 1:14])
         num_ok = (ok | empty).all(axis=1)

@@ -110,7 +110,8 @@ class CsvParser(Parser):
     def parse_chunk(self, chunk: Chunk) -> Batch:
         if self.columns is None:
             raise ReaderError("csv parser has no header: give option 'columns' or call set_header()")
-        rows, st, en = fixed_fields(chunk, split(chunk, self.delimiter), len(self.columns))
+        spans = split(chunk, self.delimiter, max_length=self.field_length)
+        rows, st, en = fixed_fields(chunk, spans, len(self.columns))
         labels, keep = self.labels.parse(chunk, st[:, self.label_idx], en[:, self.label_idx])
         self._mark_rows(chunk, rows, ~keep, mf.LABEL)
         vals = np.zeros((len(rows), len(self.num_idx)))

@@ -17,7 +17,7 @@ import numpy as np
 from streamtrain.batch import Batch
 from streamtrain.errors import ConfigError
 from streamtrain.registry import Registry
-from streamtrain.schema import Option, check_options
+from streamtrain.schema import Option, check_options, positive
 
 from . import malformed as mf
 from .lines import Chunk
@@ -44,6 +44,8 @@ TRANSFORM = Option("log1p", (str,), ("log1p", "none"), doc="numbers as sign(x)·
 COMMON_OPTIONS = {
     "labels": Option([0, 1], check=_labels, doc="the label values accepted; null = any finite number"),
     "label_map": Option({}, check=_label_map, doc="labels replaced before the check, e.g. {-1: 0}"),
+    "field_length": Option(65536, (int,), check=positive,
+                           doc="bytes; a line with a longer field is skipped as malformed 'field_length'"),
 }
 
 
@@ -85,6 +87,7 @@ class Parser:
         self.malformed = malformed if malformed is not None else Malformed()
         self.labels = LabelRule(options.get("labels", (0, 1)),
                                 options.get("label_map", self.DEFAULT_LABEL_MAP))
+        self.field_length = options.get("field_length", COMMON_OPTIONS["field_length"].default)
 
     # -- interface ---------------------------------------------------------------------------
     def parse(self, lines) -> Batch:

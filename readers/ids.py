@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from streamtrain.compiled import njit
 from streamtrain.hashing import hash_str, splitmix64
 
 _MIX = np.uint64(0x9FB21C651E98DF25)
@@ -45,31 +46,40 @@ def byte_words(padded: bytes) -> np.ndarray:
     return np.ndarray((n,), dtype="<u8", buffer=padded, strides=(1,))
 
 
-def word_at(words: np.ndarray, starts: np.ndarray, lengths: np.ndarray, k: int) -> np.ndarray:
-    """The k-th 8-byte word of every token, zero beyond the token's end."""
-    if k == 0:
-        return words[starts] & MASKS[np.minimum(lengths, 8)]
-    idx = np.minimum(starts + 8 * k, len(words) - 1)
-    return words[idx] & MASKS[np.clip(lengths - 8 * k, 0, 8)]
-
-
 def hash_spans(words, starts, lengths, seeds) -> np.ndarray:
     """Ids of the tokens ``buf[starts:starts+lengths]`` given ``words = byte_words(buf)``.
 
     ``seeds`` is one field seed (``field_seed(name)``) or an array broadcastable to ``starts``.
-    Empty tokens get an id too; callers decide that empty means missing.
+    Empty tokens get an id too; callers decide that empty means missing. The fold is sequential
+    within a token, so it runs in a compiled loop: time linear in the bytes hashed, whatever the
+    longest token.
     """
     starts = np.asarray(starts, dtype=np.int64)
     lengths = np.asarray(lengths, dtype=np.int64)
     if starts.size == 0:
         return np.zeros(starts.shape, dtype=np.uint64)
-    h = _start_state(np.asarray(seeds, dtype=np.uint64), lengths)
-    nwords = (lengths + 7) // 8
-    for k in range(int(nwords.max())):
-        m = (h ^ word_at(words, starts, lengths, k)) * _MIX
-        m ^= m >> _S32
-        h = m if k == 0 and nwords.min() > 0 else np.where(nwords > k, m, h)
-    return splitmix64(h)
+    h = np.broadcast_to(_start_state(np.asarray(seeds, dtype=np.uint64), lengths), starts.shape)
+    folded = _fold(words, starts.ravel(), lengths.ravel(), np.ascontiguousarray(h).ravel())
+    return splitmix64(folded).reshape(starts.shape)
+
+
+@njit(nogil=True)
+def _fold(words, starts, lengths, h):
+    """``h = mix(h ^ w)`` over each token's words, the last one masked to the token's bytes."""
+    out = np.empty_like(h)
+    last = len(words) - 1
+    for i in range(len(starts)):
+        x, s, n = h[i], starts[i], lengths[i]
+        k = 0
+        while k < n:
+            w = words[min(s + k, last)]
+            if n - k < 8:
+                w &= MASKS[n - k]
+            x = (x ^ w) * _MIX
+            x ^= x >> _S32
+            k += 8
+        out[i] = x
+    return out
 
 
 def _start_state(seeds: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -84,9 +94,8 @@ def _start_state(seeds: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return splitmix64(seeds + lengths.astype(np.uint64))
 
 
-def as_bytes_array(tokens) -> np.ndarray:
-    """Tokens (list or array of str / bytes / ints) as a numpy ``S`` array of UTF-8 bytes."""
-    arr = tokens if isinstance(tokens, np.ndarray) else np.asarray(_list_of_strings(tokens))
+def as_bytes_array(arr: np.ndarray) -> np.ndarray:
+    """A numpy array of str / bytes / ints as a numpy ``S`` array of UTF-8 bytes."""
     kind = arr.dtype.kind
     if kind == "S":
         return arr
@@ -99,21 +108,40 @@ def as_bytes_array(tokens) -> np.ndarray:
             return arr.astype("S")                 # fast when ASCII
         except UnicodeEncodeError:
             return np.strings.encode(arr, "utf-8")
-    return as_bytes_array(np.asarray(_list_of_strings(list(arr))))
+    return as_bytes_array(np.asarray([_utf8(t) for t in arr.ravel()] or np.zeros(0, "S1")))
 
 
-def _list_of_strings(tokens):
-    tokens = list(tokens)
-    if all(isinstance(t, str) for t in tokens) or all(isinstance(t, bytes) for t in tokens):
-        return tokens if tokens else np.zeros(0, dtype="S1")
-    return [t if isinstance(t, bytes) else str(t).encode("utf-8") for t in tokens]
+def _utf8(token) -> bytes:
+    return token if isinstance(token, bytes) else str(token).encode("utf-8")
+
+
+def joined(tokens) -> tuple[bytes, np.ndarray]:
+    """A list of tokens (str / bytes / ints) as one UTF-8 buffer and each token's byte length.
+
+    Unlike a fixed-width numpy array, this costs the bytes of the tokens, not their number times
+    the longest one.
+    """
+    tokens = tokens if isinstance(tokens, list) else list(tokens)
+    if all(isinstance(t, str) for t in tokens):
+        text = "".join(tokens)
+        buf = text.encode("utf-8")
+        if len(buf) == len(text):                  # ASCII: byte lengths are character lengths
+            return buf, np.fromiter(map(len, tokens), np.int64, len(tokens))
+    if not all(isinstance(t, bytes) for t in tokens):
+        tokens = [_utf8(t) for t in tokens]
+    return b"".join(tokens), np.fromiter(map(len, tokens), np.int64, len(tokens))
 
 
 def hash_values(field: str, tokens) -> np.ndarray:
     """uint64 ids of ``tokens`` in ``field`` (same ids as the file parsers give)."""
-    arr = as_bytes_array(tokens).ravel()
-    width = max(arr.dtype.itemsize, 1)
-    padded = np.ascontiguousarray(arr).tobytes() + bytes(16)
-    lengths = np.strings.str_len(arr).astype(np.int64)
-    starts = np.arange(len(arr), dtype=np.int64) * width
-    return hash_spans(byte_words(padded), starts, lengths, field_seed(field))
+    if isinstance(tokens, np.ndarray):
+        arr = as_bytes_array(tokens).ravel()
+        width = max(arr.dtype.itemsize, 1)
+        buf = np.ascontiguousarray(arr).tobytes()
+        lengths = np.strings.str_len(arr).astype(np.int64)
+        starts = np.arange(len(arr), dtype=np.int64) * width
+    else:
+        buf, lengths = joined(tokens)
+        starts = np.zeros(len(lengths), np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
+    return hash_spans(byte_words(buf + bytes(16)), starts, lengths, field_seed(field))

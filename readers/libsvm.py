@@ -37,7 +37,7 @@ class LibsvmParser(Parser):
         return {"options": {"field": "f"}, "lines": ["1 3:0.5 7:1", "-1 3:2", "oops"], "rows": 2}
 
     def parse_chunk(self, chunk: Chunk) -> Batch:
-        sp = split(chunk, b" \t", drop_empty=True)
+        sp = split(chunk, b" \t", drop_empty=True, max_length=self.field_length)
         self._mark_rows(chunk, np.arange(chunk.n), (sp.count == 0) & ~chunk.blank, mf.FIELD_COUNT)
         first = np.zeros(len(sp.start), dtype=bool)
         first[np.cumsum(sp.count)[sp.count > 0] - sp.count[sp.count > 0]] = True

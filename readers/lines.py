@@ -13,7 +13,7 @@ from . import malformed as mf
 from .ids import byte_words
 
 OK = 0
-CODES = {mf.DECODE: 1, mf.FIELD_COUNT: 2, mf.NUMBER: 3, mf.LABEL: 4}
+CODES = {mf.DECODE: 1, mf.FIELD_COUNT: 2, mf.NUMBER: 3, mf.LABEL: 4, mf.FIELD_LENGTH: 5}
 NAMES = {v: k for k, v in CODES.items()}
 NL, CR = 10, 13
 
@@ -139,8 +139,12 @@ class Spans:
         return self.end - self.start
 
 
-def split(chunk: Chunk, delimiters: bytes, drop_empty: bool = False) -> Spans:
-    """Split every line of the chunk at any byte of ``delimiters``."""
+def split(chunk: Chunk, delimiters: bytes, drop_empty: bool = False, max_length: int = 0) -> Spans:
+    """Split every line of the chunk at any byte of ``delimiters``.
+
+    A field longer than ``max_length`` bytes (0 = no limit) marks its line ``field_length`` and
+    reads as empty, so nothing downstream spends time on it.
+    """
     arr = chunk.arr
     is_sep = arr == NL
     for d in delimiters:
@@ -153,6 +157,11 @@ def split(chunk: Chunk, delimiters: bytes, drop_empty: bool = False) -> Spans:
     end = seps
     end[last] = chunk.text_end                       # a trailing '\r' is not part of the field
     count = np.diff(last, prepend=-1)
+    if max_length:
+        too_long = np.flatnonzero(end - start > max_length)
+        if too_long.size:
+            chunk.mark(np.searchsorted(chunk.line_end, start[too_long]), mf.FIELD_LENGTH)
+            end[too_long] = start[too_long]
     if drop_empty:
         keep = end > start
         if not keep.all():

@@ -17,6 +17,7 @@ _F0 = _U(0xF0F0F0F0F0F0F0F0)
 _SIX = _U(0x0606060606060606)
 _THREES = _U(0x3333333333333333)
 _LOW8 = _U(0xFF)
+LONG_NUMBER = 64     # bytes: longer tokens are parsed one by one, not in the fixed-width batch
 
 
 def _swar_int(words: np.ndarray, lengths: np.ndarray):
@@ -80,10 +81,15 @@ def parse_spans(chunk, starts: np.ndarray, ends: np.ndarray):
     empty = lengths == 0
     rest = np.flatnonzero(~ok & ~empty)
     if rest.size:
-        v2, ok2 = _cast_float(gather_bytes(chunk.arr, starts[rest], lengths[rest]))
-        ok2 &= np.isfinite(v2)
-        vals[rest] = np.where(ok2, v2, 0.0)
-        ok[rest] = ok2
+        long = lengths[rest] > LONG_NUMBER
+        short = rest[~long]          # gathered into one fixed-width array: its width must stay small
+        v2, ok2 = _cast_float(gather_bytes(chunk.arr, starts[short], lengths[short]))
+        vals[short], ok[short] = v2, ok2
+        for i in rest[long]:         # one at a time, in time linear in their bytes (rare, and long)
+            v, o = _cast_float(np.array([chunk.buf[starts[i]:ends[i]]]))
+            vals[i], ok[i] = v[0], o[0]
+        ok[rest] &= np.isfinite(vals[rest])
+        vals[rest] = np.where(ok[rest], vals[rest], 0.0)
     return vals.reshape(shape), ok.reshape(shape), empty.reshape(shape)
 
 

@@ -12,7 +12,7 @@ raises the alarm. As in River's ``drift.ADWIN``, the value after an alarm starts
 window. One difference from River 0.2x: the scan also considers the cut before the newest
 bucket of each row (MOA's original loop; River's stops one bucket short in every row).
 
-The per-value algorithm is compiled with numba (``cache=True``); state lives in numpy arrays
+The per-value algorithm is compiled with numba (``streamtrain.compiled.njit``: cached on disk where it can be); state lives in numpy arrays
 so the Python object (``streamtrain.drift.Adwin``) is just their owner.
 """
 from __future__ import annotations
@@ -20,7 +20,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+
+from .compiled import njit
 
 ROWS = 64              # 2**64 values: more rows than any stream fills
 
@@ -34,7 +35,7 @@ def new_state(max_buckets: int):
             np.zeros(ROWS, np.int64))
 
 
-@njit(cache=True)
+@njit()
 def _clear(sc, tot, var, cnt):
     sc[:] = 0.0
     tot[:, :] = 0.0
@@ -42,7 +43,7 @@ def _clear(sc, tot, var, cnt):
     cnt[:] = 0
 
 
-@njit(cache=True)
+@njit()
 def _shift(tot, var, cnt, r, n):
     """Drop the ``n`` oldest buckets of row ``r``."""
     k = cnt[r]
@@ -55,7 +56,7 @@ def _shift(tot, var, cnt, r, n):
     cnt[r] = k - n
 
 
-@njit(cache=True)
+@njit()
 def _insert(sc, tot, var, cnt, x, max_buckets):
     w = sc[WIDTH] + 1.0
     if w > 1.0:
@@ -84,7 +85,7 @@ def _insert(sc, tot, var, cnt, x, max_buckets):
         r = nxt
 
 
-@njit(cache=True)
+@njit()
 def _delete_oldest(sc, tot, var, cnt):
     r = int(sc[NROWS]) - 1
     n = 2.0 ** r
@@ -100,7 +101,7 @@ def _delete_oldest(sc, tot, var, cnt):
     return n
 
 
-@njit(cache=True)
+@njit()
 def _cut(sc, n0, n1, diff, delta, min_len):
     d = math.log(2.0 * math.log(sc[WIDTH]) / delta)
     m = 1.0 / (n0 - min_len + 1) + 1.0 / (n1 - min_len + 1)
@@ -109,7 +110,7 @@ def _cut(sc, n0, n1, diff, delta, min_len):
     return abs(diff) > eps
 
 
-@njit(cache=True)
+@njit()
 def _detect(sc, tot, var, cnt, delta, min_len):
     found = False
     again = True
@@ -138,7 +139,7 @@ def _detect(sc, tot, var, cnt, delta, min_len):
     return found
 
 
-@njit(cache=True)
+@njit()
 def run(x, sc, tot, var, cnt, delta, clock, max_buckets, min_len, grace):
     """Feed ``x`` in order; return the positions (in ``x``) of the values that raised an alarm."""
     alarms = np.empty(len(x), np.int64)

@@ -1,4 +1,7 @@
-"""``streamtrain run | validate | produce | serve``; every option also reads a STREAMTRAIN_* variable."""
+"""streamtrain run | validate | produce | serve: a streaming online-learning daemon and its tools.
+
+Every option also reads a STREAMTRAIN_* environment variable (shown in each command's --help).
+"""
 from __future__ import annotations
 
 import argparse
@@ -10,6 +13,31 @@ from .errors import ConfigError, StreamtrainError
 from .readers.produce import add_produce_parser
 
 ENV = "STREAMTRAIN_"
+RUN_DESCRIPTION = """\
+Train the model of CONFIG on its reader's stream: pull the parameters a mini-batch needs,
+learn, push the update, and only then commit the batch's offsets. Runs until the stream ends,
+--max-examples is reached, or SIGTERM/SIGINT asks it to stop (it finishes the batch, writes a
+checkpoint, and exits; a second signal exits at once). SIGHUP writes a checkpoint. Metrics,
+/healthz and /readyz are served on metrics.host:metrics.port."""
+RUN_EXIT_CODES = """\
+exit codes:
+  0  the run ended: stream over, --max-examples reached, or stopped by a first SIGTERM/SIGINT
+  1  the run failed; the reason is the last line on stderr (e.g. the store refused the
+     password, a reader cannot open its input)
+  2  the config is invalid (every problem is listed), or the command line is wrong
+  a second SIGTERM/SIGINT kills the process with that signal (shell status 128+N)"""
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions keep their lines; reStructuredText's ``literal`` quotes are dropped."""
+
+    def format_help(self) -> str:
+        return super().format_help().replace("``", "")
+
+
+class Parser(argparse.ArgumentParser):
+    def __init__(self, *args, formatter_class=HelpFormatter, **kwargs):
+        super().__init__(*args, formatter_class=formatter_class, **kwargs)
 
 
 def _env(name, default=None):
@@ -37,10 +65,11 @@ def _log_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="streamtrain", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="streamtrain", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
-    run = sub.add_parser("run", help="train on a stream until it ends or a signal asks to stop")
+    run = sub.add_parser("run", help="train on a stream until it ends or a signal asks to stop",
+                         description=RUN_DESCRIPTION, epilog=RUN_EXIT_CODES)
     _common(run)
     run.add_argument("--max-examples", type=int, default=_int_env("MAX_EXAMPLES"), metavar="N",
                      help="stop after N examples, drain, exit 0 [env STREAMTRAIN_MAX_EXAMPLES]")

@@ -51,7 +51,7 @@ class Context:
         self.param_squares: dict[str, np.ndarray] = {}  # per-example squared gradients, summed
         self.optimizers: dict = {}    # parameter -> Optimizer (set by a trainer)
         self.states: dict = {}        # parameter -> optimizer slots of the pulled rows (when asked)
-        self.sequential: list = []    # linear layers the loss updates per example (set by a trainer)
+        self.engine = None            # the per-example engine (``streamtrain.online``), set by a trainer
         self.needs_grad: dict = {}    # layer -> whether its output needs a gradient (default: yes)
         self.loss = float("nan")
         self.predictions = None

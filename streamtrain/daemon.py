@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 from . import checkpoint, systemd
@@ -76,7 +77,7 @@ def serve(job: Job, cfg: dict) -> tuple[Metrics | None, MetricsServer | None, He
     """Wire metrics and the heartbeat into the job's hooks; start the HTTP server if enabled."""
     mcfg = cfg.get("metrics", {})
     health = Health(stall_seconds=mcfg.get("stall_seconds", 300.0), ready=job_readiness(job),
-                    idle=lambda: caught_up(job.source))
+                    idle=lambda: caught_up(job.source), waiting=lambda: job.waiting_for_store)
     job.hooks.append(health.beat)
     if not mcfg.get("enabled", True):
         return None, None, health
@@ -118,7 +119,9 @@ def run_job(cfg: dict, args) -> int:
         if server is not None:
             server.stop()
         signals.restore()
-    log.info("done: %s", job.progress_line())
+    fields = job.progress(whole_run=True)     # ex/s over the whole run, as in --summary
+    log.info("done: %s elapsed=%.1fs", job.progress_line(fields), time.monotonic() - job.started,
+             extra={"fields": fields})
     if args.summary:
         with open(args.summary, "w") as fh:
             json.dump(summary, fh, indent=2)

@@ -45,6 +45,11 @@ class StoreError(StreamtrainError):
     """The parameter store could not do what was asked (after its retries)."""
 
 
+class StoreAccessError(StoreError):
+    """The store refuses this client (wrong password, unknown user, missing permission, TLS
+    rejected): retrying cannot help, so the job stops at once."""
+
+
 class ReaderError(StreamtrainError):
     """A reader could not be opened or configured (bad records are counted, not raised)."""
 

@@ -146,36 +146,10 @@ class Graph:
         self.table_params = [n for n, s in self.params.items() if s.table]
         self.table_layers = [layer for layer in self.train_order
                              if any(s.table for s in layer.params.values())]
-        self.linear_layers = self._linear_layers() if self.loss.opts.get("sequential") else []
         # whose output needs a gradient: layers with parameters and everything downstream of one
         self.needs_grad = {}
         for layer in self.order:
             self.needs_grad[layer.name] = bool(layer.params) or any(self.needs_grad[s] for s in layer.inputs)
-
-    def _linear_layers(self) -> list[Layer]:
-        """The layers whose outputs reach the loss only through ``add`` and ``sum_pooling``
-        (coefficient 1, one path each) and which are linear in parameters no other layer uses:
-        the terms the loss can learn example by example (``ops/sequential.py``)."""
-        found = []
-
-        def walk(name):
-            layer = self.layers[name]
-            if len(self.consumers[name]) != 1:
-                return
-            if layer.kind in ("add", "sum_pooling"):
-                for src in layer.inputs:
-                    walk(src)
-            elif layer.is_linear():
-                found.append(layer)
-
-        for src in self.loss.inputs:
-            walk(src)
-        owners: dict[str, set] = {}
-        for layer in self.order:
-            for spec in layer.params.values():
-                owners.setdefault(spec.name, set()).add(layer.name)
-        return [layer for layer in found
-                if all(owners[spec.name] == {layer.name} for spec in layer.params.values())]
 
     def _ancestors(self, name: str) -> set:
         seen, todo = set(), [name]
@@ -264,9 +238,12 @@ class Graph:
 
     def backward(self, ctx: Context) -> None:
         """Reverse topological walk; each layer gets the sum of its consumers' gradients.
-        Layers the loss does not depend on are left alone (they stay Null)."""
+        Layers the loss does not depend on are left alone (they stay Null), and so are the
+        layers a per-example engine learns (``ctx.engine.skip``): it computes their gradients."""
+        skip = ctx.engine.skip if ctx.engine is not None else ()
         for layer in reversed(self.train_order):
-            if not advance(ctx.status, layer.name, "backward") or not self.needs_grad[layer.name]:
+            if not advance(ctx.status, layer.name, "backward") or not self.needs_grad[layer.name] \
+                    or layer.name in skip:
                 continue
             if layer.is_loss:
                 gy = None

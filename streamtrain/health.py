@@ -1,7 +1,9 @@
 """The HTTP side of the daemon, on the metrics port: ``/metrics``, ``/healthz``, ``/readyz``.
 
 * ``/healthz`` — 200 while the process is up and the training loop has made progress within
-  ``stall_seconds`` (a heartbeat the loop beats after every step); 503 once it stalls.
+  ``stall_seconds`` (a heartbeat the loop beats after every step), or has nothing to do (caught
+  up with its stream, or waiting for an unreachable store: restarting would not help); 503 once
+  it stalls.
 * ``/readyz`` — 200 when the parameter store and the reader say they are connected; 503 else.
 * ``/metrics`` — the Prometheus text exposition of the registry it was given.
 
@@ -11,13 +13,13 @@ Bound to ``metrics.host`` (127.0.0.1 by default; ``0.0.0.0`` in containers) and
 from __future__ import annotations
 
 import contextlib
-
 import logging
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 
 log = logging.getLogger("streamtrain.http")
 
@@ -25,17 +27,21 @@ log = logging.getLogger("streamtrain.http")
 class Health:
     """Liveness from a heartbeat; readiness from a callable returning (ok, reason)."""
 
-    def __init__(self, stall_seconds: float = 300.0, ready=None, idle=None):
+    def __init__(self, stall_seconds: float = 300.0, ready=None, idle=None, waiting=None):
         self.stall_seconds = float(stall_seconds)
         self.last_beat = time.monotonic()
         self.ready_check = ready
         self.idle = idle              # callable: True when the source has nothing left to train
+        self.waiting = waiting        # callable: what waits for an unreachable store, or None
 
     def beat(self, *_args) -> None:
         self.last_beat = time.monotonic()
 
     def alive(self) -> tuple[bool, str]:
         idle = time.monotonic() - self.last_beat
+        waiting = self.waiting() if self.waiting is not None else None
+        if waiting:
+            return True, f"ok: waiting for the store to answer ({waiting}); last step {idle:.0f}s ago"
         if 0 < self.stall_seconds < idle and not self._caught_up():   # 0: never called stalled
             return False, f"stalled: no step for {idle:.0f}s (limit {self.stall_seconds:.0f}s)"
         return True, f"ok: last step {idle:.1f}s ago"
@@ -74,24 +80,39 @@ def job_readiness(job):
 
 
 class MetricsServer:
-    """A small threaded HTTP server; ``start()`` binds (and picks the port when it is 0)."""
+    """prometheus-client's WSGI app for ``/metrics`` beside the two probes, on a threaded WSGI
+    server; ``start()`` binds (and picks the port when it is 0)."""
 
     def __init__(self, registry, health: Health, host: str = "127.0.0.1", port: int = 9464, lock=None):
         self.registry, self.health = registry, health
         self.lock = lock if lock is not None else contextlib.nullcontext()
         self.host, self.port = host, int(port)
+        self._metrics_app = make_wsgi_app(registry)
         self._httpd = None
         self._thread = None
 
     def start(self) -> "MetricsServer":
-        handler = type("Handler", (_Handler,), {"server_ref": self})
-        self._httpd = ThreadingHTTPServer((self.host, self.port), handler)
-        self._httpd.daemon_threads = True
+        self._httpd = make_server(self.host, self.port, self.app, ThreadingWSGIServer,
+                                  handler_class=_QuietHandler)
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="metrics-http", daemon=True)
         self._thread.start()
         log.info("metrics, /healthz and /readyz on http://%s:%d/", self.host, self.port)
         return self
+
+    def app(self, environ, start_response):
+        """The WSGI app: ``/metrics`` (one step's updates seen whole), ``/healthz``, ``/readyz``."""
+        path = environ.get("PATH_INFO", "/")
+        if path == "/metrics":
+            with self.lock:
+                return self._metrics_app(environ, start_response)
+        probe = {"/healthz": self.health.alive, "/readyz": self.health.ready}.get(path)
+        ok, text = probe() if probe is not None else (None, "not found: try /metrics, /healthz, /readyz")
+        status = "404 Not Found" if ok is None else "200 OK" if ok else "503 Service Unavailable"
+        body = (text + "\n").encode()
+        start_response(status, [("Content-Type", "text/plain; charset=utf-8"),
+                                ("Content-Length", str(len(body)))])
+        return [body]
 
     def stop(self) -> None:
         if self._httpd is not None:
@@ -100,32 +121,6 @@ class MetricsServer:
             self._httpd = None
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server_ref: MetricsServer
-
-    def do_GET(self):  # noqa: N802 (http.server's naming)
-        path = self.path.split("?", 1)[0]
-        srv = self.server_ref
-        if path == "/metrics":
-            with srv.lock:
-                body = generate_latest(srv.registry)
-            self._send(200, body, CONTENT_TYPE_LATEST)
-        elif path == "/healthz":
-            self._probe(*srv.health.alive())
-        elif path == "/readyz":
-            self._probe(*srv.health.ready())
-        else:
-            self._send(404, b"not found: try /metrics, /healthz, /readyz\n")
-
-    def _probe(self, ok: bool, reason: str) -> None:
-        self._send(200 if ok else 503, (reason + "\n").encode())
-
-    def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
+class _QuietHandler(WSGIRequestHandler):
     def log_message(self, fmt, *args):
         log.debug("%s %s", self.address_string(), fmt % args)

@@ -15,14 +15,17 @@ from pathlib import Path
 import numpy as np
 
 from . import checkpoint
+from .backoff import STOPPED, Backoff
 from .drift import DriftMonitor
 from .graph import Graph, Schema
-from .graphstore.stream import open_graph_input
-from .errors import StoreError
+from .graphstore.stream import model_problems, open_graph_input
+from .errors import ConfigError, StoreAccessError, StoreError
 from .store import make_store
 from .trainer import Trainer
 
 log = logging.getLogger("streamtrain")
+# after the store itself gave up (``store.retry.give_up_s``): pause 1, 2, 4 … 30 s, never give up
+STORE_BACKOFF = Backoff(initial_s=1.0, max_s=30.0, give_up_s=None)
 
 
 class Job:
@@ -50,6 +53,8 @@ class Job:
         self.offsets: dict = {}
         self.last_checkpoint: str | None = None
         self.store_failures = 0     # steps that failed because the store gave up (then retried)
+        self.waiting_for_store: str | None = None   # what is waiting for the store to answer again
+        self.store_down = False     # stopped while the store was unreachable: no final checkpoint
         self.received_at = None
         self.first_step = None   # (monotonic time, examples) once the first batch is applied
         self.drift = DriftMonitor.from_config(config.get("drift"))    # alarms over the progressive loss
@@ -76,23 +81,30 @@ class Job:
     def _build(self, batch) -> None:
         schema = Schema.of(batch)
         self.graph = Graph.from_config(self.config["layers"], schema)
-        self.store.declare(self.graph.params, self.config["default_optimizer"])
+        found = model_problems(self.graph, self.config.get("graph"))
+        if found:
+            raise ConfigError(found)
+        declared = self._until_store_answers(
+            "declare the model's parameters",
+            lambda: self.store.declare(self.graph.params, self.config["default_optimizer"]))
+        if declared is STOPPED:
+            return
         self.trainer = Trainer(self.graph, self.store, seed=self.config.get("seed", 0),
                                graph_input=self.graph_input)
         log.info("model built: %d layers, %d parameters (%d tables) on fields %s; store %s",
                  len(self.graph.layers), len(self.graph.params), len(self.graph.table_params),
                  ",".join(schema.sparse) or "-", self.store.describe())
         if self.graph.loss.opts.get("sequential"):
-            learnt = [layer.name for layer in self.trainer.ctx.sequential]
+            learnt = [layer.name for layer in self.trainer.engine.layers]
             if learnt:
-                log.info("per-example linear terms (sequential loss '%s'): %s",
+                log.info("per-example terms (sequential loss '%s'): %s",
                          self.graph.loss.name, ", ".join(learnt))
             else:
-                log.warning("loss '%s' is sequential but no layer qualifies (a dim-1 embedding, bias or "
-                            "linear fc reaching it through add/sum_pooling, trained by sgd, adagrad or "
-                            "ftrl): every layer learns per batch", self.graph.loss.name)
+                log.warning("loss '%s' is sequential but no layer qualifies (a dim-1 embedding, bias, "
+                            "linear fc or reduced fm reaching it through add/sum_pooling, trained by sgd, "
+                            "adagrad or ftrl): every layer learns per batch", self.graph.loss.name)
         if self.restore_from:
-            self.restore(self.restore_from)
+            self._until_store_answers("restore the checkpoint", lambda: self.restore(self.restore_from))
 
     def restore(self, where) -> dict:
         snap, meta = checkpoint.read(where)
@@ -121,8 +133,10 @@ class Job:
                         self.source.commit(batch.offsets)
                         self.offsets.update(batch.offsets)
                         continue
-                if self.graph is None:
+                if self.trainer is None:
                     self._build(batch)
+                    if self.trainer is None:        # asked to stop while the store was unreachable
+                        break
                     if self.sought:      # read before the reader was sought back: it comes again
                         continue
                 batch, complete = self._limit(batch)
@@ -131,8 +145,9 @@ class Job:
                 nxt = ahead() if complete and not self._reached_limit(batch.size) else None
                 if nxt is not None:
                     self.trainer.prefetch(nxt)
-                result = self._step_until_applied(batch)
-                if result is None:          # asked to stop while the store was unreachable
+                result = self._until_store_answers("step", lambda: self._step(batch))
+                if result is STOPPED:       # asked to stop while the store was unreachable
+                    self.store_down = True
                     break
                 if self.first_step is None:
                     self.first_step = (time.monotonic(), self.trainer.examples)
@@ -176,25 +191,28 @@ class Job:
                 return
             yield batch, ahead
 
-    def _step_until_applied(self, batch):
-        """Step; when the store gives up (it already retried for ``retry.give_up_s``), log it and
-        step the same batch again after a pause, without committing its offsets: the daemon
-        outlives a long outage instead of crashing. None if a stop was asked meanwhile."""
-        delay = 1.0
-        while True:
-            try:
-                with self.step_lock:
-                    return self.trainer.step(batch)
-            except StoreError as err:
-                self.store_failures += 1
-                log.error("step failed, batch not applied and its offsets not committed; "
-                          "retrying it in %.0f s: %s", delay, err)
-                deadline = time.monotonic() + delay
-                while time.monotonic() < deadline:
-                    if self.stop_requested:
-                        return None
-                    time.sleep(0.05)
-                delay = min(delay * 2, 30.0)
+    def _step(self, batch):
+        with self.step_lock:            # a server reading this job's store waits for a whole step
+            return self.trainer.step(batch)
+
+    def _until_store_answers(self, what: str, fn):
+        """``fn()``; when the store gives up (it already retried for ``retry.give_up_s``), log it
+        and run ``fn`` again after a pause (``STORE_BACKOFF``), without committing anything: the
+        daemon outlives a long outage, at start-up (declare) as mid-run (step), instead of
+        crashing. A refusal (``StoreAccessError``: wrong password…) is raised at once. ``STOPPED``
+        if a stop was asked meanwhile."""
+        def failed(err, attempt, pause):
+            self.store_failures += 1
+            self.waiting_for_store = what
+            log.error("%s failed (nothing applied, no offset committed); retrying in %.0f s: %s",
+                      what, pause, err)
+        try:
+            return STORE_BACKOFF.retry(
+                fn, transient=lambda err: isinstance(err, StoreError) and not isinstance(err, StoreAccessError),
+                on_retry=failed, stopped=lambda: self.stop_requested,
+                on_recovered=lambda n: log.warning("%s succeeded after %d failures", what, n))
+        finally:
+            self.waiting_for_store = None
 
     def _reached_limit(self, coming: int = 0) -> bool:
         """The example limit is reached (or will be, after ``coming`` more examples)."""
@@ -213,9 +231,12 @@ class Job:
         return batch.take(np.arange(left)), False
 
     def finish(self) -> None:
-        """Teardown: final checkpoint when configured, then close reader and store."""
+        """Teardown: final checkpoint when configured (not when stopped during a store outage: it
+        could only fail after the store's retries; the previous one stays), then close reader and store."""
+        if self.store_down:
+            log.warning("stopped while the store was unreachable: no final checkpoint (the previous one stays)")
         try:
-            if self.trainer is not None and self.config.get("checkpoint", {}).get("dir"):
+            if self.trainer is not None and self.config.get("checkpoint", {}).get("dir") and not self.store_down:
                 self.write_checkpoint()
         finally:
             try:
@@ -268,14 +289,16 @@ class Job:
         return {"graph": self.graph_input.store.snapshot()} if self.graph_input is not None else None
 
     # ---- reporting -------------------------------------------------------------------------
-    def progress(self) -> dict:
-        """The figures of the progress line: totals, rate since the last line, loss, AUC, lag."""
+    def progress(self, whole_run: bool = False) -> dict:
+        """The figures of the progress line: totals, rate since the last line (or, with
+        ``whole_run``, over the whole run as in the summary), loss, AUC, lag."""
         from .metrics import total_lag
         t, now = self.trainer, time.monotonic()
         if t is None:
             return {}
-        last_t, last_n = getattr(self, "_last_progress", (self.started, 0))
-        self._last_progress = (now, t.examples)
+        last_t, last_n = (self.started, 0) if whole_run else getattr(self, "_last_progress", (self.started, 0))
+        if not whole_run:
+            self._last_progress = (now, t.examples)
         p = t.progressive
         return {"examples": t.examples, "batches": t.batches,
                 "examples_per_s": round((t.examples - last_n) / max(now - last_t, 1e-9), 1),

@@ -16,7 +16,7 @@ import time
 import numpy as np
 from prometheus_client import (CollectorRegistry, Counter, Enum, Gauge, Histogram, PlatformCollector,
                                ProcessCollector)
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from .progressive import Window
@@ -77,10 +77,9 @@ class Metrics:
         self._next_lifecycle = 0.0
         self._seen: dict = {}
         self.source = None                 # whose lag() the scrape reads (set by on_step / attach)
+        self.job = None                    # whose store failures the scrape reads (set by on_step / attach)
         self.examples = Counter("streamtrain_examples_total", "Examples trained on (skipped batches included)", registry=r)
         self.batches = Counter("streamtrain_batches_total", "Mini-batches stepped", registry=r)
-        self.malformed = Counter("streamtrain_records_malformed_total", "Input records skipped, by reason",
-                                 ["reason"], registry=r)
         self.step_seconds = Histogram("streamtrain_step_seconds", "Seconds per phase of one step", ["phase"],
                                       buckets=STEP_BUCKETS, registry=r)
         self.logloss = Gauge("streamtrain_progressive_logloss", "Predict-then-learn logloss over the sliding window", registry=r)
@@ -94,7 +93,7 @@ class Metrics:
                                        FRESHNESS_BUCKETS, r)
         self.rows_pulled = Counter("streamtrain_store_rows_pulled_total", "Parameter rows pulled from the store", registry=r)
         self.rows_pushed = Counter("streamtrain_store_rows_pushed_total", "Parameter rows pushed to the store", registry=r)
-        self.store_errors = Counter("streamtrain_store_errors_total", "Store operations that failed (and were retried)", registry=r)
+        r.register(_LiveCounts(self))
         self.embedding_rows = Gauge("streamtrain_embedding_rows", "Rows of each embedding table, by state",
                                     ["table", "state"], registry=r)
         self.layer_state = Enum("streamtrain_layer_state", "Each layer's state after the last step",
@@ -104,10 +103,6 @@ class Metrics:
         self.checkpoint_failures = Counter("streamtrain_checkpoint_failures_total", "Checkpoints that failed", registry=r)
         self.nonfinite = Counter("streamtrain_nonfinite_batches_total",
                                  "Batches skipped because their loss or gradient was not finite", registry=r)
-        self.newton = Counter("streamtrain_sequential_newton_iterations_total",
-                              "Newton iterations of the sequential loss (per-example linear terms)", registry=r)
-        self.unconverged = Counter("streamtrain_sequential_unconverged_batches_total",
-                                   "Batches whose sequential Newton solve stopped before its tolerance", registry=r)
         self.last_batch_ts = Gauge("streamtrain_last_batch_timestamp_seconds", "Unix time of the last step", registry=r)
         self.drift_alarms = Counter("streamtrain_drift_detected_total",
                                     "Drift alarms over the progressive loss, by detector", ["detector"], registry=r)
@@ -119,31 +114,25 @@ class Metrics:
                                   "Sampled neighbours per destination node, mean over every hop so far", registry=r)
         self.graph_sample_seconds = Histogram("streamtrain_graph_sample_seconds",
                                               "Seconds to sample one batch's blocks", buckets=STEP_BUCKETS, registry=r)
-        for reason in REASONS:
-            self.malformed.labels(reason)
         for phase in PHASES:
             self.step_seconds.labels(phase)
 
     # ---- job hooks ---------------------------------------------------------------------------
     def attach(self, job) -> None:
-        self.source = job.source
+        self.source, self.job = job.source, job
 
     def on_step(self, job, batch, result) -> None:
         with self.lock:
             self._on_step(job, batch, result)
 
     def _on_step(self, job, batch, result) -> None:
-        self.source = job.source
+        self.source, self.job = job.source, job
         self.batches.inc()
         self.examples.inc(batch.size)
         self.last_batch_ts.set_to_current_time()
         for phase, seconds in result.seconds.items():
             if phase in PHASES:
                 self.step_seconds.labels(phase).observe(seconds)
-        if result.newton:
-            self.newton.inc(result.newton)
-            if not result.converged:
-                self.unconverged.inc()
         if not result.applied:
             self.nonfinite.inc()
         elif getattr(job.trainer, "binary", False) and result.predictions is not None:
@@ -181,15 +170,10 @@ class Metrics:
         return total - before if total >= before else total
 
     def _sync_counters(self, job) -> None:
-        counts = job.malformed.snapshot() if hasattr(job.malformed, "snapshot") else dict(job.malformed.counts)
-        for reason, n in counts.items():
-            if reason in REASONS:
-                self.malformed.labels(reason).inc(self._delta(("malformed", reason), n))
         stats = getattr(job.store, "stats", None)
         if stats is not None:
             self.rows_pulled.inc(self._delta("pulled", stats.rows_pulled))
             self.rows_pushed.inc(self._delta("pushed", stats.rows_pushed))
-            self.store_errors.inc(self._delta("errors", stats.errors))
 
     def _sync_drift(self, drift) -> None:
         if drift is None:
@@ -261,6 +245,40 @@ class _LagCollector(Collector):
                 topic, partition = (key.topic, key.partition) if hasattr(key, "topic") else key
                 family.add_metric([str(topic), str(partition)], float(value))
         yield family
+
+
+class _LiveCounts(Collector):
+    """Failures read from the job at scrape time, so they show while no step runs to sync a
+    counter (a store outage, a stream of nothing but bad records): skipped input records by
+    reason, every failed store operation (each retry counts), the store work the store gave up
+    on, and whether the job waits for the store right now."""
+
+    def __init__(self, metrics: Metrics):
+        self.metrics = metrics
+
+    def describe(self):
+        return list(self._families(None))
+
+    def collect(self):
+        return self._families(self.metrics.job)
+
+    @staticmethod
+    def _families(job):
+        malformed = getattr(job, "malformed", None)
+        counts = malformed.snapshot() if malformed is not None else {}
+        family = CounterMetricFamily("streamtrain_records_malformed", "Input records skipped, by reason",
+                                     labels=["reason"])
+        for reason in REASONS:
+            family.add_metric([reason], float(counts.get(reason, 0)))
+        yield family
+        stats = getattr(getattr(job, "store", None), "stats", None)
+        yield CounterMetricFamily("streamtrain_store_errors", "Store operations that failed (and were retried)",
+                                  value=float(getattr(stats, "errors", 0)))
+        yield CounterMetricFamily("streamtrain_store_failed_steps",
+                                  "Store work the store gave up on (a step or the start-up declare), retried by the job",
+                                  value=float(getattr(job, "store_failures", 0)))
+        yield GaugeMetricFamily("streamtrain_store_waiting", "1 while the job waits for an unreachable store",
+                                value=float(bool(getattr(job, "waiting_for_store", None))))
 
 
 def source_lag(source) -> dict | None:

@@ -22,8 +22,6 @@ class StepResult:
     applied: bool                  # False: skipped (non-finite); its offsets may still be committed
     reason: str = ""
     seconds: dict = field(default_factory=dict)
-    newton: int = 0                # sequential loss: Newton iterations of this batch (0: none ran)
-    converged: bool = True         # sequential loss: whether Newton reached its tolerance
 
 
 class Trainer:
@@ -39,10 +37,8 @@ class Trainer:
         self.barrier = barrier if barrier is not None else getattr(store, "barrier", None)
         self.ctx = graph.context(training=True, dtype=dtype, seed=seed)
         self.ctx.optimizers = store.optimizers
-        # the linear layers whose every parameter's rule has a per-example step size
-        self.ctx.sequential = [layer for layer in graph.linear_layers
-                               if all(store.optimizers[s.name].sequential for s in layer.params.values())]
-        self.sequential_params = [s.name for layer in self.ctx.sequential for s in layer.params.values()]
+        self.engine = self._engine(graph, store)
+        self.ctx.engine = self.engine if self.engine is not None and self.engine.layers else None
         self.progressive = Progressive()
         self.batches = 0
         self.examples = 0
@@ -51,6 +47,15 @@ class Trainer:
         self._ahead_ctx = None     # a context to find the next batch's rows in (read-ahead stores)
         self._ahead = None         # (dense, tables) the store reads while the next step computes
         self.hits = 0                      # multi-class losses: progressive top-1 hits
+
+    @staticmethod
+    def _engine(graph, store):
+        """The per-example engine of a ``sequential`` loss (numba is imported only then)."""
+        loss = graph.loss
+        if not loss.opts.get("sequential"):
+            return None
+        from .online.engine import PerExample
+        return PerExample(graph, store.optimizers, implicit=loss.opts["implicit"], normalize=loss.opts["normalize"])
 
     def step(self, batch) -> StepResult:
         g, ctx, t = self.graph, self.ctx, {}
@@ -61,8 +66,8 @@ class Trainer:
         t0 = clock()
         dense, tables = g.needs(ctx)
         ctx.values = self.store.pull(dense, tables)
-        if self.sequential_params:
-            ctx.states = self.store.pull_states(self.sequential_params)
+        if ctx.engine is not None:
+            ctx.states = self.store.pull_states(ctx.engine.params)
         if self._ahead is not None:            # the next batch's rows, read while this one computes
             self.store.prefetch(*self._ahead)
             self._ahead = None
@@ -78,6 +83,8 @@ class Trainer:
         elif predictions is not None and predictions.ndim == 2:
             self.hits += int((predictions.argmax(axis=1) == batch.labels).sum())
         g.backward(ctx)
+        if ctx.engine is not None:
+            ctx.engine.push(ctx)
         grads = g.gradients(ctx)
         t3 = clock()
         t["backward"] = t3 - t2
@@ -94,10 +101,7 @@ class Trainer:
             self.graph_input.learnt(batch)
         self.batches += 1
         self.examples += batch.size
-        sol = ctx.memo.get("sequential-solution")
-        if sol is None:
-            return StepResult(ctx.loss, predictions, True, seconds=t)
-        return StepResult(ctx.loss, predictions, True, seconds=t, newton=sol.iterations, converged=sol.converged)
+        return StepResult(ctx.loss, predictions, True, seconds=t)
 
     def prefetch(self, next_batch) -> None:
         """Let the next ``step`` start reading ``next_batch``'s rows once its own are pulled (a

@@ -46,9 +46,14 @@ def redis_server(tmp_path):
         server.stop()
 
 
-def make_job(tmp_path, url):
+SHORT_RETRY = {"initial_s": 0.05, "max_s": 0.1, "give_up_s": 0.3}     # the store gives up at once
+
+
+def make_job(tmp_path, url, retry=None, namespace=None):
     store = {"backend": "redis", "urls": [url], "timeout_s": 1.0,
-             "retry": {"initial_s": 0.05, "max_s": 0.5, "give_up_s": OUTAGE + 60}}
+             "retry": retry or {"initial_s": 0.05, "max_s": 0.5, "give_up_s": OUTAGE + 60}}
+    if namespace:
+        store["namespace"] = namespace
     cfg = configmod.load(ROOT / "examples" / "synthetic.json",
                          [f"checkpoint.dir={tmp_path / 'ckpt'}", "metrics.enabled=false"])
     cfg["store"] = store
@@ -126,11 +131,7 @@ def test_an_outage_longer_than_the_store_retries_is_ridden_out_by_the_job(tmp_pa
     """The store gives up after 0.3 s and raises; the job keeps stepping the same batch (never
     committing it meanwhile) until Redis is back, and ends with every batch applied once."""
     victim = redis_server("long")
-    job = make_job(tmp_path, victim.url)
-    job.config["store"]["retry"] = {"initial_s": 0.05, "max_s": 0.1, "give_up_s": 0.3}
-    job.store.close()
-    from streamtrain.store import make_store
-    job.store = make_store({**job.config["store"], "namespace": "long-outage"})
+    job = make_job(tmp_path, victim.url, SHORT_RETRY, "long-outage")
     log = audited(job)
     outage = {}
 
@@ -145,3 +146,106 @@ def test_an_outage_longer_than_the_store_retries_is_ridden_out_by_the_job(tmp_pa
     assert summary["examples"] == EXAMPLES and summary["batches"] == 40
     pushes = [n for _, n in log["commits"]]
     assert pushes == sorted(set(pushes)) and len(pushes) == 40, "each commit follows its own applied push"
+
+
+def _scrape(port: int) -> dict:
+    from prometheus_client.parser import text_string_to_metric_families
+    from tests.fixtures_prometheus import http_get
+    code, text = http_get(f"http://127.0.0.1:{port}/metrics")
+    assert code == 200
+    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if not s.labels}
+
+
+def test_store_errors_reach_a_scrape_while_the_outage_lasts(tmp_path, redis_server):
+    """Defect 5: the counter rises during the outage, not once the next step succeeds."""
+    from streamtrain.health import Health, MetricsServer
+    from tests.fixtures_prometheus import wait_for
+    victim = redis_server("scraped")
+    job = make_job(tmp_path, victim.url)
+    metrics = Metrics(CollectorRegistry(), refresh_seconds=0)
+    metrics.attach(job)
+    server = MetricsServer(metrics.registry, Health(), port=0, lock=metrics.lock).start()
+    down, up = threading.Event(), threading.Event()
+
+    def fault(job, batch, result):
+        if job.trainer.batches == 5 and not down.is_set():
+            victim.stop()
+            down.set()
+            up.wait(60)                       # hold the loop: the next step starts in the outage
+    job.hooks += [metrics.on_step, fault]
+    runner = threading.Thread(target=job.run, daemon=True)
+    runner.start()
+    try:
+        assert down.wait(60)
+        before = _scrape(server.port)
+        assert before["streamtrain_batches_total"] == 5 and before["streamtrain_store_errors_total"] == 0
+        up.set()                              # release the loop; the server is still down
+        during = wait_for(lambda: (s := _scrape(server.port))["streamtrain_store_errors_total"] >= 3 and s,
+                          30, "store errors in a scrape during the outage")
+        assert during["streamtrain_batches_total"] == 5 and victim.proc is None    # still down, no step since
+        victim.start()
+        runner.join(120)
+        assert not runner.is_alive()
+        after = _scrape(server.port)
+        assert after["streamtrain_batches_total"] == 40
+        assert after["streamtrain_store_errors_total"] >= during["streamtrain_store_errors_total"]
+    finally:
+        up.set()
+        server.stop()
+
+
+def test_a_daemon_started_before_its_redis_waits_then_trains(start_daemon, tmp_path):
+    """Defect 6: the store is unreachable at start-up; the daemon waits (ready 503, alive 200)
+    past the store's own give-up, and trains once Redis answers."""
+    import signal
+
+    from streamtrain.store.redis_server import RedisServer, find_binary, free_port
+    from tests.fixtures_prometheus import http_get, wait_for
+    try:
+        find_binary()
+    except Exception as err:
+        pytest.skip(str(err))
+    port = free_port()
+    proc = start_daemon("--set", "store.backend=redis", "--set", f'store.urls=["redis://127.0.0.1:{port}"]',
+                        "--set", "store.timeout_s=0.5", "--set", "store.retry.give_up_s=0.5",
+                        "--set", "store.retry.max_s=0.2")
+    base = f"http://127.0.0.1:{proc.port}"
+    wait_for(lambda: proc.poll() is None and _scrape(proc.port).get("streamtrain_store_failed_steps_total", 0) >= 1,
+             60, "the daemon to outlive the store's give-up at start-up")
+    assert http_get(base + "/readyz")[0] == 503
+    status, text = http_get(base + "/healthz")
+    assert status == 200 and "waiting for the store" in text
+    assert _scrape(proc.port)["streamtrain_store_waiting"] == 1
+    server = RedisServer(port).start()
+    try:
+        wait_for(lambda: _scrape(proc.port)["streamtrain_batches_total"] >= 3, 60, "training once Redis answers")
+        assert http_get(base + "/readyz") == (200, "ok\n") and _scrape(proc.port)["streamtrain_store_waiting"] == 0
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, proc.log.read_text()[-3000:]
+    finally:
+        server.stop()
+    assert "declare the model's parameters failed" in proc.log.read_text()
+
+
+def test_a_stop_during_an_outage_ends_the_job_promptly(tmp_path, redis_server):
+    """A first SIGTERM while the store is down: no final checkpoint (it could only fail after
+    the store's retries), nothing committed for the pending batch, and the job returns at once."""
+    victim = redis_server("stop-in-outage")
+    job = make_job(tmp_path, victim.url, SHORT_RETRY, "stop-in-outage")
+    log = audited(job)
+
+    def fault(job, batch, result):
+        if job.trainer.batches == 5:
+            victim.stop()
+    job.hooks.append(fault)
+    runner = threading.Thread(target=job.run, daemon=True)
+    runner.start()
+    deadline = time.monotonic() + 60
+    while not job.waiting_for_store:
+        assert time.monotonic() < deadline and runner.is_alive(), "the job never waited for the store"
+        time.sleep(0.02)
+    asked = time.monotonic()
+    job.stop_requested = True
+    runner.join(30)
+    assert not runner.is_alive() and time.monotonic() - asked < 2.0
+    assert len(log["commits"]) == 5 and job.last_checkpoint is None

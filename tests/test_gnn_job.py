@@ -184,6 +184,22 @@ def test_kafka_movielens_into_both_redis_stores(kafka_bootstrap, kafka_topic, ka
     assert 0.4 < summary["logloss"] < 0.75
 
 
+def test_a_model_that_asks_for_more_than_the_graph_section_gives_is_a_config_error():
+    from streamtrain.errors import ConfigError
+    from streamtrain.graphstore.stream import model_problems
+    cfg = C.validate(C.load(ROOT / "examples" / "graphsage.json", SMALL))
+    g = Graph.from_config(cfg["layers"], Schema())
+    assert model_problems(g, cfg["graph"]) == []
+    found = dict(model_problems(g, {**cfg["graph"], "fanouts": [5], "features": ["f0"]}))
+    assert found == {"layers.self1.block": "block 1, but graph.fanouts [5] gives 1 blocks",
+                     "layers.agg1.block": "block 1, but graph.fanouts [5] gives 1 blocks",
+                     "layers.norm1.block": "block 1, but graph.fanouts [5] gives 1 blocks",
+                     "layers.h0.features": "8 node features, but graph.features names 1"}
+    assert model_problems(g, None)[0][1].startswith("layers h0, self0, ")
+    with pytest.raises(ConfigError, match="layers.seed.endpoint: endpoint 'src' is not sampled"):
+        Job(C.validate(C.load(ROOT / "examples" / "graphsage.json", SMALL + ['graph.seeds=["dst"]']))).run()
+
+
 def test_file_stream_into_the_redis_store_reads_no_graph_batch_ahead(redis_url, redis_namespace, tmp_path, data_dir):
     """The Redis store reads a file stream's next batch ahead; a graph batch has no blocks until
     it is sampled after the previous batch's edges entered the graph, so none is read ahead."""

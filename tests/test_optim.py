@@ -129,25 +129,44 @@ def test_bad_optimizer_configs_name_the_path():
         make_optimizer({"type": "sgd", "lr": -1})
 
 
-@pytest.mark.parametrize("kind", [k for k in KINDS if OPTIMIZERS[k].sequential])
-def test_rates_are_the_step_size_by_finite_differences(kind):
-    """``rates(state, sq)`` is ``-dw/dg`` of ``step`` with the squares ``sq`` held fixed."""
+@pytest.mark.parametrize("kind", [k for k in KINDS
+                                  if OPTIMIZERS[k](**OPTIMIZERS[k].test_params()).kernel_rule() is not None])
+def test_the_compiled_per_example_step_is_the_rule(kind):
+    """A rule with a ``kernel_rule`` has the same step in ``streamtrain.online.kernels``: one
+    coordinate's ``_step`` and the linear slots' ``_prepare``/``_apply`` equal ``step``, and
+    ``combine`` finds the one gradient and squares whose ``step`` lands on several steps' end."""
+    from streamtrain.online import kernels
     opt = make_optimizer({"type": kind, **OPTIMIZERS[kind].test_params()})
+    code, h = opt.kernel_rule()
+    hyper = np.zeros(4)
+    hyper[:len(h)] = h
     rng = np.random.default_rng(3)
     w0 = rng.standard_normal(4)
     state = opt.init_state(w0.shape, table=False, dtype=np.float64)
     for _ in range(3):                               # a state that has seen some gradients
         opt.step(w0, rng.standard_normal(4) * 2, state)
-    sq = rng.uniform(0.5, 2.0, 4)
-    h = 1e-6
-
-    def after(g):
-        w, st = w0.copy(), {k: v.copy() for k, v in state.items()}
-        opt.step(w, np.full(4, g), st, sq=sq if opt.squares else None)
-        return w
-    numeric = -(after(h) - after(-h)) / (2 * h)
-    analytic = opt.rates({k: np.broadcast_to(state[k], sq.shape) for k in opt.rate_slots}, sq)
-    np.testing.assert_allclose(numeric, analytic, rtol=1e-5, atol=1e-9)
+    n0, z0 = state.get("n", np.zeros(4)).copy(), state.get("z", np.zeros(4)).copy()
+    g, sq = rng.standard_normal(4), rng.uniform(0.5, 2.0, 4)
+    w, st = w0.copy(), {k: v.copy() for k, v in state.items()}
+    opt.step(w, g, st, sq=sq if opt.squares else None)
+    for i in range(4):
+        q = sq[i] if opt.squares else g[i] ** 2
+        np.testing.assert_allclose(kernels._step(code, hyper, w0[i], n0[i], z0[i], g[i], q)[0], w[i], rtol=1e-12)
+        root, rate = kernels._prepare(code, hyper, n0[i], q)
+        got = kernels._apply(code, hyper, w0[i], n0[i], z0[i], np.sqrt(n0[i]), root, rate, g[i], q)
+        np.testing.assert_allclose(got[0], w[i], rtol=1e-12)
+    # three more steps, then the single step that replaces all four
+    for _ in range(3):
+        opt.step(w, rng.standard_normal(4), st, sq=rng.uniform(0.5, 2.0, 4) if opt.squares else None)
+    n1, z1 = st.get("n", np.zeros(4)), st.get("z", np.zeros(4))
+    col = (lambda a: np.asarray(a, np.float64).reshape(4, 1))
+    g1, sq1 = kernels.combine(np.array([code]), hyper[None], np.zeros(4, np.int64), col(w0), col(n0), col(z0),
+                              col(w), col(n1), col(z1))
+    once, st0 = w0.copy(), {k: v.copy() for k, v in state.items()}
+    opt.step(once, g1[:, 0], st0, sq=sq1[:, 0] if opt.squares else None)
+    np.testing.assert_allclose(once, w, rtol=1e-10, atol=1e-12)
+    for k in st0:
+        np.testing.assert_allclose(st0[k], st[k], rtol=1e-10, atol=1e-12)
 
 
 def test_an_optimizer_defined_here_is_discovered_and_checked():

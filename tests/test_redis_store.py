@@ -163,7 +163,7 @@ def test_checkpoint_round_trips(kind, tmp_path, redis_url, redis_urls3, redis_cl
 
 def test_embedded_server_and_config_errors():
     assert validate_store_config({"backend": "redis", "mode": "later"}) == \
-        [("mode", "expected one of 'async', 'sync', got 'later'")]
+        [("mode", "expected one of async, sync, got 'later'")]
     store = make_store({"backend": "redis"})
     pid = store.server.proc.pid
     assert store.ready() and "embedded" in store.describe()

@@ -100,7 +100,7 @@ def test_sync_trainers_with_a_sequential_loss(redis_url, redis_namespace):
         graph = Graph.from_config(sequential_layers(), Schema.of(batches[0]))
         s.declare(graph.params, {"type": "adagrad", "lr": 0.5})
         trainers.append(Trainer(graph, s))
-    assert [layer.name for layer in trainers[0].ctx.sequential] == ["wide", "lin", "bias"]
+    assert [layer.name for layer in trainers[0].engine.layers] == ["wide", "lin", "bias"]
     snap = run_halves(trainers, stores, batches, 32)
     wide = snap.tables["wide.table"]
     assert np.isfinite(wide["value"]).all() and np.abs(wide["value"]).max() > 0

@@ -108,4 +108,4 @@ def test_migrate_refuses_to_overwrite(redis_factory, redis_namespace):
 def test_an_unknown_placement_is_named():
     from streamtrain.store.redis_config import validate
     assert validate({"backend": "redis", "placement": "ring"}) == [
-        ("placement", "expected one of 'modulo', 'rendezvous', got 'ring'")]
+        ("placement", "expected one of modulo, rendezvous, got 'ring'")]

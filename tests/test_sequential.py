@@ -1,7 +1,11 @@
-"""Per-example (sequential) learning of the linear terms inside a mini-batch: a batch of B
-predicts and learns exactly as B batches of one example; the implicit step and the
-normalization against their closed forms; which layers take part."""
+"""Per-example (sequential) learning inside a mini-batch by the compiled engine
+(``streamtrain.online``): a batch of B predicts and learns exactly as B batches of one (linear
+and FM terms, every rule, both stores); one step of each rule against its closed form; which
+layers the engine owns."""
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -9,7 +13,6 @@ from scipy.optimize import brentq
 
 from streamtrain.batch import Batch
 from streamtrain.graph import Graph, Schema
-from streamtrain.optim import make_optimizer
 from streamtrain.store.memory import MemoryStore
 from streamtrain.testing import random_batch
 from streamtrain.trainer import Trainer
@@ -19,10 +22,13 @@ OPTIMIZERS = {
     "sgd": {"type": "sgd", "lr": 0.3},
     "adagrad": {"type": "adagrad", "lr": 0.5},
     "ftrl": {"type": "ftrl", "alpha": 0.5, "beta": 1.0, "l1": 0.0, "l2": 0.5},
+    "ftrl-l1": {"type": "ftrl", "alpha": 0.5, "beta": 1.0, "l1": 0.4, "l2": 0.5},
 }
 
 
-def lr_layers(loss_opts: dict, optimizer: dict, *, cross=False, deep=False) -> list:
+def lr_layers(loss_opts: dict, optimizer: dict, *, cross=False, deep=False, fm=None) -> list:
+    """A wide part, a linear term on the numeric fields and a bias; with ``fm`` (the FM
+    embedding's optimizer) an FM of dim-3 embeddings; with ``deep`` an MLP over embeddings."""
     wide_in = "cross" if cross else "sparse"
     layers = [
         {"name": "sparse", "type": "sparse_input"},
@@ -36,6 +42,11 @@ def lr_layers(loss_opts: dict, optimizer: dict, *, cross=False, deep=False) -> l
     logits = ["wide_sum", "linear", "bias"]
     if cross:
         layers.insert(1, {"name": "cross", "type": "feature_cross", "inputs": ["sparse"]})
+    if fm is not None:
+        layers += [{"name": "v", "type": "embedding", "inputs": ["sparse"], "dim": 3, "shared": True,
+                    "init_scale": 0.3, "optimizer": fm},
+                   {"name": "fm", "type": "fm", "inputs": ["v"], "reduce": True}]
+        logits.append("fm")
     if deep:
         layers += [
             {"name": "emb", "type": "embedding", "inputs": ["sparse"], "dim": 3, "shared": True},
@@ -52,17 +63,15 @@ def lr_layers(loss_opts: dict, optimizer: dict, *, cross=False, deep=False) -> l
 
 
 def stream(n=96, seed=3, **kw) -> Batch:
-    """Few distinct values per field, so examples of a batch share many rows (strong coupling);
-    no missing values and numeric features of ±1, so every example's linear features have the
-    same squared norm (the normalization is per batch: a batch of 1 would see its own)."""
-    batch = random_batch(n, cardinality=4, missing=0.0, seed=seed, **kw)
-    batch.dense = np.where(batch.dense < 0, -1.0, 1.0).astype(np.float32)
+    """Few distinct values per field, so examples of a batch share many rows (strong coupling)."""
+    batch = random_batch(n, cardinality=4, missing=0.1, seed=seed, **kw)
+    batch.dense = np.where(batch.dense < 0, -1.0, 2.0).astype(np.float32)
     return batch
 
 
-def train(layers, data: Batch, batch_size: int, dtype=np.float64):
+def train(layers, data: Batch, batch_size: int, dtype=np.float64, store=None):
     graph = Graph.from_config(layers, SCHEMA)
-    store = MemoryStore(dtype=dtype)
+    store = store if store is not None else MemoryStore(dtype=dtype)
     store.declare(graph.params, {"type": "adagrad", "lr": 0.1})
     trainer = Trainer(graph, store, dtype=dtype)
     preds = []
@@ -72,128 +81,231 @@ def train(layers, data: Batch, batch_size: int, dtype=np.float64):
     return np.concatenate(preds), store.snapshot(), trainer
 
 
-@pytest.fixture
-def tight(monkeypatch):
-    """Newton run to convergence (the default stops at a 1e-4 logit step, error ~1e-6)."""
-    import streamtrain.ops.sequential as seq
-    monkeypatch.setattr(seq, "TOLERANCE", 1e-10)
-
-
-def params(snap) -> dict:
-    out = {name: arrays["value"] for name, arrays in snap.dense.items()}
-    for name, arrays in snap.tables.items():
-        order = np.argsort(arrays["ids"])
-        out[name] = arrays["value"][order]
+def arrays(snap) -> dict:
+    """Every parameter's value and optimizer slots, table rows in id order."""
+    out = {}
+    for name, slots in snap.dense.items():
+        out.update({f"{name}.{k}": v for k, v in slots.items()})
+    for name, slots in snap.tables.items():
+        order = np.argsort(slots["ids"])
+        out.update({f"{name}.{k}": v[order] for k, v in slots.items() if k != "ids"})
     return out
 
 
-@pytest.mark.parametrize("implicit", [False, True])
-@pytest.mark.parametrize("normalize", [False, True])
+def assert_same_training(layers, data, batch_size, atol, rtol=0.0, **kw):
+    p1, snap1, _ = train(layers, data, 1, **kw.get("one", {}))
+    pb, snapb, trainer = train(layers, data, batch_size, **kw.get("batch", {}))
+    np.testing.assert_allclose(pb, p1, rtol=rtol, atol=atol)
+    a1, ab = arrays(snap1), arrays(snapb)
+    assert sorted(a1) == sorted(ab)
+    for name in a1:          # weights and the accumulators (n, z): each example's own squares
+        np.testing.assert_allclose(ab[name], a1[name], rtol=rtol, atol=atol, err_msg=name)
+    return trainer
+
+
+@pytest.mark.parametrize("implicit,normalize", [(False, False), (True, True)])
 @pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
-def test_a_batch_learns_exactly_as_its_examples_one_by_one(opt, implicit, normalize, tight):
+def test_a_batch_learns_exactly_as_its_examples_one_by_one(opt, implicit, normalize):
     layers = lr_layers({"sequential": True, "implicit": implicit, "normalize": normalize}, OPTIMIZERS[opt])
-    data = stream()
-    p1, snap1, _ = train(layers, data, 1)
-    p16, snap16, _ = train(layers, data, 16)
-    np.testing.assert_allclose(p16, p1, atol=1e-7)
-    w1, w16 = params(snap1), params(snap16)
-    for name in w1:
-        np.testing.assert_allclose(w16[name], w1[name], atol=1e-7, err_msg=name)
-    # the accumulators too: each example's squared gradient, not the batch sum's
-    for name, arrays in snap1.dense.items():
-        for slot in ("n", "z"):
-            if slot in arrays:
-                np.testing.assert_allclose(snap16.dense[name][slot], arrays[slot], atol=1e-7)
+    assert_same_training(layers, stream(), 16, 1e-9)
 
 
-def test_default_tolerance_stays_within_1e_5_of_one_by_one():
-    layers = lr_layers({"sequential": True}, OPTIMIZERS["ftrl"])
-    data = stream()
-    p1, _, _ = train(layers, data, 1)
-    p16, _, _ = train(layers, data, 16)
-    np.testing.assert_allclose(p16, p1, atol=1e-5)
+@pytest.mark.parametrize("fm_opt", ["sgd", "adagrad"])
+def test_fm_terms_learn_exactly_as_one_by_one(fm_opt):
+    layers = lr_layers({"sequential": True}, OPTIMIZERS["ftrl-l1"], fm=OPTIMIZERS[fm_opt])
+    trainer = assert_same_training(layers, stream(), 24, 1e-9)
+    assert {layer.name for layer in trainer.engine.layers} == {"wide", "linear", "bias", "v"}
 
 
-def test_crossed_wide_part_learns_exactly_as_one_by_one(tight):
-    # multi-valued: examples have different numbers of active features, so the per-batch
-    # normalization would differ between a batch of 32 and one of 1; compare without it
-    layers = lr_layers({"sequential": True, "normalize": False}, OPTIMIZERS["adagrad"], cross=True)
-    data = stream(64, seed=5, multivalue=("c",))
-    p1, snap1, _ = train(layers, data, 1)
-    p32, snap32, _ = train(layers, data, 32)
-    np.testing.assert_allclose(p32, p1, atol=1e-7)
-    for name, w in params(snap1).items():
-        np.testing.assert_allclose(params(snap32)[name], w, atol=1e-7, err_msg=name)
+def test_crossed_multivalued_wide_part_learns_exactly_as_one_by_one():
+    layers = lr_layers({"sequential": True}, OPTIMIZERS["adagrad"], cross=True, fm=OPTIMIZERS["adagrad"])
+    assert_same_training(layers, stream(64, seed=5, multivalue=("c",)), 32, 1e-9)
 
 
-def test_without_sequential_a_batch_predicts_with_the_parameters_before_it():
-    layers = lr_layers({}, OPTIMIZERS["sgd"])
-    p16, _, _ = train(layers, stream(), 16)
-    # zero-initialised linear model: the whole first batch is predicted at 0.5
-    np.testing.assert_allclose(p16[:16], 0.5)
-    seq, _, _ = train(lr_layers({"sequential": True}, OPTIMIZERS["sgd"]), stream(), 16)
-    assert seq[0] == pytest.approx(0.5) and np.abs(seq[1:16] - 0.5).max() > 0.01
+def test_a_table_per_field_learns_exactly_as_one_by_one():
+    layers = lr_layers({"sequential": True}, OPTIMIZERS["ftrl-l1"], fm=OPTIMIZERS["adagrad"])
+    for layer in layers:
+        if layer["name"] in ("wide", "v"):
+            layer["shared"] = False
+    trainer = assert_same_training(layers, stream(), 16, 1e-9)
+    assert {layer.name for layer in trainer.engine.layers} == {"wide", "linear", "bias", "v"}
+
+
+@pytest.mark.parametrize("opt", ["adagrad", "ftrl-l1"])
+def test_redis_store_trains_a_batch_as_its_examples_one_by_one(opt, redis_url, redis_namespace):
+    """The same through a real redis-server: one combined push per row. Its rows are float32, so
+    a batch of one rounds after every example and a batch of 16 after 16: 1e-6, relative."""
+    from streamtrain.store.redis_store import RedisStore
+
+    def store(suffix):
+        return RedisStore({"urls": [redis_url], "namespace": redis_namespace + suffix})
+
+    stores = [store("one"), store("batch")]
+    try:
+        layers = lr_layers({"sequential": True}, OPTIMIZERS[opt], fm=OPTIMIZERS["adagrad"])
+        assert_same_training(layers, stream(48), 16, 1e-6, 1e-6, one={"store": stores[0], "dtype": np.float32},
+                             batch={"store": stores[1], "dtype": np.float32})
+    finally:
+        for s in stores:
+            s.close()
+
+
+# ---- one step against its closed form -------------------------------------------------------
+
+def _one(layers, labels, dense=None, sparse_ids=None):
+    graph = Graph.from_config(layers, SCHEMA)
+    store = MemoryStore(dtype=np.float64)
+    store.declare(graph.params, {"type": "sgd", "lr": 0.1})
+    trainer = Trainer(graph, store, dtype=np.float64)
+    batch = stream(len(labels))
+    batch.labels[:] = labels
+    result = trainer.step(batch)
+    return store, np.asarray(result.predictions, np.float64), batch
+
+
+def _bias(opt, **loss):
+    return [{"name": "bias", "type": "bias", "optimizer": opt},
+            {"name": "loss", "type": "logloss", "inputs": ["bias"], "sequential": True, **loss}]
+
+
+@pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
+def test_one_explicit_step_of_each_rule(opt):
+    """Two examples, one bias: the first is predicted at 0.5, its step is the rule's closed form,
+    the second is predicted after it."""
+    store, p, _ = _one(_bias(OPTIMIZERS[opt], implicit=False), [1.0, 0.0])
+    g = 0.5 - 1.0                                    # the first example's logit gradient
+    h = OPTIMIZERS[opt]
+    if opt == "sgd":
+        w1 = -h["lr"] * g
+    elif opt == "adagrad":
+        w1 = -h["lr"] * g / (abs(g) + 1e-7)
+    else:                                            # FTRL from z = n = 0: z = g, n = g²
+        w1 = -np.sign(g) * max(abs(g) - h["l1"], 0) / ((h["beta"] + abs(g)) / h["alpha"] + h["l2"])
+    assert p[0] == pytest.approx(0.5, abs=1e-12)
+    assert p[1] == pytest.approx(1 / (1 + np.exp(-w1)), abs=1e-12)
 
 
 def test_implicit_step_solves_its_fixed_point():
     """One example, a bias only, SGD: the update uses rho = sigmoid(z - lr*rho) - y."""
-    lr, y = 2.0, 1.0
-    layers = [{"name": "bias", "type": "bias", "optimizer": {"type": "sgd", "lr": lr}},
-              {"name": "loss", "type": "logloss", "inputs": ["bias"], "sequential": True, "normalize": False}]
-    graph = Graph.from_config(layers, SCHEMA)
-    store = MemoryStore(dtype=np.float64)
-    store.declare(graph.params, {"type": "sgd", "lr": lr})
-    trainer = Trainer(graph, store, dtype=np.float64)
-    batch = stream(1)
-    batch.labels[:] = y
-    trainer.step(batch)
-    rho = brentq(lambda r: r - (1 / (1 + np.exp(lr * r)) - y), -1, 1)     # z = 0 before
-    assert store.dense["bias.b"][0] == pytest.approx(-lr * rho, abs=1e-9)
+    lr = 2.0
+    store, _, _ = _one(_bias({"type": "sgd", "lr": lr}), [1.0])
+    rho = brentq(lambda r: r - (1 / (1 + np.exp(lr * r)) - 1.0), -1, 1)     # z = 0 before
+    assert store.dense["bias.b"][0] == pytest.approx(-lr * rho, abs=1e-12)
     # an explicit step would have jumped to lr * 0.5 = 1.0; the implicit one stops short of it
     assert 0 < store.dense["bias.b"][0] < lr * 0.5
 
 
-def test_normalization_divides_step_sizes_by_root_mean_active_features():
+def test_implicit_step_with_l1_solves_its_fixed_point():
+    """FTRL with L1 from zero: w(ρ) = −shrink(ρ, l1) / d with d from the explicit squares; the
+    implicit residual solves ρ = σ(−w(ρ)) − y, with w inside L1's dead zone for small ρ."""
+    h = {"type": "ftrl", "alpha": 2.0, "beta": 1.0, "l1": 0.1, "l2": 0.0}
+    store, _, _ = _one(_bias(h), [1.0])
+    r = 0.5 - 1.0
+    d = (h["beta"] + abs(r)) / h["alpha"]
+
+    def w(rho):
+        return -np.sign(rho) * max(abs(rho) - h["l1"], 0) / d
+
+    rho = brentq(lambda q: q - (1 / (1 + np.exp(-w(q))) - 1.0), -1, 0)
+    assert store.dense["bias.b"][0] == pytest.approx(w(rho), abs=1e-12)
+
+
+def test_normalization_divides_an_examples_gradients_by_its_norm():
     layers = [{"name": "sparse", "type": "sparse_input"},
               {"name": "wide", "type": "embedding", "inputs": ["sparse"], "dim": 1, "shared": True,
                "init": "zeros", "optimizer": {"type": "sgd", "lr": 1.0}},
               {"name": "wide_sum", "type": "sum_pooling", "inputs": ["wide"]},
               {"name": "loss", "type": "logloss", "inputs": ["wide_sum"], "sequential": True,
                "implicit": False}]
+    store, _, batch = _one(layers, [1.0])
+    active = sum(int(batch.sparse[f].offsets[1]) for f in SCHEMA.sparse)
+    w = store.tables["wide.table"].weights[:active, 0]
+    np.testing.assert_allclose(w, 0.5 / np.sqrt(active))
+
+
+def test_fm_step_is_the_gradient_of_the_fm_term():
+    """One example, SGD, explicit: each FM row moves by −lr·ρ·∂φ/∂v, ∂φ/∂v by finite differences
+    of the fm layer's own forward."""
+    lr = 0.7
+    layers = [{"name": "sparse", "type": "sparse_input"},
+              {"name": "v", "type": "embedding", "inputs": ["sparse"], "dim": 3, "shared": True,
+               "init_scale": 0.5, "optimizer": {"type": "sgd", "lr": lr}},
+              {"name": "fm", "type": "fm", "inputs": ["v"], "reduce": True},
+              {"name": "loss", "type": "logloss", "inputs": ["fm"], "sequential": True, "implicit": False}]
     graph = Graph.from_config(layers, SCHEMA)
     store = MemoryStore(dtype=np.float64)
-    store.declare(graph.params, {"type": "sgd", "lr": 1.0})
-    trainer = Trainer(graph, store, dtype=np.float64)
-    batch = stream(1)
+    store.declare(graph.params, {"type": "sgd", "lr": lr})
+    batch = random_batch(1, cardinality=50, missing=0.0, seed=1)
     batch.labels[:] = 1.0
-    trainer.step(batch)            # 3 active features: each weight moves by 0.5 / sqrt(3)
-    np.testing.assert_allclose(store.tables["wide.table"].weights[:3, 0], 0.5 / np.sqrt(3))
+    ctx = graph.context(training=False, dtype=np.float64)
+    graph.feed(ctx, batch)
+    ids = ctx.table_ids["v.table"]
+    v0 = store.pull([], {"v.table": ids})["v.table"].copy()
 
+    def phi(v):
+        ctx.values = {"v.table": v}
+        graph.feed(ctx, batch)
+        return float(graph.forward(ctx, "fm")[0, 0])
+
+    rho = 1 / (1 + np.exp(-phi(v0))) - 1.0
+    grad = np.zeros_like(v0)
+    for i in np.ndindex(v0.shape):
+        e = np.zeros_like(v0)
+        e[i] = 1e-6
+        grad[i] = (phi(v0 + e) - phi(v0 - e)) / 2e-6
+    Trainer(graph, store, dtype=np.float64).step(batch)
+    v1 = store.pull([], {"v.table": ids}, create=False)["v.table"]
+    np.testing.assert_allclose(v1, v0 - lr * rho * grad, atol=1e-8)
+
+
+# ---- which layers, and the rest of the model ------------------------------------------------
 
 def test_which_layers_learn_per_example():
-    layers = lr_layers({"sequential": True}, OPTIMIZERS["adagrad"], deep=True)
+    layers = lr_layers({"sequential": True}, OPTIMIZERS["adagrad"], deep=True, fm=OPTIMIZERS["sgd"])
     graph = Graph.from_config(layers, SCHEMA)
-    # deep_out is linear in its own weights but trained by Adam, which has no step size to predict with
-    assert {layer.name for layer in graph.linear_layers} == {"wide", "linear", "bias", "deep_out"}
     store = MemoryStore()
     store.declare(graph.params, {"type": "adagrad"})
     trainer = Trainer(graph, store)
-    assert [layer.name for layer in trainer.ctx.sequential] == ["wide", "linear", "bias"]
+    # deep_out is linear in its own weights but trained by Adam, which has no kernel rule
+    assert [layer.name for layer in trainer.engine.layers] == ["wide", "linear", "bias", "v"]
+    assert trainer.engine.skip == {"wide", "wide_sum", "linear", "bias", "v", "fm"}
+
+    def owned(cfg):
+        g = Graph.from_config(cfg, SCHEMA)
+        s = MemoryStore()
+        s.declare(g.params, {"type": "adagrad"})
+        return {layer.name for layer in Trainer(g, s).engine.layers}
+
     # a layer whose parameter another layer shares, or one consumed twice, is left to the batch
     shared = lr_layers({"sequential": True}, OPTIMIZERS["adagrad"])
     shared.insert(-2, {"name": "bias2", "type": "bias", "param": "bias"})
     shared[-2]["inputs"] = ["wide_sum", "linear", "bias", "bias2"]
-    assert "bias" not in {layer.name for layer in Graph.from_config(shared, SCHEMA).linear_layers}
+    assert "bias" not in owned(shared)
     twice = lr_layers({"sequential": True}, OPTIMIZERS["adagrad"])
     twice[-2]["inputs"] = ["wide_sum", "linear", "bias", "bias"]
-    assert "bias" not in {layer.name for layer in Graph.from_config(twice, SCHEMA).linear_layers}
-    assert Graph.from_config(lr_layers({}, OPTIMIZERS["sgd"]), SCHEMA).linear_layers == []
+    assert "bias" not in owned(twice)
+    # an FM embedding that also feeds an MLP (DeepFM) learns per batch
+    deepfm = lr_layers({"sequential": True}, OPTIMIZERS["adagrad"], fm=OPTIMIZERS["sgd"])
+    deepfm[-2:-2] = [{"name": "mlp", "type": "fc", "inputs": ["v"], "dim": 1, "activation": "tanh"}]
+    deepfm[-2]["inputs"] = ["wide_sum", "linear", "bias", "fm", "mlp"]
+    assert owned(deepfm) == {"wide", "linear", "bias"}
+    plain = Graph.from_config(lr_layers({}, OPTIMIZERS["sgd"]), SCHEMA)
+    s = MemoryStore()
+    s.declare(plain.params, {"type": "sgd"})
+    assert Trainer(plain, s).engine is None
+
+
+def test_without_sequential_a_batch_predicts_with_the_parameters_before_it():
+    p16, _, _ = train(lr_layers({}, OPTIMIZERS["sgd"]), stream(), 16)
+    # zero-initialised linear model: the whole first batch is predicted at 0.5
+    np.testing.assert_allclose(p16[:16], 0.5)
+    seq, _, _ = train(lr_layers({"sequential": True}, OPTIMIZERS["sgd"]), stream(), 16)
+    assert seq[0] == pytest.approx(0.5) and np.abs(seq[1:16] - 0.5).max() > 0.01
 
 
 def test_deep_parts_still_train_and_the_step_is_finite():
-    layers = lr_layers({"sequential": True}, OPTIMIZERS["adagrad"], deep=True)
-    data = stream(128, seed=9)
-    p, snap, trainer = train(layers, data, 32, dtype=np.float32)
+    layers = lr_layers({"sequential": True}, OPTIMIZERS["adagrad"], deep=True, fm=OPTIMIZERS["adagrad"])
+    p, snap, trainer = train(layers, stream(128, seed=9), 32, dtype=np.float32)
     assert np.isfinite(p).all() and trainer.nonfinite == 0
     assert np.abs(snap.dense["hidden.W"]["m"]).max() > 0          # Adam saw gradients
 
@@ -211,31 +323,10 @@ def test_evaluation_predicts_from_the_parameters():
     z = np.log(ctx.predictions / (1 - ctx.predictions))
     wide = store.pull([], {"wide.table": ctx.table_ids["wide.table"]}, create=False)["wide.table"][:, 0]
     pos = ctx.table_pos[("wide", "wide.table")]
-    want = (np.bincount(np.tile(np.arange(32), 3), wide[pos], minlength=32)
+    ex = np.concatenate([np.repeat(np.arange(32), np.diff(data.sparse[f].offsets)) for f in SCHEMA.sparse])
+    want = (np.bincount(ex, wide[pos], minlength=32)
             + data.dense @ store.dense["linear.W"][:, 0] + store.dense["linear.b"][0] + store.dense["bias.b"][0])
     np.testing.assert_allclose(z, want, atol=1e-6)
-
-
-@pytest.mark.parametrize("kind", ["sgd", "adagrad", "ftrl"])
-def test_rates_are_the_derivative_of_the_step(kind):
-    """``rates`` is d w / d(-g) of ``step`` at fixed squares: checked by a small step."""
-    hyper = {"ftrl": {"alpha": 0.3, "l1": 0.0, "l2": 0.7}}.get(kind, {"lr": 0.3})
-    opt = make_optimizer({"type": kind, **hyper})
-    rng = np.random.default_rng(0)
-    w = rng.standard_normal(6)
-    state = opt.init_state(w.shape, table=False, dtype=np.float64)
-    opt.step(w, rng.standard_normal(6), state)               # move the state off zero
-    sq = rng.uniform(0.1, 2.0, 6)
-    g = 1e-6 * rng.standard_normal(6)
-    w1, st1 = w.copy(), {k: v.copy() for k, v in state.items()}
-    opt.step(w1, g, st1, sq)
-    np.testing.assert_allclose((w - w1) / g, opt.rates(state, sq), rtol=1e-5)
-
-
-def test_optimizers_without_step_size_say_so():
-    with pytest.raises(NotImplementedError, match="adam"):
-        make_optimizer({"type": "adam"}).rates({}, np.zeros(1))
-    assert not make_optimizer({"type": "momentum"}).sequential
 
 
 def test_sequential_needs_sum_reduction():
@@ -253,7 +344,7 @@ def test_job_names_the_layers_it_learns_per_example(caplog):
             "metrics": {"enabled": False}}
     with caplog.at_level(logging.INFO, logger="streamtrain"):
         Job(cfgmod.validate(cfgmod.merge(cfgmod.defaults(), {**base, "layers": lr_layers({"sequential": True}, OPTIMIZERS["ftrl"])}))).run()
-    assert "per-example linear terms (sequential loss 'loss'): wide, linear, bias" in caplog.text
+    assert "per-example terms (sequential loss 'loss'): wide, linear, bias" in caplog.text
     adam = {"type": "adam", "lr": 0.01}
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="streamtrain"):
@@ -261,27 +352,13 @@ def test_job_names_the_layers_it_learns_per_example(caplog):
     assert "is sequential but no layer qualifies" in caplog.text
 
 
-@pytest.mark.parametrize("batch_size", [8, 64, 300])
-def test_coupling_matrix_and_product_match_their_definition(batch_size):
-    """M_kj = Σ_rows x_k η_j x_j over rows both touch, j < k: the exact product (the residual)
-    and the Jacobian's matrix (dense block for shared rows, pairs for the others) both agree
-    with it, whichever side of the dense/pairs threshold a row falls."""
-    from streamtrain.ops.sequential import LinearTerm, Sequential
-    rng = np.random.default_rng(batch_size)
-    B, rows = batch_size, 40
-    n = B * 5
-    example = np.sort(rng.integers(0, B, n))
-    pos = rng.zipf(1.5, n) % rows                    # a few rows many examples share, a long tail
-    x = rng.uniform(0.5, 1.5, n)
-    term = LinearTerm("w", example, pos, x, rows, (rows, 1))
-    sgd = make_optimizer({"type": "sgd", "lr": 1.0})
-    seq = Sequential([term], {"w": sgd}, {"w": {}}, B, normalize=False)
-    eta_x = rng.uniform(0.1, 1.0, len(seq.x)) * seq.x
-    X = np.zeros((B, rows))
-    E = np.zeros((B, rows))
-    np.add.at(X, (seq.ex, seq.row), seq.x)
-    np.add.at(E, (seq.ex, seq.row), eta_x)
-    want = np.tril(X @ E.T, -1)
-    np.testing.assert_allclose(np.tril(seq.matrix(eta_x), -1), want, rtol=1e-5, atol=1e-5)
-    v = rng.standard_normal(B)
-    np.testing.assert_allclose(seq.lower_times(eta_x, v), want @ v, rtol=1e-10, atol=1e-10)
+def test_a_warm_start_does_not_recompile(capsys):
+    """numba's cache: once compiled (here, if no earlier run did), a new process loads the kernels."""
+    from streamtrain.online import warm
+    assert warm.main() == 0 and "compiled and cached" in capsys.readouterr().out
+    code = ("from streamtrain.online import kernels, warm; warm.main(); "
+            "print(sum(sum(f.stats.cache_misses.values()) for f in (kernels.learn, kernels.combine, kernels.by_example)))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.split()[-1] == "0", run.stdout + run.stderr
+
+

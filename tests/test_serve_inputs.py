@@ -54,3 +54,13 @@ def test_serve_and_drift_sections_are_checked_with_their_paths():
     assert "0..65535" in found["serve.port"] and "unknown key for serve" in found["serve.bogus"]
     assert "expected int/float" in found["serve.max_staleness_s"]
     assert "unknown drift detector" in found["drift.detectors[0].type"]
+
+
+def test_one_huge_value_costs_its_bytes_not_bytes_times_tokens():
+    """26 fields x 1000 records with one 4 MB value: a fixed-width token array would need
+    ~100 GB; the joined buffer needs ~4 MB."""
+    schema = Schema(tuple(f"f{i}" for i in range(26)), ())
+    recs = [{f"f{i}": r * 26 + i for i in range(26)} for r in range(1000)]
+    recs[500]["f3"] = "x" * (4 << 20)
+    batch = records_batch({"records": recs}, schema, 1000)
+    assert batch.size == 1000 and sum(len(f.ids) for f in batch.sparse.values()) == 26_000

@@ -12,9 +12,11 @@ import functools
 import numpy as np
 import redis
 
-from streamtrain.errors import StoreError
+from streamtrain.errors import StoreAccessError, StoreError
 from streamtrain.schema import Option, non_negative
+from streamtrain.store.redis_config import redact
 from streamtrain.store.redis_keys import PREFIX
+from streamtrain.store.redis_shards import refusal
 
 from .base import COMMON_OPTIONS, GraphStore, empty_snapshot, register
 
@@ -46,7 +48,9 @@ def _store_errors(method):
         try:
             return method(self, *args, **kwargs)
         except redis.RedisError as err:
-            raise StoreError(f"graph store {self.url}: {method.__name__} failed: {err}") from err
+            refused = refusal(err)            # a wrong password is not an outage: stop at once
+            kind = StoreError if refused is None else StoreAccessError
+            raise kind(f"graph store {redact(self.url)}: {method.__name__} failed: {redact(err)}") from None
     return wrapper
 
 
@@ -164,4 +168,4 @@ class RedisGraphStore(GraphStore):
         self.client.close()
 
     def describe(self) -> str:
-        return f"redis {self.url} namespace={self.namespace} (recent {self.k} neighbours per node)"
+        return f"redis {redact(self.url)} namespace={self.namespace} (recent {self.k} neighbours per node)"

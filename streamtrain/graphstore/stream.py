@@ -83,6 +83,30 @@ def endpoint_ids(batch, name: str) -> tuple[np.ndarray, np.ndarray]:
     return np.zeros(n, np.uint64), np.zeros(n, bool)
 
 
+def model_problems(graph, cfg: dict | None) -> list[tuple[str, str]]:
+    """What a built model asks of the batch's blocks that the ``graph`` section does not give:
+    a block index past ``fanouts``, node features or a seed endpoint it does not provide."""
+    found = []
+    uses = [layer for layer in graph.order if getattr(layer, "reads_blocks", False)]
+    if uses and cfg is None:
+        return [("graph", f"layers {', '.join(x.name for x in uses)} read sampled blocks: the job needs a "
+                          f"'graph' section naming the endpoint fields")]
+    cfg = with_defaults(OPTIONS, cfg or {})
+    n = len(cfg["fanouts"])
+    for layer in uses:
+        where = f"layers.{layer.name}"
+        block = layer.opts.get("block")
+        if block is not None and not -n <= block < n:
+            found.append((f"{where}.block", f"block {block}, but graph.fanouts {cfg['fanouts']} gives {n} blocks"))
+        if layer.kind == "node_input" and layer.opts["features"] != len(cfg["features"]):
+            found.append((f"{where}.features", f"{layer.opts['features']} node features, but graph.features "
+                                               f"names {len(cfg['features'])}"))
+        if layer.kind == "seed_rows" and layer.opts["endpoint"] not in cfg["seeds"]:
+            found.append((f"{where}.endpoint", f"endpoint {layer.opts['endpoint']!r} is not sampled "
+                                               f"(graph.seeds: {cfg['seeds']})"))
+    return found
+
+
 def open_graph_input(cfg, malformed=None, *, namespace: str = "default"):
     """The job's graph input, or None when the config has no ``graph`` section."""
     return None if cfg is None else GraphInput(cfg, malformed, namespace=namespace)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from streamtrain.online import terms as kernel
+
 from .base import Optimizer, hyper, register
 
 
@@ -24,7 +26,6 @@ class Adagrad(Optimizer):
         state["n"] += self.initial_accumulator
         return state
 
-    sequential = True
     squares = True
 
     def step(self, w, g, state, sq=None):
@@ -32,7 +33,5 @@ class Adagrad(Optimizer):
         n += g * g if sq is None else sq
         w -= self.lr * g / (np.sqrt(n) + self.eps)
 
-    rate_slots = ("n",)
-
-    def rates(self, state, squares):
-        return self.lr / (np.sqrt(state["n"] + squares) + self.eps)
+    def kernel_rule(self):
+        return kernel.ADAGRAD, (self.lr, self.eps)

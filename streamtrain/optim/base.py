@@ -63,19 +63,13 @@ class Optimizer:
         ``B`` agreeing examples ``B²`` times)."""
         raise NotImplementedError
 
-    #: whether ``rates`` exists: the step is ``w -= rate · g`` for a small ``g`` at known squares
-    sequential = False
     #: whether ``step`` uses ``sq``: layers then send per-example squared gradients
     squares = False
-    #: the state slots ``rates`` reads
-    rate_slots: tuple = ()
 
-    def rates(self, state: dict, squares: np.ndarray) -> np.ndarray:
-        """The per-coordinate step size of this rule once the accumulator holds ``squares`` more:
-        ``d w / d(−g)`` of ``step`` with ``sq`` fixed. ``state`` holds the rows' slots broadcast
-        to ``squares``' shape. Used to predict, inside a mini-batch, what the earlier examples'
-        updates did to a later example (``streamtrain.ops.sequential``)."""
-        raise NotImplementedError(f"optimizer '{self.kind}' has no per-example step size")
+    def kernel_rule(self) -> tuple[int, tuple] | None:
+        """``(code, hyperparameters)`` of this rule in the compiled per-example loop
+        (``streamtrain.online.kernels``), or None: the parameters it trains then learn per batch."""
+        return None
 
 
 def make_optimizer(config: dict | None, *, where: str = "optimizer") -> Optimizer:

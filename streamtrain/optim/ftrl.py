@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from streamtrain.online import terms as kernel
+
 from .base import Optimizer, hyper, register
 
 
@@ -17,7 +19,6 @@ class FTRL(Optimizer):
     slots = {"z": "full", "n": "full"}
     zero_init = True
 
-    sequential = True
     squares = True
 
     @classmethod
@@ -33,11 +34,5 @@ class FTRL(Optimizer):
         shrunk = np.sign(z) * np.maximum(np.abs(z) - self.l1, 0)
         w[...] = -shrunk / ((self.beta + np.sqrt(n)) / self.alpha + self.l2)
 
-    rate_slots = ("n",)
-
-    def rates(self, state, squares):
-        # w' - w = -g / d' with d' = (beta + sqrt(n'))/alpha + l2 (z and w move together; the
-        # L1 dead zone is left out: a weight it holds at zero moves less than this)
-        out = np.sqrt(state["n"] + squares)
-        out += self.beta + self.alpha * self.l2
-        return np.divide(self.alpha, out, out=out)
+    def kernel_rule(self):
+        return kernel.FTRL, (self.alpha, self.beta, self.l1, self.l2)

@@ -1,7 +1,7 @@
 """Plain stochastic gradient descent."""
 from __future__ import annotations
 
-import numpy as np
+from streamtrain.online import terms as kernel
 
 from .base import Optimizer, hyper, register
 
@@ -13,8 +13,6 @@ class SGD(Optimizer):
     kind = "sgd"
     options = {"lr": hyper(0.01, "step size")}
 
-    sequential = True
-
     @classmethod
     def test_params(cls):
         return {"lr": 0.1}
@@ -22,5 +20,5 @@ class SGD(Optimizer):
     def step(self, w, g, state, sq=None):
         w -= self.lr * g
 
-    def rates(self, state, squares):
-        return np.full_like(squares, self.lr)
+    def kernel_rule(self):
+        return kernel.SGD, (self.lr,)

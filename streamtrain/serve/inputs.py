@@ -18,7 +18,7 @@ import numpy as np
 from streamtrain.batch import Batch, SparseField
 from streamtrain.graph import Schema
 from streamtrain.readers import Malformed, make_parser
-from streamtrain.readers.ids import as_bytes_array, byte_words, field_seed, hash_spans
+from streamtrain.readers.ids import byte_words, field_seed, hash_spans, joined
 
 
 class BadRequest(ValueError):
@@ -97,38 +97,40 @@ def _seeds(names: tuple) -> np.ndarray:
 
 
 def hash_fields(names, token_lists) -> np.ndarray:
-    """``hash_values`` of every field's tokens (``S`` arrays) in one vectorised pass."""
-    arr = np.concatenate(token_lists) if token_lists else np.zeros(0, "S1")
-    width = max(arr.dtype.itemsize, 1)
+    """``hash_values`` of every field's tokens in one pass (a seed per token). The tokens are
+    joined into one buffer, so the cost is their bytes, whatever the longest one."""
+    tokens = [t for part in token_lists for t in part]
+    buf, lengths = joined(tokens)
+    starts = np.zeros(len(lengths), np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
     seeds = np.repeat(_seeds(tuple(names)), [len(t) for t in token_lists])
-    return hash_spans(byte_words(np.ascontiguousarray(arr).tobytes() + bytes(16)),
-                      np.arange(len(arr), dtype=np.int64) * width,
-                      np.strings.str_len(arr).astype(np.int64), seeds)
+    return hash_spans(byte_words(buf + bytes(16)), starts, lengths, seeds)
 
 
-def _categorical(name: str, col: list) -> tuple[np.ndarray, np.ndarray]:
-    """One categorical column's (row of each token, tokens as UTF-8 ``S`` array): a scalar gives
-    one token (its decimal string for an integer, "1"/"0" for a boolean), a list several, None
-    and "" none."""
+def _categorical(name: str, col: list) -> tuple[np.ndarray, list]:
+    """One categorical column's (row of each token, tokens): a scalar gives one token (its
+    decimal string for an integer, "1"/"0" for a boolean), a list several, None and "" none."""
     types = set(map(type, col))
     if types <= _CATEGORY and bool not in types:      # the common case: one string or integer each
-        rows = np.arange(len(col)) if type(None) not in types else \
-            np.array([i for i, v in enumerate(col) if v is not None], np.int64)
-        values = col if len(rows) == len(col) else [col[i] for i in rows]
-        tokens = as_bytes_array(np.array(values)) if values else np.zeros(0, "S1")
+        if type(None) in types:
+            rows = [i for i, v in enumerate(col) if v is not None]
+            col = [col[i] for i in rows]
+        else:
+            rows = range(len(col))
+        tokens = col if types <= {str, type(None)} else list(map(str, col))
     else:
-        rows, values = [], []
+        rows, tokens = [], []
         for i, v in enumerate(col):
             for x in (v if type(v) is list else () if v is None else (v,)):
                 if type(x) not in _CATEGORY or x is None:
                     raise BadRequest(f"records[{i}].{name}", "categorical field: expected a string, integer, "
                                                              f"boolean or a list of them, got {x!r}")
                 rows.append(i)
-                values.append(("1" if x else "0") if type(x) is bool else str(x))
-        rows = np.asarray(rows, np.int64)
-        tokens = as_bytes_array(values) if values else np.zeros(0, "S1")
-    keep = tokens != b""
-    return (rows, tokens) if keep.all() else (rows[keep], tokens[keep])
+                tokens.append(("1" if x else "0") if type(x) is bool else str(x))
+    if "" in tokens:
+        keep = [k for k, t in enumerate(tokens) if t != ""]
+        rows, tokens = [rows[k] for k in keep], [tokens[k] for k in keep]
+    return np.asarray(rows, np.int64), tokens
 
 
 def lines_batch(body: bytes, fmt: str, options: dict, schema: Schema, max_records: int):

@@ -16,6 +16,8 @@ import tempfile
 import time
 
 import redis
+import redis.retry
+from redis.backoff import NoBackoff
 
 from streamtrain.errors import StoreError
 
@@ -56,15 +58,17 @@ def _free(port: int) -> bool:
 
 
 class RedisServer:
-    """One redis-server process. ``extra`` are more ``--option value`` arguments."""
+    """One redis-server process. ``extra`` are more ``--option value`` arguments; ``probe`` more
+    redis-py arguments of the client that waits for it to answer (e.g. TLS options)."""
 
     def __init__(self, port: int | None = None, *, extra: tuple = (), workdir: str | None = None,
-                 binary: str | None = None):
+                 binary: str | None = None, probe: dict | None = None):
         self.port = port or free_port()
         self.binary = binary or find_binary()
         self._own_dir = workdir is None
         self.dir = workdir or tempfile.mkdtemp(prefix="streamtrain-redis-")
         self.extra = tuple(extra)
+        self.probe = dict(probe or {})
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -77,7 +81,9 @@ class RedisServer:
                 *self.extra]
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         atexit.register(self.stop)
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.2)
+        # no silent retries inside redis-py (its default backs off for seconds): this loop polls
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.2,
+                             retry=redis.retry.Retry(NoBackoff(), 0), **self.probe)
         deadline = time.monotonic() + wait_s
         while True:
             if self.proc.poll() is not None:
@@ -85,16 +91,21 @@ class RedisServer:
                 raise StoreError(f"redis-server on port {self.port} exited at start: {err}")
             try:
                 if client.ping():
-                    client.close()
-                    self.proc.stdout.close()        # nothing reads it from now on
-                    self.proc.stdout = None
-                    return self
+                    return self._started(client)
+            except redis.AuthenticationError:         # --requirepass: it answers, and wants a password
+                return self._started(client)
             except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.BusyLoadingError):
                 pass
             if time.monotonic() > deadline:
                 self.stop()
                 raise StoreError(f"redis-server on port {self.port} did not answer within {wait_s} s")
             time.sleep(0.02)
+
+    def _started(self, client) -> "RedisServer":
+        client.close()
+        self.proc.stdout.close()        # nothing reads it from now on
+        self.proc.stdout = None
+        return self
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None

@@ -3,24 +3,29 @@
 ``run({shard: [command, ...]})`` writes every shard's pipeline before reading any answer, so
 a multi-shard pull costs one round trip, not one per shard. ``retrying(what, fn)`` re-runs an
 operation on connection errors, a loading or restarting server, and Cluster redirections, with
-exponential backoff and one log line per attempt, and raises ``StoreError`` when it gives up.
+exponential backoff (``streamtrain.backoff``) and one log line per attempt, and raises
+``StoreError`` when it gives up. A refusal (wrong password, unknown user, no permission, a
+certificate rejected) raises ``StoreAccessError`` at once: retrying cannot help. No message
+carries a password (``redact``).
 """
 from __future__ import annotations
 
+import inspect
 import logging
-import random
-import time
+import ssl
 
 import redis
 import redis.retry
 from redis.backoff import NoBackoff
 from redis.crc import key_slot
-from redis.exceptions import (AskError, BusyLoadingError, ClusterDownError, MovedError, ResponseError,
-                              TryAgainError)
+from redis.exceptions import (AskError, AuthenticationError, BusyLoadingError, ClusterDownError, MovedError,
+                              NoPermissionError, ResponseError, TryAgainError)
 
-from streamtrain.errors import StoreError
+from streamtrain.backoff import Backoff
+from streamtrain.errors import StoreAccessError, StoreError
 
 from . import redis_keys
+from .redis_config import redact
 
 try:
     from hiredis import pack_command as _pack_one
@@ -37,46 +42,70 @@ TRANSIENT = (redis.ConnectionError, redis.TimeoutError, BusyLoadingError, Connec
              BrokenPipeError, OSError)
 RETRY_REPLIES = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "MASTERDOWN")
 RETRY_ERRORS = (MovedError, AskError, TryAgainError, ClusterDownError)
+REFUSED = (AuthenticationError, NoPermissionError, ssl.SSLCertVerificationError)
 
 
-class Retry:
-    """Backoff settings: first wait, cap, and how long to keep trying before raising."""
+def get_connection_args(get_connection) -> tuple:
+    """What to pass to ``ConnectionPool.get_connection``: redis-py < 5.3 needs a command name,
+    later versions deprecate passing one (and may drop the parameter)."""
+    param = inspect.signature(get_connection).parameters.get("command_name")
+    return ("MGET",) if param is not None and param.default is inspect.Parameter.empty else ()
+
+
+_GET_CONNECTION_ARGS = get_connection_args(redis.ConnectionPool.get_connection)
+
+
+class Retry(Backoff):
+    """Backoff settings of the store: first wait, cap, and how long to keep trying before raising."""
 
     def __init__(self, initial_s=0.05, max_s=2.0, give_up_s=30.0):
-        self.initial_s, self.max_s, self.give_up_s = initial_s, max_s, give_up_s
+        super().__init__(initial_s, max_s, give_up_s)
 
 
-def _client(host, port, timeout_s) -> redis.Redis:
+def _client(conn: dict, timeout_s) -> redis.Redis:
     # redis-py's own silent retries are off: ``Shards.retrying`` retries, logs and counts
-    return redis.Redis(host=host, port=int(port), socket_timeout=timeout_s,
-                       socket_connect_timeout=timeout_s, retry=redis.retry.Retry(NoBackoff(), 0))
+    return redis.Redis(**conn, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+                       retry=redis.retry.Retry(NoBackoff(), 0))
 
 
-def _host_port(url: str) -> tuple[str, int]:
+def refusal(err: BaseException) -> BaseException | None:
+    """The error (or its cause) that says the server refuses us, if it is one."""
+    while err is not None:
+        if isinstance(err, REFUSED) or "CERTIFICATE_VERIFY_FAILED" in str(err):
+            return err
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def _default_connection(url: str) -> dict:
     kw = redis.connection.parse_url(url)
-    return kw.get("host", "127.0.0.1"), int(kw.get("port", 6379))
+    return {"host": kw.get("host", "127.0.0.1"), "port": int(kw.get("port", 6379))}
 
 
 class Shards:
-    """Where each key lives. Standalone: ``shard_of_tag`` from redis_keys; Cluster: the slot map."""
+    """Where each key lives. Standalone: ``shard_of_tag`` from redis_keys; Cluster: the slot map.
+
+    ``connect(url)`` gives redis-py's connection arguments of a URL (user, password, TLS); a
+    Cluster's other nodes are reached with its seed's arguments. Nothing connects until the
+    first operation, so a store can be built while its servers are still starting.
+    """
 
     def __init__(self, *, urls=None, cluster=None, timeout_s=5.0, retry: Retry | None = None, stats=None,
-                 placement: str = "modulo"):
+                 placement: str = "modulo", connect=_default_connection):
         self.cluster = bool(cluster)
         self.placement = placement
         self.timeout_s = timeout_s
         self.retry = retry or Retry()
         self.stats = stats
-        self._seeds = [_host_port(cluster)] if cluster else [_host_port(u) for u in urls]
+        self._seeds = [connect(cluster)] if cluster else [connect(u) for u in urls]
         self.clients: list[redis.Redis] = []
         self.names: list[str] = []
         self._slot_shard: list[int] = []
+        self._stale = False
         self.epoch = 0                  # +1 at each slot map read: routing caches compare it
-        if self.cluster:
-            self.retrying("read the cluster slot map", self.refresh)
-        else:
-            self.clients = [_client(h, p, timeout_s) for h, p in self._seeds]
-            self.names = [f"{h}:{p}" for h, p in self._seeds]
+        if not self.cluster:
+            self.clients = [_client(kw, timeout_s) for kw in self._seeds]
+            self.names = [f"{kw['host']}:{kw['port']}" for kw in self._seeds]
 
     # ---- routing -----------------------------------------------------------------------
     def refresh(self) -> None:
@@ -84,23 +113,28 @@ class Shards:
         if not self.cluster:
             return
         last = None
-        for host, port in [*self._seeds, *(_host_port(f"redis://{n}") for n in self.names)]:
+        for conn in [*self._seeds, *(self._node(n) for n in self.names)]:
+            client = _client(conn, self.timeout_s)
             try:
-                slots = _client(host, port, self.timeout_s).execute_command("CLUSTER SLOTS")
+                slots = client.execute_command("CLUSTER SLOTS")
                 break
             except TRANSIENT + (ResponseError,) as err:
+                if refusal(err):
+                    raise
                 last = err
+            finally:
+                client.close()
         else:
             raise redis.ConnectionError(f"no cluster node answered: {last}")
         by_name = {n: i for i, n in enumerate(self.names)}
         table = [-1] * 16384
         for start, end, primary, *_ in slots:
             host = primary[0].decode() if isinstance(primary[0], bytes) else primary[0]
-            name = f"{host or self._seeds[0][0]}:{primary[1]}"
+            name = f"{host or self._seeds[0]['host']}:{primary[1]}"
             if name not in by_name:
                 by_name[name] = len(self.names)
                 self.names.append(name)
-                self.clients.append(_client(*name.rsplit(":", 1), self.timeout_s))
+                self.clients.append(_client(self._node(name), self.timeout_s))
             for s in range(start, end + 1):
                 table[s] = by_name[name]
         if -1 in table:
@@ -108,13 +142,28 @@ class Shards:
         self._slot_shard = table
         self.epoch += 1
 
+    def _node(self, name: str) -> dict:
+        host, port = name.rsplit(":", 1)
+        return {**self._seeds[0], "host": host, "port": int(port)}
+
     def shard_of_tag(self, tag: str) -> int:
         if self.cluster:
+            if not self._slot_shard:
+                self.refresh()
             return self._slot_shard[key_slot(f"{{{tag}}}".encode())]
         return redis_keys.shard_of_tag(tag, len(self.clients), self.placement)
 
     def shard_of_key(self, key: bytes) -> int:
         return self.shard_of_tag(redis_keys.tag_of_key(key))
+
+    def ready(self) -> bool:
+        """Every shard answers PING (a Cluster whose slot map was never read is not ready)."""
+        try:
+            if self.cluster and not self._slot_shard:
+                self.refresh()
+            return bool(self.clients) and all(c.ping() for c in self.clients)
+        except Exception:
+            return False
 
     # ---- I/O ---------------------------------------------------------------------------
     def run(self, groups: dict[int, list[tuple]]) -> dict[int, list]:
@@ -124,7 +173,7 @@ class Shards:
             for shard, commands in groups.items():
                 if not commands:
                     continue
-                conn = self.clients[shard].connection_pool.get_connection()
+                conn = self.clients[shard].connection_pool.get_connection(*_GET_CONNECTION_ARGS)
                 conns[shard] = conn
                 conn.send_packed_command(_pack(conn, commands), check_health=False)
             for shard, conn in conns.items():
@@ -152,37 +201,64 @@ class Shards:
 
     def retrying(self, what: str, fn):
         """Run ``fn()``; on a transient failure wait and run it again, until ``give_up_s``."""
-        start, attempt = time.monotonic(), 0
-        while True:
-            try:
-                result = fn()
-            except TRANSIENT + (ResponseError,) as err:
-                if isinstance(err, ResponseError) and not isinstance(err, RETRY_ERRORS) \
-                        and not str(err).startswith(RETRY_REPLIES):
-                    raise StoreError(f"redis store: {what}: {err}") from err
-                attempt += 1
-                if self.stats is not None:
-                    self.stats.errors += 1
-                waited = time.monotonic() - start
-                if waited >= self.retry.give_up_s:
-                    log.error("redis store: %s failed after %d attempts in %.1f s: %s", what, attempt,
-                              waited, err)
-                    raise StoreError(f"redis store: {what} failed after {attempt} attempts in "
-                                     f"{waited:.1f} s ({', '.join(self.names)}): {err}") from err
-                pause = min(self.retry.max_s, self.retry.initial_s * 2 ** (attempt - 1))
-                pause *= 0.5 + random.random() / 2
-                log.warning("redis store: %s failed (%s: %s); retry %d in %.2f s, giving up after %.0f s",
-                            what, type(err).__name__, err, attempt, pause, self.retry.give_up_s)
-                time.sleep(pause)
-                try:
-                    self.refresh()
-                except TRANSIENT + (ResponseError,):
-                    pass
-                continue
-            if attempt:
-                log.warning("redis store: %s succeeded after %d retries", what, attempt)
-            return result
+        def attempt():
+            if self._stale:                     # a Cluster may have moved slots meanwhile
+                self._stale = False
+                self.refresh()
+            return fn()
+
+        def failed(err, attempt, pause):
+            self._count_error()
+            self._stale = self.cluster
+            log.warning("redis store: %s failed (%s: %s); retry %d in %.2f s, giving up after %.0f s",
+                        what, type(err).__name__, redact(err), attempt, pause, self.retry.give_up_s)
+
+        def give_up(err, attempt, waited):
+            self._count_error()
+            log.error("redis store: %s failed after %d attempts in %.1f s: %s", what, attempt, waited,
+                      redact(err))
+            raise StoreError(f"redis store: {what} failed after {attempt} attempts in {waited:.1f} s "
+                             f"({', '.join(self.names) or self._where()}): {redact(err)}") from err
+
+        try:
+            return self.retry.retry(attempt, transient=_transient, on_retry=failed, on_give_up=give_up,
+                                    on_recovered=lambda n: log.warning("redis store: %s succeeded after %d "
+                                                                       "retries", what, n))
+        except (redis.RedisError, OSError) as err:
+            refused = refusal(err)
+            if refused is not None:
+                self._count_error()
+                raise StoreAccessError(f"redis store: {self._where()} refused {what}: {redact(refused)} "
+                                       f"({_HINTS.get(type(refused), _HINTS[None])})") from None
+            if isinstance(err, ResponseError):
+                raise StoreError(f"redis store: {what}: {redact(err)}") from err
+            raise
+
+    def _count_error(self) -> None:
+        if self.stats is not None:
+            self.stats.errors += 1
+
+    def _where(self) -> str:
+        return ", ".join(f"{kw['host']}:{kw['port']}" + (f" as user '{kw['username']}'" if kw.get("username") else "")
+                         for kw in self._seeds)
 
     def close(self) -> None:
         for client in self.clients:
             client.close()
+
+
+_HINTS = {
+    AuthenticationError: "check the user and password: store.username, store.password_env, "
+                         "store.password_file or the URL's user:password",
+    NoPermissionError: "the ACL user lacks a permission the store needs (keys ~st:*, commands "
+                       "+@read +@write +@scripting +ping +info +cluster)",
+    None: "check the certificate options: store.ssl_ca_certs, ssl_certfile, ssl_keyfile, ssl_cert_reqs",
+}
+
+
+def _transient(err: BaseException) -> bool:
+    if refusal(err) is not None:
+        return False
+    if isinstance(err, ResponseError):
+        return isinstance(err, RETRY_ERRORS) or str(err).startswith(RETRY_REPLIES)
+    return isinstance(err, TRANSIENT)

@@ -26,7 +26,7 @@ from streamtrain.errors import StoreError
 
 from . import redis_keys, redis_lifecycle, redis_snapshot
 from .base import ParamStore, Snapshot, register
-from .redis_config import RedisConfig, validate
+from .redis_config import OPTIONS, RedisConfig, redact, validate
 from .redis_io import RowIO
 from .redis_prefetch import Prefetch
 from .redis_rows import RowLayout, Rows
@@ -37,10 +37,11 @@ from .redis_sync import SyncBarrier
 
 @register
 class RedisStore(ParamStore):
-    kind, options, server = "redis", {}, "redis"    # keys checked by redis_config.validate until Options
+    kind, options, server = "redis", OPTIONS, "redis"   # redis_config: options, and checks across keys
     check_config = classmethod(lambda cls, cfg: validate(cfg))
     from_config = classmethod(lambda cls, cfg: cls(cfg))
     test_params = classmethod(lambda cls: {"buckets": 4})
+
     def __init__(self, cfg: dict | RedisConfig | None = None):
         super().__init__()
         self.cfg = cfg if isinstance(cfg, RedisConfig) else RedisConfig.from_dict(cfg or {})
@@ -54,7 +55,8 @@ class RedisStore(ParamStore):
             urls = [self.server.url]
         try:
             self.shards = Shards(urls=urls, cluster=cluster, timeout_s=self.cfg.timeout_s, stats=self.stats,
-                                 retry=Retry(**self.cfg.retry), placement=self.cfg.placement)
+                                 retry=Retry(**self.cfg.retry), placement=self.cfg.placement,
+                                 connect=self.cfg.connection)
         except BaseException:
             if self.server:
                 self.server.stop()
@@ -309,10 +311,7 @@ class RedisStore(ParamStore):
 
     # ---- the rest ------------------------------------------------------------------------------
     def ready(self) -> bool:
-        try:
-            return all(c.ping() for c in self.shards.clients)
-        except Exception:
-            return False
+        return self.shards.ready()
 
     def close(self) -> None:
         try:
@@ -327,7 +326,7 @@ class RedisStore(ParamStore):
                 self.server = None
 
     def describe(self) -> str:
-        where = (f"cluster {self.cfg.cluster}" if self.cfg.cluster else
+        where = (f"cluster {redact(self.cfg.cluster)}" if self.cfg.cluster else
                  f"embedded {self.shards.names[0]}" if self.embedded else
                  f"{len(self.shards.names)} shard(s) {','.join(self.shards.names)}")
         return f"redis ({where}; namespace {self.ns}; {self.cfg.mode})"

@@ -1,0 +1,289 @@
+"""The compiled per-example loop (numba, cached): predict example ``k`` of a batch after the
+examples ``0..k−1`` have updated the terms the engine owns, then update them by ``k``.
+
+Everything is float64 and flat. *Linear* slots ``j`` (one weight each: a row of a dim-1 table, an
+entry of a dense parameter) hold ``w[j]``, the accumulator ``n[j]`` and FTRL's ``z[j]``; *FM*
+rows ``q`` hold ``d`` coordinates each in ``V[q]``, ``Vn[q]``, ``Vz[q]``. Every slot / row has a
+rule group ``g``: ``code[g]`` (``terms.SGD``, ``ADAGRAD``, ``FTRL``) and ``hyper[g]`` (SGD: lr;
+Adagrad: lr, eps; FTRL: alpha, beta, l1, l2). A coordinate's update is ``_step`` (FM) or
+``_prepare`` + ``_apply`` (linear slots, which reuse √n and the step size the implicit residual
+needed): the arithmetic of the rules' ``Optimizer.step`` (``tests/test_optim.py`` holds them
+equal). ``combine`` turns a batch's net change into the one gradient (and squares) whose single
+``step`` lands on it. numpy's error model: a division by zero gives inf (the trainer then skips
+the batch as non-finite) instead of raising inside the loop, and costs no check per division.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .terms import ADAGRAD, FTRL, SGD
+NEWTON_ITERATIONS = 50      # safeguarded Newton for the implicit residual: 2-3 steps from the
+NEWTON_TOLERANCE = 1e-12    # linearised solution, more through L1's kinks
+
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _sigmoid(z):
+    if z >= 0:
+        return 1.0 / (1.0 + np.exp(-z))
+    e = np.exp(z)
+    return e / (1.0 + e)
+
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _step(code, h, w, n, z, g, sq):
+    """One coordinate's update by gradient ``g`` with squared gradient ``sq``: (w, n, z)."""
+    if code == SGD:
+        return w - h[0] * g, n, z
+    if code == ADAGRAD:
+        n2 = n + sq
+        return w - h[0] * g / (np.sqrt(n2) + h[1]), n2, z
+    n2 = n + sq
+    z2 = z + g - (np.sqrt(n2) - np.sqrt(n)) / h[0] * w
+    shrunk = max(abs(z2) - h[2], 0.0)
+    if z2 < 0:
+        shrunk = -shrunk
+    return -shrunk / ((h[1] + np.sqrt(n2)) / h[0] + h[3]), n2, z2
+
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _prepare(code, h, n, sq):
+    """For a linear slot with accumulator ``n`` about to add ``sq``: (√(n + sq), the step size
+    ``dw/d(−g)``). For FTRL without L1 from a consistent state ``w = −z/d`` the step is then
+    exactly ``−rate · g``; with L1 its weight is ``−shrink(z')·rate``."""
+    if code == SGD:
+        return 0.0, h[0]
+    root = np.sqrt(n + sq)
+    if code == ADAGRAD:
+        return root, h[0] / (root + h[1])
+    return root, h[0] / (h[1] + root + h[0] * h[3])
+
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _apply(code, h, w, n, z, root0, root, rate, g, sq):
+    """``_step`` of a linear slot with ``√n`` before (``root0``) and after, and the rate, known."""
+    if code == SGD:
+        return w - rate * g, n, z
+    if code == ADAGRAD:
+        return w - rate * g, n + sq, z
+    z2 = z + g - (root - root0) / h[0] * w
+    shrunk = max(abs(z2) - h[2], 0.0)
+    if z2 < 0:
+        shrunk = -shrunk
+    return -shrunk * rate, n + sq, z2
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def by_example(ex, batch, row, x, field):
+    """Occurrences grouped by example (a stable counting sort): (start offsets [B+1], and
+    ``row``, ``x``, ``field`` in that order; an empty ``field`` stays empty)."""
+    ptr = np.zeros(batch + 1, np.int64)
+    for e in ex:
+        ptr[e + 1] += 1
+    for k in range(batch):
+        ptr[k + 1] += ptr[k]
+    fill = ptr[:-1].copy()
+    n = len(ex)
+    row2, x2 = np.empty(n, np.int64), np.empty(n)
+    field2 = np.empty(len(field), np.int64)
+    for o in range(n):
+        at = fill[ex[o]]
+        fill[ex[o]] += 1
+        row2[at] = row[o]
+        x2[at] = x[o]
+        if len(field):
+            field2[at] = field[o]
+    return ptr, row2, x2, field2
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms):
+    """The FM terms of example ``k`` at the current ``V``: fills E (per field) and S (per term)
+    for the example's fields and returns ``Σ_t ½ (|S_t|² − Σ_f |E_f|²)``."""
+    d = V.shape[1]
+    for t in range(nterms):
+        S[t, :] = 0.0
+    for i in range(fptr[k], fptr[k + 1]):
+        E[ffield[i], :] = 0.0
+    for i in range(fptr[k], fptr[k + 1]):
+        f, q, x = ffield[i], frow[i], fx[i]
+        if x == 0.0:                         # nothing (a dense term's padding)
+            continue
+        for c in range(d):
+            E[f, c] += x * V[q, c]
+    phi = 0.0
+    done = -1
+    for i in range(fptr[k], fptr[k + 1]):
+        f = ffield[i]
+        if f == done:
+            continue
+        done = f
+        t = fterm[f]
+        for c in range(d):
+            S[t, c] += E[f, c]
+            phi -= 0.5 * E[f, c] * E[f, c]
+    for t in range(nterms):
+        for c in range(d):
+            phi += 0.5 * S[t, c] * S[t, c]
+    return phi
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _implicit(zk, y, r, K, l1_present, uniq, m, xs, w, n, z, root, grp, code, hyper, s, tsq, troot, trate):
+    """ρ with ρ = σ(z_k − D(ρ)) − y, ``D(ρ) = Σ_j x_j (w_j − w_j'(ρ))`` the example's own move
+    of its logit; linear (``D = K ρ``) unless an FTRL slot has L1. Safeguarded Newton."""
+    lo, hi = -y, 1.0 - y
+    p = r + y
+    rho = min(max(r / (1.0 + p * (1.0 - p) * K), lo), hi)     # the linearised solution
+    for _ in range(NEWTON_ITERATIONS):
+        if l1_present:
+            D, dD = 0.0, 0.0
+            for i in range(m):
+                j = uniq[i]
+                g_ = grp[j]
+                w2, _n, _z = _apply(code[g_], hyper[g_], w[j], n[j], z[j], root[j], troot[i], trate[i],
+                                    s * rho * xs[j], tsq[i])
+                D += xs[j] * (w[j] - w2)
+                if code[g_] != FTRL or w2 != 0.0:
+                    dD += s * xs[j] * xs[j] * trate[i]
+        else:
+            D, dD = K * rho, K
+        q = _sigmoid(zk - D)
+        f = rho - q + y
+        if f == 0.0:
+            return rho
+        if f > 0:
+            hi = rho
+        else:
+            lo = rho
+        step = f / (1.0 + q * (1.0 - q) * dD)
+        if abs(step) < NEWTON_TOLERANCE:
+            return rho - step
+        rho -= step
+        if rho <= lo or rho >= hi:           # Newton left the bracket (a kink of L1): bisect
+            rho = 0.5 * (lo + hi)
+    return rho
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _linear_value(k, lptr, lslot, lx, w):
+    out = 0.0
+    for i in range(lptr[k], lptr[k + 1]):
+        if lx[i] != 0.0:                     # not padding (whose row may not exist)
+            out += lx[i] * w[lslot[i]]
+    return out
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def learn(base, y, implicit, normalize, code, hyper,
+          lptr, lslot, lx, w, n, z, grp,
+          fptr, frow, fx, ffield, fterm, nterms, V, Vn, Vz, vgrp):
+    """Per example ``k`` in order: its logit, ``base[k]`` (the rest of the logit) plus the owned
+    terms at their current values, which examples ``0..k−1`` have updated; its residual ρ
+    (implicit if asked); then its update of every linear slot and FM coordinate it touches.
+    Updates the parameter arrays in place; returns (z, ρ).
+
+    Linear occurrences in example order (example ``k``'s are ``lptr[k]:lptr[k+1]``): slot
+    ``lslot``, coefficient ``lx``. FM occurrences likewise (``fptr``): row ``frow``, coefficient
+    ``fx``, field ``ffield`` (of term ``fterm[field]``), grouped by field within an example."""
+    B = len(base)
+    P, Q, d = len(w), V.shape[0], V.shape[1]
+    nfields = len(fterm)
+    E = np.zeros((max(nfields, 1), d))
+    S = np.zeros((max(nterms, 1), d))
+    mark = np.full(P, -1, np.int64)
+    xs = np.zeros(P)
+    uniq = np.empty(P, np.int64)
+    root = np.sqrt(n)                        # √n of every slot, kept current: one sqrt per update
+    tsq, troot, trate = np.empty(P), np.empty(P), np.empty(P)   # per slot of the example
+    fmark = np.full(Q, -1, np.int64)
+    G = np.zeros((Q, d))
+    funiq = np.empty(Q, np.int64)
+    zs = np.empty(B)
+    rhos = np.empty(B)
+    for k in range(B):
+        zk = base[k] + _linear_value(k, lptr, lslot, lx, w)
+        if nterms:
+            zk += _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms)
+        r = _sigmoid(zk) - y[k]
+        # the example's linear features, one per slot (a slot twice: coefficients summed)
+        m = 0
+        for i in range(lptr[k], lptr[k + 1]):
+            j = lslot[i]
+            if lx[i] == 0.0:                 # a missing numeric value, or padding: not a feature
+                continue
+            if mark[j] != k:
+                mark[j] = k
+                xs[j] = 0.0
+                uniq[m] = j
+                m += 1
+            xs[j] += lx[i]
+        norm = 0.0
+        for i in range(m):
+            norm += xs[uniq[i]] ** 2
+        s = 1.0 / np.sqrt(max(norm, 1.0)) if normalize else 1.0
+        K = 0.0
+        l1_present = False
+        for i in range(m):
+            j = uniq[i]
+            g_ = grp[j]
+            tsq[i] = (r * xs[j]) ** 2
+            troot[i], trate[i] = _prepare(code[g_], hyper[g_], n[j], tsq[i])
+            K += s * xs[j] * xs[j] * trate[i]
+            if code[g_] == FTRL and hyper[g_, 2] > 0:
+                l1_present = True
+        rho = r
+        if implicit and m:
+            rho = _implicit(zk, y[k], r, K, l1_present, uniq, m, xs, w, n, z, root, grp, code, hyper, s,
+                            tsq, troot, trate)
+        for i in range(m):
+            j = uniq[i]
+            g_ = grp[j]
+            w[j], n[j], z[j] = _apply(code[g_], hyper[g_], w[j], n[j], z[j], root[j], troot[i], trate[i],
+                                      s * rho * xs[j], tsq[i])
+            root[j] = troot[i]
+        if nterms:
+            mq = 0
+            for i in range(fptr[k], fptr[k + 1]):
+                q, f, x = frow[i], ffield[i], fx[i]
+                if x == 0.0:
+                    continue
+                if fmark[q] != k:
+                    fmark[q] = k
+                    G[q, :] = 0.0
+                    funiq[mq] = q
+                    mq += 1
+                t = fterm[f]
+                for c in range(d):
+                    G[q, c] += rho * x * (S[t, c] - E[f, c])
+            for i in range(mq):
+                q = funiq[i]
+                g_ = vgrp[q]
+                for c in range(d):
+                    g = G[q, c]
+                    V[q, c], Vn[q, c], Vz[q, c] = _step(code[g_], hyper[g_], V[q, c], Vn[q, c], Vz[q, c], g, g * g)
+        zs[k] = zk
+        rhos[k] = rho
+    return zs, rhos
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def combine(code, hyper, grp, w0, n0, z0, w, n, z):
+    """Per coordinate (rows of ``w`` share ``grp``): the gradient and squares whose single
+    ``_step`` from (w0, n0, z0) lands on (w, n, z) — the sum of the per-example updates."""
+    R, d = w.shape
+    g = np.zeros((R, d))
+    sq = np.zeros((R, d))
+    for j in range(R):
+        c_ = code[grp[j]]
+        h = hyper[grp[j]]
+        for c in range(d):
+            if c_ == SGD:
+                g[j, c] = (w0[j, c] - w[j, c]) / h[0] if h[0] > 0 else 0.0
+            elif c_ == ADAGRAD:
+                sq[j, c] = n[j, c] - n0[j, c]
+                g[j, c] = (w0[j, c] - w[j, c]) * (np.sqrt(n[j, c]) + h[1]) / h[0] if h[0] > 0 else 0.0
+            else:
+                sq[j, c] = n[j, c] - n0[j, c]
+                g[j, c] = z[j, c] - z0[j, c] + (np.sqrt(n[j, c]) - np.sqrt(n0[j, c])) / h[0] * w0[j, c]
+    return g, sq

@@ -1,0 +1,74 @@
+"""Which layers' parameters the per-example engine learns, decided once per trainer.
+
+A layer qualifies when its output reaches the loss only through ``add`` and ``sum_pooling``
+(coefficient 1, one path each), it is the only layer using its parameters, every one of them is
+trained by a rule with a per-example kernel (``Optimizer.kernel_rule``), and it declares its
+terms: a *linear* layer (``is_linear``: a dim-1 embedding, a bias, a dim-1 fc without
+activation) or an *FM* (``pairwise_input``: ``fm`` with ``reduce: true``) over a layer that
+pools its rows per field (``field_terms``: an embedding) and feeds nothing else.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Plan:
+    linear: list = field(default_factory=list)     # linear layers
+    fm: list = field(default_factory=list)         # (fm layer, embedding layer) pairs
+    skip: set = field(default_factory=set)         # layers whose backward the graph skips
+    roots: list = field(default_factory=list)      # of those, the ones whose outputs the logit adds
+
+    @property
+    def layers(self) -> list:
+        """The layers whose parameters are learnt per example."""
+        return self.linear + [emb for _, emb in self.fm]
+
+    @property
+    def params(self) -> list[str]:
+        return [spec.name for layer in self.layers for spec in layer.params.values()]
+
+
+def plan(graph, optimizers) -> Plan:
+    owners: dict[str, set] = {}
+    for layer in graph.order:
+        for spec in layer.params.values():
+            owners.setdefault(spec.name, set()).add(layer.name)
+
+    def learnable(layer) -> bool:
+        return all(owners[s.name] == {layer.name} and optimizers[s.name].kernel_rule() is not None
+                   for s in layer.params.values())
+
+    out = Plan()
+    fm_dim = []
+
+    def walk(name) -> bool:
+        """Whether everything under ``name`` is owned (then its backward is skipped too)."""
+        layer = graph.layers[name]
+        if len(graph.consumers[name]) != 1:
+            return False
+        if layer.kind in ("add", "sum_pooling"):
+            owned = [walk(src) for src in layer.inputs]
+            if all(owned):
+                out.skip.add(name)
+            return all(owned)
+        if layer.is_linear() and learnable(layer):
+            out.linear.append(layer)
+        elif layer.pairwise_input() is not None:
+            emb = graph.layers[layer.pairwise_input()]
+            dim = emb.output_shape[-1]
+            if not (emb.pools_rows and len(graph.consumers[emb.name]) == 1 and learnable(emb)
+                    and fm_dim in ([], [dim])):
+                return False
+            fm_dim[:] = [dim]
+            out.fm.append((layer, emb))
+            out.skip.add(emb.name)
+        else:
+            return False
+        out.skip.add(name)
+        return True
+
+    for src in graph.loss.inputs:
+        walk(src)
+    out.roots = [name for name in graph.layers if name in out.skip and graph.consumers[name][0] not in out.skip]
+    return out

@@ -1,0 +1,46 @@
+"""Fill numba's cache with the per-example kernels ahead of time:
+
+    python -m streamtrain.online.warm
+
+trains two small batches of a model with linear and FM terms, which compiles every kernel for
+the argument types the engine passes (they do not depend on the model). The Dockerfile runs it
+at build time, while the installed package's directory is still writable: a container then
+loads the kernels instead of compiling them (numba's cache is next to ``kernels.py``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from streamtrain.graph import Graph, Schema
+from streamtrain.store.memory import MemoryStore
+from streamtrain.testing import random_batch
+from streamtrain.trainer import Trainer
+
+LAYERS = [
+    {"name": "sparse", "type": "sparse_input"},
+    {"name": "dense", "type": "dense_input"},
+    {"name": "wide", "type": "embedding", "inputs": ["sparse"], "dim": 1, "shared": True, "init": "zeros",
+     "optimizer": {"type": "ftrl", "l1": 0.1}},
+    {"name": "wide_sum", "type": "sum_pooling", "inputs": ["wide"]},
+    {"name": "linear", "type": "fc", "inputs": ["dense"], "dim": 1, "optimizer": {"type": "sgd"}},
+    {"name": "emb", "type": "embedding", "inputs": ["sparse"], "dim": 2, "shared": True},
+    {"name": "fm", "type": "fm", "inputs": ["emb"], "reduce": True},
+    {"name": "logit", "type": "add", "inputs": ["wide_sum", "linear", "fm"]},
+    {"name": "loss", "type": "logloss", "inputs": ["logit"], "sequential": True},
+]
+
+
+def main() -> int:
+    batch = random_batch(16, seed=0)
+    graph = Graph.from_config(LAYERS, Schema.of(batch))
+    store = MemoryStore()
+    store.declare(graph.params, {"type": "adagrad"})
+    trainer = Trainer(graph, store)
+    for _ in range(2):
+        trainer.step(batch)
+    print(f"per-example kernels compiled and cached; logloss {trainer.progressive.logloss:.4f}")
+    return 0 if np.isfinite(trainer.progressive.logloss) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
