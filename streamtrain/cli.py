@@ -1,4 +1,4 @@
-"""streamtrain run | validate | produce: a streaming online-learning daemon and its tools.
+"""streamtrain run | validate | produce | serve: a streaming online-learning daemon and its tools.
 
 Every option also reads a STREAMTRAIN_* environment variable (shown in each command's --help).
 """
@@ -57,6 +57,13 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "layers.emb.dim=16 (repeatable) [env STREAMTRAIN_SET, ';'-separated]")
 
 
+def _log_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--log-format", choices=("text", "json"), default=_env("LOG_FORMAT"),
+                   help="log line format (default: config log.format) [env STREAMTRAIN_LOG_FORMAT]")
+    p.add_argument("--log-level", default=_env("LOG_LEVEL"),
+                   help="logging level (default: config log.level) [env STREAMTRAIN_LOG_LEVEL]")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="streamtrain", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -71,10 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--restore", default=_env("RESTORE"), metavar="DIR|latest",
                      help="start from a checkpoint directory, or 'latest' under checkpoint.dir "
                           "[env STREAMTRAIN_RESTORE]")
-    run.add_argument("--log-format", choices=("text", "json"), default=_env("LOG_FORMAT"),
-                     help="log line format (default: config log.format) [env STREAMTRAIN_LOG_FORMAT]")
-    run.add_argument("--log-level", default=_env("LOG_LEVEL"),
-                     help="logging level (default: config log.level) [env STREAMTRAIN_LOG_LEVEL]")
+    _log_flags(run)
+
+    srv = sub.add_parser("serve", help="answer predictions over HTTP from the live parameters "
+                                       "(serve.host, serve.port; store.backend=redis)")
+    _common(srv)
+    _log_flags(srv)
 
     val = sub.add_parser("validate", help="check a config; exit 0, or 2 with every problem listed")
     _common(val)
@@ -109,6 +118,13 @@ def main(argv=None) -> int:
             from .daemon import run_job
             cfg = load_config(args)
             return run_job(cfg, args)
+        if args.command == "serve":
+            from .logs import setup_logging
+            from .serve.run import serve_forever
+            cfg = load_config(args)
+            logcfg = cfg.get("log", {})
+            setup_logging(args.log_format or logcfg.get("format", "text"), args.log_level or logcfg.get("level", "INFO"))
+            return serve_forever(cfg)
         return args.func(args)
     except ConfigError as err:
         print(str(err), file=sys.stderr)

@@ -1,7 +1,7 @@
 """The job config: one JSON document, ``--set`` overrides by dotted path, every problem listed.
 
 ``SCHEMA`` states every top-level key once: its default, what it accepts, and for a section
-its keys (``metrics``, ``checkpoint``, ``log``) or the registry its kind comes from
+its keys (``metrics``, ``checkpoint``, ``log``, ``drift``, ``serve``) or the registry its kind comes from
 (``reader``, ``store``, ``default_optimizer``). Adding a section is one entry here. In a
 dotted path, a list item is addressed by its ``name`` (``layers.emb.dim``) or its index
 (``layers.1.dim``).
@@ -13,6 +13,7 @@ import json
 import logging
 from pathlib import Path
 
+from .drift import DRIFT_OPTIONS
 from .errors import ConfigError
 from .graph import layers_from_config, topology_problems
 from .graphstore.stream import problems as graph_problems
@@ -21,6 +22,7 @@ from .optim import OPTIMIZERS
 from .readers import READERS
 from .schema import (NUMBER, REQUIRED, Option, check_options, join, kind_problems, non_negative, port, positive,
                      with_defaults)
+from .serve.settings import SERVE_OPTIONS
 from .store import STORES
 
 
@@ -102,6 +104,8 @@ SCHEMA = {
     "graph": Option(None, (dict, type(None)), nested=graph_problems,
                     doc="graph learning: endpoint fields, fanouts, graph store ([Graph learning](#graph-learning))"),
     "seed": Option(0, (int,), doc="dropout and other randomness in the trainer"),
+    "drift": Option(fields=DRIFT_OPTIONS, doc="drift alarms over the progressive loss ([Drift alarms](#drift-alarms))"),
+    "serve": Option(fields=SERVE_OPTIONS, doc="the prediction server ([Serving](#serving))"),
 }
 
 

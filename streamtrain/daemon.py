@@ -25,6 +25,7 @@ from .health import Health, MetricsServer, caught_up, job_readiness
 from .job import Job
 from .logs import setup_logging
 from .metrics import Metrics
+from .serve.run import attach as attach_serving
 
 log = logging.getLogger("streamtrain")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -98,9 +99,11 @@ def run_job(cfg: dict, args) -> int:
     job = Job(cfg, max_examples=args.max_examples, restore=restore)
     signals = Signals(job).install()
     server = watchdog = None
+    stop_serving = None
     ran = False
     try:
-        _, server, health = serve(job, cfg)
+        metrics, server, health = serve(job, cfg)
+        stop_serving = attach_serving(job, cfg, metrics.registry if metrics else None)
         watchdog = systemd.Watchdog(lambda: health.alive()[0], status=lambda: _status(job)).start()
         systemd.notify("READY=1\nSTATUS=training")
         ran = True
@@ -111,6 +114,8 @@ def run_job(cfg: dict, args) -> int:
         systemd.notify("STOPPING=1")
         if watchdog is not None:
             watchdog.stop()
+        if stop_serving is not None:
+            stop_serving()
         if server is not None:
             server.stop()
         signals.restore()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import logging
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import numpy as np
 
 from . import checkpoint
 from .backoff import STOPPED, Backoff
+from .drift import DriftMonitor
 from .graph import Graph, Schema
 from .graphstore.stream import model_problems, open_graph_input
 from .errors import ConfigError, StoreAccessError, StoreError
@@ -55,7 +57,9 @@ class Job:
         self.store_down = False     # stopped while the store was unreachable: no final checkpoint
         self.received_at = None
         self.first_step = None   # (monotonic time, examples) once the first batch is applied
-        self.hooks = []          # callables(job, batch, result) after every step (metrics, daemon)
+        self.drift = DriftMonitor.from_config(config.get("drift"))    # alarms over the progressive loss
+        self.hooks = [self.drift.on_step] if self.drift else []   # callables(job, batch, result) after every step
+        self.step_lock = threading.Lock()   # held for a whole step: a server reads between steps
         self.checkpoint_hooks = []   # callables(job, path, ok) after every checkpoint attempt
         self.checkpoint_requested = False   # set by SIGHUP: write one at the next safe point
         self._ckpt_batches = 0
@@ -141,7 +145,7 @@ class Job:
                 nxt = ahead() if complete and not self._reached_limit(batch.size) else None
                 if nxt is not None:
                     self.trainer.prefetch(nxt)
-                result = self._until_store_answers("step", lambda: self.trainer.step(batch))
+                result = self._until_store_answers("step", lambda: self._step(batch))
                 if result is STOPPED:       # asked to stop while the store was unreachable
                     self.store_down = True
                     break
@@ -186,6 +190,10 @@ class Job:
             if batch is None:
                 return
             yield batch, ahead
+
+    def _step(self, batch):
+        with self.step_lock:            # a server reading this job's store waits for a whole step
+            return self.trainer.step(batch)
 
     def _until_store_answers(self, what: str, fn):
         """``fn()``; when the store gives up (it already retried for ``retry.give_up_s``), log it
@@ -333,6 +341,7 @@ class Job:
             "reader": self.source.describe(),
             "store": self.store.describe(),
             "checkpoint": self.last_checkpoint,
+            "drift_alarms": dict(self.drift.alarms) if self.drift else {},
         }
         if t is not None and not t.binary and t.examples:
             out["accuracy"] = round(t.hits / t.examples, 6)

@@ -104,6 +104,10 @@ class Metrics:
         self.nonfinite = Counter("streamtrain_nonfinite_batches_total",
                                  "Batches skipped because their loss or gradient was not finite", registry=r)
         self.last_batch_ts = Gauge("streamtrain_last_batch_timestamp_seconds", "Unix time of the last step", registry=r)
+        self.drift_alarms = Counter("streamtrain_drift_detected_total",
+                                    "Drift alarms over the progressive loss, by detector", ["detector"], registry=r)
+        self.drift_last = Gauge("streamtrain_drift_last_alarm_timestamp_seconds",
+                                "Unix time of the last drift alarm, by detector (0: none yet)", ["detector"], registry=r)
         self.graph_nodes = Gauge("streamtrain_graph_nodes", "Nodes with neighbours in the graph store", registry=r)
         self.graph_edges = Gauge("streamtrain_graph_edges", "Neighbour entries held by the graph store", registry=r)
         self.graph_fanout = Gauge("streamtrain_graph_mean_sampled_fanout",
@@ -139,6 +143,7 @@ class Metrics:
         if graph is not None:
             self.graph_sample_seconds.observe(graph.last_sample_s)
         self._sync_counters(job)
+        self._sync_drift(getattr(job, "drift", None))
         if time.monotonic() >= self._next_refresh:
             self.refresh(job)
 
@@ -169,6 +174,13 @@ class Metrics:
         if stats is not None:
             self.rows_pulled.inc(self._delta("pulled", stats.rows_pulled))
             self.rows_pushed.inc(self._delta("pushed", stats.rows_pushed))
+
+    def _sync_drift(self, drift) -> None:
+        if drift is None:
+            return
+        for kind, n in drift.alarms.items():
+            self.drift_alarms.labels(kind).inc(self._delta(("drift", kind), n))
+            self.drift_last.labels(kind).set(drift.last_alarm.get(kind, 0.0))
 
     def refresh(self, job) -> None:
         """Recompute the gauges: window figures, table rows, layer states, source lag."""
@@ -284,3 +296,41 @@ def source_lag(source) -> dict | None:
 def total_lag(source) -> int | None:
     lag = source_lag(source)
     return None if lag is None else int(sum(v for v in lag.values() if v is not None))
+
+
+SERVE_ERRORS = ("bad_request", "too_large", "store_unavailable", "not_ready", "internal")
+LATENCY_BUCKETS = (.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5)
+RECORD_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
+AGE_BUCKETS = (.01, .05, .1, .25, .5, .75, 1, 1.5, 2, 5, 10, 30, 60)
+
+
+class ServeMetrics:
+    """The prediction server's metrics (``streamtrain serve``, or beside a job's own)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        r = self.registry = registry if registry is not None else CollectorRegistry()
+        self.latency = Histogram("streamtrain_serve_request_seconds", "Seconds per prediction request",
+                                 ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)
+        self.records = Histogram("streamtrain_serve_batch_records", "Records per prediction request",
+                                 buckets=RECORD_BUCKETS, registry=r)
+        self.predictions = Counter("streamtrain_serve_predictions_total", "Records predicted", registry=r)
+        self.errors = Counter("streamtrain_serve_errors_total", "Requests answered with an error, by kind",
+                              ["kind"], registry=r)
+        self.age = Histogram("streamtrain_serve_param_age_seconds",
+                             "Age of the oldest parameter a request used (since read from the store)",
+                             buckets=AGE_BUCKETS, registry=r)
+        self.cache = Counter("streamtrain_serve_cache_lookups_total", "Row lookups of the serving cache",
+                             ["result"], registry=r)
+        self.hit_ratio = Gauge("streamtrain_serve_cache_hit_ratio", "Cache hits / lookups since the start",
+                               registry=r)
+        self.step = Gauge("streamtrain_serve_model_step", "The served model's step (updates applied)", registry=r)
+        for kind in SERVE_ERRORS:
+            self.errors.labels(kind)
+        self._seen = {"hit": 0, "miss": 0}
+
+    def cache_counts(self, hits: int, misses: int) -> None:
+        for result, total in (("hit", hits), ("miss", misses)):
+            self.cache.labels(result).inc(total - self._seen[result])
+            self._seen[result] = total
+        if hits + misses:
+            self.hit_ratio.set(hits / (hits + misses))

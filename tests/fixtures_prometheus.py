@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -57,6 +59,33 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+# ---- querying a real Prometheus --------------------------------------------------------------
+# an alert's threshold: a plain number right after a comparison (deploy/prometheus/alerts*.yml)
+THRESHOLD = re.compile(r"\s*(==|!=|>=|<=|>|<)\s*-?[0-9.]+(e[0-9]+)?")
+
+
+def query(base: str, expr: str) -> list:
+    code, body = http_get(f"{base}/api/v1/query?query={urllib.parse.quote(expr)}")
+    answer = json.loads(body)
+    assert code == 200 and answer["status"] == "success", f"{expr!r}: {answer.get('error', body)}"
+    return answer["data"]["result"]
+
+
+def wait_all_have_data(base: str, exprs, timeout: float = 45) -> None:
+    """Until every expression returns data (Prometheus scrapes every second); fail naming those that do not."""
+    pending = set(exprs)
+
+    def all_have_data():
+        for expr in sorted(pending):
+            if query(base, expr):
+                pending.discard(expr)
+        return not pending
+    try:
+        wait_for(all_have_data, timeout, "data for every expression", interval=1.0)
+    except AssertionError:
+        pytest.fail(f"no data from: {sorted(pending)}")
 
 
 # ---- an in-process source ---------------------------------------------------------------------

@@ -7,9 +7,7 @@ in a thread, fed by an in-process source that reports Kafka-style lag, so every 
 from __future__ import annotations
 
 import json
-import re
 import threading
-import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -17,11 +15,10 @@ import yaml
 
 from streamtrain.daemon import serve
 from streamtrain.job import Job
-from tests.fixtures_prometheus import http_get, job_config, pick_port, wait_for
+from tests.fixtures_prometheus import THRESHOLD, http_get, job_config, pick_port, query, wait_all_have_data, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
-THRESHOLD = re.compile(r"\s*(==|!=|>=|<=|>|<)\s*-?[0-9.]+(e[0-9]+)?")
 
 
 def dashboard_exprs() -> list[str]:
@@ -41,13 +38,6 @@ def alert_rules() -> list[dict]:
     return rules
 
 
-def query(base: str, expr: str) -> list:
-    code, body = http_get(f"{base}/api/v1/query?query={urllib.parse.quote(expr)}")
-    answer = json.loads(body)
-    assert code == 200 and answer["status"] == "success", f"{expr!r}: {answer.get('error', body)}"
-    return answer["data"]["result"]
-
-
 def test_dashboard_and_alert_expressions_return_data(tmp_path, fake_stream, run_prometheus):
     fake_stream(batch_size=64, delay=0.01)
     port = pick_port()
@@ -62,17 +52,7 @@ def test_dashboard_and_alert_expressions_return_data(tmp_path, fake_stream, run_
         rules = alert_rules()
         # what must have data: every dashboard query, and every alert condition without its threshold
         signals = dashboard_exprs() + [THRESHOLD.sub("", r["expr"]) for r in rules]
-        pending = set(signals)
-
-        def all_have_data():
-            for expr in sorted(pending):
-                if query(base, expr):
-                    pending.discard(expr)
-            return not pending
-        try:
-            wait_for(all_have_data, 45, "data for every expression", interval=1.0)
-        except AssertionError:
-            pytest.fail(f"no data from: {sorted(pending)}")
+        wait_all_have_data(base, signals)
         for rule in rules:                               # the full conditions evaluate without error
             query(base, rule["expr"])
         groups = json.loads(http_get(f"{base}/api/v1/rules")[1])["data"]["groups"]

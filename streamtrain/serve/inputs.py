@@ -1,0 +1,197 @@
+"""A prediction request's body → a ``Batch`` on the model's fields, or a ``BadRequest`` naming
+the record (or line) and the field that was wrong.
+
+* JSON ``{"records": [{field: value, ...}, ...]}`` in the plug-in readers' dict form
+  (``readers/records.py``): a categorical field takes a string, integer, boolean or a list of
+  them (multi-valued); a numeric field a number; ``null`` or a missing key is a missing value;
+  ``label`` is ignored; any other key is an error (a misspelt field would silently read as missing).
+* ``text/plain``: lines in the stream's own format (``reader.format``, label column included,
+  its value ignored); for ``csv`` the first line is the header.
+"""
+from __future__ import annotations
+
+import functools
+import json
+
+import numpy as np
+
+from streamtrain.batch import Batch, SparseField
+from streamtrain.graph import Schema
+from streamtrain.readers import Malformed, make_parser
+from streamtrain.readers.ids import byte_words, field_seed, hash_spans, joined
+
+
+class BadRequest(ValueError):
+    """400: the client sent something this model cannot read; ``where`` locates it."""
+
+    def __init__(self, where: str, message: str, status: int = 400, kind: str = "bad_request"):
+        super().__init__(f"{where}: {message}" if where else message)
+        self.where, self.message, self.status, self.kind = where, message, status, kind
+
+    def body(self) -> dict:
+        return {"error": self.kind, "where": self.where, "message": self.message}
+
+
+class TooLarge(BadRequest):
+    def __init__(self, message: str):
+        super().__init__("", message, status=413, kind="too_large")
+
+
+_NUMBER = {int, float, type(None)}
+_CATEGORY = {str, int, bool, type(None)}
+
+
+def records_batch(payload, schema: Schema, max_records: int):
+    """The batch of a JSON payload (already decoded), built column by column: the same ids as
+    ``records_to_batch`` (the plug-in readers' path) gives for the same records."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("records"), list):
+        raise BadRequest("", 'expected a JSON object {"records": [{field: value, ...}, ...]}')
+    records = payload["records"]
+    if len(records) > max_records:
+        raise TooLarge(f"{len(records)} records in one request (serve.max_records = {max_records})")
+    if not records:
+        raise BadRequest("records", "empty: send at least one record")
+    known = {*schema.sparse, *schema.dense, "label"}
+    for i, rec in enumerate(records):
+        if type(rec) is not dict:
+            raise BadRequest(f"records[{i}]", f"expected an object of fields, got {type(rec).__name__}")
+        if not rec.keys() <= known:
+            key = next(k for k in rec if k not in known)
+            raise BadRequest(f"records[{i}].{key}", f"unknown field (the model's fields: {_fields(schema)})")
+    n = len(records)
+    dense = np.zeros((n, len(schema.dense)), np.float32)
+    for j, name in enumerate(schema.dense):
+        col = [r.get(name) for r in records]
+        if not set(map(type, col)) <= _NUMBER or not np.isfinite(
+                arr := np.array([0.0 if v is None else v for v in col], np.float64)).all():
+            i = next(i for i, v in enumerate(col) if not _finite_number(v))
+            raise BadRequest(f"records[{i}].{name}", f"numeric field: expected a finite number, got {col[i]!r}")
+        dense[:, j] = arr
+    parts = [_categorical(name, [r.get(name) for r in records]) for name in schema.sparse]
+    return Batch(labels=np.full(n, np.nan, np.float32), sparse=_fields_csr(schema.sparse, parts, n),
+                 dense=dense, dense_names=tuple(schema.dense))
+
+
+def _fields_csr(names, parts, n) -> dict:
+    """Every categorical field's CSR pair from its (rows, tokens), hashed and counted in one pass."""
+    if not names:
+        return {}
+    lens = [len(tokens) for _, tokens in parts]
+    ids = hash_fields(tuple(names), [tokens for _, tokens in parts])
+    rows = np.concatenate([r for r, _ in parts]) if sum(lens) else np.zeros(0, np.int64)
+    which = np.repeat(np.arange(len(names)), lens)
+    offsets = np.zeros((len(names), n + 1), np.int64)
+    np.cumsum(np.bincount(which * n + rows, minlength=len(names) * n).reshape(len(names), n),
+              axis=1, out=offsets[:, 1:])
+    ends = np.cumsum(lens).tolist()
+    return {name: SparseField(ids[end - k:end], offsets[f]) for f, (name, k, end) in enumerate(zip(names, lens, ends))}
+
+
+def _finite_number(v) -> bool:
+    return v is None or (type(v) in _NUMBER and np.isfinite(v))
+
+
+@functools.lru_cache(maxsize=64)
+def _seeds(names: tuple) -> np.ndarray:
+    return np.array([field_seed(n) for n in names], np.uint64)
+
+
+def hash_fields(names, token_lists) -> np.ndarray:
+    """``hash_values`` of every field's tokens in one pass (a seed per token). The tokens are
+    joined into one buffer, so the cost is their bytes, whatever the longest one."""
+    tokens = [t for part in token_lists for t in part]
+    buf, lengths = joined(tokens)
+    starts = np.zeros(len(lengths), np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    seeds = np.repeat(_seeds(tuple(names)), [len(t) for t in token_lists])
+    return hash_spans(byte_words(buf + bytes(16)), starts, lengths, seeds)
+
+
+def _categorical(name: str, col: list) -> tuple[np.ndarray, list]:
+    """One categorical column's (row of each token, tokens): a scalar gives one token (its
+    decimal string for an integer, "1"/"0" for a boolean), a list several, None and "" none."""
+    types = set(map(type, col))
+    if types <= _CATEGORY and bool not in types:      # the common case: one string or integer each
+        if type(None) in types:
+            rows = [i for i, v in enumerate(col) if v is not None]
+            col = [col[i] for i in rows]
+        else:
+            rows = range(len(col))
+        tokens = col if types <= {str, type(None)} else list(map(str, col))
+    else:
+        rows, tokens = [], []
+        for i, v in enumerate(col):
+            for x in (v if type(v) is list else () if v is None else (v,)):
+                if type(x) not in _CATEGORY or x is None:
+                    raise BadRequest(f"records[{i}].{name}", "categorical field: expected a string, integer, "
+                                                             f"boolean or a list of them, got {x!r}")
+                rows.append(i)
+                tokens.append(("1" if x else "0") if type(x) is bool else str(x))
+    if "" in tokens:
+        keep = [k for k, t in enumerate(tokens) if t != ""]
+        rows, tokens = [rows[k] for k in keep], [tokens[k] for k in keep]
+    return np.asarray(rows, np.int64), tokens
+
+
+def lines_batch(body: bytes, fmt: str, options: dict, schema: Schema, max_records: int):
+    """The batch of raw lines in the stream's format; the first bad line is named."""
+    lines = [ln for ln in body.split(b"\n") if ln.strip()]
+    parser = make_parser(fmt, options)
+    first, header = 0, None
+    if parser.needs_header:
+        if not lines:
+            raise BadRequest("line 1", f"format '{fmt}': the first line must be the header")
+        header = lines[0].rstrip(b"\r")
+        parser.set_header(header)
+        first = 1
+    lines = lines[first:]
+    if len(lines) > max_records:
+        raise TooLarge(f"{len(lines)} lines in one request (serve.max_records = {max_records})")
+    if not lines:
+        raise BadRequest("", "no lines: send at least one record")
+    batch = parser.parse(lines)
+    if batch.size != len(lines):
+        _name_bad_line(lines, fmt, options, header)
+    missing = set(schema.sparse) - set(batch.sparse) | set(schema.dense) - set(batch.dense_names)
+    if missing:
+        raise BadRequest("header" if first else "line 1",
+                         f"the model's fields {sorted(missing)} are not in these lines")
+    return on_schema(batch, schema)
+
+
+def _name_bad_line(lines, fmt, options, header) -> None:
+    """Only on the error path: parse line by line to say which one and why."""
+    first = int(header is not None)
+    for i, line in enumerate(lines):
+        reasons = []
+        one = make_parser(fmt, options, Malformed(on_bad=lambda _line, why: reasons.append(why)))
+        if header is not None:
+            one.set_header(header)
+        if one.parse([line]).size == 0:
+            why = reasons[0] if reasons else "unreadable"
+            raise BadRequest(f"line {i + 1 + first}", f"not a valid '{fmt}' record ({why}): {line[:120]!r}")
+    raise BadRequest("", "some lines could not be read")
+
+
+def on_schema(batch, schema: Schema):
+    """The batch with exactly the model's fields, in the model's order (extra columns dropped,
+    absent categorical fields empty)."""
+    empty = SparseField(np.zeros(0, np.uint64), np.zeros(batch.size + 1, np.int64))
+    batch.sparse = {k: batch.sparse.get(k, empty) for k in schema.sparse}
+    idx = [batch.dense_names.index(k) for k in schema.dense]
+    batch.dense = np.ascontiguousarray(batch.dense[:, idx], np.float32).reshape(batch.size, len(idx))
+    batch.dense_names = tuple(schema.dense)
+    batch.labels = np.full(batch.size, np.nan, np.float32)
+    return batch
+
+
+def decode_json(body: bytes):
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise BadRequest("body", f"not valid JSON: {err}") from None
+
+
+def _fields(schema: Schema) -> str:
+    names = [*schema.sparse, *schema.dense]
+    return ", ".join(names[:40]) + (", ..." if len(names) > 40 else "")

@@ -1,0 +1,75 @@
+"""Trainers tell servers what they train: the model's fields and their step, in the store.
+
+A model file names no data columns (the graph is built on the fields of the first batch), so
+a server that reads the parameters from Redis learns the fields from the trainers: each trainer
+writes ``{"sparse", "dense", "layers", "batches", "examples", "time"}`` into the hash
+``st:{<ns>/meta}:serving`` under its own ``host:pid`` at most once a second. A server sums the
+``batches`` of the trainers heard from in the last ``LIVE_S`` seconds: the model's step.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import socket
+import time
+
+from streamtrain.errors import StoreError
+from streamtrain.graph import Schema
+from streamtrain.store import redis_keys
+
+log = logging.getLogger("streamtrain.serve")
+LIVE_S = 60.0
+
+
+def layers_digest(layers: list) -> str:
+    return hashlib.sha1(json.dumps(layers, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def meta_key(store) -> bytes:
+    return redis_keys.meta_key(store.ns, "serving")
+
+
+class Publisher:
+    """A job hook (redis store only): publish the schema and step every ``every_s`` seconds."""
+
+    def __init__(self, every_s: float = 1.0):
+        self.every_s = every_s
+        self.field = f"{socket.gethostname()}:{os.getpid()}"
+        self._next = 0.0
+
+    def __call__(self, job, batch, result) -> None:
+        now = time.monotonic()
+        if now < self._next or job.graph is None:
+            return
+        self._next = now + self.every_s
+        schema, t = job.graph.schema, job.trainer
+        doc = {"sparse": list(schema.sparse), "dense": list(schema.dense),
+               "layers": layers_digest(job.config["layers"]), "batches": t.batches,
+               "examples": t.examples, "time": time.time()}
+        try:
+            job.store.io.meta("HSET", meta_key(job.store), self.field, json.dumps(doc), what="publish the model")
+        except StoreError as err:          # serving learns it at the next publication
+            log.warning("could not publish the model for serving: %s", err)
+
+
+def read_published(store) -> list[dict]:
+    """What the trainers published, newest first (raises ``StoreError`` when the store is down)."""
+    raw = store.io.meta("HGETALL", meta_key(store), what="read the published model") or {}
+    docs = []
+    for value in raw.values():
+        try:
+            docs.append(json.loads(value))
+        except ValueError:
+            continue
+    return sorted(docs, key=lambda d: -d.get("time", 0))
+
+
+def published_schema(docs: list[dict]) -> Schema | None:
+    return Schema(tuple(docs[0]["sparse"]), tuple(docs[0]["dense"])) if docs else None
+
+
+def published_step(docs: list[dict]) -> int:
+    now = time.time()
+    return sum(int(d.get("batches", 0)) for d in docs if now - d.get("time", 0) <= LIVE_S)

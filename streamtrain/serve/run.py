@@ -1,0 +1,52 @@
+"""The two ways to serve: ``streamtrain serve`` (its own process, parameters from Redis) and
+beside a training job (``streamtrain run`` with ``serve.enabled``: its own parameters)."""
+from __future__ import annotations
+
+import logging
+
+from streamtrain.metrics import ServeMetrics
+
+from .settings import serve_settings
+
+log = logging.getLogger("streamtrain.serve")
+
+
+def serve_forever(config: dict) -> int:
+    """``streamtrain serve``: build the server and run it until SIGTERM/SIGINT."""
+    from .http import Server, make_app
+    from .service import Service, StoreModel
+
+    settings = serve_settings(config)
+    source = StoreModel(config, settings)
+    try:
+        service = Service(source, settings, config.get("reader", {}))
+        ok, reason = service.ready()
+        if not ok:
+            log.warning("not ready yet (%s): /readyz answers 503 until it is", reason)
+        server = Server(make_app(service, ServeMetrics()), settings["host"], settings["port"])
+        server.run()
+    finally:
+        source.close()
+    return 0
+
+
+def attach(job, config: dict, registry=None):
+    """Hooks a training job needs for serving; returns a callable that stops what it started.
+
+    A Redis store: the job publishes its fields and step for servers (always). With
+    ``serve.enabled``: a server in a thread answers from the job's own parameters."""
+    if config.get("store", {}).get("backend") == "redis":
+        from .publish import Publisher          # redis-py is imported only by jobs that use it
+        job.hooks.append(Publisher())
+    settings = serve_settings(config)
+    if not settings["enabled"]:
+        return lambda: None
+    from .http import Server, make_app
+    from .service import JobModel, Service
+
+    service = Service(JobModel(job), settings, config.get("reader", {}))
+    metrics = ServeMetrics(registry)
+    server = Server(make_app(service, metrics, expose_metrics=registry is None),
+                    settings["host"], settings["port"]).start()
+    job.serve_port = server.port
+    return server.stop

@@ -1,0 +1,207 @@
+"""What a prediction server does, apart from HTTP: build the model, read a request, predict.
+
+Two sources of a model:
+
+* ``StoreModel`` (``streamtrain serve``): the job config's layers on the fields given by
+  ``serve.schema``, else on the fields the trainers published (``serve/publish.py``); the
+  parameters read from the Redis store through the staleness-bounded cache. Built at the first
+  request that can (a 503 until a trainer has published).
+* ``JobModel`` (``streamtrain run`` with ``serve.enabled``): the job's own graph and store,
+  read between steps; ready once the first batch has built the graph.
+
+Each request thread has its own activations (``graph.context``); graph and cache are shared.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import numpy as np
+
+from streamtrain.errors import ConfigError, StoreError
+from streamtrain.graph import Graph, Schema
+from streamtrain.readers.formats import split_format_options
+from streamtrain.readers.kafka_config import DEFAULTS as KAFKA_DEFAULTS, split_options
+from streamtrain.readers.source import FileReader
+from streamtrain.store import make_store
+
+from .cache import CachedParams, LiveParams
+from .inputs import BadRequest, decode_json, lines_batch, records_batch
+from .publish import layers_digest, published_schema, published_step, read_published
+
+log = logging.getLogger("streamtrain.serve")
+
+
+class NotReady(RuntimeError):
+    """503: the model cannot answer yet (no fields known, no batch trained)."""
+
+
+class JobModel:
+    def __init__(self, job):
+        self.job, self.params = job, LiveParams(job)
+
+    def graph(self) -> Graph:
+        if self.job.graph is None:
+            raise NotReady("the trainer has not built its model yet (no batch trained)")
+        return self.job.graph
+
+    def step(self) -> int:
+        return self.job.trainer.batches if self.job.trainer is not None else 0
+
+    def store_name(self) -> str:
+        return self.job.store.describe()
+
+    def hit_counts(self):
+        return 0, 0
+
+    def close(self) -> None:
+        pass
+
+
+def serving_store_config(config: dict, settings: dict) -> dict:
+    """The job's store section, retrying for ``store_give_up_s`` only (a request is waiting)."""
+    cfg = dict(config["store"])
+    if cfg.get("backend", "memory") != "redis" or not (cfg.get("urls") or cfg.get("cluster")):
+        raise ConfigError([("store", "streamtrain serve reads the parameters the trainers write: "
+                                     "it needs store.backend=redis with store.urls or store.cluster "
+                                     "(a memory store is served by `streamtrain run` with serve.enabled=true)")])
+    cfg.setdefault("namespace", config.get("name") or "default")
+    give_up = float(settings["store_give_up_s"])
+    cfg["retry"] = {"initial_s": 0.05, "max_s": max(0.05, give_up / 4), "give_up_s": give_up}
+    cfg["timeout_s"] = min(float(cfg.get("timeout_s", 5.0)), give_up / 2)     # two attempts at least
+    cfg["mode"] = "async"                 # a server never joins the trainers' barrier
+    return cfg
+
+
+class StoreModel:
+    def __init__(self, config: dict, settings: dict, store=None):
+        self.config, self.settings = config, settings
+        self.store = store if store is not None else make_store(serving_store_config(config, settings))
+        self._graph: Graph | None = None
+        self.params: CachedParams | None = None
+        self._lock = threading.Lock()
+        self._step, self._step_at = 0, -np.inf
+        self.digest = layers_digest(config["layers"])
+        self.published_digest = None
+
+    def graph(self) -> Graph:
+        if self._graph is not None:
+            return self._graph
+        with self._lock:
+            if self._graph is None:
+                schema = self.settings.get("schema")
+                if schema is not None:
+                    schema = Schema(tuple(schema.get("sparse", ())), tuple(schema.get("dense", ())))
+                else:
+                    docs = read_published(self.store)
+                    schema = published_schema(docs)
+                    if schema is None:
+                        raise NotReady("no trainer has published the model's fields yet "
+                                       "(start one on this store, or set serve.schema)")
+                    self.published_digest = docs[0].get("layers")
+                    if self.published_digest != self.digest:
+                        log.warning("the trainers publishing to this store train other layers (digest %s, "
+                                    "this config's %s): predictions will not match theirs",
+                                    self.published_digest, self.digest)
+                graph = Graph.from_config(self.config["layers"], schema)
+                self.store.declare(graph.params, self.config["default_optimizer"])
+                self.params = CachedParams(self.store, self.settings["max_staleness_s"])
+                self._graph = graph
+        return self._graph
+
+    def step(self) -> int:
+        """The trainers' step, re-read on the staleness bound (a store outage keeps the last)."""
+        now = time.monotonic()
+        if now - self._step_at > self.settings["max_staleness_s"]:
+            self._step_at = now
+            try:
+                self._step = published_step(read_published(self.store))
+            except StoreError:
+                pass
+        return self._step
+
+    def store_name(self) -> str:
+        return self.store.describe()
+
+    def hit_counts(self):
+        return (self.params.hits, self.params.misses) if self.params else (0, 0)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+class Service:
+    """Predictions and descriptions, called from the HTTP layer's worker threads."""
+
+    def __init__(self, source, settings: dict, reader_cfg: dict):
+        self.source, self.settings = source, settings
+        self.reader_cfg = reader_cfg or {}
+        self._local = threading.local()
+
+    def _context(self, graph):
+        ctx = getattr(self._local, "ctx", None)
+        if ctx is None or getattr(self._local, "graph", None) is not graph:
+            self._local.ctx, self._local.graph = graph.context(training=False), graph
+        return self._local.ctx
+
+    def batch(self, body: bytes, content_type: str, schema: Schema):
+        limit = self.settings["max_records"]
+        if content_type.startswith("text/plain"):
+            fmt, options = stream_format(self.reader_cfg)
+            if fmt is None:
+                raise BadRequest("Content-Type", f"text/plain needs a stream format, and a "
+                                                 f"{self.reader_cfg.get('type')!r} reader has none: "
+                                                 "send application/json records")
+            return lines_batch(body, fmt, options, schema, limit)
+        return records_batch(decode_json(body), schema, limit)
+
+    def predict(self, body: bytes, content_type: str) -> dict:
+        graph = self.source.graph()
+        batch = self.batch(body, content_type, graph.schema)
+        ctx = self._context(graph)
+        graph.feed(ctx, batch)
+        dense, tables = graph.needs(ctx)
+        ctx.values, fetched = self.source.params.pull(dense, tables)
+        graph.forward(ctx)
+        age = max(0.0, time.monotonic() - fetched)
+        preds = np.asarray(ctx.predictions, np.float64)
+        return {"predictions": preds.round(7).tolist(), "step": self.source.step(),
+                "max_param_age_s": round(age, 4)}
+
+    def describe(self) -> dict:
+        graph = self.source.graph()
+        return {
+            "layers": [{"name": layer.name, "type": layer.kind, "inputs": list(layer.inputs)}
+                       for layer in graph.order],
+            "parameters": {name: {"table": spec.table, "dim" if spec.table else "shape":
+                                  spec.dim if spec.table else list(spec.shape)}
+                           for name, spec in graph.params.items()},
+            "fields": {"sparse": list(graph.schema.sparse), "dense": list(graph.schema.dense)},
+            "loss": graph.loss.kind,
+            "step": self.source.step(),
+            "store": self.source.store_name(),
+            "max_staleness_s": self.settings["max_staleness_s"],
+        }
+
+    def ready(self) -> tuple[bool, str]:
+        try:
+            self.source.graph()
+        except (NotReady, StoreError, ConfigError) as err:
+            return False, str(err)
+        store = getattr(self.source, "store", None)
+        if store is not None and not store.ready():
+            return False, "parameter store not reachable"
+        return True, "ok"
+
+
+def stream_format(reader_cfg: dict) -> tuple[str | None, dict]:
+    """The line format of the job's file or Kafka reader and its options (else None)."""
+    kind = reader_cfg.get("type")
+    if kind == "kafka":
+        options, _ = split_options(reader_cfg)
+        return reader_cfg.get("format", KAFKA_DEFAULTS["format"]), options
+    if kind == "file" and reader_cfg.get("format"):
+        options, _ = split_format_options(reader_cfg, (*FileReader.options, "type"))
+        return reader_cfg["format"], options
+    return None, {}

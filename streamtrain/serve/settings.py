@@ -1,0 +1,41 @@
+"""The ``serve`` section of the job config: where the prediction server listens and its limits.
+
+>>> check_options(SERVE_OPTIONS, {"port": -1}, what="serve")
+[('port', 'expected a port number 0..65535 (0 = any free port), got -1')]
+"""
+from __future__ import annotations
+
+from streamtrain.schema import NUMBER, Option, check_options, non_negative, port, positive, with_defaults
+
+
+def _schema(v):
+    if v is None:
+        return None
+    if not isinstance(v, dict) or set(v) - {"sparse", "dense"} or not all(
+            isinstance(v.get(k, []), list) and all(isinstance(x, str) for x in v.get(k, []))
+            for k in ("sparse", "dense")):
+        return 'expected {"sparse": [field names], "dense": [column names]} or null'
+    return None
+
+
+SERVE_OPTIONS = {
+    "enabled": Option(False, (bool,), doc="`streamtrain run`: also serve predictions from its own parameters"),
+    "host": Option("127.0.0.1", (str,), doc="address to listen on (`0.0.0.0` in containers)"),
+    "port": Option(8080, (int,), check=port,
+                   doc="port (0 = any free one, logged as `serving predictions on http://HOST:PORT/v1/predict`)"),
+    "max_staleness_s": Option(1.0, NUMBER, check=non_negative,
+                              doc="oldest a cached parameter may be when a request uses it (redis store)"),
+    "max_records": Option(1024, (int,), check=positive, doc="records (or lines) per request; more: 413"),
+    "max_body_bytes": Option(8 << 20, (int,), check=positive, doc="request body size; more: 413"),
+    "schema": Option(None, (dict, type(None)), check=_schema,
+                     doc='the model\'s fields `{"sparse": [...], "dense": [...]}`; null = what the trainers published'),
+    "store_give_up_s": Option(2.0, NUMBER, check=positive,
+                              doc="how long a request retries an unreachable store before its 503 "
+                                  "(then every request gets its 503 at once for 0.25 s)"),
+    "retry_after_s": Option(1, (int,), check=positive, doc="the `Retry-After` of a 503"),
+}
+
+
+def serve_settings(config: dict) -> dict:
+    """The ``serve`` section with every default filled in."""
+    return with_defaults(SERVE_OPTIONS, config.get("serve") or {})

@@ -1,0 +1,66 @@
+"""Request bodies → batches: the same ids as the plug-in readers give, fields in the model's order."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streamtrain.graph import Schema
+from streamtrain.readers import records_to_batch
+from streamtrain.serve.inputs import BadRequest, TooLarge, records_batch
+
+SCHEMA = Schema(("user", "page", "tags", "flag"), ("hour", "price"))
+
+
+def test_records_give_the_plugin_readers_ids():
+    recs = [{"user": "u7", "page": 3, "tags": ["a", "b"], "flag": True, "hour": 3.0, "price": 1},
+            {"user": "u8", "tags": [], "flag": False, "hour": None, "label": "ignored"},
+            {"page": "", "tags": ["c", 5, False], "price": 2.5},
+            {}]
+    got = records_batch({"records": recs}, SCHEMA, 10)
+    want = records_to_batch([{k: v for k, v in r.items() if k != "label"} for r in recs],
+                            {"user": "multi", "page": "multi", "tags": "multi", "flag": "multi",
+                             "hour": "dense", "price": "dense"})
+    assert list(got.sparse) == list(SCHEMA.sparse) and got.dense_names == SCHEMA.dense
+    for name in SCHEMA.sparse:
+        np.testing.assert_array_equal(got.sparse[name].ids, want.sparse[name].ids, err_msg=name)
+        np.testing.assert_array_equal(got.sparse[name].offsets, want.sparse[name].offsets, err_msg=name)
+    cols = [want.dense_names.index(n) for n in SCHEMA.dense]
+    np.testing.assert_array_equal(got.dense, want.dense[:, cols])
+    assert np.isnan(got.labels).all() and got.size == 4
+
+
+@pytest.mark.parametrize("rec, where", [
+    ({"hour": float("nan")}, "records[1].hour"), ({"hour": "3"}, "records[1].hour"),
+    ({"hour": [1.0]}, "records[1].hour"), ({"tags": [None]}, "records[1].tags"),
+    ({"user": 1.5}, "records[1].user"), ({"tags": [["x"]]}, "records[1].tags"),
+    ({"usr": "x"}, "records[1].usr")])
+def test_the_first_bad_value_is_named(rec, where):
+    with pytest.raises(BadRequest) as err:
+        records_batch({"records": [{"user": "ok"}, rec]}, SCHEMA, 10)
+    assert err.value.where == where and err.value.status == 400
+
+
+def test_too_many_records_is_413():
+    with pytest.raises(TooLarge) as err:
+        records_batch({"records": [{}] * 11}, SCHEMA, 10)
+    assert err.value.status == 413
+
+
+def test_serve_and_drift_sections_are_checked_with_their_paths():
+    from streamtrain import config as configmod
+    cfg = configmod.load("examples/lr.json", ["serve.port=-1", "serve.bogus=1", "serve.max_staleness_s=fast",
+                                              'drift.detectors=[{"type": "x"}]'])
+    found = dict(configmod.problems(cfg))
+    assert "0..65535" in found["serve.port"] and "unknown key for serve" in found["serve.bogus"]
+    assert "expected int/float" in found["serve.max_staleness_s"]
+    assert "unknown drift detector" in found["drift.detectors[0].type"]
+
+
+def test_one_huge_value_costs_its_bytes_not_bytes_times_tokens():
+    """26 fields x 1000 records with one 4 MB value: a fixed-width token array would need
+    ~100 GB; the joined buffer needs ~4 MB."""
+    schema = Schema(tuple(f"f{i}" for i in range(26)), ())
+    recs = [{f"f{i}": r * 26 + i for i in range(26)} for r in range(1000)]
+    recs[500]["f3"] = "x" * (4 << 20)
+    batch = records_batch({"records": recs}, schema, 1000)
+    assert batch.size == 1000 and sum(len(f.ids) for f in batch.sparse.values()) == 26_000
