@@ -56,7 +56,7 @@ class Publisher:
 
 def read_published(store) -> list[dict]:
     """What the trainers published, newest first (raises ``StoreError`` when the store is down)."""
-    raw = store.io.meta("HGETALL", meta_key(store), what="read the published model") or {}
+    raw = store.io.meta_hash(meta_key(store), what="read the published model")
     docs = []
     for value in raw.values():
         try:

@@ -22,7 +22,7 @@ import numpy as np
 from streamtrain.errors import ConfigError, StoreError
 from streamtrain.graph import Graph, Schema
 from streamtrain.readers.formats import split_format_options
-from streamtrain.readers.kafka_config import DEFAULTS as KAFKA_DEFAULTS, split_options
+from streamtrain.readers.kafka.config import DEFAULTS as KAFKA_DEFAULTS, split_options
 from streamtrain.readers.source import FileReader
 from streamtrain.store import make_store
 

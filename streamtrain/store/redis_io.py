@@ -180,6 +180,11 @@ class RowIO:
         """One command on the shard of the namespace's meta keys."""
         return self.shards.retrying(what, lambda: self.shards.call(int(self.group_shard()[self.META]), *command))
 
+    def meta_hash(self, key, what: str = "meta") -> dict:
+        """HGETALL of a meta key as a dict (redis-py before 8 hands a flat list back here)."""
+        raw = self.meta("HGETALL", key, what=what) or {}
+        return raw if isinstance(raw, dict) else dict(zip(raw[::2], raw[1::2]))
+
     def meta_many(self, commands: list[tuple], what: str = "meta"):
         def attempt():
             s = int(self.group_shard()[self.META])

@@ -66,7 +66,7 @@ class Counters:
 
     def read(self) -> dict:
         self.flush(force=True)
-        raw = self.io.meta("HGETALL", self.key, what="read counters")
+        raw = self.io.meta_hash(self.key, what="read counters")
         out: dict = {}
         for field, value in raw.items():
             self.totals[field.decode()] = int(value)
