@@ -169,7 +169,8 @@ def test_each_pod_gets_a_valid_config(rendered, tmp_path, monkeypatch, capsys):
         else:
             assert store["mode"] == "async"
         if overlay.endswith("cluster"):            # the kafka-sasl component is in these
-            assert cfg["reader"]["consumer"]["security_protocol"] == "SASL_SSL"
+            assert cfg["reader"]["security"]["security_protocol"] == "SASL_SSL"
+            assert "sasl_plain_password" not in cfg["reader"].get("consumer", {})
 
 
 def test_the_serve_pod_gets_a_valid_config(rendered, tmp_path, monkeypatch, capsys):
