@@ -183,16 +183,138 @@ def test_the_daemon_exits_1_at_once_on_a_refused_password(servers, tmp_path):
     assert "wrong-Pw" not in proc.stderr
 
 
-def test_the_redis_graph_store_stops_at_a_refused_password_without_printing_it(servers):
+# ---- the graph store and streamtrain-redis-migrate connect the same way (redis_connection) ----
+
+def graph(cfg: dict):
+    """Insert two edges through a Redis graph store built from ``cfg``; its neighbour lists."""
     from streamtrain.graphstore import make_graph_store
+    store = make_graph_store({"backend": "redis", "neighbours": 4, "namespace": "sec", **cfg})
+    try:
+        assert PW not in store.describe()
+        store.insert(np.array([1, 1], np.uint64), np.array([2, 3], np.uint64))
+        return store.neighbours(np.array([1, 9], np.uint64))
+    finally:
+        store.close()
+
+
+def test_the_graph_store_takes_the_parameter_stores_connection_options(servers, tmp_path, monkeypatch):
     srv = servers("--requirepass", PW)
-    good = make_graph_store({"backend": "redis", "url": f"redis://:{PW}@127.0.0.1:{srv.port}"})
-    good.insert(np.array([1, 2], np.uint64), np.array([2, 3], np.uint64))
-    assert PW not in good.describe()
-    bad = make_graph_store({"backend": "redis", "url": f"redis://:not-the-Pw@127.0.0.1:{srv.port}"})
+    admin = redis.Redis(port=srv.port, password=PW)
+    admin.acl_setuser("grapher", enabled=True, passwords=["+gpw"], keys=["st:graph:*"], commands=["+@all"])
+    secret = tmp_path / "pw"
+    secret.write_text("gpw\n")
+    monkeypatch.setenv("ST_TEST_REDIS_PW", PW)
+    plain = f"redis://127.0.0.1:{srv.port}"
+    for cfg in ({"url": f"redis://:{PW}@127.0.0.1:{srv.port}"},
+                {"url": plain, "password_env": "ST_TEST_REDIS_PW"},
+                {"url": f"{plain}/2", "username": "grapher", "password_file": str(secret)}):
+        nbr, counts = graph(cfg)
+        assert nbr[0, :2].tolist() == [3, 2] and counts.tolist() == [2, 0]   # newest first; 9 unseen
+        admin.flushall()
+    graph({"url": f"redis://grapher:gpw@127.0.0.1:{srv.port}/5"})
+    assert redis.Redis(port=srv.port, password=PW, db=5).dbsize() > 0 and admin.dbsize() == 0
+
+
+@pytest.mark.parametrize("how", ["no password", "wrong in env", "no permission"])
+def test_a_graph_store_refusal_stops_at_once_without_printing_the_password(servers, monkeypatch, how):
+    srv = servers("--requirepass", PW)
+    redis.Redis(port=srv.port, password=PW).acl_setuser("outsider", enabled=True, passwords=["+not-the-Pw"],
+                                                        keys=["other:*"], commands=["+@all"])
+    monkeypatch.setenv("ST_TEST_REDIS_PW", "not-the-Pw")
+    plain = f"redis://127.0.0.1:{srv.port}"
+    cfg = {"no password": {"url": plain}, "wrong in env": {"url": plain, "password_env": "ST_TEST_REDIS_PW"},
+           "no permission": {"url": plain, "username": "outsider", "password_env": "ST_TEST_REDIS_PW"}}[how]
+    t0 = time.monotonic()
     with pytest.raises(StoreAccessError) as err:
-        bad.insert(np.array([1], np.uint64), np.array([2], np.uint64))
-    assert "not-the-Pw" not in str(err.value) + bad.describe()
+        graph(cfg)
+    assert time.monotonic() - t0 < 2.0
+    text = str(err.value)
+    assert f"127.0.0.1:{srv.port}" in text and "not-the-Pw" not in text
+    if how == "no permission":
+        assert "outsider" in text and "st:graph:*" in text
+    else:
+        assert "graph.store.password_env" in text
+
+
+def test_the_graph_store_over_tls(servers, certs):
+    port, ca = free_port(), str(certs / "ca.crt")
+    srv = servers("--port", "0", "--tls-port", str(port), "--tls-cert-file", str(certs / "server.crt"),
+                  "--tls-key-file", str(certs / "server.key"), "--tls-ca-cert-file", ca,
+                  "--tls-auth-clients", "no", "--requirepass", PW,
+                  port=port, probe={"ssl": True, "ssl_ca_certs": ca})
+    url = f"rediss://:{PW}@127.0.0.1:{srv.port}"
+    assert graph({"url": url, "ssl_ca_certs": ca})[1].tolist() == [2, 0]
+    with pytest.raises(StoreAccessError, match="graph.store.ssl_ca_certs") as err:
+        graph({"url": url})                                        # the system CAs do not know ours
+    assert PW not in str(err.value)
+    assert graph({"url": url, "ssl_cert_reqs": "none"})[1].tolist() == [4, 0]   # two more edges of node 1
+
+
+def test_graph_store_connection_options_are_checked_and_redacted(monkeypatch):
+    from streamtrain.errors import StoreError
+    from streamtrain.graphstore import make_graph_store
+    from streamtrain.graphstore.stream import problems as graph_problems
+    found = dict(graph_problems({"src": "u", "store": {
+        "backend": "redis", "url": "redis://u:hunter2@h:1", "password_env": "A", "password_file": "f",
+        "ssl_ca_certs": "ca.pem", "ssl_cert_reqs": "maybe"}}))
+    assert set(found) == {"store.password_file", "store.ssl_ca_certs", "store.ssl_cert_reqs"}, found
+    assert "plain text" in found["store.ssl_ca_certs"]
+    found = dict(graph_problems({"src": "u", "store": {"backend": "redis", "url": "http://u:hunter2@h:1"}}))
+    assert set(found) == {"store.url"} and "hunter2" not in str(found) and "***" in found["store.url"]
+    monkeypatch.delenv("ST_TEST_UNSET", raising=False)
+    with pytest.raises(StoreError, match="graph.store.password_env: environment variable ST_TEST_UNSET"):
+        make_graph_store({"backend": "redis", "password_env": "ST_TEST_UNSET"})
+
+
+def pull_all(urls: list, namespace: str, placement: str = "modulo") -> np.ndarray:
+    """Rows of ids 0..199 in ``namespace`` over ``urls`` (made on first sight)."""
+    store = make_store({"backend": "redis", "urls": urls, "namespace": namespace, "placement": placement,
+                        "password_env": "ST_TEST_REDIS_PW"})
+    try:
+        store.declare({"emb": ParamSpec("emb", (4,), table=True)}, {"type": "sgd", "lr": 0.1})
+        return store.pull([], {"emb": np.arange(200, dtype=np.uint64)})["emb"]
+    finally:
+        store.close()
+
+
+def test_migrate_logs_in_with_a_user_and_password_on_every_server(servers, tmp_path, monkeypatch, capsys):
+    from streamtrain.store.redis_migrate import main
+    a, b = servers("--requirepass", PW), servers("--requirepass", PW)
+    for s in (a, b):
+        redis.Redis(port=s.port, password=PW).acl_setuser("mover", enabled=True, passwords=["+mpw"],
+                                                          keys=["st:*"], commands=["+@all"])
+    monkeypatch.setenv("ST_TEST_REDIS_PW", PW)
+    urls = [f"redis://127.0.0.1:{a.port}", f"redis://127.0.0.1:{b.port}"]
+    before = pull_all(urls[:1], "mig")
+    dbsize = lambda: [redis.Redis(port=s.port, password=PW).dbsize() for s in (a, b)]  # noqa: E731
+    total = dbsize()[0]
+    secret = tmp_path / "pw"
+    secret.write_text("mpw\n")
+    assert main(["--namespace", "mig", "--from-urls", urls[0], "--to-urls", ",".join(urls),
+                 "--username", "mover", "--password-file", str(secret)]) == 0
+    out = capsys.readouterr().out
+    moved = dbsize()[1]
+    assert 0 < moved < total and f"moved {moved} keys" in out and "mpw" not in out
+    assert sum(dbsize()) == total
+    np.testing.assert_array_equal(pull_all(urls, "mig", "rendezvous"), before)   # every row found where it went
+    assert sum(dbsize()) == total                                                # none made anew
+
+
+@pytest.mark.parametrize("how", ["wrong password", "env unset"])
+def test_migrate_refusal_exits_1_with_the_flag_to_check_and_no_secret(servers, monkeypatch, capsys, how):
+    from streamtrain.store.redis_migrate import main
+    srv = servers("--requirepass", PW)
+    monkeypatch.setenv("ST_TEST_REDIS_PW", "not-the-Pw")
+    if how == "env unset":
+        monkeypatch.delenv("ST_TEST_REDIS_PW")
+    url = f"redis://127.0.0.1:{srv.port}"
+    t0 = time.monotonic()
+    assert main(["--from-urls", url, "--to-urls", f"redis://:{PW}@127.0.0.1:{srv.port}",
+                 "--password-env", "ST_TEST_REDIS_PW"]) == 1
+    assert time.monotonic() - t0 < 2.0
+    err = capsys.readouterr().err
+    assert err.startswith("streamtrain-redis-migrate: ") and "--password-env" in err, err
+    assert PW not in err and "not-the-Pw" not in err
 
 
 def test_get_connection_is_called_as_each_redis_py_version_wants():

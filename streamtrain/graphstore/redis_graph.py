@@ -13,10 +13,11 @@ import numpy as np
 import redis
 
 from streamtrain.errors import StoreAccessError, StoreError
-from streamtrain.schema import Option, non_negative
-from streamtrain.store.redis_config import redact
+from streamtrain.schema import Option, check_options, non_negative, positive
+from streamtrain.store.redis_connection import (CONNECTION_OPTIONS, connection_kwargs, connection_problems,
+                                                redact, section, url_problem)
 from streamtrain.store.redis_keys import PREFIX
-from streamtrain.store.redis_shards import refusal
+from streamtrain.store.redis_shards import new_client, refusal, refusal_hint
 
 from .base import COMMON_OPTIONS, GraphStore, empty_snapshot, register
 
@@ -49,9 +50,16 @@ def _store_errors(method):
             return method(self, *args, **kwargs)
         except redis.RedisError as err:
             refused = refusal(err)            # a wrong password is not an outage: stop at once
-            kind = StoreError if refused is None else StoreAccessError
-            raise kind(f"graph store {redact(self.url)}: {method.__name__} failed: {redact(err)}") from None
+            where = f"graph store {redact(self.url)}" + (f" as user '{self.user}'" if self.user else "")
+            if refused is not None:
+                raise StoreAccessError(f"{where} refused {method.__name__}: {redact(refused)} "
+                                       f"({refusal_hint(refused, OPTION_NAME, NEEDS)})") from None
+            raise StoreError(f"{where}: {method.__name__} failed: {redact(err)}") from None
     return wrapper
+
+
+OPTION_NAME = section("graph.store.")
+NEEDS = "keys ~st:graph:*, commands +@read +@write +@list +@hyperloglog +scan"
 
 
 @register
@@ -59,22 +67,33 @@ class RedisGraphStore(GraphStore):
     kind = "redis"
     options = {
         **COMMON_OPTIONS,
-        "url": Option("redis://127.0.0.1:6379", (str,), doc="the Redis server holding the graph"),
+        "url": Option("redis://127.0.0.1:6379", (str,), check=url_problem,
+                      doc="the Redis server holding the graph: redis://[user:password@]host:port[/db] "
+                          "or rediss://"),
         "namespace": Option("default", (str,), doc="key prefix: models sharing it share the graph"),
         "ttl_s": Option(0, (int, float), check=non_negative, doc="a node's list expires this long after "
                                                                   "its last insert (0: never)"),
-        "timeout_s": Option(5.0, (int, float), doc="socket timeout"),
+        "timeout_s": Option(5.0, (int, float), check=positive, doc="socket timeout"),
+        **CONNECTION_OPTIONS,                  # the parameter store's: user, password, TLS
     }
+
+    @classmethod
+    def check_config(cls, cfg: dict) -> list[tuple[str, str]]:
+        out = check_options(cls.options, cfg, what="graph store backend 'redis'")
+        out += connection_problems(cfg, [cfg.get("url", cls.options["url"].default)])
+        return [(path, redact(msg)) for path, msg in out]
 
     @classmethod
     def test_params(cls):
         return {"neighbours": 3}
 
     def __init__(self, neighbours: int = 32, url: str = "redis://127.0.0.1:6379", namespace: str = "default",
-                 ttl_s: float = 0, timeout_s: float = 5.0, **_):
+                 ttl_s: float = 0, timeout_s: float = 5.0, **options):
         super().__init__(neighbours)
         self.url, self.namespace, self.ttl_ms = url, namespace, int(round(ttl_s * 1000))
-        self.client = redis.Redis.from_url(url, socket_timeout=timeout_s)
+        conn = connection_kwargs(url, options, OPTION_NAME)
+        self.user = conn["username"]
+        self.client = new_client(conn, timeout_s)     # no silent retries: a refusal stops at once
         base = f"{PREFIX}:graph:{namespace}:".encode()
         self.adj, self.feat = base + b"adj:", base + b"feat:"
         self.nodes_key, self.edges_key = base + b"nodes", base + b"edges"

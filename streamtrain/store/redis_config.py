@@ -1,5 +1,6 @@
 """The ``store`` section for ``"backend": "redis"``: its options (defaults stated once, in
-``OPTIONS``), every problem with its path, and how to connect (URL, ACL user, password, TLS).
+``OPTIONS``), every problem with its path, and how to connect (URL, ACL user, password, TLS:
+``redis_connection``, shared with the graph store and ``streamtrain-redis-migrate``).
 
 >>> validate({"backend": "redis", "mode": "sink"})
 [('mode', "expected one of async, sync, got 'sink'")]
@@ -8,40 +9,17 @@
 """
 from __future__ import annotations
 
-import os
-import re
 from dataclasses import dataclass
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
-from streamtrain.errors import ConfigError, StoreError
+from streamtrain.errors import ConfigError
 from streamtrain.schema import Option, check_options, non_negative, positive, with_defaults
 
 from . import redis_keys
+from .redis_connection import CONNECTION_OPTIONS, connection_kwargs, connection_problems, redact
+from .redis_connection import url_problem as _url_problem
 
-SCHEMES = ("redis://", "rediss://")
-CERT_REQS = ("required", "optional", "none")
 _STR = (str, type(None))
-
-
-def redact(text: str) -> str:
-    """``text`` with the password of every ``scheme://user:password@`` URL in it replaced by ``***``."""
-    return re.sub(r"([a-zA-Z][\w+.-]*://[^:@/\s]*:)[^@\s]*@", r"\1***@", str(text))
-
-
-def _url_problem(url) -> str | None:
-    if not isinstance(url, str) or not url.startswith(SCHEMES):
-        return f"expected 'redis://[user:password@]host:port[/db]' or 'rediss://...', got {redact(repr(url))}"
-    try:
-        parts = urlsplit(url)
-        parts.port                                   # noqa: B018 (raises on a bad port)
-    except ValueError as err:
-        return f"{err} in {redact(url)}"
-    if not parts.hostname:
-        return f"no host in {redact(url)}"
-    db = parts.path.strip("/")
-    if db and not db.isdigit():
-        return f"the database after '/' must be a number, got {db!r} in {redact(url)}"
-    return None
 
 
 def _urls_problem(urls) -> str | None:
@@ -72,13 +50,7 @@ OPTIONS = {
                    doc="standalone shards: redis://[user:password@]host:port[/db] or rediss://"),
     "cluster": Option(None, _STR, check=lambda v: v is not None and _url_problem(v) or None,
                       doc="any node of a Redis Cluster (same URL forms; database 0)"),
-    "username": Option(None, _STR, doc="ACL user (overrides the URLs' user)"),
-    "password_env": Option(None, _STR, doc="environment variable holding the password"),
-    "password_file": Option(None, _STR, doc="file holding the password (trailing newline ignored)"),
-    "ssl_ca_certs": Option(None, _STR, doc="CA bundle that signed the servers' certificates (rediss://)"),
-    "ssl_certfile": Option(None, _STR, doc="client certificate, when the servers ask for one"),
-    "ssl_keyfile": Option(None, _STR, doc="the client certificate's key"),
-    "ssl_cert_reqs": Option("required", (str,), choices=CERT_REQS, doc="check the servers' certificates"),
+    **CONNECTION_OPTIONS,
     "namespace": Option("default", (str,), check=lambda v: redis_keys.check_name(v, "namespace")),
     "mode": Option("async", (str,), choices=("async", "sync")),
     "trainers": Option(1, (int,), check=positive),
@@ -136,37 +108,9 @@ class RedisConfig:
         return TablePolicy(**{k: opts[k] for k in TABLE_OPTIONS if k in opts})
 
     # ---- connecting --------------------------------------------------------------------------
-    def password(self) -> str | None:
-        """The password from ``password_env`` / ``password_file``; None when the URLs carry it."""
-        if self.password_env:
-            value = os.environ.get(self.password_env)
-            if value is None:
-                raise StoreError(f"store.password_env: environment variable {self.password_env} is not set")
-            return value
-        if self.password_file:
-            try:
-                with open(self.password_file) as fh:
-                    return fh.read().rstrip("\r\n")
-            except OSError as err:
-                raise StoreError(f"store.password_file: cannot read {self.password_file}: "
-                                 f"{err.strerror}") from None
-        return None
-
     def connection(self, url: str) -> dict:
         """redis-py keyword arguments for ``url``: host, port, db, user, password, TLS."""
-        parts = urlsplit(url)
-        kw = {"host": parts.hostname or "127.0.0.1", "port": parts.port or 6379,
-              "db": int(parts.path.strip("/") or 0)}
-        username = self.username or (unquote(parts.username) if parts.username else None)
-        password = self.password()
-        if password is None and parts.password is not None:
-            password = unquote(parts.password)
-        kw.update(username=username, password=password)
-        if url.startswith("rediss://"):
-            kw.update(ssl=True, ssl_cert_reqs=self.ssl_cert_reqs, ssl_ca_certs=self.ssl_ca_certs,
-                      ssl_certfile=self.ssl_certfile, ssl_keyfile=self.ssl_keyfile,
-                      ssl_check_hostname=self.ssl_cert_reqs == "required")
-        return kw
+        return connection_kwargs(url, vars(self))
 
 
 def validate(cfg: dict) -> list[tuple[str, str]]:
@@ -177,13 +121,7 @@ def validate(cfg: dict) -> list[tuple[str, str]]:
         out.append(("cluster", "give either urls (standalone shards) or cluster, not both"))
     if isinstance(cluster, str) and not _url_problem(cluster) and urlsplit(cluster).path.strip("/") not in ("", "0"):
         out.append(("cluster", "a Redis Cluster has database 0 only"))
-    if cfg.get("password_env") and cfg.get("password_file"):
-        out.append(("password_file", "give either password_env or password_file, not both"))
-    tls = [k for k in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile") if cfg.get(k)]
-    plain = [u for u in (urls if isinstance(urls, list) else []) + [cluster] if isinstance(u, str)
-             and u.startswith("redis://")]
-    if tls and plain:
-        out.append((tls[0], "TLS options need rediss:// URLs (redis:// connects in plain text)"))
+    out += connection_problems(cfg, (urls if isinstance(urls, list) else []) + [cluster])
     trainers, worker = cfg.get("trainers", 1), cfg.get("worker", 0)
     if isinstance(trainers, int) and isinstance(worker, int) and not 0 <= worker < max(trainers, 1):
         out.append(("worker", f"must be in 0..{trainers - 1} for {trainers} trainers, got {worker}"))

@@ -25,7 +25,7 @@ from streamtrain.backoff import Backoff
 from streamtrain.errors import StoreAccessError, StoreError
 
 from . import redis_keys
-from .redis_config import redact
+from .redis_connection import redact, section
 
 try:
     from hiredis import pack_command as _pack_one
@@ -62,7 +62,8 @@ class Retry(Backoff):
         super().__init__(initial_s, max_s, give_up_s)
 
 
-def _client(conn: dict, timeout_s) -> redis.Redis:
+def new_client(conn: dict, timeout_s) -> redis.Redis:
+    """A client for redis-py arguments ``conn`` (``redis_connection``) without redis-py's retries."""
     # redis-py's own silent retries are off: ``Shards.retrying`` retries, logs and counts
     return redis.Redis(**conn, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
                        retry=redis.retry.Retry(NoBackoff(), 0))
@@ -104,7 +105,7 @@ class Shards:
         self._stale = False
         self.epoch = 0                  # +1 at each slot map read: routing caches compare it
         if not self.cluster:
-            self.clients = [_client(kw, timeout_s) for kw in self._seeds]
+            self.clients = [new_client(kw, timeout_s) for kw in self._seeds]
             self.names = [f"{kw['host']}:{kw['port']}" for kw in self._seeds]
 
     # ---- routing -----------------------------------------------------------------------
@@ -114,7 +115,7 @@ class Shards:
             return
         last = None
         for conn in [*self._seeds, *(self._node(n) for n in self.names)]:
-            client = _client(conn, self.timeout_s)
+            client = new_client(conn, self.timeout_s)
             try:
                 slots = client.execute_command("CLUSTER SLOTS")
                 break
@@ -134,7 +135,7 @@ class Shards:
             if name not in by_name:
                 by_name[name] = len(self.names)
                 self.names.append(name)
-                self.clients.append(_client(self._node(name), self.timeout_s))
+                self.clients.append(new_client(self._node(name), self.timeout_s))
             for s in range(start, end + 1):
                 table[s] = by_name[name]
         if -1 in table:
@@ -229,7 +230,7 @@ class Shards:
             if refused is not None:
                 self._count_error()
                 raise StoreAccessError(f"redis store: {self._where()} refused {what}: {redact(refused)} "
-                                       f"({_HINTS.get(type(refused), _HINTS[None])})") from None
+                                       f"({refusal_hint(refused)})") from None
             if isinstance(err, ResponseError):
                 raise StoreError(f"redis store: {what}: {redact(err)}") from err
             raise
@@ -247,13 +248,16 @@ class Shards:
             client.close()
 
 
-_HINTS = {
-    AuthenticationError: "check the user and password: store.username, store.password_env, "
-                         "store.password_file or the URL's user:password",
-    NoPermissionError: "the ACL user lacks a permission the store needs (keys ~st:*, commands "
-                       "+@read +@write +@scripting +ping +info +cluster)",
-    None: "check the certificate options: store.ssl_ca_certs, ssl_certfile, ssl_keyfile, ssl_cert_reqs",
-}
+def refusal_hint(refused: BaseException, name=section("store."),
+                 needs: str = "keys ~st:*, commands +@read +@write +@scripting +ping +info +cluster") -> str:
+    """What to check after ``refused``, naming the options as ``name`` words them."""
+    if isinstance(refused, AuthenticationError):
+        return (f"check the user and password: {name('username')}, {name('password_env')}, "
+                f"{name('password_file')} or the URL's user:password")
+    if isinstance(refused, NoPermissionError):
+        return f"the ACL user lacks a permission it needs ({needs})"
+    return ("check the certificate options: " + ", ".join(map(name, ("ssl_ca_certs", "ssl_certfile",
+                                                                      "ssl_keyfile", "ssl_cert_reqs"))))
 
 
 def _transient(err: BaseException) -> bool:
