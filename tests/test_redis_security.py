@@ -192,6 +192,7 @@ def graph(cfg: dict):
     try:
         assert PW not in store.describe()
         store.insert(np.array([1, 1], np.uint64), np.array([2, 3], np.uint64))
+        assert 1 in store.snapshot()["ids"].tolist() and store.stats()["edges"] >= 2
         return store.neighbours(np.array([1, 9], np.uint64))
     finally:
         store.close()
@@ -200,7 +201,8 @@ def graph(cfg: dict):
 def test_the_graph_store_takes_the_parameter_stores_connection_options(servers, tmp_path, monkeypatch):
     srv = servers("--requirepass", PW)
     admin = redis.Redis(port=srv.port, password=PW)
-    admin.acl_setuser("grapher", enabled=True, passwords=["+gpw"], keys=["st:graph:*"], commands=["+@all"])
+    admin.acl_setuser("grapher", enabled=True, passwords=["+gpw"], keys=["st:graph:*"],
+                      commands=["+@read", "+@write", "+select"])               # the README's list
     secret = tmp_path / "pw"
     secret.write_text("gpw\n")
     monkeypatch.setenv("ST_TEST_REDIS_PW", PW)
@@ -266,6 +268,20 @@ def test_graph_store_connection_options_are_checked_and_redacted(monkeypatch):
         make_graph_store({"backend": "redis", "password_env": "ST_TEST_UNSET"})
 
 
+def test_the_daemon_exits_1_at_once_on_a_refused_graph_store_password(servers, tmp_path):
+    srv = servers("--requirepass", PW)
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "streamtrain", "run", str(ROOT / "examples" / "graphsage.json"),
+                           "--set", "metrics.enabled=false", "--set", f"checkpoint.dir={tmp_path}",
+                           "--set", "graph.store.backend=redis",
+                           "--set", f"graph.store.url=redis://:wrong-Pw@127.0.0.1:{srv.port}"],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 1 and time.monotonic() - t0 < 20, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "graph store" in last and "graph.store.password_env" in last, last
+    assert "wrong-Pw" not in proc.stderr
+
+
 def pull_all(urls: list, namespace: str, placement: str = "modulo") -> np.ndarray:
     """Rows of ids 0..199 in ``namespace`` over ``urls`` (made on first sight)."""
     store = make_store({"backend": "redis", "urls": urls, "namespace": namespace, "placement": placement,
@@ -282,7 +298,8 @@ def test_migrate_logs_in_with_a_user_and_password_on_every_server(servers, tmp_p
     a, b = servers("--requirepass", PW), servers("--requirepass", PW)
     for s in (a, b):
         redis.Redis(port=s.port, password=PW).acl_setuser("mover", enabled=True, passwords=["+mpw"],
-                                                          keys=["st:*"], commands=["+@all"])
+                                                          keys=["st:*"], commands=["+scan", "+migrate", "+restore",
+                                                                                   "+select"])  # the README's list
     monkeypatch.setenv("ST_TEST_REDIS_PW", PW)
     urls = [f"redis://127.0.0.1:{a.port}", f"redis://127.0.0.1:{b.port}"]
     before = pull_all(urls[:1], "mig")

@@ -59,7 +59,7 @@ def _store_errors(method):
 
 
 OPTION_NAME = section("graph.store.")
-NEEDS = "keys ~st:graph:*, commands +@read +@write +@list +@hyperloglog +scan"
+NEEDS = "keys ~st:graph:*, commands +@read +@write, +select for a database other than 0"
 
 
 @register
