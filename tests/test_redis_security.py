@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -136,14 +137,19 @@ def certs(tmp_path_factory):
     return d
 
 
-def test_tls_with_a_self_signed_certificate(servers, certs):
-    """``redis-server`` here is built with TLS: a TLS-only server, checked against our CA."""
+def tls_server(servers, certs) -> tuple[str, str]:
+    """A TLS-only server with a password: its ``rediss://`` URL (password in it) and our CA."""
     port, ca = free_port(), str(certs / "ca.crt")
     srv = servers("--port", "0", "--tls-port", str(port), "--tls-cert-file", str(certs / "server.crt"),
                   "--tls-key-file", str(certs / "server.key"), "--tls-ca-cert-file", ca,
                   "--tls-auth-clients", "no", "--requirepass", PW,
                   port=port, probe={"ssl": True, "ssl_ca_certs": ca})
-    url = f"rediss://:{PW}@127.0.0.1:{srv.port}"
+    return f"rediss://:{PW}@127.0.0.1:{srv.port}", ca
+
+
+def test_tls_with_a_self_signed_certificate(servers, certs):
+    """``redis-server`` here is built with TLS: a TLS-only server, checked against our CA."""
+    url, ca = tls_server(servers, certs)
     assert use(make_store({"backend": "redis", "urls": [url], "ssl_ca_certs": ca}))["emb"].shape == (3, 4)
     store = make_store({"backend": "redis", "urls": [url]})          # the system CAs do not know ours
     t0 = time.monotonic()
@@ -169,17 +175,21 @@ def test_options_are_checked_and_errors_redacted():
     assert "database 0" in str(err.value) and "hunter2" not in str(err.value)
 
 
-def test_the_daemon_exits_1_at_once_on_a_refused_password(servers, tmp_path):
+@pytest.mark.parametrize("example,sets,last_line", [
+    ("synthetic.json", ["store.backend=redis", 'store.urls=["redis://:wrong-Pw@127.0.0.1:{port}"]'],
+     r"^streamtrain: redis store:.*password"),
+    ("graphsage.json", ["graph.store.backend=redis", "graph.store.url=redis://:wrong-Pw@127.0.0.1:{port}"],
+     r"graph store .*graph\.store\.password_env")])
+def test_the_daemon_exits_1_at_once_on_a_refused_password(servers, tmp_path, example, sets, last_line):
     srv = servers("--requirepass", PW)
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "streamtrain", "run", str(ROOT / "examples" / "synthetic.json"),
+    proc = subprocess.run([sys.executable, "-m", "streamtrain", "run", str(ROOT / "examples" / example),
                            "--set", "metrics.enabled=false", "--set", f"checkpoint.dir={tmp_path}",
-                           "--set", "store.backend=redis",
-                           "--set", f'store.urls=["redis://:wrong-Pw@127.0.0.1:{srv.port}"]'],
+                           *[a for s in sets for a in ("--set", s.format(port=srv.port))]],
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert proc.returncode == 1 and time.monotonic() - t0 < 20, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("streamtrain: redis store:") and "password" in last, last
+    assert re.search(last_line, last), last
     assert "wrong-Pw" not in proc.stderr
 
 
@@ -239,12 +249,7 @@ def test_a_graph_store_refusal_stops_at_once_without_printing_the_password(serve
 
 
 def test_the_graph_store_over_tls(servers, certs):
-    port, ca = free_port(), str(certs / "ca.crt")
-    srv = servers("--port", "0", "--tls-port", str(port), "--tls-cert-file", str(certs / "server.crt"),
-                  "--tls-key-file", str(certs / "server.key"), "--tls-ca-cert-file", ca,
-                  "--tls-auth-clients", "no", "--requirepass", PW,
-                  port=port, probe={"ssl": True, "ssl_ca_certs": ca})
-    url = f"rediss://:{PW}@127.0.0.1:{srv.port}"
+    url, ca = tls_server(servers, certs)
     assert graph({"url": url, "ssl_ca_certs": ca})[1].tolist() == [2, 0]
     with pytest.raises(StoreAccessError, match="graph.store.ssl_ca_certs") as err:
         graph({"url": url})                                        # the system CAs do not know ours
@@ -266,20 +271,6 @@ def test_graph_store_connection_options_are_checked_and_redacted(monkeypatch):
     monkeypatch.delenv("ST_TEST_UNSET", raising=False)
     with pytest.raises(StoreError, match="graph.store.password_env: environment variable ST_TEST_UNSET"):
         make_graph_store({"backend": "redis", "password_env": "ST_TEST_UNSET"})
-
-
-def test_the_daemon_exits_1_at_once_on_a_refused_graph_store_password(servers, tmp_path):
-    srv = servers("--requirepass", PW)
-    t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "streamtrain", "run", str(ROOT / "examples" / "graphsage.json"),
-                           "--set", "metrics.enabled=false", "--set", f"checkpoint.dir={tmp_path}",
-                           "--set", "graph.store.backend=redis",
-                           "--set", f"graph.store.url=redis://:wrong-Pw@127.0.0.1:{srv.port}"],
-                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
-    assert proc.returncode == 1 and time.monotonic() - t0 < 20, proc.stderr[-2000:]
-    last = proc.stderr.strip().splitlines()[-1]
-    assert "graph store" in last and "graph.store.password_env" in last, last
-    assert "wrong-Pw" not in proc.stderr
 
 
 def pull_all(urls: list, namespace: str, placement: str = "modulo") -> np.ndarray:
