@@ -50,6 +50,7 @@ log = logging.getLogger("streamtrain.kafka")
 
 IDLE_POLL_S = 0.5          # longest poll while nothing is pending (stop / end checks between)
 HEALTH_EVERY_S = 0.5
+KEEP_ALIVE_SHARE = 0.25    # poll again after this share of max_poll_interval_ms, backlog or not
 
 
 class KafkaSource(OffsetsMixin, RebalanceMixin):
@@ -67,7 +68,7 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
         self.health = StreamHealth()
         self.stats = {k: 0 for k in ("messages", "lines", "batches", "empty_batches", "commits",
                                      "commit_failures", "commits_skipped", "revocations",
-                                     "abandoned_messages", "dead_lettered")}
+                                     "abandoned_messages", "dead_lettered", "keep_alive_polls")}
         self.consumer = None
         self.fastpath = FastPath()
         self.dead = None
@@ -93,6 +94,8 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
         self._last_message = None
         self._next_health = 0.0
         self._gen = None
+        self._polled = time.monotonic()      # when the loop last called poll()
+        self._keep_alive_s = 0.0             # set from max_poll_interval_ms when the consumer opens
 
     @property
     def fast(self) -> bool:
@@ -154,6 +157,7 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
         if "receive_message_max_bytes" in KafkaConsumer.DEFAULT_CONFIG:
             # kafka-python 2.3-3.0 refuse a network frame over 1 MB by default: let a fetch through
             settings.setdefault("receive_message_max_bytes", settings["fetch_max_bytes"] + (1 << 20))
+        self._keep_alive_s = KEEP_ALIVE_SHARE * settings["max_poll_interval_ms"] / 1000
         try:
             consumer = KafkaConsumer(**settings)
         except KafkaError as err:
@@ -174,7 +178,7 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
         self._loop_thread = threading.current_thread()
         while not self._stop:
             got = consumer.poll(timeout_ms=self._poll_timeout_ms(), update_offsets=True)
-            now = time.monotonic()
+            now = self._polled = time.monotonic()
             if got:
                 self._take(got, now)
             if now >= self._next_health:
@@ -182,6 +186,7 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
                 self._next_health = now + HEALTH_EVERY_S
             while self._pending.lines >= self.batch_size and not self._stop:
                 yield from self._emit(self.batch_size)
+                self._keep_alive(consumer)
             if self._stop:
                 break
             if self._pending and now >= self._pending.first_arrived + self.max_wait:
@@ -191,12 +196,31 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
             if self._at_end(now):
                 while self._pending and not self._stop:
                     yield from self._emit(self.batch_size)
+                    self._keep_alive(consumer)
                 self._flush_commits()
                 self._update_health()
                 log.info("kafka reader: end of stream (%s)", "stop_at_end" if self.cfg["stop_at_end"]
                          else "idle_timeout_s")
                 return
         self._flush_commits()
+
+    def _keep_alive(self, consumer) -> None:
+        """Poll, fetching nothing, when the backlog of one fetch has kept the loop from polling
+        for a while: a slow model training a large fetch would otherwise outlive
+        ``max_poll_interval_ms``, drop out of the group and fail its commits. A rebalance this
+        poll brings is handled as at the loop's own poll (``rebalance.py``)."""
+        if time.monotonic() - self._polled < self._keep_alive_s:
+            return
+        owned = consumer.assignment()
+        consumer.pause(*owned)
+        try:
+            got = consumer.poll(timeout_ms=0, update_offsets=True)
+        finally:
+            consumer.resume(*(owned & consumer.assignment()))
+        self._polled = time.monotonic()
+        self.stats["keep_alive_polls"] += 1
+        if got:                          # paused partitions return nothing; kept if one did
+            self._take(got, self._polled)
 
     def _poll_timeout_ms(self) -> int:
         if not self._pending:
