@@ -123,7 +123,10 @@ class Server:
 
     def __init__(self, app, host: str, port: int):
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.sock = socket.socket(family, socket.SOCK_STREAM)
+        # IPPROTO_TCP said explicitly: asyncio turns Nagle off (TCP_NODELAY) only on connections
+        # whose socket says so, and an accepted one inherits the listener's protocol number; with
+        # proto 0 a response's body waited ~40 ms for the client's delayed ACK of its headers
+        self.sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port))
         self.host, self.port = host, self.sock.getsockname()[1]
