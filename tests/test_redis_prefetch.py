@@ -104,3 +104,26 @@ def test_a_job_reads_ahead_on_the_redis_store_with_the_memory_store_results(redi
                               f"store.namespace={redis_namespace}x"], waits=True)
     assert ahead.hits == 0
     np.testing.assert_allclose(red, mem, rtol=0, atol=1e-6)
+
+
+def test_a_lost_compare_and_set_while_reading_ahead_is_retried_not_fatal(redis_url, redis_namespace):
+    """Another trainer wins the race on a dense parameter while this store reads ahead: the
+    first compare-and-set writes nothing (a dense parameter's attempt records no rows), the
+    retry writes it. The read ahead then takes the retry's write; it used to fail with an
+    IndexError on the empty attempt, ending the trainer (two trainers, one file each)."""
+    a, b = _store(redis_url, redis_namespace), _store(redis_url, redis_namespace)
+    ids = np.arange(16, dtype=np.uint64)
+    ones = Gradients(dense={"W": np.ones(3, np.float32)}, tables={"t": (ids, np.ones((16, 4), np.float32))})
+    try:
+        a.pull(["W"], {"t": ids})
+        b.pull(["W"], {"t": ids})
+        b.push(ones)                                           # b wins: a's tags are stale now
+        a.prefetch(["W"], {"t": ids})                          # a reads its next batch ahead ...
+        a.push(ones)                                           # ... while its push loses, then retries
+        seen = a.pull(["W"], {"t": ids})
+        assert a.ahead.hits == 1
+    finally:
+        a.close()
+        b.close()
+    np.testing.assert_array_equal(seen["W"], np.full(3, -2.0))
+    np.testing.assert_array_equal(seen["t"], np.full((16, 4), -2.0))

@@ -56,8 +56,9 @@ class Prefetch:
         self.thread.start()
 
     def record(self, name: str, ids, values: np.ndarray) -> None:
-        """This store wrote ``values`` (encoded rows) for ``ids`` of ``name`` (None: dense)."""
-        if self.thread is not None:
+        """This store wrote ``values`` (encoded rows) for ``ids`` of ``name`` (None: dense).
+        An attempt that wrote nothing (its compare-and-set lost every row) is not a write."""
+        if self.thread is not None and len(values):
             self.writes.append((name, ids, values))
 
     def take(self, dense, tables) -> list[Rows] | None:
