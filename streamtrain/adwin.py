@@ -111,7 +111,9 @@ def _cut(sc, n0, n1, diff, delta, min_len):
 
 
 @njit()
-def _detect(sc, tot, var, cnt, delta, min_len):
+def _detect(sc, tot, var, cnt, delta, min_len, direction):
+    """Cut the window where its two sides differ; True when a cut was a change in ``direction``
+    (1: the newer side higher, -1: lower, 0: either). Every cut shrinks the window."""
     found = False
     again = True
     while again:
@@ -130,8 +132,11 @@ def _detect(sc, tot, var, cnt, delta, min_len):
                 if r == 0 and k == cnt[r] - 1:
                     done = True
                     break
-                if n0 >= min_len and n1 >= min_len and _cut(sc, n0, n1, u0 / n0 - u1 / n1, delta, min_len):
-                    found = again = True
+                diff = u0 / n0 - u1 / n1                  # older side's mean minus newer side's
+                if n0 >= min_len and n1 >= min_len and _cut(sc, n0, n1, diff, delta, min_len):
+                    again = True
+                    if direction == 0 or (direction > 0) == (diff < 0):
+                        found = True
                     if sc[WIDTH] > 0:
                         _delete_oldest(sc, tot, var, cnt)
                     done = True
@@ -140,7 +145,7 @@ def _detect(sc, tot, var, cnt, delta, min_len):
 
 
 @njit()
-def run(x, sc, tot, var, cnt, delta, clock, max_buckets, min_len, grace):
+def run(x, sc, tot, var, cnt, delta, clock, max_buckets, min_len, grace, direction):
     """Feed ``x`` in order; return the positions (in ``x``) of the values that raised an alarm."""
     alarms = np.empty(len(x), np.int64)
     n_alarms = 0
@@ -152,7 +157,7 @@ def run(x, sc, tot, var, cnt, delta, clock, max_buckets, min_len, grace):
         _insert(sc, tot, var, cnt, x[i], max_buckets)
         sc[TICK] += 1
         if sc[TICK] % clock == 0 and sc[WIDTH] > grace:
-            if _detect(sc, tot, var, cnt, delta, min_len):
+            if _detect(sc, tot, var, cnt, delta, min_len, direction):
                 alarms[n_alarms] = i
                 n_alarms += 1
                 fresh = True

@@ -136,6 +136,9 @@ def fading_sum(s0: float, d: np.ndarray, alpha: float) -> np.ndarray:
     return out
 
 
+DIRECTIONS = {"up": 1, "down": -1, "both": 0}     # ADWIN's mode: the loss rose, fell, either
+
+
 @register
 class Adwin(Detector):
     kind = "adwin"
@@ -145,6 +148,8 @@ class Adwin(Detector):
         "max_buckets": Option(5, (int,), check=positive, doc="buckets per row of the histogram"),
         "min_window_length": Option(5, (int,), check=positive, doc="values each side of a cut"),
         "grace_period": Option(1000, (int,), check=non_negative, doc="values before a check"),
+        "mode": Option("up", (str,), choices=tuple(DIRECTIONS),
+                       doc="which change raises the alarm (every change still shrinks the window)"),
     }
 
     def reset(self) -> None:
@@ -162,7 +167,8 @@ class Adwin(Detector):
     def update_many(self, x) -> np.ndarray:
         o = self.opts
         return kernel.run(np.ascontiguousarray(x, np.float64).reshape(-1), *self.state, float(o["delta"]),
-                          o["clock"], o["max_buckets"], float(o["min_window_length"]), float(o["grace_period"]))
+                          o["clock"], o["max_buckets"], float(o["min_window_length"]), float(o["grace_period"]),
+                          DIRECTIONS[o["mode"]])
 
     @classmethod
     def test_params(cls) -> dict:

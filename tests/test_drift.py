@@ -157,7 +157,7 @@ def test_fading_sum_is_the_recurrence():
 # ---- ADWIN -------------------------------------------------------------------------------
 def test_adwin_matches_the_per_value_definition():
     x = step_stream(np.random.default_rng(5), n=2000)
-    opts = dict(delta=0.002, clock=32, max_buckets=5, min_window_length=5, grace_period=10)
+    opts = dict(delta=0.002, clock=32, max_buckets=5, min_window_length=5, grace_period=10, mode="both")
     ref = AdwinLoop(0.002, 32, 5, 5, 10)
     want = ref.update_many(x)
     assert len(want) >= 2, "both steps should be seen"
@@ -252,3 +252,19 @@ def test_every_detector_builds_from_its_test_params():
 
 def _chunks(x, size):
     return [(i, x[i:i + size]) for i in range(0, len(x), size)]
+
+
+def test_adwin_raises_the_alarm_only_for_the_watched_direction():
+    """A falling loss (a model that learns: every job's first minutes) is a change ADWIN adapts
+    its window to, but by default (``mode: up``) not an alarm; a rising one is."""
+    rng = np.random.default_rng(13)
+    falling = np.concatenate([rng.normal(0.8, 0.1, 5000), rng.normal(0.4, 0.1, 5000)])
+    rising = falling[::-1].copy()
+    assert Adwin().update_many(falling).tolist() == []
+    assert len(Adwin(mode="both").update_many(falling)) and len(Adwin(mode="down").update_many(falling))
+    hits = Adwin().update_many(rising)
+    assert len(hits) and 5000 <= hits[0] < 6000
+    assert Adwin(mode="down").update_many(rising).tolist() == []
+    ad = Adwin(mode="up")
+    ad.update_many(falling)
+    assert ad.width < 6000 and ad.estimation == pytest.approx(0.4, abs=0.02)   # the window moved on
