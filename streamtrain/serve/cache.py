@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from streamtrain.errors import StoreError
+from streamtrain.growth import capacity_for, grow_rows
 from streamtrain.store.idindex import IdIndex
 from streamtrain.store.memory import put_rows, take_rows
 
@@ -51,14 +52,10 @@ class _TableCache:
         return rows
 
     def _grow(self, needed: int) -> None:
-        cap = len(self.fetched)
-        if needed <= cap:
+        if needed <= len(self.fetched):
             return
-        while cap < needed:
-            cap *= 2
-        values, fetched = np.zeros((cap, self.dim), np.float32), np.zeros(cap)
-        values[:len(self.values)], fetched[:len(self.fetched)] = self.values, self.fetched
-        self.values, self.fetched = values, fetched
+        capacity = capacity_for(len(self.fetched), needed)
+        self.values, self.fetched = grow_rows(self.values, capacity), grow_rows(self.fetched, capacity)
 
 
 class CachedParams:

@@ -6,6 +6,7 @@ import threading
 import numpy as np
 
 from streamtrain.context import Gradients
+from streamtrain.growth import capacity_for, grow_rows
 from streamtrain.optim import Optimizer
 from streamtrain.params import ParamSpec
 
@@ -46,18 +47,11 @@ class Table:
         return len(self.index)
 
     def _grow(self, needed: int) -> None:
-        capacity = len(self.weights)
-        if needed <= capacity:
+        if needed <= len(self.weights):
             return
-        while capacity < needed:
-            capacity *= 2
-        grown = np.zeros((capacity, self.spec.dim), self.dtype)
-        grown[:len(self.weights)] = self.weights
-        self.weights = grown
-        fresh = self.optimizer.init_state((capacity, self.spec.dim), table=True, dtype=self.dtype)
-        for k, arr in self.state.items():
-            fresh[k][:len(arr)] = arr
-        self.state = fresh
+        capacity = capacity_for(len(self.weights), needed)
+        self.weights = grow_rows(self.weights, capacity)
+        self.state = {k: grow_rows(arr, capacity) for k, arr in self.state.items()}   # slots start at 0
 
     def rows(self, ids: np.ndarray, create: bool) -> tuple[np.ndarray, int]:
         """Row numbers of ``ids`` (creating missing ones if asked; -1 otherwise), and how many were created."""
