@@ -203,3 +203,33 @@ def test_an_optimizer_defined_here_is_discovered_and_checked():
         OPTIMIZERS.unregister("test_signsgd")
     with pytest.raises(ConfigError, match="unknown optimizer 'test_signsgd'"):
         make_optimizer({"type": "test_signsgd"})
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("with_sq", [False, True])
+def test_compiled_row_update_is_the_rule(kind, dtype, with_sq):
+    """``step_rows`` (where a rule has one, ``optim/rows.py``) on a table in place gives the
+    same numbers as gathering the rows, ``step`` and scattering them back."""
+    opt = make_optimizer({"type": kind, **OPTIMIZERS[kind].test_params()})
+    rng = np.random.default_rng(5)
+    weights = rng.standard_normal((9, 3)).astype(dtype)
+    state = opt.init_state(weights.shape, table=True, dtype=dtype)
+    for k in state:
+        state[k] += rng.uniform(0.0, 2.0, state[k].shape).astype(dtype)
+    rows = np.array([7, 2, 4, 0], np.int64)
+    g = (rng.standard_normal((4, 3)) * 0.5).astype(dtype)
+    g[1, 2] = 0.0
+    sq = (g * g * rng.uniform(1.0, 3.0, g.shape)).astype(dtype) if with_sq else None
+    want_w, want_state = weights.copy(), {k: a.copy() for k, a in state.items()}
+    w, st = want_w[rows], {k: a[rows] for k, a in want_state.items()}
+    opt.step(w, g, st, sq)
+    want_w[rows] = w
+    for k in st:
+        want_state[k][rows] = st[k]
+    if not opt.step_rows(weights, state, rows, g, sq):
+        assert kind not in ("adagrad", "ftrl")          # these two have compiled row updates
+        return
+    assert np.array_equal(weights, want_w)
+    for k in state:
+        assert np.array_equal(state[k], want_state[k])

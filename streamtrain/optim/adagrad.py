@@ -5,6 +5,7 @@ import numpy as np
 
 from streamtrain.online import terms as kernel
 
+from . import rows as rows_
 from .base import Optimizer, hyper, register
 
 
@@ -32,6 +33,13 @@ class Adagrad(Optimizer):
         n = state["n"]
         n += g * g if sq is None else sq
         w -= self.lr * g / (np.sqrt(n) + self.eps)
+
+    def step_rows(self, weights, state, rows, g, sq=None):
+        if not rows_.usable(weights, state, g):
+            return False
+        rows_.adagrad_rows(weights, state["n"], rows, g, rows_.squares(sq, g),
+                           rows_.hyper(weights.dtype, self.lr, self.eps))
+        return True
 
     def kernel_rule(self):
         return kernel.ADAGRAD, (self.lr, self.eps)
