@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ops._embedding_kernels import gather_rows, scatter_rows
+from streamtrain.ops._embedding_kernels import gather_rows, scatter_rows
 
 
 def _case(weighted, dtype=np.float32, total=7, dim=3, slots=40, seed=0):

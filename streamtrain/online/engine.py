@@ -100,6 +100,15 @@ class PerExample:
         for (_, hyper), g in rules.items():
             self.hyper[g, :len(hyper)] = hyper
         self._blocks: tuple = ()
+        self._elide = {layer.name for pair in self.plan.fm for layer in pair} | \
+            {layer.name for layer in self.plan.linear if layer.pools_rows}
+
+    @property
+    def elide(self) -> set:
+        """Layers whose forward pass training leaves out (``Graph`` gives a zero output): the
+        FM layers and the embeddings the engine owns. It computes their terms itself from the
+        pulled rows and the batch's layout; their outputs only enter the logit it replaces."""
+        return self._elide
 
     @property
     def layers(self) -> list:
