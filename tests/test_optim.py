@@ -233,3 +233,22 @@ def test_compiled_row_update_is_the_rule(kind, dtype, with_sq):
     assert np.array_equal(weights, want_w)
     for k in state:
         assert np.array_equal(state[k], want_state[k])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_compiled_dense_adam_is_the_numpy_arithmetic(dtype):
+    """Adam on a dense parameter runs compiled (``optim/rows.py``): the same numbers as its
+    numpy expression (the table path, one step count per row), step after step."""
+    opt = make_optimizer({"type": "adam", "lr": 0.01})
+    rng = np.random.default_rng(8)
+    w = rng.standard_normal((5, 3)).astype(dtype)
+    state = opt.init_state(w.shape, table=False, dtype=dtype)
+    rows = w.copy()                                   # the same numbers as a 5-row table
+    rstate = opt.init_state(w.shape, table=True, dtype=dtype)
+    for _ in range(4):
+        g = rng.standard_normal(w.shape).astype(dtype)
+        opt.step(w, g, state)
+        opt.step(rows, g, rstate)
+    assert np.array_equal(w, rows)
+    assert np.array_equal(state["m"], rstate["m"]) and np.array_equal(state["v"], rstate["v"])
+    assert state["t"][0] == 4

@@ -293,20 +293,23 @@ def learn(base, y, implicit, normalize, code, hyper,
 @njit(cache=True, nogil=True, error_model="numpy")
 def combine(code, hyper, grp, w0, n0, z0, w, n, z):
     """Per coordinate (rows of ``w`` share ``grp``): the gradient and squares whose single
-    ``_step`` from (w0, n0, z0) lands on (w, n, z) — the sum of the per-example updates."""
+    ``_step`` from (w0, n0, z0) lands on (w, n, z) — the sum of the per-example updates.
+    (The start may be in a narrower float: its values are what the kernel started from.)"""
     R, d = w.shape
     g = np.zeros((R, d))
     sq = np.zeros((R, d))
     for j in range(R):
-        c_ = code[grp[j]]
-        h = hyper[grp[j]]
-        for c in range(d):
-            if c_ == SGD:
-                g[j, c] = (w0[j, c] - w[j, c]) / h[0] if h[0] > 0 else 0.0
-            elif c_ == ADAGRAD:
+        rule = code[grp[j]]
+        h0, h1 = hyper[grp[j], 0], hyper[grp[j], 1]
+        if rule == SGD:
+            for c in range(d):
+                g[j, c] = (w0[j, c] - w[j, c]) / h0 if h0 > 0 else 0.0
+        elif rule == ADAGRAD:
+            for c in range(d):
                 sq[j, c] = n[j, c] - n0[j, c]
-                g[j, c] = (w0[j, c] - w[j, c]) * (np.sqrt(n[j, c]) + h[1]) / h[0] if h[0] > 0 else 0.0
-            else:
+                g[j, c] = (w0[j, c] - w[j, c]) * (np.sqrt(n[j, c]) + h1) / h0 if h0 > 0 else 0.0
+        else:
+            for c in range(d):
                 sq[j, c] = n[j, c] - n0[j, c]
-                g[j, c] = z[j, c] - z0[j, c] + (np.sqrt(n[j, c]) - np.sqrt(n0[j, c])) / h[0] * w0[j, c]
+                g[j, c] = z[j, c] - z0[j, c] + (np.sqrt(n[j, c]) - np.sqrt(np.float64(n0[j, c]))) / h0 * w0[j, c]
     return g, sq

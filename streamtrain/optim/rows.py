@@ -1,4 +1,5 @@
-"""Compiled in-place updates of a table's touched rows (numba, cached), for the memory store.
+"""Compiled in-place updates (numba, cached): a table's touched rows for the memory store, and
+Adam's step on a dense parameter.
 
 ``step`` on the rows a push touched is a gather of the rows and their state, the rule's numpy
 arithmetic (a temporary per operation), and a scatter back. For the rules that accumulate squared
@@ -60,9 +61,29 @@ def usable(weights: np.ndarray, state: dict, g: np.ndarray) -> bool:
                     and a.shape[1] == weights.shape[1] for a in arrays))
 
 
+def flat(w: np.ndarray, *others: np.ndarray) -> bool:
+    """Whether arrays of ``w``'s size, dtype (float32/64) and C order can be updated flat."""
+    return w.dtype in (np.float32, np.float64) and w.flags.c_contiguous and all(
+        a.dtype == w.dtype and a.size == w.size and a.flags.c_contiguous for a in others)
+
+
 def hyper(dtype, *values) -> np.ndarray:
     return np.array([*values, 0.0], dtype)
 
 
 def squares(sq, g) -> np.ndarray:
     return np.zeros((0, g.shape[1]), g.dtype) if sq is None else np.ascontiguousarray(sq, g.dtype)
+
+
+@njit(nogil=True)
+def adam_dense(w, m, v, g, h, c1, c2):
+    """Adam's moment updates and step on flat arrays (one bias correction ``c1 = 1 − β1^t``,
+    ``c2 = 1 − β2^t`` for all of them): ``Adam.step``'s arithmetic in ``w``'s precision."""
+    lr, beta1, beta2, eps, one_b1, one_b2 = h[0], h[1], h[2], h[3], h[4], h[5]
+    for i in range(len(w)):
+        gi = g[i]
+        mi = m[i] * beta1 + one_b1 * gi
+        vi = v[i] * beta2 + one_b2 * gi * gi
+        m[i] = mi
+        v[i] = vi
+        w[i] -= lr * (mi / c1) / (np.sqrt(vi / c2) + eps)
