@@ -13,13 +13,14 @@ it) an editable install would otherwise compile every module from source at each
 from __future__ import annotations
 
 import argparse
-import compileall
 import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from targets import byte_compile
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "streamtrain"]
@@ -45,8 +46,7 @@ def main(argv=None) -> int:
     ap.add_argument("--config", default="examples/synthetic.json")
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args(argv)
-    for package in ("streamtrain", "ops", "readers"):
-        compileall.compile_dir(ROOT / package, quiet=1)
+    byte_compile()
     time_to_first_batch(args.config)                            # warm-up
     times = [time_to_first_batch(args.config) for _ in range(args.repeat)]
     print(f"streamtrain run {args.config}: first batch after {statistics.median(times):.3f} s "
