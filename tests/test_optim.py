@@ -237,7 +237,7 @@ def test_compiled_row_update_is_the_rule(kind, dtype, with_sq):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_compiled_dense_adam_is_the_numpy_arithmetic(dtype):
-    """Adam on a dense parameter runs compiled (``optim/rows.py``): the same numbers as its
+    """Adam on a dense parameter runs compiled (``optim/_rows.py``): the same numbers as its
     numpy expression (the table path, one step count per row), step after step."""
     opt = make_optimizer({"type": "adam", "lr": 0.01})
     rng = np.random.default_rng(8)

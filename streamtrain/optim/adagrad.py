@@ -5,7 +5,6 @@ import numpy as np
 
 from streamtrain.online import terms as kernel
 
-from . import rows as rows_
 from .base import Optimizer, hyper, register
 
 
@@ -35,6 +34,7 @@ class Adagrad(Optimizer):
         w -= self.lr * g / (np.sqrt(n) + self.eps)
 
     def step_rows(self, weights, state, rows, g, sq=None):
+        from . import _rows as rows_        # numba: imported by the first push, not at start-up
         if not rows_.usable(weights, state, g):
             return False
         rows_.adagrad_rows(weights, state["n"], rows, g, rows_.squares(sq, g),

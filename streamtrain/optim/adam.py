@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import rows as rows_
 from .base import Optimizer, hyper, register
 
 
@@ -22,6 +21,7 @@ class Adam(Optimizer):
 
     def step(self, w, g, state, sq=None):
         m, v, t = state["m"], state["v"], state["t"]
+        from . import _rows as rows_        # numba: imported by the first step, not at start-up
         if t.size == 1 and rows_.flat(w, m, v, g):
             t += 1                          # a dense parameter: one pass, compiled
             c1, c2 = 1 - self.beta1 ** t, 1 - self.beta2 ** t

@@ -66,7 +66,7 @@ class Optimizer:
     def step_rows(self, weights: np.ndarray, state: dict, rows: np.ndarray, g: np.ndarray,
                   sq: np.ndarray | None = None) -> bool:
         """``step`` on the distinct rows ``rows`` of a whole table's ``weights`` and ``state``,
-        in place, if this rule has a compiled row update for these arrays (``optim/rows.py``);
+        in place, if this rule has a compiled row update for these arrays (``optim/_rows.py``);
         False: the caller gathers the rows, calls ``step`` and scatters them back."""
         return False
 

@@ -5,7 +5,6 @@ import numpy as np
 
 from streamtrain.online import terms as kernel
 
-from . import rows as rows_
 from .base import Optimizer, hyper, register
 
 
@@ -36,6 +35,7 @@ class FTRL(Optimizer):
         w[...] = -shrunk / ((self.beta + np.sqrt(n)) / self.alpha + self.l2)
 
     def step_rows(self, weights, state, rows, g, sq=None):
+        from . import _rows as rows_        # numba: imported by the first push, not at start-up
         if not rows_.usable(weights, state, g):
             return False
         rows_.ftrl_rows(weights, state["z"], state["n"], rows, g, rows_.squares(sq, g),
