@@ -44,7 +44,7 @@ def _block(ctx, terms: list, group_of: dict, d: int) -> _Block:
         parts.append((name, lo, lo + r, value.shape))
         lo += r
     cat = (lambda a: a[0] if len(a) == 1 else np.concatenate(a) if a else np.zeros((0, d)))
-    start = (cat(w), cat(n), cat(z))
+    start = tuple(np.ascontiguousarray(cat(a)) for a in (w, n, z))
     blk = _Block(parts, *(a.astype(np.float64) for a in start), cat(grp) if grp else _EMPTY_I)
     blk.start = start
     return blk

@@ -296,22 +296,35 @@ def learn(base, y, implicit, normalize, code, hyper,
 def combine(code, hyper, grp, w0, n0, z0, w, n, z):
     """Per coordinate (rows of ``w`` share ``grp``): the gradient and squares whose single
     ``_step`` from (w0, n0, z0) lands on (w, n, z) — the sum of the per-example updates.
-    (The start may be in a narrower float: its values are what the kernel started from.)"""
+    (The start may be in a narrower float: its values are what the kernel started from.) All
+    arrays C-contiguous; a run of rows of one group is one flat loop (which vectorises)."""
     R, d = w.shape
     g = np.zeros((R, d))
     sq = np.zeros((R, d))
-    for j in range(R):
+    gf, sqf = g.reshape(-1), sq.reshape(-1)
+    w0f, n0f, z0f = w0.reshape(-1), n0.reshape(-1), z0.reshape(-1)
+    wf, nf, zf = w.reshape(-1), n.reshape(-1), z.reshape(-1)
+    j = 0
+    while j < R:
+        e = j + 1
+        while e < R and grp[e] == grp[j]:
+            e += 1
         rule = code[grp[j]]
         h0, h1 = hyper[grp[j], 0], hyper[grp[j], 1]
+        lo, hi = j * d, e * d
         if rule == SGD:
-            for c in range(d):
-                g[j, c] = (w0[j, c] - w[j, c]) / h0 if h0 > 0 else 0.0
+            if h0 > 0:
+                for i in range(lo, hi):
+                    gf[i] = (w0f[i] - wf[i]) / h0
         elif rule == ADAGRAD:
-            for c in range(d):
-                sq[j, c] = n[j, c] - n0[j, c]
-                g[j, c] = (w0[j, c] - w[j, c]) * (np.sqrt(n[j, c]) + h1) / h0 if h0 > 0 else 0.0
+            for i in range(lo, hi):
+                sqf[i] = nf[i] - n0f[i]
+            if h0 > 0:
+                for i in range(lo, hi):
+                    gf[i] = (w0f[i] - wf[i]) * (np.sqrt(nf[i]) + h1) / h0
         else:
-            for c in range(d):
-                sq[j, c] = n[j, c] - n0[j, c]
-                g[j, c] = z[j, c] - z0[j, c] + (np.sqrt(n[j, c]) - np.sqrt(np.float64(n0[j, c]))) / h0 * w0[j, c]
+            for i in range(lo, hi):
+                sqf[i] = nf[i] - n0f[i]
+                gf[i] = zf[i] - z0f[i] + (np.sqrt(nf[i]) - np.sqrt(np.float64(n0f[i]))) / h0 * w0f[i]
+        j = e
     return g, sq
