@@ -34,8 +34,8 @@ def _sigmoid(z):
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _row(hyper, g_):
-    """Group ``g_``'s hyperparameters as a tuple: a value, where ``hyper[g_]`` would be an
-    array view (reference counted at every use in the per-coordinate loops)."""
+    """Group ``g_``'s hyperparameters as a tuple: a value, not the array view ``hyper[g_]``
+    (numba builds and reference-counts a view at every use)."""
     return hyper[g_, 0], hyper[g_, 1], hyper[g_, 2], hyper[g_, 3]
 
 
