@@ -11,7 +11,7 @@ import numpy as np
 from streamtrain.compiled import njit
 
 
-@njit(nogil=True)
+@njit(nogil=True, error_model="numpy")
 def gather_rows(table, index, w, out):
     """``out[i] = w[i] * table[index[i]]`` (``w`` empty: 1), a zero row where ``index[i]`` is
     past the table."""
@@ -30,7 +30,7 @@ def gather_rows(table, index, w, out):
                 out[i, c] = table[r, c]
 
 
-@njit(nogil=True)
+@njit(nogil=True, error_model="numpy")
 def scatter_rows(index, g, w, total, grad, sq):
     """``grad[r] = Σ_{i: index[i] = r} w[i] g[i]`` and, when ``sq`` has rows, the sum of the
     squares of those products (computed in ``g``'s precision, summed in float64)."""

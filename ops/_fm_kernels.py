@@ -8,7 +8,7 @@ import numpy as np
 from streamtrain.compiled import njit
 
 
-@njit(nogil=True)
+@njit(nogil=True, error_model="numpy")
 def fm_forward(v, s, y):
     """``s[b] = Σ_f v[b, f]``; ``y[b, c] = ½ (s[b, c]² − Σ_f v[b, f, c]²)``, or summed over
     ``c`` into ``y[b, 0]`` when ``y`` has one column."""
@@ -37,7 +37,7 @@ def fm_forward(v, s, y):
             y[b, 0] = total
 
 
-@njit(nogil=True)
+@njit(nogil=True, error_model="numpy")
 def fm_backward(v, s, gy, gx):
     """``gx[b, f, c] = gy[b, c] (s[b, c] − v[b, f, c])`` (a one-column ``gy`` broadcast over c)."""
     B, F, d = v.shape

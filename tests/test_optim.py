@@ -252,3 +252,26 @@ def test_compiled_dense_adam_is_the_numpy_arithmetic(dtype):
     assert np.array_equal(w, rows)
     assert np.array_equal(state["m"], rstate["m"]) and np.array_equal(state["v"], rstate["v"])
     assert state["t"][0] == 4
+
+
+@pytest.mark.parametrize("kind,hyper", [("adagrad", {"lr": 0.1, "eps": 0.0}), ("adam", {"lr": 0.1, "eps": 0.0}),
+                                        ("ftrl", {"alpha": 0.0})])
+def test_compiled_updates_divide_by_zero_as_numpy_does(kind, hyper):
+    """A zero denominator (eps 0 and a zero gradient on a fresh row, alpha 0) gives the numpy
+    rule's inf / NaN in the compiled updates too, not an exception inside the step."""
+    opt = make_optimizer({"type": kind, **hyper})
+    g = np.zeros((4, 2), np.float32)
+    g[0, 0] = 1.0
+    weights = np.ones((4, 2), np.float32)
+    # the numpy arithmetic: a table's rows (Adam: one step count per row, the numpy path)
+    want, want_state = weights.copy(), opt.init_state((4, 2), table=True, dtype=np.float32)
+    with np.errstate(all="ignore"):
+        opt.step(want, g, want_state)
+        if kind == "adam":                                   # a dense parameter: the compiled pass
+            state = opt.init_state((4, 2), table=False, dtype=np.float32)
+            opt.step(weights, g, state)
+        else:                                                # a table's rows in place, compiled
+            assert opt.step_rows(weights, opt.init_state((4, 2), table=True, dtype=np.float32),
+                                 np.arange(4), g)
+    np.testing.assert_array_equal(weights, want)
+    assert not np.isfinite(want).all()

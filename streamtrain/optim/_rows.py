@@ -5,7 +5,8 @@ Adam's step on a dense parameter.
 arithmetic (a temporary per operation), and a scatter back. For the rules that accumulate squared
 gradients (Adagrad, FTRL) the kernels here do the same arithmetic, coordinate by coordinate in
 the table's own precision, on the table in place: one pass, the same numbers
-(``tests/test_optim.py``). ``h`` holds the hyperparameters in the table's dtype, then a zero, so
+(``tests/test_optim.py``); a division by zero gives inf / NaN as numpy does (the trainer
+then skips the batch as non-finite) instead of raising. ``h`` holds the hyperparameters in the table's dtype, then a zero, so
 no constant widens float32 arithmetic to float64.
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 from streamtrain.compiled import njit
 
 
-@njit(nogil=True)
+@njit(nogil=True, error_model="numpy")
 def adagrad_rows(W, N, rows, g, sq, h):
     """``n += sq (else g²); w -= lr g / (√n + eps)`` on rows ``rows`` (distinct) of W, N."""
     lr, eps = h[0], h[1]
@@ -29,7 +30,7 @@ def adagrad_rows(W, N, rows, g, sq, h):
             W[r, c] -= lr * gi / (np.sqrt(n) + eps)
 
 
-@njit(nogil=True)
+@njit(nogil=True, error_model="numpy")
 def ftrl_rows(W, Z, N, rows, g, sq, h):
     """FTRL-Proximal's step (``FTRL.step``) on rows ``rows`` (distinct) of W, Z, N."""
     alpha, beta, l1, l2, zero = h[0], h[1], h[2], h[3], h[4]
@@ -75,7 +76,7 @@ def squares(sq, g) -> np.ndarray:
     return np.zeros((0, g.shape[1]), g.dtype) if sq is None else np.ascontiguousarray(sq, g.dtype)
 
 
-@njit(nogil=True)
+@njit(nogil=True, error_model="numpy")
 def adam_dense(w, m, v, g, h, c1, c2):
     """Adam's moment updates and step on flat arrays (one bias correction ``c1 = 1 − β1^t``,
     ``c2 = 1 − β2^t`` for all of them): ``Adam.step``'s arithmetic in ``w``'s precision."""
