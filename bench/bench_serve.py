@@ -83,7 +83,7 @@ def _transport() -> httpx.HTTPTransport:
 def open_loop(base, rate, seconds, rng):
     """One request every 1/rate s on schedule; latency from the scheduled send time."""
     bodies = [json.dumps({"records": records(rng, 1)}).encode() for _ in range(512)]
-    lat, ages, errors = [], [], {}
+    lat, first, ages, errors = [], [], [], {}
     with httpx.Client(base_url=base, timeout=5, transport=_transport()) as c:
         t0 = time.perf_counter()
         for i in range(int(rate * seconds)):
@@ -94,12 +94,24 @@ def open_loop(base, rate, seconds, rng):
             r = c.post("/v1/predict", content=bodies[i % len(bodies)],
                        headers={"content-type": "application/json"})
             lat.append(time.perf_counter() - max(due, now))
+            first.append(i < len(bodies))
             if r.status_code == 200:
                 ages.append(r.json()["max_param_age_s"])
             else:
                 kind = r.json().get("error", str(r.status_code))
                 errors[kind] = errors.get(kind, 0) + 1
-    return np.array(lat), ages, errors
+    return np.array(lat), np.array(first), ages, errors
+
+
+def cache_lookups(base) -> dict:
+    """The server's row-cache counters (hits, misses) from its /metrics."""
+    text = httpx.get(base + "/metrics").text
+    return {k: float(re.search(rf'streamtrain_serve_cache_lookups_total{{result="{k}"}} (\S+)', text).group(1))
+            for k in ("hit", "miss")}
+
+
+def ms(a, q) -> float | None:
+    return round(1000 * float(np.percentile(a, q)), 3) if len(a) else None
 
 
 def closed_loop(base, batch, clients, seconds, rng):
@@ -158,9 +170,9 @@ def main() -> None:
             trainer.send_signal(signal.SIGTERM)
             trainer.wait(60)
         closed_loop(base, args.batch, 1, 2.0, rng)                      # warm the row cache
-        c0 = cpu_seconds(server.pid)
-        lat, ages1, errors = open_loop(base, args.rate, args.seconds, rng)
-        c1 = cpu_seconds(server.pid)
+        c0, k0 = cpu_seconds(server.pid), cache_lookups(base)
+        lat, first, ages1, errors = open_loop(base, args.rate, args.seconds, rng)
+        c1, k1 = cpu_seconds(server.pid), cache_lookups(base)
         rps, ages2 = closed_loop(base, args.batch, args.clients, args.seconds, rng)
         c2 = cpu_seconds(server.pid)
         batched_records = rps * args.seconds
@@ -183,8 +195,11 @@ def main() -> None:
         "model": "deepfm", "fields": FIELDS, "dense": DENSE, "trainer": not args.no_trainer,
         "trainer_examples_per_s": summary.get("examples_per_s"), "served_step": model["step"],
         "single": {"rate": args.rate, "requests": len(lat), "errors": errors,
-                   "p50_ms": round(1000 * float(np.percentile(lat, 50)), 3),
-                   "p99_ms": round(1000 * float(np.percentile(lat, 99)), 3),
+                   "p50_ms": ms(lat, 50), "p99_ms": ms(lat, 99),
+                   # each of the 512 bodies' first send (its rare ids not yet cached) and the repeats
+                   "first_send": {"requests": int(first.sum()), "p50_ms": ms(lat[first], 50), "p99_ms": ms(lat[first], 99)},
+                   "repeat": {"requests": int((~first).sum()), "p50_ms": ms(lat[~first], 50), "p99_ms": ms(lat[~first], 99)},
+                   "row_cache_hit_ratio": round((k1["hit"] - k0["hit"]) / max(1.0, k1["hit"] + k1["miss"] - k0["hit"] - k0["miss"]), 4),
                    "server_cpu_ms_per_request": round(1000 * (c1 - c0) / max(len(lat), 1), 3)},
         "batched": {"batch": args.batch, "clients": args.clients, "records_per_s": round(rps),
                     "server_cpu_records_per_s": round(batched_records / max(c2 - c1, 1e-9))},

@@ -17,7 +17,6 @@ older than the staleness bound) or a trainer's step, and every large one (over
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import signal
 import socket
@@ -34,14 +33,13 @@ from starlette.routing import Route
 from streamtrain.errors import StoreError
 
 from .cache import MustWait
-from .inputs import BadRequest, TooLarge
+from .inputs import BadRequest, TooLarge, encode_json
 from .service import NotReady, Service
 
 log = logging.getLogger("streamtrain.serve")
 WORKERS = 8               # request threads (numpy releases the GIL in the larger operations)
 INLINE_BYTES = 16 << 10   # bodies up to this size are tried on the event loop (a record is ~0.5 kB)
 JSON_TYPE = [(b"content-type", b"application/json")]
-_dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 loop = asyncio.get_running_loop
 
 
@@ -59,7 +57,7 @@ def make_app(service: Service, metrics, *, expose_metrics: bool = True):
         if count:
             metrics.errors.labels(kind).inc()
         headers = JSON_TYPE + [(b"retry-after", retry_after)] if status == 503 else JSON_TYPE
-        return status, headers, _dumps({"error": kind, "where": where, "message": message}).encode()
+        return status, headers, encode_json({"error": kind, "where": where, "message": message})
 
     async def answer(endpoint: str, work):
         """``work()`` -> (status, headers, body); errors mapped to their status, latency observed."""
@@ -117,7 +115,7 @@ def make_app(service: Service, metrics, *, expose_metrics: bool = True):
         metrics.age.observe(out["max_param_age_s"])
         metrics.step.set(out["step"])
         metrics.cache_counts(*service.source.hit_counts())
-        return 200, JSON_TYPE, _dumps(out).encode()
+        return 200, JSON_TYPE, encode_json(out)
 
     async def predict(scope, receive, send):
         try:
@@ -130,7 +128,7 @@ def make_app(service: Service, metrics, *, expose_metrics: bool = True):
 
     async def model(request):
         async def work():
-            return 200, JSON_TYPE, _dumps(await loop().run_in_executor(pool, service.describe)).encode()
+            return 200, JSON_TYPE, encode_json(await loop().run_in_executor(pool, service.describe))
         status, headers, body = await answer("model", work)
         return Response(body, status, headers={k.decode(): v.decode() for k, v in headers})
 
