@@ -170,9 +170,11 @@ def main() -> None:
             trainer.send_signal(signal.SIGTERM)
             trainer.wait(60)
         closed_loop(base, args.batch, 1, 2.0, rng)                      # warm the row cache
+        print(f"single-record phase, serve pid {server.pid}", file=sys.stderr, flush=True)
         c0, k0 = cpu_seconds(server.pid), cache_lookups(base)
         lat, first, ages1, errors = open_loop(base, args.rate, args.seconds, rng)
         c1, k1 = cpu_seconds(server.pid), cache_lookups(base)
+        print("batched phase", file=sys.stderr, flush=True)
         rps, ages2 = closed_loop(base, args.batch, args.clients, args.seconds, rng)
         c2 = cpu_seconds(server.pid)
         batched_records = rps * args.seconds

@@ -30,6 +30,7 @@ from streamtrain.store.memory import put_rows, take_rows
 
 log = logging.getLogger("streamtrain.serve")
 REFRESH_MAX_ROWS = 100_000      # rows re-read per refresh pass at most (the most recently used first)
+REFRESH_CHUNK = 2_000           # rows per background read
 
 
 class MustWait(Exception):
@@ -124,14 +125,16 @@ class CachedParams:
     """
 
     def __init__(self, store, max_staleness_s: float = 1.0, max_rows: int = 4_000_000,
-                 refresh_window_s: float = 10.0):
+                 refresh_window_s: float = 10.0, refresh_store=None):
         self.store, self.max_age = store, float(max_staleness_s)
+        self.refresh_store = refresh_store if refresh_store is not None else store
         self.window = float(refresh_window_s)
         self.tables = {name: _TableCache(spec.dim, max_rows) for name, spec in store.specs.items() if spec.table}
         self.dense: dict[str, tuple[np.ndarray, float]] = {}
         self.dense_used = 0.0
         self.lock = threading.Lock()
         self.io_lock = threading.Lock()
+        self.refresh_lock = threading.Lock()
         self.hits = self.misses = self.reads = 0
         self.pause_s, self.down_until, self.last_error = 0.25, 0.0, None
 
@@ -184,16 +187,16 @@ class CachedParams:
                 values[name][stale] = fresh[name]
         return values, min(oldest, read_at)
 
-    def _read(self, dense, tables):
+    def _read(self, dense, tables, store=None, lock=None):
         """The store's values; after a failed read, requests fail at once for ``pause_s`` (0.25 s) instead
         of queueing behind the store client for ``store_give_up_s`` each."""
         if time.monotonic() < self.down_until:
             raise StoreError(f"parameter store unreachable (last attempt failed: {self.last_error})")
-        with self.io_lock:
+        with lock or self.io_lock:
             if time.monotonic() < self.down_until:
                 raise StoreError(f"parameter store unreachable (last attempt failed: {self.last_error})")
             try:
-                return self.store.pull(dense, tables, create=False)
+                return (store or self.store).pull(dense, tables, create=False)
             except StoreError as err:
                 self.down_until, self.last_error = time.monotonic() + self.pause_s, err
                 raise
@@ -210,14 +213,20 @@ class CachedParams:
                       if len(ids := cache.due(now, age, self.window, REFRESH_MAX_ROWS))}
         if not (dense or tables):
             return 0
-        read_at = time.monotonic()
-        fresh = self._read(dense, tables)
-        with self.lock:
-            for name in dense:
-                if self.dense[name][1] < read_at:
-                    self.dense[name] = (fresh[name], read_at)
-            for name, ids in tables.items():
-                self.tables[name].refresh(ids, fresh[name], read_at)
+        own = self.refresh_store is not self.store          # its own client: requests never wait for it
+        store, lock = (self.refresh_store, self.refresh_lock) if own else (self.store, self.io_lock)
+        chunks = [(dense, {})] if dense else []
+        chunks += [([], {name: ids[i:i + REFRESH_CHUNK]}) for name, ids in tables.items()
+                   for i in range(0, len(ids), REFRESH_CHUNK)]
+        for dense_part, part in chunks:                     # short reads: redis-server answers others between them
+            read_at = time.monotonic()
+            fresh = self._read(dense_part, part, store, lock)
+            with self.lock:
+                for name in dense_part:
+                    if self.dense[name][1] < read_at:
+                        self.dense[name] = (fresh[name], read_at)
+                for name, ids in part.items():
+                    self.tables[name].refresh(ids, fresh[name], read_at)
         return sum(len(ids) for ids in tables.values())
 
     def hit_ratio(self) -> float:

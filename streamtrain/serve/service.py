@@ -79,7 +79,9 @@ def serving_store_config(config: dict, settings: dict) -> dict:
 class StoreModel:
     def __init__(self, config: dict, settings: dict, store=None):
         self.config, self.settings = config, settings
+        self.own_store = store is None
         self.store = store if store is not None else make_store(serving_store_config(config, settings))
+        self.refresh_store = None           # the background refresher's own client (see cache.py)
         self._graph: Graph | None = None
         self.params: CachedParams | None = None
         self._lock = threading.Lock()
@@ -112,28 +114,39 @@ class StoreModel:
                 graph = Graph.from_config(self.config["layers"], schema)
                 self.store.declare(graph.params, self.config["default_optimizer"])
                 max_age, window = self.settings["max_staleness_s"], self.settings["refresh_window_s"]
-                self.params = CachedParams(self.store, max_age, refresh_window_s=window)
+                background = max_age > 0 and window > 0
+                if background and self.refresh_store is None and self.own_store:
+                    self.refresh_store = make_store(serving_store_config(self.config, self.settings))
+                    self.refresh_store.declare(graph.params, self.config["default_optimizer"])
+                self.params = CachedParams(self.store, max_age, refresh_window_s=window,
+                                           refresh_store=self.refresh_store)
+                self._read_step(self.store, self.params.io_lock)
                 self._graph = graph
-                if max_age > 0 and window > 0:
+                if background:
                     self.refresher = Refresher(self._refresh, max_age / 4)
         return self._graph
 
     def _refresh(self) -> None:
         self.params.refresh()
-        self.step(may_read=True)
+        self._read_step(self.refresh_store or self.store, self.params.refresh_lock
+                        if self.refresh_store is not None else self.params.io_lock)
 
     def step(self, may_read: bool = True) -> int:
         """The trainers' step, re-read on the staleness bound (a store outage keeps the last);
         with a background refresher, by it only."""
+        if may_read and self.refresher is None:
+            self._read_step(self.store, self.params.io_lock if self.params is not None else self._lock)
+        return self._step
+
+    def _read_step(self, store, lock) -> None:
         now = time.monotonic()
-        if now - self._step_at > self.settings["max_staleness_s"] and (may_read or self.refresher is None):
+        if now - self._step_at > self.settings["max_staleness_s"]:
             self._step_at = now
             try:
-                with self.params.io_lock if self.params is not None else self._lock:
-                    self._step = published_step(read_published(self.store))
+                with lock:
+                    self._step = published_step(read_published(store))
             except StoreError:
                 pass
-        return self._step
 
     def store_name(self) -> str:
         return self.store.describe()
@@ -144,6 +157,8 @@ class StoreModel:
     def close(self) -> None:
         if self.refresher is not None:
             self.refresher.stop()
+        if self.refresh_store is not None:
+            self.refresh_store.close()
         self.store.close()
 
 
