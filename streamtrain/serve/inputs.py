@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 
 import numpy as np
 
@@ -70,7 +71,7 @@ def records_batch(payload, schema: Schema, max_records: int):
             raise BadRequest(f"records[{i}].{key}", f"unknown field (the model's fields: {_fields(schema)})")
     n, n_sparse = len(records), len(schema.sparse)
     names = (*schema.sparse, *schema.dense)
-    cols = list(zip(*[tuple(map(rec.get, names)) for rec in records])) if names else []
+    cols = list(zip(*_values(records, names))) if names else []
     dense = _dense_block(cols[n_sparse:], n) if schema.dense else np.zeros((n, 0), np.float32)
     if dense is None:
         dense = _dense_columns(records, schema)
@@ -80,6 +81,19 @@ def records_batch(payload, schema: Schema, max_records: int):
         sparse = _fields_csr(schema.sparse, parts, n)
     return Batch(labels=np.full(n, np.nan, np.float32), sparse=sparse, dense=dense,
                  dense_names=tuple(schema.dense))
+
+
+def _values(records, names) -> list:
+    """Every record's values of ``names`` (None where absent), a tuple per record."""
+    try:
+        return list(map(_getter(names), records))         # every record has every field: in C
+    except KeyError:
+        return [tuple(map(rec.get, names)) for rec in records]
+
+
+@functools.lru_cache(maxsize=64)
+def _getter(names: tuple):
+    return operator.itemgetter(*names) if len(names) > 1 else lambda rec: (rec[names[0]],)
 
 
 @functools.lru_cache(maxsize=64)
