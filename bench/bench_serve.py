@@ -7,7 +7,10 @@ Starts, on loopback only: a redis-server on a free port, a ``streamtrain run`` t
 10k values, 13 numeric, training at full speed into the Redis store) and a ``streamtrain serve``
 process on the same config (``serve.max_staleness_s`` 1 s). Then, while the trainer trains:
 
-* single-record requests, open loop at ``--rate`` requests/s: client-side latency p50 / p99;
+* single-record requests, open loop at ``--rate`` requests/s: client-side latency p50 / p99,
+  over all requests and split into each of the 512 bodies' first send (its rarer ids are not
+  in the server's row cache yet: the request waits for Redis) and the repeats (cycled every
+  512 / rate s), with the row cache's hit ratio over the phase;
 * batched requests of ``--batch`` records from ``--clients`` closed-loop clients: records/s;
 * the ``max_param_age_s`` every answer reports (age of the oldest parameter it used): p50 / p99;
 * the serve process's own CPU time per request and per record (``/proc``): on a machine other

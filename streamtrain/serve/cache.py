@@ -9,7 +9,7 @@ a pull that would have to wait (a store read, a trainer's step) raises ``MustWai
 the HTTP layer answers such requests on its event loop and hands only these to a thread.
 
 The Redis cache keeps the rows requests use fresh in the background (``refresh``, called by
-``Refresher``): a row a request used within ``refresh_window_s`` is re-read once it is half
+``Refresher``): a row a request used within ``refresh_window_s`` is re-read once it is 0.7 of
 ``max_staleness_s`` old, so a request finds it in the cache, never older than the bound, and
 waits for the store only for rows it is the first to ask for (or when the store is slower
 than the bound). The bound itself is checked on every request: a row older than
@@ -31,10 +31,15 @@ from streamtrain.store.memory import put_rows, take_rows
 log = logging.getLogger("streamtrain.serve")
 REFRESH_MAX_ROWS = 100_000      # rows re-read per refresh pass at most (the most recently used first)
 REFRESH_CHUNK = 2_000           # rows per background read
+REFRESH_AT = 0.7                # re-read a row in use at this fraction of the bound ...
+REFRESH_EVERY = 0.1             # ... looking for such rows this often (fractions of max_staleness_s)
 
 
 class MustWait(Exception):
-    """``pull(may_read=False)`` could not answer without waiting for the store or a step."""
+    """``pull(may_read=False)`` could not answer without waiting for the store or a step.
+    ``resume``, when set, finishes the request (in a thread that may wait)."""
+
+    resume = None
 
 
 class _TableCache:
@@ -202,10 +207,10 @@ class CachedParams:
                 raise
 
     def refresh(self) -> int:
-        """Re-read the rows (and dense parameters) requests used within ``refresh_window_s`` that
-        are half ``max_staleness_s`` old; the number of rows read."""
+        """Re-read the rows (and dense parameters) requests used within ``refresh_window_s`` once
+        they are ``REFRESH_AT`` of ``max_staleness_s`` old; the number of rows read."""
         now = time.monotonic()
-        age = self.max_age / 2
+        age = self.max_age * REFRESH_AT
         with self.lock:
             dense = [n for n, (_, at) in self.dense.items()
                      if now - at > age and now - self.dense_used <= self.window]

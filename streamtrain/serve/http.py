@@ -17,6 +17,7 @@ older than the staleness bound) or a trainer's step, and every large one (over
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 import socket
@@ -101,14 +102,14 @@ def make_app(service: Service, metrics, *, expose_metrics: bool = True):
 
     async def predict_work(scope, receive):
         body, content_type = await read_body(scope, receive)
-        out = None
+        out, rest = None, functools.partial(service.predict, body, content_type)
         if len(body) <= INLINE_BYTES:
             try:
                 out = service.predict(body, content_type, may_read=False)
-            except MustWait:
-                pass
+            except MustWait as wait:
+                rest = wait.resume or rest
         if out is None:
-            out = await loop().run_in_executor(pool, service.predict, body, content_type)
+            out = await loop().run_in_executor(pool, rest)
         n = len(out["predictions"])
         metrics.records.observe(n)
         metrics.predictions.inc(n)

@@ -15,6 +15,7 @@ what needs no waiting (the event loop's fast path) and raises ``MustWait`` other
 """
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -28,7 +29,7 @@ from streamtrain.readers.kafka.config import DEFAULTS as KAFKA_DEFAULTS, split_o
 from streamtrain.readers.source import FileReader
 from streamtrain.store import make_store
 
-from .cache import CachedParams, LiveParams, MustWait, Refresher
+from .cache import REFRESH_EVERY, CachedParams, LiveParams, MustWait, Refresher
 from .inputs import BadRequest, decode_json, lines_batch, records_batch
 from .publish import layers_digest, published_schema, published_step, read_published
 
@@ -123,7 +124,7 @@ class StoreModel:
                 self._read_step(self.store, self.params.io_lock)
                 self._graph = graph
                 if background:
-                    self.refresher = Refresher(self._refresh, max_age / 4)
+                    self.refresher = Refresher(self._refresh, max_age * REFRESH_EVERY)
         return self._graph
 
     def _refresh(self) -> None:
@@ -193,9 +194,12 @@ class Service:
 
     def predict(self, body: bytes, content_type: str, may_read: bool = True) -> dict:
         """The answer to one request; ``may_read=False``: ``MustWait`` instead of waiting for
-        the store (or a trainer's step)."""
+        the store (or a trainer's step), with ``resume``, the rest of the work (the body already
+        read), when it got that far."""
         graph = self.source.graph(may_read)
-        batch = self.batch(body, content_type, graph.schema)
+        return self._answer(graph, self.batch(body, content_type, graph.schema), may_read)
+
+    def _answer(self, graph, batch, may_read: bool) -> dict:
         ctx = self._context(graph)
         try:
             graph.feed(ctx, batch)
@@ -204,6 +208,9 @@ class Service:
             graph.forward(ctx)
             age = max(0.0, time.monotonic() - fetched)
             preds = np.asarray(ctx.predictions, np.float64)
+        except MustWait as wait:
+            wait.resume = functools.partial(self._answer, graph, batch, True)
+            raise
         finally:
             self._free.append((graph, ctx))
         return {"predictions": preds.round(7).tolist(), "step": self.source.step(may_read),
