@@ -148,6 +148,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--clients", type=int, default=2)
     ap.add_argument("--no-trainer", action="store_true", help="serve a store nobody writes to")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
+                    help="a serve setting for the server, e.g. refresh_window_s=0 (repeatable)")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     tmp = Path(tempfile.mkdtemp(prefix="bench-serve-"))
@@ -155,7 +157,8 @@ def main() -> None:
     cfg = json.loads((ROOT / "examples" / "deepfm.json").read_text())
     cfg.update(name="bench", reader={"type": "synthetic", "fields": FIELDS, "dense": DENSE, "cardinality": CARD, "seed": 1},
                store={"backend": "redis", "urls": [redis_server.url]}, metrics={"enabled": False},
-               serve={"port": 0, "max_staleness_s": 1.0, "max_records": 1024})
+               serve={"port": 0, "max_staleness_s": 1.0, "max_records": 1024,
+                      **{k: json.loads(v) for k, v in (item.split("=", 1) for item in args.set)}})
     (tmp / "job.json").write_text(json.dumps(cfg))
     procs = []
     try:
