@@ -185,3 +185,34 @@ def test_rows_in_use_are_refreshed_in_the_background(redis_url, redis_namespace)
         assert source.params.reads == reads
     finally:
         srv.stop(), client.close(), source.close(), trainer.store.close()
+
+
+def test_an_outage_with_the_background_refresh_on(redis_factory, redis_namespace):
+    """The refresher's reads fail with the store: cached rows are served only while within the
+    bound, then 503 + Retry-After, and both requests and refresher recover by themselves."""
+    server = redis_factory.start()
+    schema = {"sparse": list(FIELDS), "dense": ["d0", "d1", "d2"]}
+    cfg = job_config(server.url, redis_namespace, schema=schema, max_staleness_s=0.3, refresh_window_s=5.0)
+    source, srv, client, _ = serving(cfg)
+    rec = {"records": [{"a": "1", "c": ["x"]}]}
+    try:
+        assert client.post("/v1/predict", json=rec).status_code == 200
+        port = server.port
+        server.stop()
+        stopped = time.monotonic()
+        while (r := client.post("/v1/predict", json=rec)).status_code == 200:
+            assert r.json()["max_param_age_s"] <= 0.3 + 0.1          # never beyond the bound
+            assert time.monotonic() - stopped < 3, "still answering from the cache"
+        assert r.status_code == 503 and r.headers["Retry-After"] == "1"
+        redis_factory.start(port=port)
+        deadline = time.monotonic() + 10
+        while client.post("/v1/predict", json=rec).status_code != 200:
+            assert time.monotonic() < deadline, "did not recover after the store came back"
+        reads = source.params.reads
+        time.sleep(1.0)                                               # the refresher works again:
+        for _ in range(5):                                            # no request waits for the store
+            assert client.post("/v1/predict", json=rec).status_code == 200
+            time.sleep(0.1)
+        assert source.params.reads == reads
+    finally:
+        srv.stop(), client.close(), source.close()
