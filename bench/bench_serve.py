@@ -117,6 +117,10 @@ def ms(a, q) -> float | None:
     return round(1000 * float(np.percentile(a, q)), 3) if len(a) else None
 
 
+def split(lat) -> dict:
+    return {"requests": len(lat), "p50_ms": ms(lat, 50), "p99_ms": ms(lat, 99)}
+
+
 def closed_loop(base, batch, clients, seconds, rng):
     bodies = [json.dumps({"records": records(rng, batch)}).encode() for _ in range(16)]
     counts, ages = [0] * clients, []
@@ -197,6 +201,7 @@ def main() -> None:
                 p.kill()
         redis_server.stop()
     summary = json.loads((tmp / "summary.json").read_text()) if (tmp / "summary.json").exists() else {}
+    hits, lookups = k1["hit"] - k0["hit"], k1["hit"] + k1["miss"] - k0["hit"] - k0["miss"]
     print(json.dumps({
         "machine": f"{platform.machine()} {os.cpu_count()} cpu, {platform.python_implementation()} {platform.python_version()}",
         "load": os.getloadavg(),
@@ -205,9 +210,8 @@ def main() -> None:
         "single": {"rate": args.rate, "requests": len(lat), "errors": errors,
                    "p50_ms": ms(lat, 50), "p99_ms": ms(lat, 99),
                    # each of the 512 bodies' first send (its rare ids not yet cached) and the repeats
-                   "first_send": {"requests": int(first.sum()), "p50_ms": ms(lat[first], 50), "p99_ms": ms(lat[first], 99)},
-                   "repeat": {"requests": int((~first).sum()), "p50_ms": ms(lat[~first], 50), "p99_ms": ms(lat[~first], 99)},
-                   "row_cache_hit_ratio": round((k1["hit"] - k0["hit"]) / max(1.0, k1["hit"] + k1["miss"] - k0["hit"] - k0["miss"]), 4),
+                   "first_send": split(lat[first]), "repeat": split(lat[~first]),
+                   "row_cache_hit_ratio": round(hits / max(1.0, lookups), 4),
                    "server_cpu_ms_per_request": round(1000 * (c1 - c0) / max(len(lat), 1), 3)},
         "batched": {"batch": args.batch, "clients": args.clients, "records_per_s": round(rps),
                     "server_cpu_records_per_s": round(batched_records / max(c2 - c1, 1e-9))},

@@ -22,6 +22,7 @@ except ImportError:            # the `serve` extra installs it; the standard lib
     orjson = None
 
 from streamtrain.batch import Batch, SparseField
+from streamtrain.compiled import njit
 from streamtrain.graph import Schema
 from streamtrain.readers import Malformed, make_parser
 from streamtrain.readers.ids import byte_words, field_seed, hash_spans, joined
@@ -141,7 +142,7 @@ def _single_tokens(names, cols, n) -> dict | None:
     flat = [v for col in cols for v in col]
     types = set(map(type, flat))
     spans = None
-    if types == {int} and len(flat) >= 256:        # (numpy's per-call cost loses on a few tokens)
+    if types == {int}:
         spans = _decimal_spans(flat)
     if spans is None:
         if types == {str}:
@@ -174,30 +175,43 @@ def _text_spans(tokens: list) -> tuple:
     return buf, starts, lengths
 
 
-_POW10 = 10 ** np.arange(1, 20, dtype=np.uint64)      # 10 .. 10**19
-
-
 def _decimal_spans(values: list) -> tuple | None:
-    """The decimal strings of integers (what ``str`` gives), written right-aligned into rows of
-    a byte matrix a digit position at a time; None beyond int64."""
+    """The decimal strings of integers (what ``str`` gives) as (buffer, starts, lengths); None
+    beyond int64."""
     try:
         v = np.array(values, np.int64)
     except OverflowError:
         return None
-    neg = v < 0
-    mag = np.where(neg, -(v + 1), v).astype(np.uint64) + neg        # |v|, int64's minimum included
-    digits = np.searchsorted(_POW10, mag, side="right") + 1
-    lengths = digits + neg
-    width = int(lengths.max())
-    out = np.empty((len(v), width), np.uint8)
-    for k in range(width - 1, -1, -1):
-        out[:, k] = mag % np.uint64(10) + np.uint64(48)
-        mag //= np.uint64(10)
-    if neg.any():
-        rows = np.flatnonzero(neg)
-        out[rows, width - lengths[rows]] = ord("-")
-    starts = np.arange(len(v), dtype=np.int64) * width + (width - lengths)
-    return out.tobytes(), starts, lengths.astype(np.int64)
+    buf, starts, lengths = _decimal_bytes(v)
+    return buf.tobytes(), starts, lengths
+
+
+@njit(nogil=True)
+def _decimal_bytes(v):
+    """Each integer's decimal digits right-aligned in its own 20 bytes (int64's longest,
+    ``-9223372036854775808``); the start and length of each."""
+    width = 20
+    out = np.empty(len(v) * width, np.uint8)
+    starts = np.empty(len(v), np.int64)
+    lengths = np.empty(len(v), np.int64)
+    ten, zero = np.uint64(10), np.uint64(48)
+    for i in range(len(v)):
+        x = v[i]
+        m = np.uint64(-(x + 1)) + np.uint64(1) if x < 0 else np.uint64(x)     # |x|, int64's minimum too
+        end = (i + 1) * width
+        pos = end
+        while True:
+            pos -= 1
+            out[pos] = m % ten + zero
+            m //= ten
+            if m == 0:
+                break
+        if x < 0:
+            pos -= 1
+            out[pos] = 45                                                      # "-"
+        starts[i] = pos
+        lengths[i] = end - pos
+    return out, starts, lengths
 
 
 def _fields_csr(names, parts, n) -> dict:
