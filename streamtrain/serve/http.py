@@ -54,9 +54,8 @@ def make_app(service: Service, metrics, *, expose_metrics: bool = True):
     limit = settings["max_body_bytes"]
     pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="serve")   # plain: cheaper than anyio's
 
-    def error(status: int, kind: str, where: str, message: str, count: bool = True):
-        if count:
-            metrics.errors.labels(kind).inc()
+    def error(status: int, kind: str, where: str, message: str):
+        metrics.errors.labels(kind).inc()
         headers = JSON_TYPE + [(b"retry-after", retry_after)] if status == 503 else JSON_TYPE
         return status, headers, encode_json({"error": kind, "where": where, "message": message})
 
@@ -72,13 +71,15 @@ def make_app(service: Service, metrics, *, expose_metrics: bool = True):
         except StoreError as err:
             log.warning("parameter store unavailable: %s", err)
             return error(503, "store_unavailable", "", f"parameter store unavailable: {err}")
+        except _Disconnected:
+            raise
         except Exception as err:        # a bug, never the client's input: logged with its trace
             log.exception("internal error on %s", endpoint)
             return error(500, "internal", "", str(err))
         finally:
             metrics.latency.labels(endpoint).observe(time.perf_counter() - t0)
 
-    async def read_body(scope, receive) -> bytes:
+    async def read_body(scope, receive) -> tuple[bytes, str]:
         content_type = b""
         for name, value in scope["headers"]:
             if name == b"content-length":
@@ -102,14 +103,14 @@ def make_app(service: Service, metrics, *, expose_metrics: bool = True):
 
     async def predict_work(scope, receive):
         body, content_type = await read_body(scope, receive)
-        out, rest = None, functools.partial(service.predict, body, content_type)
+        out, finish = None, functools.partial(service.predict, body, content_type)
         if len(body) <= INLINE_BYTES:
             try:
                 out = service.predict(body, content_type, may_read=False)
             except MustWait as wait:
-                rest = wait.resume or rest
+                finish = wait.resume or finish
         if out is None:
-            out = await loop().run_in_executor(pool, rest)
+            out = await loop().run_in_executor(pool, finish)
         n = len(out["predictions"])
         metrics.records.observe(n)
         metrics.predictions.inc(n)
