@@ -62,6 +62,10 @@ class LabelRule:
     def parse(self, chunk: Chunk, starts, ends):
         """(labels float32, ok bool) of the label spans."""
         vals, ok, _ = parse_spans(chunk, starts, ends)
+        return self.apply(vals, ok)
+
+    def apply(self, vals, ok):
+        """(labels float32, ok bool) of parsed label values (``vals`` is changed in place)."""
         if self.mapping:
             src = vals.copy()
             for k, v in self.mapping:
