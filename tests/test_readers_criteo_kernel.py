@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from readers import Malformed, make_parser
-from readers.criteo_kernel import parse_clean
-from readers.lines import Chunk
+from streamtrain.readers import Malformed, make_parser
+from streamtrain.readers.criteo_kernel import parse_clean
+from streamtrain.readers.lines import Chunk
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "criteo_kaggle_head7625.tsv.gz"
 
