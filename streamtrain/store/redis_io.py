@@ -26,6 +26,7 @@ class RowIO:
         self.client_id = os.urandom(6).hex()
         self.receipt_ms = RECEIPT_MS
         self._seq = 0
+        self._answered: list[tuple[int, bytes]] = []     # (group, receipt) of the last finished push
         self._sha = None
         self._map = None
         self._map_of = None
@@ -102,7 +103,9 @@ class RowIO:
         """Compare-and-set rows of several parameters. A part is ``(keys, groups, expected
         uint64[n] (0 = must be absent), values uint8[n, length], ttl_ms)``. Returns, per part,
         a bool mask of the rows NOT written (changed by someone else since read).
-        Idempotent under retries: every script call carries a receipt id."""
+        Idempotent under retries: every script call carries a receipt id. The receipts of the
+        previous call, answered in full and so never retried, are deleted in this call's
+        pipeline (no extra round trip; they would otherwise crowd the keyspace until they expire)."""
         failed = [np.zeros(len(p[0]), bool) for p in parts]
         if not sum(len(p[0]) for p in parts):
             return failed
@@ -122,6 +125,9 @@ class RowIO:
                 segments += 1
             receipt = redis_keys.receipt_key(keys[0], f"{self.client_id}:{self._seq}:{c}")
             plan.append((shard, pos, [receipt, *keys], [self.receipt_ms, segments, *argv]))
+        answered = self._answered
+        old_groups = np.array([g for g, _ in answered], np.int64)
+        old_keys = np.array([k for _, k in answered] or [b""], object)
 
         def attempt():
             where = self.group_shard()     # re-read: a Cluster slot may have moved since the last try
@@ -129,8 +135,9 @@ class RowIO:
                 sha = self._load_script()
                 items = [(int(where[groups[pos[0]]]), pos, ("EVALSHA", sha, len(ks), *ks, *argv))
                          for _, pos, ks, argv in plan]
+                cleanup = [(s, None, ("UNLINK", *old_keys[pos].tolist())) for s, pos in self.units(old_groups, 1000)]
                 try:
-                    answers = self._run(items)
+                    answers = self._run(items + cleanup)[:len(items)]
                     break
                 except NoScriptError:
                     self._sha = None              # a restarted server forgot the script
@@ -142,7 +149,9 @@ class RowIO:
                     failed[part_of[i]][local[i]] = True
             return failed
 
-        return self.shards.retrying(what, attempt)
+        out = self.shards.retrying(what, attempt)
+        self._answered = [(int(groups[pos[0]]), ks[0]) for _, pos, ks, _ in plan]
+        return out
 
     def _load_script(self) -> str:
         if self._sha is None:
