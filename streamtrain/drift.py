@@ -27,7 +27,6 @@ import time
 import numpy as np
 
 from . import adwin as kernel
-from .compiled import njit
 from .scores import log_losses
 from .registry import Registry
 from .schema import Option, check_options, join, kind_problems, non_negative, positive, with_defaults
@@ -95,24 +94,7 @@ class PageHinkley(Detector):
         return np.asarray(alarms, np.int64)
 
     def _segment(self, x):
-        """Advance over ``x``; stop at (and return) the first alarm, else None.
-
-        Without fading (``alpha`` 1, the default) one compiled pass does it (a few numpy calls
-        per batch cost more than the loop); it computes the same sums in the same order as
-        ``_segment_vectorised``, so both give the same bits."""
-        o = self.opts
-        if o["alpha"] < 1.0:
-            return self._segment_vectorised(x)
-        stop, hit, n, mean, s_inc, min_inc, s_dec, max_dec = _page_hinkley(
-            np.ascontiguousarray(x, np.float64), float(self.n), float(self.mean), self.s_inc,
-            float(self.min_inc), self.s_dec, float(self.max_dec), float(o["delta"]),
-            float(o["threshold"]), o["mode"] in ("up", "both"), o["mode"] in ("down", "both"),
-            float(o["min_instances"]))
-        self.n, self.mean = int(n), mean
-        self.s_inc, self.min_inc, self.s_dec, self.max_dec = s_inc, min_inc, s_dec, max_dec
-        return int(stop) if hit else None
-
-    def _segment_vectorised(self, x):
+        """Advance over ``x``; stop at (and return) the first alarm, else None."""
         o = self.opts
         n = self.n + np.arange(1, len(x) + 1, dtype=np.float64)
         mean = (self.n * self.mean + np.cumsum(x)) / n
@@ -137,34 +119,6 @@ class PageHinkley(Detector):
     @classmethod
     def test_params(cls) -> dict:
         return {"min_instances": 30, "threshold": 50.0}
-
-
-@njit(nogil=True)
-def _page_hinkley(x, n0, mean0, s_inc, min_inc, s_dec, max_dec, delta, threshold, up, down,
-                  min_instances):
-    """``PageHinkley._segment_vectorised`` without fading, as a loop: the same cumulative sums
-    (numpy's ``cumsum`` adds in order too). Returns (stop, hit, n, mean, s_inc, min_inc, s_dec,
-    max_dec) at the first alarm, or at the last value."""
-    base = n0 * mean0
-    cs = ci = cd = 0.0
-    n = mean = inc = dec = 0.0
-    for i in range(len(x)):
-        cs += x[i]
-        n = n0 + float(i + 1)
-        mean = (base + cs) / n
-        dev = x[i] - mean
-        ci += dev - delta
-        cd += dev + delta
-        inc = s_inc + ci
-        dec = s_dec + cd
-        if inc < min_inc or inc != inc:            # np.minimum: nan wins
-            min_inc = inc
-        if dec > max_dec or dec != dec:
-            max_dec = dec
-        hit = (up and inc - min_inc > threshold) or (down and max_dec - dec > threshold)
-        if hit and n >= min_instances:
-            return i, True, n, mean, inc, min_inc, dec, max_dec
-    return len(x) - 1, False, n, mean, inc, min_inc, dec, max_dec
 
 
 def fading_sum(s0: float, d: np.ndarray, alpha: float) -> np.ndarray:

@@ -135,23 +135,6 @@ def test_page_hinkley_matches_the_per_value_definition(mode, alpha):
     assert got.tolist() == want
 
 
-@pytest.mark.parametrize("mode", ["up", "down", "both"])
-def test_page_hinkley_compiled_pass_gives_the_vectorised_bits(mode):
-    x = step_stream(np.random.default_rng(5), jump=1.5 if mode != "down" else -1.5)
-    opts = dict(min_instances=30, delta=0.005, threshold=20.0, mode=mode)
-    fast, slow = PageHinkley(**opts), PageHinkley(**opts)
-    slow._segment = slow._segment_vectorised
-    for start, part in _chunks(x, 256):
-        assert fast.update_many(part).tolist() == slow.update_many(part).tolist()
-        assert (fast.n, fast.mean, fast.s_inc, fast.min_inc, fast.s_dec, fast.max_dec) == \
-            (slow.n, slow.mean, slow.s_inc, slow.min_inc, slow.s_dec, slow.max_dec)
-    x[100] = np.nan                                      # nan propagates the same way
-    fast, slow = PageHinkley(**opts), PageHinkley(**opts)
-    slow._segment = slow._segment_vectorised
-    for start, part in _chunks(x, 256):
-        assert fast.update_many(part).tolist() == slow.update_many(part).tolist()
-
-
 def test_page_hinkley_by_hand():
     # min_instances=1, delta=0: means 0, 0, 0, 1; S_up = 0, 0, 0, 3; min S = 0 -> 3 > 2.5 at index 3
     assert PageHinkley(min_instances=1, delta=0.0, threshold=2.5).update_many([0, 0, 0, 4]).tolist() == [3]
