@@ -5,6 +5,9 @@
 Prints, for criteo and csv (TalkingData): the parser alone on lines already in memory
 (``parse_buffer`` on 1024-line pieces, what the file reader does) and the whole file reader
 (gunzip + parse + batches of 1024, looping over the file). Best of ``--repeat`` runs.
+For criteo also the reader as ``streamtrain run`` drives it in ``bench/compare.py --targets``:
+the uncompressed TSV of ``bench/streams.py``, batches of 256, parsed inline
+(``parse_ahead=0``, so the figure is the parse thread's work per line, GIL or not).
 """
 from __future__ import annotations
 
@@ -59,6 +62,18 @@ def whole_reader(name, fmt, options, lines):
     return run
 
 
+def tsv_reader(lines):
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import streams
+    path = streams.criteo_tsv(lines)
+
+    def run():
+        r = file_reader(path, "criteo", {}, 256, Malformed(), limit=lines, parse_ahead=0)
+        return sum(b.size for b in r())
+    return run
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lines", type=int, default=300_000)
@@ -68,6 +83,9 @@ def main():
         a = best(parse_only(name, fmt, options, args.lines), args.repeat)
         b = best(whole_reader(name, fmt, options, args.lines), args.repeat)
         print(f"{case:7s} parse_buffer: {a:>10,.0f} lines/s   file_reader(.gz): {b:>10,.0f} lines/s")
+        if case == "criteo":
+            c = best(tsv_reader(args.lines), args.repeat)
+            print(f"{case:7s} file_reader(tsv, batches of 256, inline): {c:>10,.0f} lines/s")
 
 
 if __name__ == "__main__":
