@@ -37,22 +37,29 @@ class CriteoParser(Parser):
 
     def parse_buffer(self, buf: bytes) -> Batch:
         """A chunk with nothing to mark goes through one compiled pass (``criteo_kernel``),
-        which holds the GIL only to set up and to build the Batch; any other through
-        ``parse_chunk``. Both give the same Batch."""
+        which holds the GIL only to set up and to build the Batch; any other through the
+        vectorised path. Both give the same Batch."""
+        fast = self._parse_clean(buf)
+        return fast if fast is not None else self._parse_vectorised(Chunk(buf))
+
+    def parse_chunk(self, chunk: Chunk) -> Batch:
+        fast = None if chunk.reason.any() else self._parse_clean(chunk.buf)
+        return fast if fast is not None else self._parse_vectorised(chunk)
+
+    def _parse_clean(self, buf: bytes) -> Batch | None:
         clean = parse_clean(buf, self.seeds, self.field_length)
-        if clean is not None:
-            vals, dense, ids, present = clean
-            labels, ok = self.labels.apply(vals, np.ones(len(vals), dtype=bool))
-            if ok.all():
-                return self._batch(labels, dense, ids, present)
-        return self.parse_chunk(Chunk(buf))
+        if clean is None:
+            return None
+        vals, dense, ids, present = clean
+        labels, ok = self.labels.apply(vals, np.ones(len(vals), dtype=bool))
+        return self._batch(labels, dense, ids, present) if ok.all() else None
 
     def _batch(self, labels, vals, ids, present) -> Batch:
         dense = (signed_log1p(vals) if self.transform == "log1p" else vals).astype(np.float32)
         sparse = dict(zip(SPARSE, fields_from_columns(ids, present)))
         return Batch(labels=labels, sparse=sparse, dense=dense, dense_names=DENSE)
 
-    def parse_chunk(self, chunk: Chunk) -> Batch:
+    def _parse_vectorised(self, chunk: Chunk) -> Batch:
         rows, st, en = fixed_fields(chunk, split(chunk, b"\t", max_length=self.field_length), N_FIELDS)
         labels, lab_ok = self.labels.parse(chunk, st[:, 0], en[:, 0])
         vals, ok, empty = parse_spans(chunk, st[:, 1:14], en[:, 1:14])

@@ -29,8 +29,11 @@ def _same(a, b):
 def _both(buf, options=None):
     fast_m, slow_m = Malformed(), Malformed()
     fast = make_parser("criteo", options or {}, fast_m).parse_buffer(buf)
-    slow = make_parser("criteo", options or {}, slow_m).parse_chunk(Chunk(buf))
+    slow = make_parser("criteo", options or {}, slow_m)._parse_vectorised(Chunk(buf))
     _same(fast, slow)
+    chunk_m = Malformed()
+    _same(make_parser("criteo", options or {}, chunk_m).parse_chunk(Chunk(buf)), slow)
+    assert chunk_m.snapshot() == slow_m.snapshot()
     assert fast_m.snapshot() == slow_m.snapshot()
     return fast, fast_m
 
@@ -84,6 +87,15 @@ def test_a_label_not_allowed_goes_the_vectorised_way():
     assert parse_clean(buf, np.zeros(26, np.uint64), 65536) is not None
     batch, m = _both(buf)
     assert batch.size == 2 and m.snapshot().get("label") == 1
+
+
+def test_lines_given_one_by_one_take_the_same_paths():
+    lines = [_line(), _line("0"), b"oops", _line(label="2")]
+    slow_m, fast_m = Malformed(), Malformed()
+    slow = make_parser("criteo", {}, slow_m)._parse_vectorised(Chunk.from_lines(lines))
+    _same(make_parser("criteo", {}, fast_m).parse(lines), slow)
+    _same(make_parser("criteo").parse(lines[:2]), make_parser("criteo")._parse_vectorised(Chunk.from_lines(lines[:2])))
+    assert fast_m.snapshot() == slow_m.snapshot() and slow_m.total == 2
 
 
 def test_label_map_and_labels_options():
