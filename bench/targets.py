@@ -22,6 +22,7 @@ round; the median of ``--repeat`` is reported):
 """
 from __future__ import annotations
 
+import compileall
 import json
 import os
 import statistics
@@ -107,7 +108,15 @@ TARGETS = [("st-lr", "vw", 2.0), ("st-fm", "vw", 1.0), ("st-deepfm", "vw", 0.5),
            ("st-lr-redis", "st-lr", 0.5), ("st-deepfm-redis", "st-deepfm", 0.5)]
 
 
+def byte_compile() -> None:
+    """As ``pip install`` of a wheel does: with PYTHONDONTWRITEBYTECODE=1 (set in some sandboxes and
+    CI images) an editable install compiles every module from source at each start."""
+    for package in ("streamtrain", "ops", "readers"):
+        compileall.compile_dir(ROOT / package, quiet=1)
+
+
 def run_targets(rows: int, repeat: int, learners: list[str], threads: int) -> dict:
+    byte_compile()
     streams.criteo_tsv(rows)
     if "vw" in learners:
         streams.criteo_vw(rows)

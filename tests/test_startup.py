@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("kafka", "redis", "scipy.stats", "scipy.sparse", "torch", "river", "vowpalwabbit")
+HEAVY = ("kafka", "redis", "scipy.stats", "scipy.sparse", "scipy.linalg", "torch", "river", "vowpalwabbit")
 
 PROBE = """
 import json, sys
@@ -55,4 +55,37 @@ assert STORES.get("redis").__name__ == "RedisStore" and "redis" in sys.modules
 
 def test_the_redis_backend_is_listed_before_and_imported_on_first_use():
     out = subprocess.run([sys.executable, "-c", LAZY], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+
+
+NO_BLAS_PROBE = """
+import sys
+import numpy as np
+import streamtrain.compiled
+from numba import njit
+import numba.np.arraymath as arraymath
+assert "scipy.linalg" not in sys.modules and not arraymath._HAVE_BLAS    # numba's probe answered "no"
+assert not [f for f in sys.meta_path if type(f).__name__ == "_NoBlasProbe"]   # and the answer removed
+import scipy.linalg                                                        # importable as usual after
+assert np.allclose(scipy.linalg.solve(np.eye(2) * 2, np.ones(2)), 0.5)
+@njit
+def total(x):
+    return x.sum()
+assert total(np.arange(4.0)) == 6.0
+"""
+
+
+def test_numbas_blas_probe_is_skipped_and_scipy_linalg_stays_importable():
+    """numba imports all of scipy.linalg to probe for a BLAS our kernels never call (a third of
+    the time to the first batch): streamtrain.compiled answers the probe "no", then gets out of
+    the way."""
+    out = subprocess.run([sys.executable, "-c", NO_BLAS_PROBE], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+
+
+def test_streamtrain_numba_blas_keeps_the_probe():
+    code = ("import os, sys; os.environ['STREAMTRAIN_NUMBA_BLAS'] = '1'; import streamtrain.compiled; "
+            "import numba.np.arraymath as a; assert a._HAVE_BLAS and 'scipy.linalg' in sys.modules")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr

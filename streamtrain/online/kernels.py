@@ -17,6 +17,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .. import compiled  # noqa: F401  (numba's array support without the start-up BLAS probe)
+
 from .terms import ADAGRAD, FTRL, SGD
 NEWTON_ITERATIONS = 50      # safeguarded Newton for the implicit residual: 2-3 steps from the
 NEWTON_TOLERANCE = 1e-12    # linearised solution, more through L1's kinks
