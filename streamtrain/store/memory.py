@@ -109,7 +109,7 @@ class MemoryStore(ParamStore):
             for name, ids in tables.items():
                 table = self.tables[name]
                 rows, n_new = table.rows(ids, create)
-                values = take_rows(table.weights, np.maximum(rows, 0))
+                values = take_rows(table.weights, rows if create else np.maximum(rows, 0))
                 if not create and n_new:
                     missing = rows < 0
                     values[missing] = initial_rows(table.spec, table.optimizer, ids[missing], self.dtype)
