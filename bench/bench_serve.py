@@ -7,7 +7,10 @@ Starts, on loopback only: a redis-server on a free port, a ``streamtrain run`` t
 10k values, 13 numeric, training at full speed into the Redis store) and a ``streamtrain serve``
 process on the same config (``serve.max_staleness_s`` 1 s). Then, while the trainer trains:
 
-* single-record requests, open loop at ``--rate`` requests/s: client-side latency p50 / p99;
+* single-record requests, open loop at ``--rate`` requests/s: client-side latency p50 / p99,
+  over all requests and split into each of the 512 bodies' first send (its rarer ids are not
+  in the server's row cache yet: the request waits for Redis) and the repeats (cycled every
+  512 / rate s), with the row cache's hit ratio over the phase;
 * batched requests of ``--batch`` records from ``--clients`` closed-loop clients: records/s;
 * the ``max_param_age_s`` every answer reports (age of the oldest parameter it used): p50 / p99;
 * the serve process's own CPU time per request and per record (``/proc``): on a machine other
@@ -83,7 +86,7 @@ def _transport() -> httpx.HTTPTransport:
 def open_loop(base, rate, seconds, rng):
     """One request every 1/rate s on schedule; latency from the scheduled send time."""
     bodies = [json.dumps({"records": records(rng, 1)}).encode() for _ in range(512)]
-    lat, ages, errors = [], [], {}
+    lat, first, ages, errors = [], [], [], {}
     with httpx.Client(base_url=base, timeout=5, transport=_transport()) as c:
         t0 = time.perf_counter()
         for i in range(int(rate * seconds)):
@@ -94,12 +97,28 @@ def open_loop(base, rate, seconds, rng):
             r = c.post("/v1/predict", content=bodies[i % len(bodies)],
                        headers={"content-type": "application/json"})
             lat.append(time.perf_counter() - max(due, now))
+            first.append(i < len(bodies))
             if r.status_code == 200:
                 ages.append(r.json()["max_param_age_s"])
             else:
                 kind = r.json().get("error", str(r.status_code))
                 errors[kind] = errors.get(kind, 0) + 1
-    return np.array(lat), ages, errors
+    return np.array(lat), np.array(first), ages, errors
+
+
+def cache_lookups(base) -> dict:
+    """The server's row-cache counters (hits, misses) from its /metrics."""
+    text = httpx.get(base + "/metrics").text
+    return {k: float(re.search(rf'streamtrain_serve_cache_lookups_total{{result="{k}"}} (\S+)', text).group(1))
+            for k in ("hit", "miss")}
+
+
+def ms(a, q) -> float | None:
+    return round(1000 * float(np.percentile(a, q)), 3) if len(a) else None
+
+
+def split(lat) -> dict:
+    return {"requests": len(lat), "p50_ms": ms(lat, 50), "p99_ms": ms(lat, 99)}
 
 
 def closed_loop(base, batch, clients, seconds, rng):
@@ -133,6 +152,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--clients", type=int, default=2)
     ap.add_argument("--no-trainer", action="store_true", help="serve a store nobody writes to")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
+                    help="a serve setting for the server, e.g. refresh_window_s=0 (repeatable)")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     tmp = Path(tempfile.mkdtemp(prefix="bench-serve-"))
@@ -140,7 +161,8 @@ def main() -> None:
     cfg = json.loads((ROOT / "examples" / "deepfm.json").read_text())
     cfg.update(name="bench", reader={"type": "synthetic", "fields": FIELDS, "dense": DENSE, "cardinality": CARD, "seed": 1},
                store={"backend": "redis", "urls": [redis_server.url]}, metrics={"enabled": False},
-               serve={"port": 0, "max_staleness_s": 1.0, "max_records": 1024})
+               serve={"port": 0, "max_staleness_s": 1.0, "max_records": 1024,
+                      **{k: json.loads(v) for k, v in (item.split("=", 1) for item in args.set)}})
     (tmp / "job.json").write_text(json.dumps(cfg))
     procs = []
     try:
@@ -158,9 +180,11 @@ def main() -> None:
             trainer.send_signal(signal.SIGTERM)
             trainer.wait(60)
         closed_loop(base, args.batch, 1, 2.0, rng)                      # warm the row cache
-        c0 = cpu_seconds(server.pid)
-        lat, ages1, errors = open_loop(base, args.rate, args.seconds, rng)
-        c1 = cpu_seconds(server.pid)
+        print(f"single-record phase, serve pid {server.pid}", file=sys.stderr, flush=True)
+        c0, k0 = cpu_seconds(server.pid), cache_lookups(base)
+        lat, first, ages1, errors = open_loop(base, args.rate, args.seconds, rng)
+        c1, k1 = cpu_seconds(server.pid), cache_lookups(base)
+        print("batched phase", file=sys.stderr, flush=True)
         rps, ages2 = closed_loop(base, args.batch, args.clients, args.seconds, rng)
         c2 = cpu_seconds(server.pid)
         batched_records = rps * args.seconds
@@ -177,14 +201,17 @@ def main() -> None:
                 p.kill()
         redis_server.stop()
     summary = json.loads((tmp / "summary.json").read_text()) if (tmp / "summary.json").exists() else {}
+    hits, lookups = k1["hit"] - k0["hit"], k1["hit"] + k1["miss"] - k0["hit"] - k0["miss"]
     print(json.dumps({
         "machine": f"{platform.machine()} {os.cpu_count()} cpu, {platform.python_implementation()} {platform.python_version()}",
         "load": os.getloadavg(),
         "model": "deepfm", "fields": FIELDS, "dense": DENSE, "trainer": not args.no_trainer,
         "trainer_examples_per_s": summary.get("examples_per_s"), "served_step": model["step"],
         "single": {"rate": args.rate, "requests": len(lat), "errors": errors,
-                   "p50_ms": round(1000 * float(np.percentile(lat, 50)), 3),
-                   "p99_ms": round(1000 * float(np.percentile(lat, 99)), 3),
+                   "p50_ms": ms(lat, 50), "p99_ms": ms(lat, 99),
+                   # each of the 512 bodies' first send (its rare ids not yet cached) and the repeats
+                   "first_send": split(lat[first]), "repeat": split(lat[~first]),
+                   "row_cache_hit_ratio": round(hits / max(1.0, lookups), 4),
                    "server_cpu_ms_per_request": round(1000 * (c1 - c0) / max(len(lat), 1), 3)},
         "batched": {"batch": args.batch, "clients": args.clients, "records_per_s": round(rps),
                     "server_cpu_records_per_s": round(batched_records / max(c2 - c1, 1e-9))},

@@ -238,3 +238,14 @@ def test_responses_are_not_held_by_nagle():
             assert served and all(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for s in served)
     finally:
         srv.stop()
+
+
+def test_a_client_that_leaves_mid_body_is_not_an_error(server):
+    import socket
+    port = int(str(server.base_url).rsplit(":", 1)[1].strip("/"))
+    with socket.create_connection(("127.0.0.1", port)) as conn:
+        conn.sendall(b"POST /v1/predict HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000\r\n\r\n{\"records\": [")
+    time.sleep(0.3)
+    assert server.metrics.registry.get_sample_value("streamtrain_serve_errors_total", {"kind": "internal"}) == 0
+    assert server.post("/v1/predict", json={"records": RECORDS}).status_code == 200

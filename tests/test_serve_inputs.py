@@ -64,3 +64,30 @@ def test_one_huge_value_costs_its_bytes_not_bytes_times_tokens():
     recs[500]["f3"] = "x" * (4 << 20)
     batch = records_batch({"records": recs}, schema, 1000)
     assert batch.size == 1000 and sum(len(f.ids) for f in batch.sparse.values()) == 26_000
+
+
+@pytest.mark.parametrize("values", [
+    [0, 7, -3, 10, 99, 100, -100, 2**63 - 1, -2**63, 123456789012345678],    # integers (decimal ids)
+    ["a", "bb", "ü", "日本", "x" * 40, "0"],                                 # strings, some non-ASCII
+    [1, "1", -7, "z", 12],                                                   # both in one field
+    [2**64, 5, -2**70, 3],                                                   # beyond int64
+    [True, 0, "", None, 3],                                                  # booleans, empty, missing
+])
+def test_one_value_per_field_gives_the_plugin_readers_ids(values):
+    """The columnar path (every value one string or integer) against records_to_batch."""
+    names = ("user", "page")
+    recs = [{"user": v, "page": values[-1 - i]} for i, v in enumerate(values)] * 30     # over 256 tokens too
+    recs = recs[:len(values)] if isinstance(values[0], str) else recs
+    got = records_batch({"records": recs}, Schema(names, ()), 1000)
+    want = records_to_batch(recs, {"user": "multi", "page": "multi"})
+    for name in names:
+        np.testing.assert_array_equal(got.sparse[name].ids, want.sparse[name].ids, err_msg=name)
+        np.testing.assert_array_equal(got.sparse[name].offsets, want.sparse[name].offsets, err_msg=name)
+
+
+def test_json_bodies_the_fast_decoder_refuses_are_read_or_named():
+    from streamtrain.serve.inputs import decode_json
+    assert decode_json(b'{"records": [{"user": 36893488147419103232}]}')["records"][0]["user"] == 2**65
+    with pytest.raises(BadRequest) as err:
+        decode_json(b'{"records": [')
+    assert err.value.where == "body" and "not valid JSON" in err.value.message

@@ -152,3 +152,67 @@ def test_serve_refuses_a_store_it_cannot_share(tmp_path):
     cfg = configmod.validate(configmod.load("examples/lr.json", []))
     with pytest.raises(ConfigError, match="store.backend=redis"):
         StoreModel(cfg, serve_settings(cfg))
+
+
+def test_rows_in_use_are_refreshed_in_the_background(redis_url, redis_namespace):
+    """Rows requests keep using are re-read by the refresher before they reach max_staleness_s:
+    after the first request none waits for the store, every answer is within the bound, and a
+    trainer's update still shows within it."""
+    schema = {"sparse": list(FIELDS), "dense": ["d0", "d1", "d2"]}
+    cfg = job_config(redis_url, redis_namespace, schema=schema, refresh_window_s=5.0, max_staleness_s=1.0)
+    trainer, _ = trainer_on(cfg)
+    recs = records(None, range(8))
+    batch = records_batch({"records": recs}, Schema(FIELDS, ("d0", "d1", "d2")), 100)
+    batch.labels = np.ones(batch.size, np.float32)
+    source, srv, client, metrics = serving(cfg)
+    try:
+        assert client.post("/v1/predict", json={"records": recs}).status_code == 200
+        reads = source.params.reads
+        ages = []
+        t_end = time.monotonic() + 3.0                   # three times the bound
+        while time.monotonic() < t_end:
+            ages.append(client.post("/v1/predict", json={"records": recs}).json()["max_param_age_s"])
+            time.sleep(0.02)
+        assert source.params.reads == reads, "a request waited for the store"
+        assert max(ages) <= 1.0 + 0.2, max(ages)
+        for _ in range(30):
+            trainer.step(batch)
+        moved = Evaluator(trainer.graph, trainer.store).forward(batch)
+        applied = time.monotonic()
+        while not np.allclose(client.post("/v1/predict", json={"records": recs}).json()["predictions"],
+                              moved, rtol=1e-5):
+            assert time.monotonic() - applied < 1.0 + 0.5, "the refreshed rows did not follow the store"
+        assert source.params.reads == reads
+    finally:
+        srv.stop(), client.close(), source.close(), trainer.store.close()
+
+
+def test_an_outage_with_the_background_refresh_on(redis_factory, redis_namespace):
+    """The refresher's reads fail with the store: cached rows are served only while within the
+    bound, then 503 + Retry-After, and both requests and refresher recover by themselves."""
+    server = redis_factory.start()
+    schema = {"sparse": list(FIELDS), "dense": ["d0", "d1", "d2"]}
+    cfg = job_config(server.url, redis_namespace, schema=schema, max_staleness_s=0.3, refresh_window_s=5.0)
+    source, srv, client, _ = serving(cfg)
+    rec = {"records": [{"a": "1", "c": ["x"]}]}
+    try:
+        assert client.post("/v1/predict", json=rec).status_code == 200
+        port = server.port
+        server.stop()
+        stopped = time.monotonic()
+        while (r := client.post("/v1/predict", json=rec)).status_code == 200:
+            assert r.json()["max_param_age_s"] <= 0.3 + 0.1          # never beyond the bound
+            assert time.monotonic() - stopped < 3, "still answering from the cache"
+        assert r.status_code == 503 and r.headers["Retry-After"] == "1"
+        redis_factory.start(port=port)
+        deadline = time.monotonic() + 10
+        while client.post("/v1/predict", json=rec).status_code != 200:
+            assert time.monotonic() < deadline, "did not recover after the store came back"
+        reads = source.params.reads
+        time.sleep(1.0)                                               # the refresher works again:
+        for _ in range(5):                                            # no request waits for the store
+            assert client.post("/v1/predict", json=rec).status_code == 200
+            time.sleep(0.1)
+        assert source.params.reads == reads
+    finally:
+        srv.stop(), client.close(), source.close()

@@ -12,10 +12,17 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 
 import numpy as np
 
+try:
+    import orjson
+except ImportError:            # the `serve` extra installs it; the standard library does the same, slower
+    orjson = None
+
 from streamtrain.batch import Batch, SparseField
+from streamtrain.compiled import njit
 from streamtrain.graph import Schema
 from streamtrain.readers import Malformed, make_parser
 from streamtrain.readers.ids import byte_words, field_seed, hash_spans, joined
@@ -43,7 +50,12 @@ _CATEGORY = {str, int, bool, type(None)}
 
 def records_batch(payload, schema: Schema, max_records: int):
     """The batch of a JSON payload (already decoded), built column by column: the same ids as
-    ``records_to_batch`` (the plug-in readers' path) gives for the same records."""
+    ``records_to_batch`` (the plug-in readers' path) gives for the same records.
+
+    Every record's values are gathered in one pass (``map(record.get, names)``); the common
+    case, every categorical value one string or integer and every numeric one a number, is then
+    checked and converted a whole column block at a time. Anything else takes the
+    field-by-field path, which also names the first bad record and field."""
     if not isinstance(payload, dict) or not isinstance(payload.get("records"), list):
         raise BadRequest("", 'expected a JSON object {"records": [{field: value, ...}, ...]}')
     records = payload["records"]
@@ -51,25 +63,155 @@ def records_batch(payload, schema: Schema, max_records: int):
         raise TooLarge(f"{len(records)} records in one request (serve.max_records = {max_records})")
     if not records:
         raise BadRequest("records", "empty: send at least one record")
-    known = {*schema.sparse, *schema.dense, "label"}
+    known = _known(schema)
     for i, rec in enumerate(records):
         if type(rec) is not dict:
             raise BadRequest(f"records[{i}]", f"expected an object of fields, got {type(rec).__name__}")
         if not rec.keys() <= known:
             key = next(k for k in rec if k not in known)
             raise BadRequest(f"records[{i}].{key}", f"unknown field (the model's fields: {_fields(schema)})")
-    n = len(records)
-    dense = np.zeros((n, len(schema.dense)), np.float32)
+    n, n_sparse = len(records), len(schema.sparse)
+    names = (*schema.sparse, *schema.dense)
+    cols = list(zip(*_values(records, names))) if names else []
+    dense = _dense_block(cols[n_sparse:], n) if schema.dense else np.zeros((n, 0), np.float32)
+    if dense is None:
+        dense = _dense_columns(records, schema)
+    sparse = _single_tokens(schema.sparse, cols[:n_sparse], n) if n_sparse else {}
+    if sparse is None:
+        parts = [_categorical(name, list(col)) for name, col in zip(schema.sparse, cols)]
+        sparse = _fields_csr(schema.sparse, parts, n)
+    return Batch(labels=np.full(n, np.nan, np.float32), sparse=sparse, dense=dense,
+                 dense_names=tuple(schema.dense))
+
+
+def _values(records, names) -> list:
+    """Every record's values of ``names`` (None where absent), a tuple per record."""
+    try:
+        return list(map(_getter(names), records))         # every record has every field: in C
+    except KeyError:
+        return [tuple(map(rec.get, names)) for rec in records]
+
+
+@functools.lru_cache(maxsize=64)
+def _getter(names: tuple):
+    return operator.itemgetter(*names) if len(names) > 1 else lambda rec: (rec[names[0]],)
+
+
+@functools.lru_cache(maxsize=64)
+def _known_of(sparse: tuple, dense: tuple) -> frozenset:
+    return frozenset((*sparse, *dense, "label"))
+
+
+def _known(schema: Schema) -> frozenset:
+    return _known_of(tuple(schema.sparse), tuple(schema.dense))
+
+
+def _dense_block(cols, n) -> np.ndarray | None:
+    """The numeric columns as float32 ``[n, len(cols)]`` (missing = 0), or None when a value
+    is not a finite number (the caller names it)."""
+    flat = [v for col in cols for v in col]
+    types = set(map(type, flat))
+    if not types <= _NUMBER:
+        return None
+    if type(None) in types:
+        flat = [0.0 if v is None else v for v in flat]
+    try:
+        arr = np.array(flat, np.float64)
+    except OverflowError:               # an integer beyond float64
+        return None
+    if not np.isfinite(arr).all():
+        return None
+    return np.ascontiguousarray(arr.reshape(len(cols), n).T, np.float32)
+
+
+def _dense_columns(records, schema: Schema) -> np.ndarray:
+    """Column by column, naming the first record whose value is not a finite number."""
+    dense = np.zeros((len(records), len(schema.dense)), np.float32)
     for j, name in enumerate(schema.dense):
         col = [r.get(name) for r in records]
-        if not set(map(type, col)) <= _NUMBER or not np.isfinite(
-                arr := np.array([0.0 if v is None else v for v in col], np.float64)).all():
-            i = next(i for i, v in enumerate(col) if not _finite_number(v))
-            raise BadRequest(f"records[{i}].{name}", f"numeric field: expected a finite number, got {col[i]!r}")
-        dense[:, j] = arr
-    parts = [_categorical(name, [r.get(name) for r in records]) for name in schema.sparse]
-    return Batch(labels=np.full(n, np.nan, np.float32), sparse=_fields_csr(schema.sparse, parts, n),
-                 dense=dense, dense_names=tuple(schema.dense))
+        bad = next((i for i, v in enumerate(col) if not _finite_number(v)), None)
+        if bad is not None:
+            raise BadRequest(f"records[{bad}].{name}", f"numeric field: expected a finite number, got {col[bad]!r}")
+        dense[:, j] = np.array([0.0 if v is None else v for v in col], np.float64)
+    return dense
+
+
+def _single_tokens(names, cols, n) -> dict | None:
+    """Every categorical field's CSR pair when each value is one non-empty string or integer
+    (one id per record and field), else None."""
+    flat = [v for col in cols for v in col]
+    types = set(map(type, flat))
+    spans = None
+    if types == {int}:
+        spans = _decimal_spans(flat)
+    if spans is None:
+        if types == {str}:
+            tokens = flat
+        elif types <= {str, int}:
+            tokens = list(map(str, flat))
+        else:
+            return None
+        if "" in tokens:
+            return None
+        spans = _text_spans(tokens)
+    buf, starts, lengths = spans
+    ids = hash_spans(byte_words(buf + bytes(16)), starts, lengths, np.repeat(_seeds(tuple(names)), n))
+    offsets = np.arange(n + 1, dtype=np.int64)       # one id per record: every field's offsets, shared
+    offsets.flags.writeable = False
+    return {name: SparseField(ids[f * n:(f + 1) * n], offsets) for f, name in enumerate(names)}
+
+
+def _text_spans(tokens: list) -> tuple:
+    """(UTF-8 buffer, start, byte length) of every token, joined end to end."""
+    text = "".join(tokens)
+    buf = text.encode("utf-8")
+    if len(buf) == len(text):                       # ASCII: byte lengths are character lengths
+        lengths = np.fromiter(map(len, tokens), np.int64, len(tokens))
+    else:
+        encoded = [t.encode("utf-8") for t in tokens]
+        lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
+    starts = np.zeros(len(lengths), np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    return buf, starts, lengths
+
+
+def _decimal_spans(values: list) -> tuple | None:
+    """The decimal strings of integers (what ``str`` gives) as (buffer, starts, lengths); None
+    beyond int64."""
+    try:
+        v = np.array(values, np.int64)
+    except OverflowError:
+        return None
+    buf, starts, lengths = _decimal_bytes(v)
+    return buf.tobytes(), starts, lengths
+
+
+@njit(nogil=True)
+def _decimal_bytes(v):
+    """Each integer's decimal digits right-aligned in its own 20 bytes (int64's longest,
+    ``-9223372036854775808``); the start and length of each."""
+    width = 20
+    out = np.empty(len(v) * width, np.uint8)
+    starts = np.empty(len(v), np.int64)
+    lengths = np.empty(len(v), np.int64)
+    ten, zero = np.uint64(10), np.uint64(48)
+    for i in range(len(v)):
+        x = v[i]
+        m = np.uint64(-(x + 1)) + np.uint64(1) if x < 0 else np.uint64(x)     # |x|, int64's minimum too
+        end = (i + 1) * width
+        pos = end
+        while True:
+            pos -= 1
+            out[pos] = m % ten + zero
+            m //= ten
+            if m == 0:
+                break
+        if x < 0:
+            pos -= 1
+            out[pos] = 45                                                      # "-"
+        starts[i] = pos
+        lengths[i] = end - pos
+    return out, starts, lengths
 
 
 def _fields_csr(names, parts, n) -> dict:
@@ -186,10 +328,28 @@ def on_schema(batch, schema: Schema):
 
 
 def decode_json(body: bytes):
+    """The request's JSON (orjson when the ``serve`` extra installed it: several times faster;
+    what it refuses and the standard library reads, such as integers beyond 64 bits, is read
+    by the standard library, which also words the error)."""
+    if orjson is not None:
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass
     try:
         return json.loads(body)
     except (ValueError, UnicodeDecodeError) as err:
         raise BadRequest("body", f"not valid JSON: {err}") from None
+
+
+def encode_json(obj) -> bytes:
+    """A response body: compact, no NaN."""
+    if orjson is not None:
+        return orjson.dumps(obj)
+    return _dumps(obj).encode()
+
+
+_dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 
 
 def _fields(schema: Schema) -> str:

@@ -9,10 +9,13 @@ Two sources of a model:
 * ``JobModel`` (``streamtrain run`` with ``serve.enabled``): the job's own graph and store,
   read between steps; ready once the first batch has built the graph.
 
-Each request thread has its own activations (``graph.context``); graph and cache are shared.
+Each request has its own activations (a ``graph.context`` taken from a free list, whichever
+thread answers it); graph and cache are shared. ``predict(..., may_read=False)`` answers only
+what needs no waiting (the event loop's fast path) and raises ``MustWait`` otherwise.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -26,7 +29,7 @@ from streamtrain.readers.kafka.config import DEFAULTS as KAFKA_DEFAULTS, split_o
 from streamtrain.readers.source import FileReader
 from streamtrain.store import make_store
 
-from .cache import CachedParams, LiveParams
+from .cache import REFRESH_EVERY, CachedParams, LiveParams, MustWait, Refresher
 from .inputs import BadRequest, decode_json, lines_batch, records_batch
 from .publish import layers_digest, published_schema, published_step, read_published
 
@@ -41,12 +44,12 @@ class JobModel:
     def __init__(self, job):
         self.job, self.params = job, LiveParams(job)
 
-    def graph(self) -> Graph:
+    def graph(self, may_read: bool = True) -> Graph:
         if self.job.graph is None:
             raise NotReady("the trainer has not built its model yet (no batch trained)")
         return self.job.graph
 
-    def step(self) -> int:
+    def step(self, may_read: bool = True) -> int:
         return self.job.trainer.batches if self.job.trainer is not None else 0
 
     def store_name(self) -> str:
@@ -77,17 +80,22 @@ def serving_store_config(config: dict, settings: dict) -> dict:
 class StoreModel:
     def __init__(self, config: dict, settings: dict, store=None):
         self.config, self.settings = config, settings
+        self.own_store = store is None
         self.store = store if store is not None else make_store(serving_store_config(config, settings))
+        self.refresh_store = None           # the background refresher's own client (see cache.py)
         self._graph: Graph | None = None
         self.params: CachedParams | None = None
         self._lock = threading.Lock()
         self._step, self._step_at = 0, -np.inf
         self.digest = layers_digest(config["layers"])
         self.published_digest = None
+        self.refresher: Refresher | None = None
 
-    def graph(self) -> Graph:
+    def graph(self, may_read: bool = True) -> Graph:
         if self._graph is not None:
             return self._graph
+        if not may_read:
+            raise MustWait
         with self._lock:
             if self._graph is None:
                 schema = self.settings.get("schema")
@@ -106,20 +114,40 @@ class StoreModel:
                                     self.published_digest, self.digest)
                 graph = Graph.from_config(self.config["layers"], schema)
                 self.store.declare(graph.params, self.config["default_optimizer"])
-                self.params = CachedParams(self.store, self.settings["max_staleness_s"])
+                max_age, window = self.settings["max_staleness_s"], self.settings["refresh_window_s"]
+                background = max_age > 0 and window > 0
+                if background and self.refresh_store is None and self.own_store:
+                    self.refresh_store = make_store(serving_store_config(self.config, self.settings))
+                    self.refresh_store.declare(graph.params, self.config["default_optimizer"])
+                self.params = CachedParams(self.store, max_age, refresh_window_s=window,
+                                           refresh_store=self.refresh_store)
+                self._read_step(self.store, self.params.io_lock)
                 self._graph = graph
+                if background:
+                    self.refresher = Refresher(self._refresh, max_age * REFRESH_EVERY)
         return self._graph
 
-    def step(self) -> int:
-        """The trainers' step, re-read on the staleness bound (a store outage keeps the last)."""
+    def _refresh(self) -> None:
+        self.params.refresh()
+        self._read_step(self.refresh_store or self.store, self.params.refresh_lock
+                        if self.refresh_store is not None else self.params.io_lock)
+
+    def step(self, may_read: bool = True) -> int:
+        """The trainers' step, re-read on the staleness bound (a store outage keeps the last);
+        with a background refresher, by it only."""
+        if may_read and self.refresher is None:
+            self._read_step(self.store, self.params.io_lock if self.params is not None else self._lock)
+        return self._step
+
+    def _read_step(self, store, lock) -> None:
         now = time.monotonic()
         if now - self._step_at > self.settings["max_staleness_s"]:
             self._step_at = now
             try:
-                self._step = published_step(read_published(self.store))
+                with lock:
+                    self._step = published_step(read_published(store))
             except StoreError:
                 pass
-        return self._step
 
     def store_name(self) -> str:
         return self.store.describe()
@@ -128,6 +156,10 @@ class StoreModel:
         return (self.params.hits, self.params.misses) if self.params else (0, 0)
 
     def close(self) -> None:
+        if self.refresher is not None:
+            self.refresher.stop()
+        if self.refresh_store is not None:
+            self.refresh_store.close()
         self.store.close()
 
 
@@ -137,13 +169,17 @@ class Service:
     def __init__(self, source, settings: dict, reader_cfg: dict):
         self.source, self.settings = source, settings
         self.reader_cfg = reader_cfg or {}
-        self._local = threading.local()
+        self._free: list = []           # (graph, context) pairs no request is using
 
     def _context(self, graph):
-        ctx = getattr(self._local, "ctx", None)
-        if ctx is None or getattr(self._local, "graph", None) is not graph:
-            self._local.ctx, self._local.graph = graph.context(training=False), graph
-        return self._local.ctx
+        while self._free:
+            try:
+                owner, ctx = self._free.pop()
+            except IndexError:          # another thread took the last one
+                break
+            if owner is graph:
+                return ctx
+        return graph.context(training=False)
 
     def batch(self, body: bytes, content_type: str, schema: Schema):
         limit = self.settings["max_records"]
@@ -156,17 +192,28 @@ class Service:
             return lines_batch(body, fmt, options, schema, limit)
         return records_batch(decode_json(body), schema, limit)
 
-    def predict(self, body: bytes, content_type: str) -> dict:
-        graph = self.source.graph()
-        batch = self.batch(body, content_type, graph.schema)
+    def predict(self, body: bytes, content_type: str, may_read: bool = True) -> dict:
+        """The answer to one request; ``may_read=False``: ``MustWait`` instead of waiting for
+        the store (or a trainer's step), with ``resume``, the rest of the work (the body already
+        read), when it got that far."""
+        graph = self.source.graph(may_read)
+        return self._answer(graph, self.batch(body, content_type, graph.schema), may_read)
+
+    def _answer(self, graph, batch, may_read: bool) -> dict:
         ctx = self._context(graph)
-        graph.feed(ctx, batch)
-        dense, tables = graph.needs(ctx)
-        ctx.values, fetched = self.source.params.pull(dense, tables)
-        graph.forward(ctx)
-        age = max(0.0, time.monotonic() - fetched)
-        preds = np.asarray(ctx.predictions, np.float64)
-        return {"predictions": preds.round(7).tolist(), "step": self.source.step(),
+        try:
+            graph.feed(ctx, batch)
+            dense, tables = graph.needs(ctx)
+            ctx.values, fetched = self.source.params.pull(dense, tables, may_read)
+            graph.forward(ctx)
+            age = max(0.0, time.monotonic() - fetched)
+            preds = np.asarray(ctx.predictions, np.float64)
+        except MustWait as wait:
+            wait.resume = functools.partial(self._answer, graph, batch, True)
+            raise
+        finally:
+            self._free.append((graph, ctx))
+        return {"predictions": preds.round(7).tolist(), "step": self.source.step(may_read),
                 "max_param_age_s": round(age, 4)}
 
     def describe(self) -> dict:

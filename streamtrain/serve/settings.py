@@ -25,6 +25,10 @@ SERVE_OPTIONS = {
                    doc="port (0 = any free one, logged as `serving predictions on http://HOST:PORT/v1/predict`)"),
     "max_staleness_s": Option(1.0, NUMBER, check=non_negative,
                               doc="oldest a cached parameter may be when a request uses it (redis store)"),
+    "refresh_window_s": Option(10.0, NUMBER, check=non_negative,
+                               doc="rows a request used within this many seconds are re-read in the background "
+                                   "before they are `max_staleness_s` old, so requests rarely wait for the store "
+                                   "(redis store; 0 = re-read on demand only)"),
     "max_records": Option(1024, (int,), check=positive, doc="records (or lines) per request; more: 413"),
     "max_body_bytes": Option(8 << 20, (int,), check=positive, doc="request body size; more: 413"),
     "schema": Option(None, (dict, type(None)), check=_schema,

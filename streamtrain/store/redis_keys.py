@@ -26,6 +26,7 @@ True
 """
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -105,13 +106,21 @@ def row_keys(namespace: str, table: str, ids: np.ndarray, buckets: int, kind: st
     as a numpy bytes array (``.tolist()`` gives the keys)."""
     ids = np.asarray(ids, np.uint64)
     b = bucket_of(table, ids, buckets)
-    heads = np.array([f"{PREFIX}:{{{bucket_tag(namespace, i, buckets)}}}:{table}:{kind}:".encode()
-                      for i in range(buckets)])
+    heads = _heads(namespace, table, buckets, kind)
     head_len = heads.dtype.itemsize
     mat = np.empty((len(ids), head_len + 16), np.uint8)
     mat[:, :head_len] = heads.view(np.uint8).reshape(buckets, head_len)[b]
     mat[:, head_len:] = hex_ids(ids)
     return mat.view(f"S{head_len + 16}").reshape(-1)
+
+
+@functools.lru_cache(maxsize=1024)
+def _heads(namespace: str, table: str, buckets: int, kind: str) -> np.ndarray:
+    """Every bucket's key prefix (built once: a small pull paid for ``buckets`` f-strings)."""
+    heads = np.array([f"{PREFIX}:{{{bucket_tag(namespace, i, buckets)}}}:{table}:{kind}:".encode()
+                      for i in range(buckets)])
+    heads.flags.writeable = False
+    return heads
 
 
 def key_id(key: bytes) -> int:
