@@ -8,10 +8,21 @@ the median of ``--repeat`` timed rounds. ``pull``: rows that exist (the steady s
 ``push*``: the push of a training step, which reuses the values its pull read (only the rule
 and the CAS script); ``step``: pull + push.
 Targets (issue 3): pull >= 0.6x raw MGET, push >= 0.3x raw MSET.
+
+    python bench/bench_redis_store.py --server-cpu [--chunks 125 250 500 1000 2000]
+
+(issue 11) redis-server CPU seconds per id of the compare-and-set script, read from
+``/proc/<pid>/stat`` of the embedded server (so other load on the machine inflates it less
+than wall time would), for a DeepFM-like push: every id updates a wide row (FTRL, dim 1:
+20 bytes) and an embedding row (Adagrad, dim 8: 72 bytes), as two keys per id (the store's
+layout) or as one packed key of 84 bytes per id (a layout the store does not have), per chunk
+size (rows per script call; ``redis_scripts.MAX_ROWS``). Blocks of pushes are interleaved
+over the variants, median reported.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import time
@@ -21,6 +32,7 @@ import redis
 
 from streamtrain.context import Gradients
 from streamtrain.params import ParamSpec
+from streamtrain.store import redis_keys, redis_scripts
 from streamtrain.store.redis_server import RedisServer
 from streamtrain.store.redis_store import RedisStore
 
@@ -70,6 +82,62 @@ def bench_dim(url: str, dim: int, n: int, repeat: int, optimizer: str) -> dict:
             "step": n / t_step, "warm": n / t_warm}
 
 
+def server_cpu(server: RedisServer, chunks: list[int], rounds: int, ids_total: int = 37_000,
+               per_push: int = 1000, block: int = 20) -> dict:
+    """Median redis-server CPU µs per id of the CAS script, per (layout, chunk size)."""
+    client = redis.Redis.from_url(server.url)
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def cpu_s() -> float:
+        fields = open(f"/proc/{server.proc.pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 2**63, ids_total, dtype=np.uint64)
+    tables = {"wide": 20, "emb": 72, "packed": 84}
+    keys = {t: np.array(redis_keys.row_keys("bench", t, ids, 1).tolist(), object) for t in tables}
+
+    def values(n: int, length: int) -> np.ndarray:
+        v = rng.integers(0, 256, (n, length), dtype=np.uint8)
+        v[:, :8] = rng.integers(1, 2**63, n, dtype=np.uint64).astype("<u8").view(np.uint8).reshape(n, 8)
+        return v
+    current = {t: values(ids_total, n) for t, n in tables.items()}
+    for t in tables:
+        client.mset(dict(zip(keys[t].tolist(), (bytes(v) for v in current[t]))))
+    sha = client.script_load(redis_scripts.CAS)
+    layouts = {"2 keys per id": ["wide", "emb"], "1 packed key per id": ["packed"]}
+    got = {(lay, c): [] for lay in layouts for c in chunks}
+    calls = 0
+    for _ in range(rounds):
+        for lay, chunk in got:
+            t0 = cpu_s()
+            for _ in range(block):
+                sel = rng.choice(ids_total, per_push, replace=False)
+                new = {t: values(per_push, tables[t]) for t in layouts[lay]}
+                # rows in table order, cut into chunks: one segment per table in a chunk (as RowIO.cas)
+                order = [(t, i) for t in layouts[lay] for i in range(per_push)]
+                pipe = client.pipeline(transaction=False)
+                for start in range(0, len(order), chunk):
+                    part = order[start:start + chunk]
+                    ks, argv, segments = [], [], 0
+                    for t in layouts[lay]:
+                        rows = np.array([i for tt, i in part if tt == t], np.int64)
+                        if len(rows):
+                            ks += keys[t][sel[rows]].tolist()
+                            argv += [len(rows), tables[t], 0, current[t][sel[rows], :8].tobytes(),
+                                     new[t][rows].tobytes()]
+                            segments += 1
+                    calls += 1
+                    pipe.evalsha(sha, len(ks) + 1, f"st:{{bench/0}}:receipt:{calls}", *ks, 600_000, segments, *argv)
+                if any(a != b"ok:" for a in pipe.execute()):
+                    raise RuntimeError("a compare-and-set failed: nobody else writes these keys")
+                for t in layouts[lay]:
+                    current[t][sel] = new[t]
+            got[(lay, chunk)].append((cpu_s() - t0) / (block * per_push) * 1e6)
+    client.close()
+    return {k: statistics.median(v) for k, v in got.items()}
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--url")
@@ -77,7 +145,21 @@ def main(argv=None) -> None:
     ap.add_argument("--rows", type=int, default=10_000)
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--optimizer", default="adagrad")
+    ap.add_argument("--server-cpu", action="store_true", help="issue 11: redis-server CPU per id of the CAS script")
+    ap.add_argument("--chunks", type=int, nargs="+", default=[125, 250, 500, 1000, 2000])
+    ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args(argv)
+    if args.server_cpu:
+        with RedisServer() as server:
+            info = redis.Redis.from_url(server.url).info("server")
+            print(f"redis-server {info['redis_version']}; {args.rounds} rounds of 20 pushes of 1000 ids; "
+                  "redis-server CPU µs per id (median)")
+            print("| layout | " + " | ".join(f"chunk {c}" for c in args.chunks) + " |")
+            print("|---|" + "---:|" * len(args.chunks))
+            got = server_cpu(server, args.chunks, args.rounds)
+            for lay in ("2 keys per id", "1 packed key per id"):
+                print(f"| {lay} | " + " | ".join(f"{got[(lay, c)]:.2f}" for c in args.chunks) + " |")
+        return
     server = None
     url = args.url
     if not url:

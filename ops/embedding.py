@@ -18,7 +18,8 @@ class Embedding(Layer):
     A multi-valued field sums (or averages, ``combiner: mean``) its ids' rows, weighted by
     the ids' values when the reader gives them. A missing value gives a zero row. Only the
     rows this batch touches are pulled from the store. When every field holds at most one id
-    per example (the usual case) the lookup is one ``take`` and its gradient one ``bincount``;
+    per example (the usual case) the lookup and its gradient are one compiled gather and one
+    compiled scatter-add (``_embedding_kernels``);
     otherwise both are one sparse-matrix product over the whole batch.
     """
 
@@ -127,16 +128,17 @@ class Embedding(Layer):
         rows = [ctx.value(t) for t in self.tables]
         weights = self._weights(ctx, fields, counts)
         if slot is not None:
+            from ._embedding_kernels import gather_rows
             index = np.full(B * F, total, np.int64)                             # missing -> zero row
             index[slot] = pos
-            table = np.concatenate([*rows, np.zeros((1, dim), ctx.dtype)]).astype(ctx.dtype, copy=False)
-            out = ctx.buffer((self.name, "out"), (B * F, dim))
-            np.take(table, index, axis=0, out=out)
-            w = None
+            table = rows[0] if len(rows) == 1 else np.concatenate(rows)
+            table = table.astype(ctx.dtype, copy=False)
+            w = np.zeros(0, ctx.dtype)
             if weights is not None:
                 w = np.ones(B * F, ctx.dtype)
                 w[slot] = weights
-                out *= w[:, None]
+            out = ctx.buffer((self.name, "out"), (B * F, dim))
+            gather_rows(table, index, w, out)
             ctx.saved[self.name] = ("take", index, w, total)
             return out.reshape(B, F, dim)
         data = weights if weights is not None else np.ones(len(pos), ctx.dtype)
@@ -168,21 +170,12 @@ class Embedding(Layer):
         squares = any(ctx.wants_squares(t) for t in self.tables)
         sq_rows = None
         if how == "take":
-            g = gy.reshape(-1, dim)
-            if w is not None:
-                g = g * w[:, None]
-            if dim == 1:
-                grad_rows = np.bincount(a, weights=g[:, 0], minlength=total + 1)[:total, None]
-                if squares:
-                    sq_rows = np.bincount(a, weights=g[:, 0] ** 2, minlength=total + 1)[:total, None]
-            else:
-                flat = (a[:, None] * dim + np.arange(dim)).reshape(-1)
-                grad_rows = np.bincount(flat, weights=g.reshape(-1),
-                                        minlength=(total + 1) * dim).reshape(total + 1, dim)[:total]
-                if squares:
-                    sq_rows = np.bincount(flat, weights=(g * g).reshape(-1),
-                                          minlength=(total + 1) * dim).reshape(total + 1, dim)[:total]
-            grad_rows = grad_rows.astype(ctx.dtype)
+            from ._embedding_kernels import scatter_rows
+            g = np.ascontiguousarray(gy).reshape(-1, dim)
+            grad_rows = np.empty((total, dim), ctx.dtype)
+            sq_rows = np.empty((total if squares else 0, dim), ctx.dtype)
+            scatter_rows(a, g, w.astype(g.dtype, copy=False), total, grad_rows, sq_rows)
+            sq_rows = sq_rows if squares else None
         else:
             g = np.ascontiguousarray(gy.transpose(1, 0, 2)).reshape(-1, dim)
             grad_rows = a.T @ g

@@ -1,5 +1,6 @@
 """Feature-intersection layers (Angel): FM / bi-interaction, PNN inner products, DCN cross
-network, cosine similarity. Each is one vectorised expression over the whole batch."""
+network, cosine similarity. FM is a compiled pass over the batch, the others one vectorised
+expression each."""
 from __future__ import annotations
 
 import numpy as np
@@ -20,7 +21,8 @@ def _fields_shape(layer: Layer, shape) -> tuple[int, int]:
 @register
 class FM(Layer):
     """FM second order / NFM bi-interaction: ``0.5 * ((Σ_f v_f)² − Σ_f v_f²)``, ``[B, F, d] → [B, d]``;
-    with ``reduce: true`` summed over ``d``, ``[B, 1]``: the classic FM pairwise term."""
+    with ``reduce: true`` summed over ``d``, ``[B, 1]``: the classic FM pairwise term. Both
+    passes are compiled loops (``_fm_kernels``)."""
 
     kind = "fm"
     options = {"reduce": Option(False, (bool,), doc="sum over d: [B, 1] instead of [B, d]")}
@@ -40,16 +42,22 @@ class FM(Layer):
         return self.inputs[0] if self.opts["reduce"] else None
 
     def forward(self, ctx, xs):
+        from ._fm_kernels import fm_forward
         (v,) = xs
-        s = v.sum(axis=1)                                        # [B, d]
-        y = 0.5 * (s * s - np.einsum("bfd,bfd->bd", v, v))
+        v = np.ascontiguousarray(v)
+        s = ctx.buffer((self.name, "sum"), (len(v), v.shape[2]), v.dtype)      # [B, d]: Σ_f v_f
+        y = ctx.buffer((self.name, "out"), (len(v), 1 if self.opts["reduce"] else v.shape[2]), v.dtype)
+        fm_forward(v, s, y)
         ctx.saved[self.name] = (v, s)
-        return y.sum(axis=1, keepdims=True) if self.opts["reduce"] else y
+        return y
 
     def backward(self, ctx, gy):
+        from ._fm_kernels import fm_backward
         v, s = ctx.saved[self.name]
         # d/dv_f 0.5((Σv)² − Σv²) = Σv − v_f; a reduced output broadcasts over d
-        return [gy[:, None, :] * (s[:, None, :] - v)]
+        gx = np.empty_like(v)
+        fm_backward(v, s, np.ascontiguousarray(gy, v.dtype).reshape(len(v), -1), gx)
+        return [gx]
 
 
 @register

@@ -203,3 +203,75 @@ def test_an_optimizer_defined_here_is_discovered_and_checked():
         OPTIMIZERS.unregister("test_signsgd")
     with pytest.raises(ConfigError, match="unknown optimizer 'test_signsgd'"):
         make_optimizer({"type": "test_signsgd"})
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("with_sq", [False, True])
+def test_compiled_row_update_is_the_rule(kind, dtype, with_sq):
+    """``step_rows`` (where a rule has one, ``optim/rows.py``) on a table in place gives the
+    same numbers as gathering the rows, ``step`` and scattering them back."""
+    opt = make_optimizer({"type": kind, **OPTIMIZERS[kind].test_params()})
+    rng = np.random.default_rng(5)
+    weights = rng.standard_normal((9, 3)).astype(dtype)
+    state = opt.init_state(weights.shape, table=True, dtype=dtype)
+    for k in state:
+        state[k] += rng.uniform(0.0, 2.0, state[k].shape).astype(dtype)
+    rows = np.array([7, 2, 4, 0], np.int64)
+    g = (rng.standard_normal((4, 3)) * 0.5).astype(dtype)
+    g[1, 2] = 0.0
+    sq = (g * g * rng.uniform(1.0, 3.0, g.shape)).astype(dtype) if with_sq else None
+    want_w, want_state = weights.copy(), {k: a.copy() for k, a in state.items()}
+    w, st = want_w[rows], {k: a[rows] for k, a in want_state.items()}
+    opt.step(w, g, st, sq)
+    want_w[rows] = w
+    for k in st:
+        want_state[k][rows] = st[k]
+    if not opt.step_rows(weights, state, rows, g, sq):
+        assert kind not in ("adagrad", "ftrl")          # these two have compiled row updates
+        return
+    assert np.array_equal(weights, want_w)
+    for k in state:
+        assert np.array_equal(state[k], want_state[k])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_compiled_dense_adam_is_the_numpy_arithmetic(dtype):
+    """Adam on a dense parameter runs compiled (``optim/_rows.py``): the same numbers as its
+    numpy expression (the table path, one step count per row), step after step."""
+    opt = make_optimizer({"type": "adam", "lr": 0.01})
+    rng = np.random.default_rng(8)
+    w = rng.standard_normal((5, 3)).astype(dtype)
+    state = opt.init_state(w.shape, table=False, dtype=dtype)
+    rows = w.copy()                                   # the same numbers as a 5-row table
+    rstate = opt.init_state(w.shape, table=True, dtype=dtype)
+    for _ in range(4):
+        g = rng.standard_normal(w.shape).astype(dtype)
+        opt.step(w, g, state)
+        opt.step(rows, g, rstate)
+    assert np.array_equal(w, rows)
+    assert np.array_equal(state["m"], rstate["m"]) and np.array_equal(state["v"], rstate["v"])
+    assert state["t"][0] == 4
+
+
+@pytest.mark.parametrize("kind,hyper", [("adagrad", {"lr": 0.1, "eps": 0.0}), ("adam", {"lr": 0.1, "eps": 0.0}),
+                                        ("ftrl", {"alpha": 0.0})])
+def test_compiled_updates_divide_by_zero_as_numpy_does(kind, hyper):
+    """A zero denominator (eps 0 and a zero gradient on a fresh row, alpha 0) gives the numpy
+    rule's inf / NaN in the compiled updates too, not an exception inside the step."""
+    opt = make_optimizer({"type": kind, **hyper})
+    g = np.zeros((4, 2), np.float32)
+    g[0, 0] = 1.0
+    weights = np.ones((4, 2), np.float32)
+    # the numpy arithmetic: a table's rows (Adam: one step count per row, the numpy path)
+    want, want_state = weights.copy(), opt.init_state((4, 2), table=True, dtype=np.float32)
+    with np.errstate(all="ignore"):
+        opt.step(want, g, want_state)
+        if kind == "adam":                                   # a dense parameter: the compiled pass
+            state = opt.init_state((4, 2), table=False, dtype=np.float32)
+            opt.step(weights, g, state)
+        else:                                                # a table's rows in place, compiled
+            assert opt.step_rows(weights, opt.init_state((4, 2), table=True, dtype=np.float32),
+                                 np.arange(4), g)
+    np.testing.assert_array_equal(weights, want)
+    assert not np.isfinite(want).all()

@@ -104,3 +104,33 @@ def test_table_policy_by_param_then_layer_then_star():
     assert cfg.policy("emb.a").ttl_s == 5 and cfg.policy("emb.a").admit_after == 0
     assert cfg.policy("emb.b").admit_after == 2
     assert cfg.policy("other.x").max_rows == 9
+
+
+def test_resp_runs_pack_as_hiredis_does():
+    """Keys encoded in one numpy block (redis_resp) give the bytes of hiredis' per-argument packing."""
+    import doctest
+
+    import hiredis
+
+    from streamtrain.store import redis_resp
+    assert doctest.testmod(redis_resp).failed == 0
+    keys = rk.row_keys("ns", "emb", np.arange(5, dtype=np.uint64) * 977, 8)
+    short = np.array([b"a", b"bcd\x00e", b""], "S5")       # shorter than the width, a NUL inside
+    for command in [("MGET", redis_resp.run_of(keys)),
+                    ("EVALSHA", "abc", 9, b"receipt", redis_resp.run_of(keys), 1.5, b"\x00tag\x00"),
+                    ("MGET", redis_resp.run_of(short), redis_resp.run_of(keys[:0]))]:
+        plain = []
+        for arg in command:
+            plain += arg_list(arg) if isinstance(arg, redis_resp.Run) else [arg]
+        assert redis_resp.pack(command) == hiredis.pack_command(tuple(plain))
+
+
+def arg_list(run):
+    """The arguments a run encodes, decoded back (test helper)."""
+    out, i = [], 0
+    for _ in range(run.count):
+        j = run.index(b"\r\n", i)
+        n = int(run[i + 1:j])
+        out.append(bytes(run[j + 2:j + 2 + n]))
+        i = j + 4 + n
+    return out

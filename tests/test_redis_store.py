@@ -280,3 +280,41 @@ def test_pull_states_reports_the_pulled_rows(redis_url, redis_namespace):
         np.testing.assert_allclose(states["t"]["n"], 3.0)        # the squares, not g² = 4
         np.testing.assert_allclose(states["W"]["n"], 1.0)        # no squares sent: g²
         assert states["W"]["n"].shape == (3,) and states["t"]["n"].shape == (2, 2)
+
+
+@pytest.mark.parametrize("kind", ["x1", "cluster"])
+def test_a_push_whose_answers_were_lost_is_applied_once(kind, redis_url, redis_urls3, redis_cluster_url,
+                                                        redis_namespace):
+    """The connection drops after the scripts ran: the retry returns their receipts' answers
+    instead of writing again. A finished push's receipts are deleted by the next push."""
+    from streamtrain.store import redis_keys, redis_scripts
+    store = RedisStore({"namespace": redis_namespace, **_where(kind, redis_url, redis_urls3, redis_cluster_url),
+                        "retry": {"initial_s": 0.01, "max_s": 0.05, "give_up_s": 10}})
+    store.declare({"t": ParamSpec("t", (4,), table=True, init="zeros")}, {"type": "sgd", "lr": 1.0})
+    n = 3 * redis_scripts.MAX_ROWS + 7                       # several script calls per push
+    ids = np.arange(n, dtype=np.uint64)
+    grads = Gradients(tables={"t": (ids, np.ones((n, 4), np.float32))})
+    receipts = redis_keys.namespace_pattern(redis_namespace) + "receipt:*"
+    try:
+        store.pull([], {"t": ids})                          # creates the rows (one push of receipts)
+        store.push(grads)
+        first = set(store.io.scan(receipts))
+        assert first
+        run, lost = store.shards.run, []
+
+        def run_then_drop(groups):                          # the scripts run, their answers are lost
+            answers = run(groups)
+            if not lost and any(c[0] == "EVALSHA" for cmds in groups.values() for c in cmds):
+                lost.append(True)
+                raise redis.ConnectionError("connection dropped after the scripts ran")
+            return answers
+        store.shards.run = run_then_drop
+        store.push(grads)
+        store.shards.run = run
+        assert lost
+        second = set(store.io.scan(receipts))
+        assert second and not (first & second)             # the first push's receipts are gone
+        w = store.pull([], {"t": ids}, create=False)["t"]
+        np.testing.assert_array_equal(w, -2.0)              # two pushes of lr * 1, none applied twice
+    finally:
+        store.close()

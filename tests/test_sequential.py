@@ -329,6 +329,29 @@ def test_evaluation_predicts_from_the_parameters():
     np.testing.assert_allclose(z, want, atol=1e-6)
 
 
+@pytest.mark.parametrize("deep", [False, True])
+def test_training_leaves_out_the_forward_of_the_terms_the_engine_computes(deep):
+    """The FM and the wide embedding are not computed by the forward pass in training (the
+    engine computes their terms); a batch's first prediction is still the model's before it."""
+    layers = lr_layers({"sequential": True}, OPTIMIZERS["adagrad"], deep=deep, fm=OPTIMIZERS["adagrad"])
+    data = stream(8)
+    graph = Graph.from_config(layers, SCHEMA)
+    store = MemoryStore(dtype=np.float64)
+    store.declare(graph.params, {"type": "adagrad", "lr": 0.1})
+    for _ in range(2):                              # parameters away from their initial values
+        Trainer(graph, store, dtype=np.float64).step(stream(32, seed=11))
+    ctx = graph.context(training=False, dtype=np.float64)
+    graph.feed(ctx, data)
+    dense, tables = graph.needs(ctx)
+    ctx.values = store.pull(dense, tables)
+    graph.forward(ctx)
+    trainer = Trainer(graph, store, dtype=np.float64)
+    assert trainer.engine.elide == {"fm", "v", "wide"}
+    got = trainer.step(data).predictions
+    assert got[0] == pytest.approx(ctx.predictions[0], abs=1e-12)
+    assert not {"fm", "v", "wide"} & set(trainer.ctx.saved)
+
+
 def test_sequential_needs_sum_reduction():
     from streamtrain.errors import ConfigError
     layers = lr_layers({"sequential": True, "reduction": "mean"}, OPTIMIZERS["sgd"])

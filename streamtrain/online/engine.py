@@ -27,23 +27,26 @@ class _Block:
     n: np.ndarray
     z: np.ndarray
     grp: np.ndarray           # [R] rule group
-    start: tuple = ()         # (w, n, z) before the batch
+    start: tuple = ()         # (w, n, z) before the batch, in the store's precision
 
 
 def _block(ctx, terms: list, group_of: dict, d: int) -> _Block:
+    """The block's start values are the pulled arrays themselves (one parameter) or their
+    concatenation; the kernel's float64 working copies are made from them once."""
     parts, w, n, z, grp, lo = [], [], [], [], [], 0
     for name, r in ((t.param, t.rows) for t in terms):
         value = ctx.value(name)
         state = ctx.states.get(name, {})
-        w.append(np.asarray(value, np.float64).reshape(r, d))
+        w.append(value.reshape(r, d))
         for acc, slot in ((n, "n"), (z, "z")):
-            acc.append(np.asarray(state[slot], np.float64).reshape(r, d) if slot in state else np.zeros((r, d)))
+            acc.append(state[slot].reshape(r, d) if slot in state else np.zeros((r, d), value.dtype))
         grp.append(np.full(r, group_of[name], np.int64))
         parts.append((name, lo, lo + r, value.shape))
         lo += r
-    cat = (lambda a: np.concatenate(a) if a else np.zeros((0, d)))
-    blk = _Block(parts, cat(w), cat(n), cat(z), np.concatenate(grp) if grp else _EMPTY_I)
-    blk.start = (blk.w.copy(), blk.n.copy(), blk.z.copy())
+    cat = (lambda a: a[0] if len(a) == 1 else np.concatenate(a) if a else np.zeros((0, d)))
+    start = tuple(np.ascontiguousarray(cat(a)) for a in (w, n, z))
+    blk = _Block(parts, *(a.astype(np.float64) for a in start), cat(grp) if grp else _EMPTY_I)
+    blk.start = start
     return blk
 
 
@@ -100,6 +103,15 @@ class PerExample:
         for (_, hyper), g in rules.items():
             self.hyper[g, :len(hyper)] = hyper
         self._blocks: tuple = ()
+        self._elide = {layer.name for pair in self.plan.fm for layer in pair} | \
+            {layer.name for layer in self.plan.linear if layer.pools_rows}
+
+    @property
+    def elide(self) -> set:
+        """Layers whose forward pass training leaves out (``Graph`` gives a zero output): the
+        FM layers and the embeddings the engine owns. It computes their terms itself from the
+        pulled rows and the batch's layout; their outputs only enter the logit it replaces."""
+        return self._elide
 
     @property
     def layers(self) -> list:

@@ -33,6 +33,13 @@ def _sigmoid(z):
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _row(hyper, g_):
+    """Group ``g_``'s hyperparameters as a tuple: a value, not the array view ``hyper[g_]``
+    (numba builds and reference-counts a view at every use)."""
+    return hyper[g_, 0], hyper[g_, 1], hyper[g_, 2], hyper[g_, 3]
+
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _step(code, h, w, n, z, g, sq):
     """One coordinate's update by gradient ``g`` with squared gradient ``sq``: (w, n, z)."""
     if code == SGD:
@@ -101,25 +108,25 @@ def by_example(ex, batch, row, x, field):
 @njit(cache=True, nogil=True, error_model="numpy")
 def _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms):
     """The FM terms of example ``k`` at the current ``V``: fills E (per field) and S (per term)
-    for the example's fields and returns ``Σ_t ½ (|S_t|² − Σ_f |E_f|²)``."""
+    for the example's fields and returns ``Σ_t ½ (|S_t|² − Σ_f |E_f|²)``. One pass: an
+    example's occurrences come field after field."""
     d = V.shape[1]
     for t in range(nterms):
-        S[t, :] = 0.0
-    for i in range(fptr[k], fptr[k + 1]):
-        E[ffield[i], :] = 0.0
-    for i in range(fptr[k], fptr[k + 1]):
-        f, q, x = ffield[i], frow[i], fx[i]
-        if x == 0.0:                         # nothing (a dense term's padding)
-            continue
         for c in range(d):
-            E[f, c] += x * V[q, c]
+            S[t, c] = 0.0
     phi = 0.0
-    done = -1
-    for i in range(fptr[k], fptr[k + 1]):
+    i, end = fptr[k], fptr[k + 1]
+    while i < end:
         f = ffield[i]
-        if f == done:
-            continue
-        done = f
+        for c in range(d):
+            E[f, c] = 0.0
+        while i < end and ffield[i] == f:
+            q, x = frow[i], fx[i]
+            i += 1
+            if x == 0.0:                     # nothing (a dense term's padding)
+                continue
+            for c in range(d):
+                E[f, c] += x * V[q, c]
         t = fterm[f]
         for c in range(d):
             S[t, c] += E[f, c]
@@ -143,7 +150,7 @@ def _implicit(zk, y, r, K, l1_present, uniq, m, xs, w, n, z, root, grp, code, hy
             for i in range(m):
                 j = uniq[i]
                 g_ = grp[j]
-                w2, _n, _z = _apply(code[g_], hyper[g_], w[j], n[j], z[j], root[j], troot[i], trate[i],
+                w2, _n, _z = _apply(code[g_], _row(hyper, g_), w[j], n[j], z[j], root[j], troot[i], trate[i],
                                     s * rho * xs[j], tsq[i])
                 D += xs[j] * (w[j] - w2)
                 if code[g_] != FTRL or w2 != 0.0:
@@ -199,8 +206,12 @@ def learn(base, y, implicit, normalize, code, hyper,
     root = np.sqrt(n)                        # √n of every slot, kept current: one sqrt per update
     tsq, troot, trate = np.empty(P), np.empty(P), np.empty(P)   # per slot of the example
     fmark = np.full(Q, -1, np.int64)
-    G = np.zeros((Q, d))
+    floc = np.empty(Q, np.int64)             # an FM row's place among the example's rows
     funiq = np.empty(Q, np.int64)
+    most = 1
+    for k in range(B):
+        most = max(most, fptr[k + 1] - fptr[k])
+    G = np.zeros((most, d))                  # the example's FM rows' gradients
     zs = np.empty(B)
     rhos = np.empty(B)
     for k in range(B):
@@ -230,7 +241,7 @@ def learn(base, y, implicit, normalize, code, hyper,
             j = uniq[i]
             g_ = grp[j]
             tsq[i] = (r * xs[j]) ** 2
-            troot[i], trate[i] = _prepare(code[g_], hyper[g_], n[j], tsq[i])
+            troot[i], trate[i] = _prepare(code[g_], _row(hyper, g_), n[j], tsq[i])
             K += s * xs[j] * xs[j] * trate[i]
             if code[g_] == FTRL and hyper[g_, 2] > 0:
                 l1_present = True
@@ -241,10 +252,10 @@ def learn(base, y, implicit, normalize, code, hyper,
         for i in range(m):
             j = uniq[i]
             g_ = grp[j]
-            w[j], n[j], z[j] = _apply(code[g_], hyper[g_], w[j], n[j], z[j], root[j], troot[i], trate[i],
+            w[j], n[j], z[j] = _apply(code[g_], _row(hyper, g_), w[j], n[j], z[j], root[j], troot[i], trate[i],
                                       s * rho * xs[j], tsq[i])
             root[j] = troot[i]
-        if nterms:
+        if nterms:                           # the example's FM rows: gradients, then steps
             mq = 0
             for i in range(fptr[k], fptr[k + 1]):
                 q, f, x = frow[i], ffield[i], fx[i]
@@ -252,18 +263,30 @@ def learn(base, y, implicit, normalize, code, hyper,
                     continue
                 if fmark[q] != k:
                     fmark[q] = k
-                    G[q, :] = 0.0
+                    floc[q] = mq
                     funiq[mq] = q
+                    for c in range(d):
+                        G[mq, c] = 0.0
                     mq += 1
-                t = fterm[f]
+                t, at, rx = fterm[f], floc[q], rho * x
                 for c in range(d):
-                    G[q, c] += rho * x * (S[t, c] - E[f, c])
-            for i in range(mq):
-                q = funiq[i]
+                    G[at, c] += rx * (S[t, c] - E[f, c])
+            for i in range(mq):              # the rule picked per row: straight arithmetic per
+                q = funiq[i]                 # coordinate (and no slices: a view per row costs)
                 g_ = vgrp[q]
-                for c in range(d):
-                    g = G[q, c]
-                    V[q, c], Vn[q, c], Vz[q, c] = _step(code[g_], hyper[g_], V[q, c], Vn[q, c], Vz[q, c], g, g * g)
+                rule = code[g_]
+                if rule == ADAGRAD:
+                    lr, eps = hyper[g_, 0], hyper[g_, 1]
+                    for c in range(d):
+                        g = G[i, c]
+                        n2 = Vn[q, c] + g * g
+                        Vn[q, c] = n2
+                        V[q, c] = V[q, c] - lr * g / (np.sqrt(n2) + eps)
+                else:
+                    for c in range(d):
+                        g = G[i, c]
+                        V[q, c], Vn[q, c], Vz[q, c] = _step(rule, _row(hyper, g_), V[q, c], Vn[q, c], Vz[q, c],
+                                                            g, g * g)
         zs[k] = zk
         rhos[k] = rho
     return zs, rhos
@@ -272,20 +295,36 @@ def learn(base, y, implicit, normalize, code, hyper,
 @njit(cache=True, nogil=True, error_model="numpy")
 def combine(code, hyper, grp, w0, n0, z0, w, n, z):
     """Per coordinate (rows of ``w`` share ``grp``): the gradient and squares whose single
-    ``_step`` from (w0, n0, z0) lands on (w, n, z) — the sum of the per-example updates."""
+    ``_step`` from (w0, n0, z0) lands on (w, n, z) — the sum of the per-example updates.
+    (The start may be in a narrower float: its values are what the kernel started from.) All
+    arrays C-contiguous; a run of rows of one group is one flat loop (which vectorises)."""
     R, d = w.shape
     g = np.zeros((R, d))
     sq = np.zeros((R, d))
-    for j in range(R):
-        c_ = code[grp[j]]
-        h = hyper[grp[j]]
-        for c in range(d):
-            if c_ == SGD:
-                g[j, c] = (w0[j, c] - w[j, c]) / h[0] if h[0] > 0 else 0.0
-            elif c_ == ADAGRAD:
-                sq[j, c] = n[j, c] - n0[j, c]
-                g[j, c] = (w0[j, c] - w[j, c]) * (np.sqrt(n[j, c]) + h[1]) / h[0] if h[0] > 0 else 0.0
-            else:
-                sq[j, c] = n[j, c] - n0[j, c]
-                g[j, c] = z[j, c] - z0[j, c] + (np.sqrt(n[j, c]) - np.sqrt(n0[j, c])) / h[0] * w0[j, c]
+    gf, sqf = g.reshape(-1), sq.reshape(-1)
+    w0f, n0f, z0f = w0.reshape(-1), n0.reshape(-1), z0.reshape(-1)
+    wf, nf, zf = w.reshape(-1), n.reshape(-1), z.reshape(-1)
+    j = 0
+    while j < R:
+        e = j + 1
+        while e < R and grp[e] == grp[j]:
+            e += 1
+        rule = code[grp[j]]
+        h0, h1 = hyper[grp[j], 0], hyper[grp[j], 1]
+        lo, hi = j * d, e * d
+        if rule == SGD:
+            if h0 > 0:
+                for i in range(lo, hi):
+                    gf[i] = (w0f[i] - wf[i]) / h0
+        elif rule == ADAGRAD:
+            for i in range(lo, hi):
+                sqf[i] = nf[i] - n0f[i]
+            if h0 > 0:
+                for i in range(lo, hi):
+                    gf[i] = (w0f[i] - wf[i]) * (np.sqrt(nf[i]) + h1) / h0
+        else:
+            for i in range(lo, hi):
+                sqf[i] = nf[i] - n0f[i]
+                gf[i] = zf[i] - z0f[i] + (np.sqrt(nf[i]) - np.sqrt(np.float64(n0f[i]))) / h0 * w0f[i]
+        j = e
     return g, sq

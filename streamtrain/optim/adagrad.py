@@ -33,5 +33,13 @@ class Adagrad(Optimizer):
         n += g * g if sq is None else sq
         w -= self.lr * g / (np.sqrt(n) + self.eps)
 
+    def step_rows(self, weights, state, rows, g, sq=None):
+        from . import _rows as rows_        # numba: imported by the first push, not at start-up
+        if not rows_.usable(weights, state, g):
+            return False
+        rows_.adagrad_rows(weights, state["n"], rows, g, rows_.squares(sq, g),
+                           rows_.hyper(weights.dtype, self.lr, self.eps))
+        return True
+
     def kernel_rule(self):
         return kernel.ADAGRAD, (self.lr, self.eps)

@@ -63,6 +63,13 @@ class Optimizer:
         ``B`` agreeing examples ``B²`` times)."""
         raise NotImplementedError
 
+    def step_rows(self, weights: np.ndarray, state: dict, rows: np.ndarray, g: np.ndarray,
+                  sq: np.ndarray | None = None) -> bool:
+        """``step`` on the distinct rows ``rows`` of a whole table's ``weights`` and ``state``,
+        in place, if this rule has a compiled row update for these arrays (``optim/_rows.py``);
+        False: the caller gathers the rows, calls ``step`` and scatters them back."""
+        return False
+
     #: whether ``step`` uses ``sq``: layers then send per-example squared gradients
     squares = False
 

@@ -34,5 +34,13 @@ class FTRL(Optimizer):
         shrunk = np.sign(z) * np.maximum(np.abs(z) - self.l1, 0)
         w[...] = -shrunk / ((self.beta + np.sqrt(n)) / self.alpha + self.l2)
 
+    def step_rows(self, weights, state, rows, g, sq=None):
+        from . import _rows as rows_        # numba: imported by the first push, not at start-up
+        if not rows_.usable(weights, state, g):
+            return False
+        rows_.ftrl_rows(weights, state["z"], state["n"], rows, g, rows_.squares(sq, g),
+                        rows_.hyper(weights.dtype, self.alpha, self.beta, self.l1, self.l2))
+        return True
+
     def kernel_rule(self):
         return kernel.FTRL, (self.alpha, self.beta, self.l1, self.l2)

@@ -140,13 +140,14 @@ class MemoryStore(ParamStore):
             for name, (ids, g) in grads.tables.items():
                 table = self.tables[name]
                 rows, _ = table.rows(ids, create=True)
-                w = take_rows(table.weights, rows)
-                state = {k: take_rows(arr, rows) for k, arr in table.state.items()}
-                table.optimizer.step(w, g.astype(self.dtype, copy=False), state,
-                                     _squares(grads, name, self.dtype))
-                put_rows(table.weights, rows, w)
-                for k, arr in state.items():
-                    put_rows(table.state[k], rows, arr)
+                g, sq = np.ascontiguousarray(g, self.dtype), _squares(grads, name, self.dtype)
+                if not table.optimizer.step_rows(table.weights, table.state, rows, g, sq):
+                    w = take_rows(table.weights, rows)
+                    state = {k: take_rows(arr, rows) for k, arr in table.state.items()}
+                    table.optimizer.step(w, g, state, sq)
+                    put_rows(table.weights, rows, w)
+                    for k, arr in state.items():
+                        put_rows(table.state[k], rows, arr)
                 self.stats.rows_pushed += len(ids)
             self.stats.table_rows = {name: len(t) for name, t in self.tables.items()}
 

@@ -12,7 +12,7 @@ import os
 import numpy as np
 from redis.exceptions import NoScriptError
 
-from . import redis_keys, redis_scripts
+from . import redis_keys, redis_resp, redis_scripts
 from .redis_shards import Shards
 
 MGET_CHUNK = 10_000
@@ -26,6 +26,7 @@ class RowIO:
         self.client_id = os.urandom(6).hex()
         self.receipt_ms = RECEIPT_MS
         self._seq = 0
+        self._answered: list[tuple[int, bytes]] = []     # (group, receipt) of the last finished push
         self._sha = None
         self._map = None
         self._map_of = None
@@ -73,8 +74,18 @@ class RowIO:
         if not len(keys):
             return out
 
+        width = np.char.str_len(keys) if keys.dtype.kind == "S" else None
+
         def attempt():
-            plan = [(s, pos, ("MGET", *keys[pos].tolist())) for s, pos in self.units(groups, MGET_CHUNK)]
+            plan = []
+            for s, pos in self.units(groups, MGET_CHUNK):
+                if width is None:
+                    plan.append((s, pos, ("MGET", *keys[pos].tolist())))
+                    continue
+                pos = pos[np.argsort(width[pos], kind="stable")]      # one run of keys per length
+                cuts = np.flatnonzero(np.diff(width[pos])) + 1
+                plan.append((s, pos, ("MGET", *(redis_resp.run_of(keys[p].astype(f"S{width[p[0]]}"))
+                                                for p in np.split(pos, cuts)))))
             for (_, pos, _), vals in zip(plan, self._run(plan)):
                 out[pos] = vals
             return out
@@ -102,7 +113,9 @@ class RowIO:
         """Compare-and-set rows of several parameters. A part is ``(keys, groups, expected
         uint64[n] (0 = must be absent), values uint8[n, length], ttl_ms)``. Returns, per part,
         a bool mask of the rows NOT written (changed by someone else since read).
-        Idempotent under retries: every script call carries a receipt id."""
+        Idempotent under retries: every script call carries a receipt id. The receipts of the
+        previous call, answered in full and so never retried, are deleted in this call's
+        pipeline (no extra round trip; they would otherwise crowd the keyspace until they expire)."""
         failed = [np.zeros(len(p[0]), bool) for p in parts]
         if not sum(len(p[0]) for p in parts):
             return failed
@@ -116,21 +129,27 @@ class RowIO:
             for run in np.split(pos, np.flatnonzero(np.diff(part_of[pos])) + 1):
                 p_keys, _, expected, values, ttl_ms = parts[part_of[run[0]]]
                 rows = local[run]
-                keys += p_keys[rows].tolist()
+                keys.append(redis_resp.run_of(p_keys[rows]) if p_keys.dtype.kind == "S"
+                            else redis_resp.Run(b"".join(map(redis_resp.pack_arg, p_keys[rows].tolist())), len(rows)))
                 argv += [len(rows), values.shape[1], int(ttl_ms),
                          np.asarray(expected[rows], "<u8").tobytes(), values[rows].tobytes()]
                 segments += 1
-            receipt = redis_keys.receipt_key(keys[0], f"{self.client_id}:{self._seq}:{c}")
+            first = parts[part_of[pos[0]]][0][local[pos[0]]]
+            receipt = redis_keys.receipt_key(bytes(first), f"{self.client_id}:{self._seq}:{c}")
             plan.append((shard, pos, [receipt, *keys], [self.receipt_ms, segments, *argv]))
+        answered = self._answered
+        old_groups = np.array([g for g, _ in answered], np.int64)
+        old_keys = np.array([k for _, k in answered] or [b""], object)
 
         def attempt():
             where = self.group_shard()     # re-read: a Cluster slot may have moved since the last try
             for retry_script in (False, True):
                 sha = self._load_script()
-                items = [(int(where[groups[pos[0]]]), pos, ("EVALSHA", sha, len(ks), *ks, *argv))
+                items = [(int(where[groups[pos[0]]]), pos, ("EVALSHA", sha, 1 + len(pos), *ks, *argv))
                          for _, pos, ks, argv in plan]
+                cleanup = [(s, None, ("UNLINK", *old_keys[pos].tolist())) for s, pos in self.units(old_groups, 1000)]
                 try:
-                    answers = self._run(items)
+                    answers = self._run(items + cleanup)[:len(items)]
                     break
                 except NoScriptError:
                     self._sha = None              # a restarted server forgot the script
@@ -142,7 +161,9 @@ class RowIO:
                     failed[part_of[i]][local[i]] = True
             return failed
 
-        return self.shards.retrying(what, attempt)
+        out = self.shards.retrying(what, attempt)
+        self._answered = [(int(groups[pos[0]]), ks[0]) for _, pos, ks, _ in plan]
+        return out
 
     def _load_script(self) -> str:
         if self._sha is None:

@@ -24,16 +24,18 @@ from redis.exceptions import (AskError, AuthenticationError, BusyLoadingError, C
 from streamtrain.backoff import Backoff
 from streamtrain.errors import StoreAccessError, StoreError
 
-from . import redis_keys
+from . import redis_keys, redis_resp
 from .redis_connection import redact, section
 
 try:
     from hiredis import pack_command as _pack_one
 
     def _pack(conn, commands):
-        return [b"".join(_pack_one(tuple(c)) for c in commands)]
+        return [b"".join(redis_resp.pack(c) if redis_resp.has_runs(c) else _pack_one(tuple(c)) for c in commands)]
 except ImportError:                   # redis-py's own packer
     def _pack(conn, commands):
+        if any(redis_resp.has_runs(c) for c in commands):
+            return [b"".join(redis_resp.pack(c) for c in commands)]
         return conn.pack_commands(commands)
 
 log = logging.getLogger("streamtrain.store.redis")

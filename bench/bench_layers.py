@@ -1,0 +1,108 @@
+"""Time of the embedding / FM layers, the per-example engine and the store's push on one batch.
+
+    python bench/bench_layers.py [--models fm deepfm] [--repeat 100]
+
+Each model trains 60 batches of the Criteo TSV (``bench/compare.py --targets``' file), then one
+more batch is fed, pulled and run forward, and each component is called ``--repeat`` times on
+it; the fastest call is reported (µs). The fastest of many short calls moves little with the
+machine's load, so two versions of the code compare well one after the other. Components:
+the whole training forward pass (the engine's per-example loop included), the ``emb`` and
+``fm`` layers' forward and backward called directly, the engine's learn + push, and the memory
+store's push of the gradients of the 60th step.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import streams  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def measure(model: str, repeat: int) -> dict:
+    from streamtrain import config as C
+    from streamtrain.job import Job
+    from streamtrain.state import Status
+    sets = ["reader.type=file", f"reader.path={streams.criteo_tsv(30000)}", "reader.format=criteo",
+            "metrics.enabled=false", "checkpoint.dir=null", "log.every_seconds=1000000"]
+    job = Job(C.validate(C.load(ROOT / "examples" / f"{model}.json", sets)))
+    batches = list(job.source.batches())
+    job._build(batches[0])
+    trainer = job.trainer
+    graph, ctx, store = trainer.graph, trainer.ctx, trainer.store
+    pushed = {}
+    push = type(store).push
+    store.push = lambda grads: (pushed.__setitem__("grads", grads), push(store, grads))[1]
+    for batch in batches[:60]:
+        trainer.step(batch)
+    del store.push
+    batch = batches[61]
+    graph.feed(ctx, batch)
+    dense, tables = graph.needs(ctx)
+    ctx.values = store.pull(dense, tables)
+    if ctx.engine is not None:
+        ctx.states = store.pull_states(ctx.engine.params)
+    graph.forward(ctx)
+
+    def best(fn) -> float:
+        fastest = float("inf")
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn()
+            fastest = min(fastest, time.perf_counter() - t0)
+        return 1e6 * fastest
+
+    def forward():
+        for name in ctx.status:
+            ctx.status[name] = Status.NULL
+        ctx.outputs.clear()
+        graph.forward(ctx)
+
+    out = {"training forward pass": best(forward)}
+    emb, fm = graph.layers["emb"], graph.layers["fm"]
+    xs = [ctx.outputs.get(emb.inputs[0])]
+    out["emb forward"] = best(lambda: emb.forward(ctx, xs))
+    v = emb.forward(ctx, xs)
+    out["fm forward"] = best(lambda: fm.forward(ctx, [v]))
+    fm.forward(ctx, [v])
+    gy = np.full((batch.size, 1), 0.1, ctx.dtype)
+    out["fm backward"] = best(lambda: fm.backward(ctx, gy))
+    gv = fm.backward(ctx, gy)[0]
+    out["emb backward (rows + squares)"] = best(lambda: emb.backward(ctx, gv))
+    if ctx.engine is not None:
+        z0, y = np.zeros(batch.size, ctx.dtype), batch.labels.astype(ctx.dtype)
+
+        def learn_push():
+            ctx.engine.learn(ctx, z0, y)
+            ctx.engine.push(ctx)
+        out["engine learn + push"] = best(learn_push)
+    out["store push"] = best(lambda: push(store, pushed["grads"]))
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=["fm", "deepfm"])
+    ap.add_argument("--repeat", type=int, default=100)
+    args = ap.parse_args(argv)
+    from streamtrain import limit_blas_threads
+    limit_blas_threads()
+    print(f"# python bench/bench_layers.py {' '.join(argv if argv is not None else sys.argv[1:])}\n")
+    results = {m: measure(m, args.repeat) for m in args.models}
+    print("| component (µs, fastest of --repeat) | " + " | ".join(args.models) + " |")
+    print("|---|" + "---:|" * len(args.models))
+    for key in dict.fromkeys(k for r in results.values() for k in r):
+        print(f"| {key} | " + " | ".join(f"{results[m][key]:.0f}" if key in results[m] else "-"
+                                         for m in args.models) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

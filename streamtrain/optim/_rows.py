@@ -1,0 +1,90 @@
+"""Compiled in-place updates (numba, cached): a table's touched rows for the memory store, and
+Adam's step on a dense parameter.
+
+``step`` on the rows a push touched is a gather of the rows and their state, the rule's numpy
+arithmetic (a temporary per operation), and a scatter back. For the rules that accumulate squared
+gradients (Adagrad, FTRL) the kernels here do the same arithmetic, coordinate by coordinate in
+the table's own precision, on the table in place: one pass, the same numbers
+(``tests/test_optim.py``); a division by zero gives inf / NaN as numpy does (the trainer
+then skips the batch as non-finite) instead of raising. ``h`` holds the hyperparameters in the table's dtype, then a zero, so
+no constant widens float32 arithmetic to float64.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from streamtrain.compiled import njit
+
+
+@njit(nogil=True, error_model="numpy")
+def adagrad_rows(W, N, rows, g, sq, h):
+    """``n += sq (else g²); w -= lr g / (√n + eps)`` on rows ``rows`` (distinct) of W, N."""
+    lr, eps = h[0], h[1]
+    have_sq = sq.shape[0] > 0
+    for i in range(len(rows)):
+        r = rows[i]
+        for c in range(W.shape[1]):
+            gi = g[i, c]
+            n = N[r, c] + (sq[i, c] if have_sq else gi * gi)
+            N[r, c] = n
+            W[r, c] -= lr * gi / (np.sqrt(n) + eps)
+
+
+@njit(nogil=True, error_model="numpy")
+def ftrl_rows(W, Z, N, rows, g, sq, h):
+    """FTRL-Proximal's step (``FTRL.step``) on rows ``rows`` (distinct) of W, Z, N."""
+    alpha, beta, l1, l2, zero = h[0], h[1], h[2], h[3], h[4]
+    have_sq = sq.shape[0] > 0
+    for i in range(len(rows)):
+        r = rows[i]
+        for c in range(W.shape[1]):
+            gi = g[i, c]
+            g2 = sq[i, c] if have_sq else gi * gi
+            n = N[r, c]
+            sigma = (np.sqrt(n + g2) - np.sqrt(n)) / alpha
+            z = Z[r, c] + (gi - sigma * W[r, c])
+            n = n + g2
+            Z[r, c] = z
+            N[r, c] = n
+            shrunk = abs(z) - l1
+            if shrunk <= zero:                                      # (NaN stays NaN)
+                shrunk = zero
+            if z < zero:
+                shrunk = -shrunk
+            W[r, c] = -shrunk / ((beta + np.sqrt(n)) / alpha + l2)
+
+
+def usable(weights: np.ndarray, state: dict, g: np.ndarray) -> bool:
+    """Whether the kernels apply: 2-D C-contiguous float arrays of one dtype."""
+    arrays = [weights, *state.values()]
+    return (weights.dtype in (np.float32, np.float64) and g.dtype == weights.dtype
+            and all(a.ndim == 2 and a.flags.c_contiguous and a.dtype == weights.dtype
+                    and a.shape[1] == weights.shape[1] for a in arrays))
+
+
+def flat(w: np.ndarray, *others: np.ndarray) -> bool:
+    """Whether arrays of ``w``'s size, dtype (float32/64) and C order can be updated flat."""
+    return w.dtype in (np.float32, np.float64) and w.flags.c_contiguous and all(
+        a.dtype == w.dtype and a.size == w.size and a.flags.c_contiguous for a in others)
+
+
+def hyper(dtype, *values) -> np.ndarray:
+    return np.array([*values, 0.0], dtype)
+
+
+def squares(sq, g) -> np.ndarray:
+    return np.zeros((0, g.shape[1]), g.dtype) if sq is None else np.ascontiguousarray(sq, g.dtype)
+
+
+@njit(nogil=True, error_model="numpy")
+def adam_dense(w, m, v, g, h, c1, c2):
+    """Adam's moment updates and step on flat arrays (one bias correction ``c1 = 1 − β1^t``,
+    ``c2 = 1 − β2^t`` for all of them): ``Adam.step``'s arithmetic in ``w``'s precision."""
+    lr, beta1, beta2, eps, one_b1, one_b2 = h[0], h[1], h[2], h[3], h[4], h[5]
+    for i in range(len(w)):
+        gi = g[i]
+        mi = m[i] * beta1 + one_b1 * gi
+        vi = v[i] * beta2 + one_b2 * gi * gi
+        m[i] = mi
+        v[i] = vi
+        w[i] -= lr * (mi / c1) / (np.sqrt(vi / c2) + eps)
