@@ -4,9 +4,11 @@
 
 Each model runs once in this process (``Job(config).run()`` on ``--rows`` Criteo rows, the TSV
 ``bench/compare.py --targets`` uses) and the phases each step reports (``StepResult.seconds``:
-pull, forward, backward, push, update, commit) are summed, and "read" is the time the loop waits
-for the reader's next batch (the parse thread's); "between steps" is everything else in the loop
-(feeding the graph: crosses, hashing, unique ids; hooks; progressive metrics).
+feed, pull, forward, backward, push, update, commit) are summed, and "read" is the time the loop
+waits for the reader's next batch (the parse thread's); "feed" is the graph's feed (each table's
+unique ids and each layer's positions among them, crosses); "between steps" is everything else
+in the loop (the job's hooks: drift detectors, metrics; checkpoints; and, with a parse thread,
+the main thread waiting for the GIL, which cProfile books to whatever code resumes).
 Shares are of the job's wall time from its first batch. ``--top N`` also prints the N functions
 with the most own time (cProfile; slows the run, so the shares above come from a run without it).
 """
@@ -26,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import streams  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-PHASES = ("read", "pull", "forward", "backward", "push", "update", "commit")
+PHASES = ("read", "feed", "pull", "forward", "backward", "push", "update", "commit")
 
 
 def profile(model: str, store: str, rows: int) -> dict:
@@ -40,8 +42,10 @@ def profile(model: str, store: str, rows: int) -> dict:
     spent: dict[str, float] = defaultdict(float)
     marks = {}
 
-    def keep(job, batch, result):
-        marks.setdefault("first", time.perf_counter())
+    def keep(job, batch, result):          # from the end of batch 1, like the wall clock (batch 1
+        if not marks:                      # loads numba's cached kernels: not a steady-state cost)
+            marks["first"] = time.perf_counter()
+            return
         for k, v in result.seconds.items():
             spent[k] += v
 

@@ -111,6 +111,8 @@ class FeatureCross(Layer):
 
     def fields_of(self, ctx, names) -> list:
         """The batch's fields of ``names`` (input fields and crosses), computed once per batch."""
+        if not self.crossed:                     # nothing crossed (too many fields): a pass-through
+            return self._upstream(ctx, names)
         key = ("feature_cross", self.name)
         got = ctx.memo.get(key)
         if got is None:

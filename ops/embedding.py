@@ -6,6 +6,7 @@ import numpy as np
 from streamtrain.errors import ShapeError
 from streamtrain.online.terms import Term
 
+from ._field_layout import field_slots
 from .base import INIT_OPTIONS, SPARSE, Layer, Option, SparseShape, positive, register
 from .inputs import batch_fields
 
@@ -70,11 +71,7 @@ class Embedding(Layer):
             B, F = ctx.batch.size, len(fields)
             ids = fields[0].ids if F == 1 else np.concatenate([f.ids for f in fields])
             offs = np.concatenate([f.offsets for f in fields]).reshape(F, B + 1)
-            counts = (offs[:, 1:] - offs[:, :-1]).reshape(-1)                 # field-major [F*B]
-            slot = None
-            if counts.max(initial=0) <= 1:
-                r = np.repeat(np.arange(F * B), counts)
-                slot = (r % B) * F + r // B                                     # batch-major row
+            counts, slot = field_slots(offs)            # field-major [F*B]; batch-major row of each id
             got = ctx.memo[key] = (fields, ids, counts, slot)
         return got
 

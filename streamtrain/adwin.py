@@ -102,10 +102,10 @@ def _delete_oldest(sc, tot, var, cnt):
 
 
 @njit()
-def _cut(sc, n0, n1, diff, delta, min_len):
-    d = math.log(2.0 * math.log(sc[WIDTH]) / delta)
+def _cut(n0, n1, diff, v, d, min_len):
+    """Whether the cut into ``n0`` older and ``n1`` newer values is a change; ``v`` the window's
+    variance per value and ``d`` = d' (both fixed for one scan of the window)."""
     m = 1.0 / (n0 - min_len + 1) + 1.0 / (n1 - min_len + 1)
-    v = sc[VAR] / sc[WIDTH]
     eps = math.sqrt(2.0 * m * v * d) + 2.0 / 3.0 * d * m
     return abs(diff) > eps
 
@@ -119,6 +119,8 @@ def _detect(sc, tot, var, cnt, delta, min_len, direction):
     while again:
         again = False
         n0, n1, u0, u1 = 0.0, sc[WIDTH], 0.0, sc[TOTAL]
+        d = math.log(2.0 * math.log(sc[WIDTH]) / delta) if sc[WIDTH] > 1.0 else 0.0   # no cut below 2
+        v = sc[VAR] / sc[WIDTH]
         done = False
         for r in range(int(sc[NROWS]) - 1, -1, -1):
             if done:
@@ -133,7 +135,7 @@ def _detect(sc, tot, var, cnt, delta, min_len, direction):
                     done = True
                     break
                 diff = u0 / n0 - u1 / n1                  # older side's mean minus newer side's
-                if n0 >= min_len and n1 >= min_len and _cut(sc, n0, n1, diff, delta, min_len):
+                if n0 >= min_len and n1 >= min_len and _cut(n0, n1, diff, v, d, min_len):
                     again = True
                     if direction == 0 or (direction > 0) == (diff < 0):
                         found = True

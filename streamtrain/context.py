@@ -42,7 +42,7 @@ class Context:
         self.status = {name: Status.NULL for name in layer_names}
         self.batch = None
         self.values: dict[str, np.ndarray] = {}       # pulled params (tables: rows of table_ids)
-        self.table_ids: dict[str, np.ndarray] = {}    # table -> sorted unique ids of this batch
+        self.table_ids: dict[str, np.ndarray] = {}    # table -> unique ids of this batch (first-seen order)
         self.table_pos: dict[tuple, np.ndarray] = {}  # (layer, table) -> position of each of its ids
         self.outputs: dict[str, object] = {}
         self.saved: dict[str, object] = {}

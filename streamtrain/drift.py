@@ -8,7 +8,7 @@ After an alarm a detector starts afresh (River's convention).
 * ``page_hinkley`` — the Page-Hinkley test of River's ``drift.PageHinkley``:
   ``S_t = alpha S_{t-1} + (x_t - mean_t) - delta``, alarm when ``S_t - min S > threshold``
   (mode ``up``; ``down`` watches ``max T - T_t`` with ``T_t = alpha T_{t-1} + x_t - mean_t + delta``).
-  Vectorised: the fading sum is a linear recurrence solved with a cumulative sum.
+  Per value by nature, compiled (one pass over the batch, River's arithmetic).
 * ``adwin`` — ADWIN, per value by nature, compiled (``streamtrain.adwin``).
 
 The defaults are set for per-example logloss (standard deviation around 0.5-1): with them a
@@ -27,6 +27,7 @@ import time
 import numpy as np
 
 from . import adwin as kernel
+from .compiled import njit
 from .scores import log_losses
 from .registry import Registry
 from .schema import Option, check_options, join, kind_problems, non_negative, positive, with_defaults
@@ -77,63 +78,40 @@ class PageHinkley(Detector):
     }
 
     def reset(self) -> None:
-        self.n, self.mean = 0, 0.0
-        self.s_inc, self.min_inc = 0.0, np.inf
-        self.s_dec, self.max_dec = 0.0, -1.0
+        self.state = np.array([0.0, 0.0, 0.0, np.inf, 0.0, -1.0])    # n, mean, s_inc, min_inc, s_dec, max_dec
 
     def update_many(self, x) -> np.ndarray:
-        x = np.asarray(x, np.float64).reshape(-1)
-        alarms, start = [], 0
-        while start < len(x):
-            hit = self._segment(x[start:])
-            if hit is None:
-                break
-            alarms.append(start + hit)
-            start += hit + 1
-            self.reset()
-        return np.asarray(alarms, np.int64)
-
-    def _segment(self, x):
-        """Advance over ``x``; stop at (and return) the first alarm, else None."""
         o = self.opts
-        n = self.n + np.arange(1, len(x) + 1, dtype=np.float64)
-        mean = (self.n * self.mean + np.cumsum(x)) / n
-        dev = x - mean
-        inc = fading_sum(self.s_inc, dev - o["delta"], o["alpha"])
-        dec = fading_sum(self.s_dec, dev + o["delta"], o["alpha"])
-        min_inc = np.minimum.accumulate(np.concatenate(([self.min_inc], inc)))[1:]
-        max_dec = np.maximum.accumulate(np.concatenate(([self.max_dec], dec)))[1:]
-        test = np.zeros(len(x), bool)
-        if o["mode"] in ("up", "both"):
-            test |= inc - min_inc > o["threshold"]
-        if o["mode"] in ("down", "both"):
-            test |= max_dec - dec > o["threshold"]
-        test &= n >= o["min_instances"]
-        hits = np.flatnonzero(test)
-        stop = hits[0] if len(hits) else len(x) - 1
-        self.n, self.mean = int(n[stop]), float(mean[stop])
-        self.s_inc, self.min_inc = float(inc[stop]), float(min_inc[stop])
-        self.s_dec, self.max_dec = float(dec[stop]), float(max_dec[stop])
-        return int(stop) if len(hits) else None
+        return _page_hinkley(np.ascontiguousarray(x, np.float64).reshape(-1), self.state, float(o["min_instances"]),
+                             float(o["delta"]), float(o["threshold"]), float(o["alpha"]),
+                             o["mode"] in ("up", "both"), o["mode"] in ("down", "both"))
 
     @classmethod
     def test_params(cls) -> dict:
         return {"min_instances": 30, "threshold": 50.0}
 
 
-def fading_sum(s0: float, d: np.ndarray, alpha: float) -> np.ndarray:
-    """``s_t = alpha s_{t-1} + d_t`` for every t, from ``s_0``: ``alpha^t (s_0 + sum_k d_k alpha^-k)``,
-    in chunks short enough that ``alpha^-k`` stays below e^30."""
-    if alpha >= 1.0:
-        return s0 + np.cumsum(d)
-    out = np.empty(len(d))
-    step = max(1, int(30.0 / -np.log(alpha)))
-    for lo in range(0, len(d), step):
-        part = d[lo:lo + step]
-        p = alpha ** np.arange(1, len(part) + 1, dtype=np.float64)
-        out[lo:lo + len(part)] = p * (s0 + np.cumsum(part / p))
-        s0 = out[lo + len(part) - 1]
-    return out
+@njit(nogil=True)
+def _page_hinkley(x, state, min_instances, delta, threshold, alpha, up, down):
+    """River's ``PageHinkley.update`` over ``x`` in order (``state`` updated in place); the
+    positions of the alarms, after each of which the test starts afresh."""
+    n, mean, s_inc, min_inc, s_dec, max_dec = state[0], state[1], state[2], state[3], state[4], state[5]
+    alarms = np.empty(len(x), np.int64)
+    k = 0
+    for i in range(len(x)):
+        n += 1.0
+        mean += (x[i] - mean) / n
+        dev = x[i] - mean
+        s_inc = alpha * s_inc + dev - delta
+        s_dec = alpha * s_dec + dev + delta
+        min_inc = min(min_inc, s_inc)
+        max_dec = max(max_dec, s_dec)
+        if n >= min_instances and ((up and s_inc - min_inc > threshold) or (down and max_dec - s_dec > threshold)):
+            alarms[k] = i
+            k += 1
+            n, mean, s_inc, min_inc, s_dec, max_dec = 0.0, 0.0, 0.0, np.inf, 0.0, -1.0
+    state[0], state[1], state[2], state[3], state[4], state[5] = n, mean, s_inc, min_inc, s_dec, max_dec
+    return alarms[:k]
 
 
 DIRECTIONS = {"up": 1, "down": -1, "both": 0}     # ADWIN's mode: the loss rose, fell, either

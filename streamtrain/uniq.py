@@ -1,44 +1,61 @@
-"""Unique ids of a batch and where each occurrence falls among them, fast.
+"""Unique ids of a batch and where each occurrence falls among them, in one compiled pass.
 
-``np.unique(..., return_inverse=True)`` argsorts the 64-bit ids, which costs ~4x a plain
-sort. Ids here are hashes, so their high bits are already well spread: we sort one uint64
-array holding ``(id >> k) << k | position`` (k bits for the position), which is a plain,
-SIMD-accelerated sort, and read both the order and the id prefix back from it. If two
-different ids share a prefix in one batch (about n²/2^(65-k) odds), we fall back to the exact
-argsort path, so the result is always exact.
+A batch's ids go through a small open-addressing hash table (linear probing, at most half
+full, slots found by multiplying the id by 2^64/phi and keeping the top bits, so ids that are
+not hashes spread too): each id is either found (its unique position) or appended. That is
+O(n) and ~20x cheaper than ``np.unique(..., return_inverse=True)``, which argsorts. The
+unique ids come in the order of their first occurrence, not sorted.
+
+>>> import numpy as np
+>>> uniq, inverse = unique_inverse(np.array([7, 3, 7, 9, 3], np.uint64))
+>>> uniq.tolist(), inverse.tolist()
+([7, 3, 9], [0, 1, 0, 2, 1])
 """
 from __future__ import annotations
 
 import numpy as np
 
+from streamtrain.compiled import njit
+
+FIBONACCI = np.uint64(0x9E3779B97F4A7C15)      # 2^64 / golden ratio: Knuth's multiplicative hash
+
+
+def table_bits(n: int) -> int:
+    """log2 of a power-of-two slot count of at least ``2 n`` (at most half full), at least 16 slots."""
+    return max(4, int(2 * n - 1).bit_length())
+
 
 def unique_inverse(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted unique ids, inverse) with ``unique[inverse] == ids``."""
-    ids = np.asarray(ids, dtype=np.uint64)
+    """(unique ids in order of first occurrence, inverse) with ``unique[inverse] == ids``."""
+    ids = np.ascontiguousarray(ids, dtype=np.uint64).reshape(-1)
+    if len(ids) >= 1 << 30:                   # int32 slots; no batch comes near
+        uniq, inverse = np.unique(ids, return_inverse=True)
+        return uniq, inverse.reshape(-1)
+    return _unique_inverse(ids, table_bits(len(ids)))
+
+
+@njit(nogil=True)
+def _unique_inverse(ids, bits):
     n = len(ids)
-    if n == 0:
-        return ids.copy(), np.zeros(0, np.int64)
-    bits = max(1, int(n - 1).bit_length())
-    if bits > 40:
-        return _exact(ids)
-    shift = np.uint64(bits)
-    keys = (ids >> shift) << shift
-    keys |= np.arange(n, dtype=np.uint64)
-    keys.sort()
-    order = (keys & np.uint64((1 << bits) - 1)).astype(np.int64)
-    prefix = keys >> shift
-    sorted_ids = ids[order]
-    new = np.empty(n, dtype=bool)
-    new[0] = True
-    np.not_equal(prefix[1:], prefix[:-1], out=new[1:])
-    same_prefix_other_id = ~new[1:] & (sorted_ids[1:] != sorted_ids[:-1])
-    if same_prefix_other_id.any():
-        return _exact(ids)
-    inverse = np.empty(n, dtype=np.int64)
-    inverse[order] = np.cumsum(new) - 1
-    return sorted_ids[new], inverse
-
-
-def _exact(ids):
-    uniq, inverse = np.unique(ids, return_inverse=True)
-    return uniq, inverse.reshape(-1)
+    mask = (1 << bits) - 1
+    shift = np.uint64(64 - bits)
+    slots = np.full(1 << bits, -1, np.int32)       # position in ``uniq`` of the id in each slot
+    uniq = np.empty(n, np.uint64)
+    inverse = np.empty(n, np.int64)
+    m = 0
+    for i in range(n):
+        x = ids[i]
+        s = np.int64((x * FIBONACCI) >> shift)
+        while True:
+            k = slots[s]
+            if k < 0:
+                slots[s] = m
+                uniq[m] = x
+                inverse[i] = m
+                m += 1
+                break
+            if uniq[k] == x:
+                inverse[i] = k
+                break
+            s = (s + 1) & mask
+    return uniq[:m].copy(), inverse

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from streamtrain import config as configmod
-from streamtrain.drift import DETECTORS, Adwin, DriftMonitor, PageHinkley, fading_sum
+from streamtrain.drift import DETECTORS, Adwin, DriftMonitor, PageHinkley
 from streamtrain.graph import Graph, Schema
 from streamtrain.metrics import Metrics
 from streamtrain.scores import log_losses as logloss
@@ -141,17 +141,6 @@ def test_page_hinkley_by_hand():
     # down mode: S_dn = 0, 0, 0, 3 and max = 0 (it starts at -1): 0 - 3 < 0, no alarm; a drop alarms
     ph = PageHinkley(min_instances=1, delta=0.0, threshold=2.5, mode="down")
     assert ph.update_many([4, 4, 4, 0]).tolist() == [3]
-
-
-def test_fading_sum_is_the_recurrence():
-    rng = np.random.default_rng(0)
-    d = rng.normal(size=20_000)
-    for alpha in (1.0, 0.999, 0.9):
-        want, s = np.empty_like(d), 0.7
-        for i, v in enumerate(d):
-            s = alpha * s + v
-            want[i] = s
-        np.testing.assert_allclose(fading_sum(0.7, d, alpha), want, rtol=1e-9, atol=1e-9)
 
 
 # ---- ADWIN -------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
     python -m streamtrain.online.warm
 
 trains two small batches of a model with linear and FM terms, which compiles every kernel for
-the argument types the engine passes (they do not depend on the model). The Dockerfile runs it
+the argument types the engine passes (they do not depend on the model), and runs the id
+index's and the drift detectors' kernels once (a job runs them on its first batch). The Dockerfile runs it
 at build time, while the installed package's directory is still writable: a container then
 loads the kernels instead of compiling them (numba's cache is next to ``kernels.py``).
 """
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from streamtrain.drift import DriftMonitor
 from streamtrain.graph import Graph, Schema
+from streamtrain.store.idindex import IdIndex
 from streamtrain.store.memory import MemoryStore
 from streamtrain.testing import random_batch
 from streamtrain.trainer import Trainer
@@ -38,6 +41,10 @@ def main() -> int:
     trainer = Trainer(graph, store)
     for _ in range(2):
         trainer.step(batch)
+    index = IdIndex(capacity=1)
+    index.find_or_add(np.arange(64, dtype=np.uint64))         # grows: the rehash kernel
+    index.lookup(np.arange(8, dtype=np.uint64))
+    DriftMonitor.from_config(None).update(np.ones(4))
     print(f"per-example kernels compiled and cached; logloss {trainer.progressive.logloss:.4f}")
     return 0 if np.isfinite(trainer.progressive.logloss) else 1
 

@@ -2,7 +2,7 @@
 or a running trainer's own memory store between two of its steps.
 
 Both answer ``pull(dense, tables, may_read=True) -> (values, fetched_at)``: the values of the
-dense parameters and of the rows of ``tables[name]`` (sorted unique ids), and the monotonic
+dense parameters and of the rows of ``tables[name]`` (unique ids, any order), and the monotonic
 time at which the oldest of them was read from where the trainers write it. Neither ever
 creates a row: unknown ids read as their deterministic initial rows. With ``may_read=False``
 a pull that would have to wait (a store read, a trainer's step) raises ``MustWait`` instead:

@@ -118,7 +118,7 @@ class ParamStore(abc.ABC):
 
     @abc.abstractmethod
     def pull(self, dense: list[str], tables: dict[str, np.ndarray], *, create: bool = True) -> dict:
-        """Values of the dense parameters and of the rows of ``tables[name]`` (sorted unique ids).
+        """Values of the dense parameters and of the rows of ``tables[name]`` (unique ids, any order).
         With ``create=False`` missing rows read as their initial value but are not stored."""
 
     @abc.abstractmethod

@@ -1,63 +1,129 @@
 """A growing map from uint64 ids to row numbers, looked up a whole batch at a time.
 
-Two sorted arrays, a large main one and a small recent one (merged into main when it grows
-past an eighth of it), so both lookups (``searchsorted``) and inserts stay vectorised and
-amortised O(log n) per id.
+Rows are numbered in the order ids arrive (0, 1, 2, ...). The map is an open-addressing hash
+table (linear probing, at most half full, doubled when a batch could fill it past that) whose
+slots hold ``(id, row + 1)`` side by side, 0 marking an empty slot, so a probe reads one cache
+line; the slot of an id is the top bits of ``id * 2^64/phi``. Lookups and inserts run as one
+compiled loop over the batch: O(1) per id, no sort. ``ids[row]`` keeps the id of every row.
+
+>>> import numpy as np
+>>> index = IdIndex()
+>>> index.find_or_add(np.array([5, 9, 5], np.uint64)).tolist()
+[0, 1, 0]
+>>> index.lookup(np.array([9, 4], np.uint64)).tolist()
+[1, -1]
 """
 from __future__ import annotations
 
 import numpy as np
 
+from streamtrain.compiled import njit
+from streamtrain.growth import capacity_for, grow_rows
+from streamtrain.uniq import FIBONACCI, table_bits
+
 
 class IdIndex:
-    def __init__(self):
-        empty_k, empty_r = np.zeros(0, np.uint64), np.zeros(0, np.int64)
-        self._main = (empty_k, empty_r)
-        self._recent = (empty_k, empty_r)
+    def __init__(self, capacity: int = 1024):
+        self._bits = table_bits(capacity)
+        self._slots = np.zeros((1 << self._bits, 2), np.uint64)     # (id, row + 1); 0: empty
+        self._ids = np.zeros(capacity, np.uint64)                    # id of each row
         self.size = 0
 
     def __len__(self) -> int:
         return self.size
 
-    @staticmethod
-    def _find(part, ids):
-        keys, rows = part
-        if not len(keys):
-            return np.full(len(ids), -1, np.int64)
-        pos = np.searchsorted(keys, ids)
-        pos_c = np.minimum(pos, len(keys) - 1)
-        return np.where(keys[pos_c] == ids, rows[pos_c], -1)
-
     def lookup(self, ids: np.ndarray) -> np.ndarray:
         """Row of each id, -1 where unknown."""
-        ids = np.asarray(ids, np.uint64)
-        found = self._find(self._main, ids)
-        missing = found < 0
-        if missing.any() and len(self._recent[0]):
-            found[missing] = self._find(self._recent, ids[missing])
-        return found
+        ids = np.ascontiguousarray(ids, np.uint64).reshape(-1)
+        return _lookup(self._slots, self._bits, ids)
 
-    def insert(self, ids: np.ndarray) -> np.ndarray:
-        """Add ids that are not present (unique, unknown); return their new row numbers."""
-        ids = np.asarray(ids, np.uint64)
-        rows = np.arange(self.size, self.size + len(ids), dtype=np.int64)
-        self.size += len(ids)
-        keys = np.concatenate([self._recent[0], ids])
-        vals = np.concatenate([self._recent[1], rows])
-        order = np.argsort(keys, kind="stable")
-        self._recent = (keys[order], vals[order])
-        if len(self._recent[0]) > max(4096, len(self._main[0]) // 8):
-            keys = np.concatenate([self._main[0], self._recent[0]])
-            vals = np.concatenate([self._main[1], self._recent[1]])
-            order = np.argsort(keys, kind="stable")
-            self._main = (keys[order], vals[order])
-            empty_k, empty_r = np.zeros(0, np.uint64), np.zeros(0, np.int64)
-            self._recent = (empty_k, empty_r)
+    def find_or_add(self, ids: np.ndarray) -> np.ndarray:
+        """Row of each id, adding the unknown ones (in order of first occurrence; a repeated id
+        gets one row). The new rows are those ``>= len(self)`` before the call."""
+        ids = np.ascontiguousarray(ids, np.uint64).reshape(-1)
+        self._reserve(self.size + len(ids))
+        rows, self.size = _find_or_add(self._slots, self._bits, self._ids, self.size, ids)
         return rows
+
+    insert = find_or_add       # the name callers that add only unknown ids use
+
+    def _reserve(self, needed: int) -> None:
+        """Room for ``needed`` ids: the id column and the slots (kept at most half full)."""
+        if needed > len(self._ids):
+            self._ids = grow_rows(self._ids, capacity_for(len(self._ids), needed))
+        bits = table_bits(needed)
+        if bits > self._bits:
+            self._slots = _rehash(self._slots, bits)
+            self._bits = bits
+
+    @property
+    def ids(self) -> np.ndarray:
+        """The id of every row (a view: row ``r``'s id is ``ids[r]``)."""
+        return self._ids[:self.size]
 
     def items(self) -> tuple[np.ndarray, np.ndarray]:
         """All (ids, rows), ids sorted."""
-        keys = np.concatenate([self._main[0], self._recent[0]])
-        vals = np.concatenate([self._main[1], self._recent[1]])
-        order = np.argsort(keys, kind="stable")
-        return keys[order], vals[order]
+        ids = self.ids
+        order = np.argsort(ids, kind="stable")
+        return ids[order], order.astype(np.int64)
+
+
+@njit(nogil=True)
+def _lookup(slots, bits, ids):
+    mask = (1 << bits) - 1
+    shift = np.uint64(64 - bits)
+    rows = np.empty(len(ids), np.int64)
+    for i in range(len(ids)):
+        x = ids[i]
+        s = np.int64((x * FIBONACCI) >> shift)
+        while True:
+            r = slots[s, 1]
+            if r == 0:
+                rows[i] = -1
+                break
+            if slots[s, 0] == x:
+                rows[i] = np.int64(r) - 1
+                break
+            s = (s + 1) & mask
+    return rows
+
+
+@njit(nogil=True)
+def _find_or_add(slots, bits, row_ids, size, ids):
+    mask = (1 << bits) - 1
+    shift = np.uint64(64 - bits)
+    rows = np.empty(len(ids), np.int64)
+    for i in range(len(ids)):
+        x = ids[i]
+        s = np.int64((x * FIBONACCI) >> shift)
+        while True:
+            r = slots[s, 1]
+            if r == 0:
+                slots[s, 0] = x
+                slots[s, 1] = np.uint64(size + 1)
+                row_ids[size] = x
+                rows[i] = size
+                size += 1
+                break
+            if slots[s, 0] == x:
+                rows[i] = np.int64(r) - 1
+                break
+            s = (s + 1) & mask
+    return rows, size
+
+
+@njit(nogil=True)
+def _rehash(slots, bits):
+    out = np.zeros((1 << bits, 2), np.uint64)
+    mask = (1 << bits) - 1
+    shift = np.uint64(64 - bits)
+    for j in range(len(slots)):
+        if slots[j, 1] == 0:
+            continue
+        x = slots[j, 0]
+        s = np.int64((x * FIBONACCI) >> shift)
+        while out[s, 1] != 0:
+            s = (s + 1) & mask
+        out[s, 0] = x
+        out[s, 1] = slots[j, 1]
+    return out

@@ -58,17 +58,17 @@ class Table:
         last_ids, last_rows = self._last
         if ids is last_ids and create:
             return last_rows, 0
-        rows = self.index.lookup(ids)
-        missing = rows < 0
-        n_new = int(missing.sum())
-        if n_new and create:
-            new_ids = ids[missing]
-            new_rows = self.index.insert(new_ids)
+        if not create:
+            rows = self.index.lookup(ids)
+            return rows, int((rows < 0).sum())
+        before = len(self.index)
+        rows = self.index.find_or_add(ids)              # new ids get rows before, before + 1, ...
+        n_new = len(self.index) - before
+        if n_new:
             self._grow(len(self.index))
-            put_rows(self.weights, new_rows, initial_rows(self.spec, self.optimizer, new_ids, self.dtype))
-            rows[missing] = new_rows
-        if create:
-            self._last = (ids, rows)
+            new_ids = self.index.ids[before:]
+            self.weights[before:before + n_new] = initial_rows(self.spec, self.optimizer, new_ids, self.dtype)
+        self._last = (ids, rows)
         return rows, n_new
 
     def put(self, ids, weights, state) -> None:
@@ -109,7 +109,7 @@ class MemoryStore(ParamStore):
             for name, ids in tables.items():
                 table = self.tables[name]
                 rows, n_new = table.rows(ids, create)
-                values = take_rows(table.weights, np.maximum(rows, 0))
+                values = take_rows(table.weights, rows if create else np.maximum(rows, 0))
                 if not create and n_new:
                     missing = rows < 0
                     values[missing] = initial_rows(table.spec, table.optimizer, ids[missing], self.dtype)

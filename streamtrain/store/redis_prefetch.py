@@ -11,6 +11,8 @@ tag changed, re-reads and recomputes them, so no update is lost (redis_scripts).
 >>> import numpy as np
 >>> positions(np.array([2, 5, 9], np.uint64), np.array([9, 3, 2], np.uint64))
 (array([2, 0]), array([ True, False,  True]))
+>>> positions(np.array([9, 2, 5], np.uint64), np.array([9, 3, 2], np.uint64))
+(array([0, 1]), array([ True, False,  True]))
 """
 from __future__ import annotations
 
@@ -22,12 +24,15 @@ from .redis_rows import Rows
 
 
 def positions(pulled: np.ndarray, written: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Where each ``written`` id sits in the sorted ``pulled`` ids, and which ones are there."""
-    pos = np.searchsorted(pulled, written)
-    inside = pos < len(pulled)
+    """Where each ``written`` id sits in the ``pulled`` ids (unique, in any order), and which
+    ones are there."""
+    order = np.argsort(pulled, kind="stable")
+    ordered = pulled[order]
+    pos = np.searchsorted(ordered, written)
+    inside = pos < len(ordered)
     found = inside.copy()
-    found[inside] = pulled[pos[inside]] == written[inside]
-    return pos[found], found
+    found[inside] = ordered[pos[inside]] == written[inside]
+    return order[pos[found]], found
 
 
 class Prefetch:
