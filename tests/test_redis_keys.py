@@ -107,12 +107,14 @@ def test_table_policy_by_param_then_layer_then_star():
 
 
 def test_resp_runs_pack_as_hiredis_does():
-    """Keys encoded in one numpy block (redis_resp) give the bytes of hiredis' per-argument packing."""
+    """Keys encoded in one numpy block (redis_resp) give the bytes of per-argument packing (redis-py's
+    own encoder: hiredis has pack_command only from 2.2 on, and the same bytes)."""
     import doctest
 
-    import hiredis
+    import redis
 
     from streamtrain.store import redis_resp
+    connection = redis.Connection()
     assert doctest.testmod(redis_resp).failed == 0
     keys = rk.row_keys("ns", "emb", np.arange(5, dtype=np.uint64) * 977, 8)
     short = np.array([b"a", b"bcd\x00e", b""], "S5")       # shorter than the width, a NUL inside
@@ -122,7 +124,7 @@ def test_resp_runs_pack_as_hiredis_does():
         plain = []
         for arg in command:
             plain += arg_list(arg) if isinstance(arg, redis_resp.Run) else [arg]
-        assert redis_resp.pack(command) == hiredis.pack_command(tuple(plain))
+        assert redis_resp.pack(command) == b"".join(connection.pack_command(*plain))
 
 
 def arg_list(run):
