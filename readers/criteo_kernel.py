@@ -15,22 +15,10 @@ import numpy as np
 
 from streamtrain.compiled import njit
 
-from .ids import MASKS
+from .ids import hash_token
 
 N_DENSE, N_SPARSE = 13, 26
 N_FIELDS = 1 + N_DENSE + N_SPARSE
-_MIX = np.uint64(0x9FB21C651E98DF25)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
-
-@njit(nogil=True)
-def _splitmix64(x):
-    z = x + _GOLDEN
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
-    return z ^ (z >> np.uint64(31))
 
 
 @njit(nogil=True)
@@ -50,21 +38,6 @@ def _int_token(arr, s, n):
         v = v * 10 + d
     x = float(v)
     return True, (-x if neg else x)
-
-
-@njit(nogil=True)
-def _hash_token(words, last, s, n, seed):
-    """``ids.hash_spans`` of one token: splitmix64 of the fold from ``splitmix64(seed + n)``."""
-    x = _splitmix64(seed + np.uint64(n))
-    k = 0
-    while k < n:
-        w = words[min(s + k, last)]
-        if n - k < 8:
-            w &= MASKS[n - k]
-        x = (x ^ w) * _MIX
-        x ^= x >> np.uint64(32)
-        k += 8
-    return _splitmix64(x)
 
 
 @njit(nogil=True)
@@ -99,7 +72,7 @@ def _parse(arr, words, seeds, field_length):
                             dense[row, field - 1] = v
                 else:
                     j = field - 1 - N_DENSE
-                    ids[j, row] = _hash_token(words, last, start, length, seeds[j])
+                    ids[j, row] = hash_token(words, last, start, length, seeds[j])
                     present[j, row] = length > 0
                 field += 1
                 start = pos + 1

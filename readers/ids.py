@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from streamtrain.compiled import njit
-from streamtrain.hashing import hash_str, splitmix64
+from streamtrain.hashing import SPLITMIX_GOLDEN, SPLITMIX_M1, SPLITMIX_M2, hash_str, splitmix64
 
 _MIX = np.uint64(0x9FB21C651E98DF25)
 _S32 = np.uint64(32)
@@ -65,21 +65,42 @@ def hash_spans(words, starts, lengths, seeds) -> np.ndarray:
 
 @njit(nogil=True)
 def _fold(words, starts, lengths, h):
-    """``h = mix(h ^ w)`` over each token's words, the last one masked to the token's bytes."""
+    """``fold_token`` of every token, from its start state ``h[i]``."""
     out = np.empty_like(h)
     last = len(words) - 1
     for i in range(len(starts)):
-        x, s, n = h[i], starts[i], lengths[i]
-        k = 0
-        while k < n:
-            w = words[min(s + k, last)]
-            if n - k < 8:
-                w &= MASKS[n - k]
-            x = (x ^ w) * _MIX
-            x ^= x >> _S32
-            k += 8
-        out[i] = x
+        out[i] = fold_token(words, last, starts[i], lengths[i], h[i])
     return out
+
+
+@njit(nogil=True, inline="always")
+def fold_token(words, last, s, n, x):
+    """``x = mix(x ^ w)`` over the words of ``buf[s:s+n]``, the last one masked to the token's
+    bytes (``last = len(words) - 1``)."""
+    k = 0
+    while k < n:
+        w = words[min(s + k, last)]
+        if n - k < 8:
+            w &= MASKS[n - k]
+        x = (x ^ w) * _MIX
+        x ^= x >> _S32
+        k += 8
+    return x
+
+
+@njit(nogil=True, inline="always")
+def splitmix64_one(x):
+    """``hashing.splitmix64`` of one uint64, inside compiled code."""
+    z = x + SPLITMIX_GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * SPLITMIX_M1
+    z = (z ^ (z >> np.uint64(27))) * SPLITMIX_M2
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(nogil=True, inline="always")
+def hash_token(words, last, s, n, seed):
+    """The id of one token, inside compiled code: what ``hash_spans`` gives for it."""
+    return splitmix64_one(fold_token(words, last, s, n, splitmix64_one(seed + np.uint64(n))))
 
 
 def _start_state(seeds: np.ndarray, lengths: np.ndarray) -> np.ndarray:

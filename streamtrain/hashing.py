@@ -9,17 +9,18 @@ import hashlib
 
 import numpy as np
 
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+# SplitMix64's constants (also used by the compiled per-token hash in readers/ids.py)
+SPLITMIX_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+SPLITMIX_M1 = np.uint64(0xBF58476D1CE4E5B9)
+SPLITMIX_M2 = np.uint64(0x94D049BB133111EB)
 
 
 def splitmix64(x) -> np.ndarray:
     """SplitMix64's finaliser applied element-wise to a uint64 array (wrapping arithmetic)."""
-    z = np.asarray(x, dtype=np.uint64) + _GOLDEN
+    z = np.asarray(x, dtype=np.uint64) + SPLITMIX_GOLDEN
     with np.errstate(over="ignore"):
-        z = (z ^ (z >> np.uint64(30))) * _M1
-        z = (z ^ (z >> np.uint64(27))) * _M2
+        z = (z ^ (z >> np.uint64(30))) * SPLITMIX_M1
+        z = (z ^ (z >> np.uint64(27))) * SPLITMIX_M2
     return z ^ (z >> np.uint64(31))
 
 
