@@ -68,62 +68,51 @@ class IdIndex:
         return ids[order], order.astype(np.int64)
 
 
+@njit(nogil=True, inline="always")
+def _slot(slots, mask, shift, x):
+    """The slot holding ``x``, else the empty slot where it goes (linear probing)."""
+    s = np.int64((x * FIBONACCI) >> shift)
+    while True:
+        if slots[s, 1] == 0 or slots[s, 0] == x:
+            return s
+        s = (s + 1) & mask
+
+
 @njit(nogil=True)
 def _lookup(slots, bits, ids):
-    mask = (1 << bits) - 1
-    shift = np.uint64(64 - bits)
+    mask, shift = (1 << bits) - 1, np.uint64(64 - bits)
     rows = np.empty(len(ids), np.int64)
     for i in range(len(ids)):
-        x = ids[i]
-        s = np.int64((x * FIBONACCI) >> shift)
-        while True:
-            r = slots[s, 1]
-            if r == 0:
-                rows[i] = -1
-                break
-            if slots[s, 0] == x:
-                rows[i] = np.int64(r) - 1
-                break
-            s = (s + 1) & mask
+        rows[i] = np.int64(slots[_slot(slots, mask, shift, ids[i]), 1]) - 1      # empty: -1
     return rows
 
 
 @njit(nogil=True)
 def _find_or_add(slots, bits, row_ids, size, ids):
-    mask = (1 << bits) - 1
-    shift = np.uint64(64 - bits)
+    mask, shift = (1 << bits) - 1, np.uint64(64 - bits)
     rows = np.empty(len(ids), np.int64)
     for i in range(len(ids)):
         x = ids[i]
-        s = np.int64((x * FIBONACCI) >> shift)
-        while True:
-            r = slots[s, 1]
-            if r == 0:
-                slots[s, 0] = x
-                slots[s, 1] = np.uint64(size + 1)
-                row_ids[size] = x
-                rows[i] = size
-                size += 1
-                break
-            if slots[s, 0] == x:
-                rows[i] = np.int64(r) - 1
-                break
-            s = (s + 1) & mask
+        s = _slot(slots, mask, shift, x)
+        r = slots[s, 1]
+        if r == 0:
+            slots[s, 0] = x
+            slots[s, 1] = np.uint64(size + 1)
+            row_ids[size] = x
+            rows[i] = size
+            size += 1
+        else:
+            rows[i] = np.int64(r) - 1
     return rows, size
 
 
 @njit(nogil=True)
 def _rehash(slots, bits):
     out = np.zeros((1 << bits, 2), np.uint64)
-    mask = (1 << bits) - 1
-    shift = np.uint64(64 - bits)
+    mask, shift = (1 << bits) - 1, np.uint64(64 - bits)
     for j in range(len(slots)):
-        if slots[j, 1] == 0:
-            continue
-        x = slots[j, 0]
-        s = np.int64((x * FIBONACCI) >> shift)
-        while out[s, 1] != 0:
-            s = (s + 1) & mask
-        out[s, 0] = x
-        out[s, 1] = slots[j, 1]
+        if slots[j, 1] != 0:
+            s = _slot(out, mask, shift, slots[j, 0])
+            out[s, 0] = slots[j, 0]
+            out[s, 1] = slots[j, 1]
     return out
