@@ -23,19 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import streams  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def measure(model: str, repeat: int) -> dict:
-    from streamtrain import config as C
-    from streamtrain.job import Job
     from streamtrain.state import Status
-    sets = ["reader.type=file", f"reader.path={streams.criteo_tsv(30000)}", "reader.format=criteo",
-            "metrics.enabled=false", "checkpoint.dir=null", "log.every_seconds=1000000"]
-    job = Job(C.validate(C.load(ROOT / "examples" / f"{model}.json", sets)))
-    batches = list(job.source.batches())
-    job._build(batches[0])
-    trainer = job.trainer
+    trainer, batches = streams.built_trainer(model, 30000)
     graph, ctx, store = trainer.graph, trainer.ctx, trainer.store
     pushed = {}
     push = type(store).push

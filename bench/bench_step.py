@@ -23,19 +23,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import streams  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("pull", "forward", "backward", "push", "update")
 
 
 def measure(model: str, rows: int, passes: int) -> dict:
-    from streamtrain import config as C
-    from streamtrain.job import Job
-    sets = ["reader.type=file", f"reader.path={streams.criteo_tsv(rows)}", "reader.format=criteo",
-            "metrics.enabled=false", "checkpoint.dir=null", "log.every_seconds=1000000"]
-    job = Job(C.validate(C.load(ROOT / "examples" / f"{model}.json", sets)))
-    batches = list(job.source.batches())
-    job._build(batches[0])
-    trainer = job.trainer
+    trainer, batches = streams.built_trainer(model, rows)
     per_pass = []
     for _ in range(passes):
         spent = dict.fromkeys((*PHASES, "feed"), 0.0)

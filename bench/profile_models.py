@@ -27,18 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import streams  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("read", "feed", "pull", "forward", "backward", "push", "update", "commit")
 
 
 def profile(model: str, store: str, rows: int) -> dict:
-    from streamtrain import config as C
-    from streamtrain.job import Job
-    sets = ["reader.type=file", f"reader.path={streams.criteo_tsv(rows)}", "reader.format=criteo",
-            "metrics.enabled=false", "checkpoint.dir=null", "log.every_seconds=1000000"]
-    if store == "redis":
-        sets.append("store.backend=redis")
-    job = Job(C.validate(C.load(ROOT / "examples" / f"{model}.json", sets)))
+    job = streams.criteo_job(model, rows, *(["store.backend=redis"] if store == "redis" else []))
     spent: dict[str, float] = defaultdict(float)
     marks = {}
 

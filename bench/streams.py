@@ -141,6 +141,24 @@ def criteo_tsv(n: int) -> Path:
     return _write_once(BENCH_TMP / f"criteo_{n}.tsv", lambda f: _cycled(lines, n, f))
 
 
+def criteo_job(model: str, rows: int, *sets: str):
+    """A ``Job`` of ``examples/MODEL.json`` reading ``rows`` cycled Criteo rows from the TSV, as
+    ``streamtrain run`` builds it, with metrics, checkpoints and progress lines off (plus ``sets``)."""
+    from streamtrain import config
+    from streamtrain.job import Job
+    base = ["reader.type=file", f"reader.path={criteo_tsv(rows)}", "reader.format=criteo",
+            "metrics.enabled=false", "checkpoint.dir=null", "log.every_seconds=1000000"]
+    return Job(config.validate(config.load(ROOT / "examples" / f"{model}.json", [*base, *sets])))
+
+
+def built_trainer(model: str, rows: int):
+    """(the trainer of ``criteo_job(model, rows)``, built from its first batch; every batch)."""
+    job = criteo_job(model, rows)
+    batches = list(job.source.batches())
+    job._build(batches[0])
+    return job.trainer, batches
+
+
 def criteo_vw(n: int) -> Path:
     """The same ``n`` rows in VW's text format, encoded as ``vw_lines`` does (namespaces c, n)."""
     s = stream("criteo")
