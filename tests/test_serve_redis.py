@@ -25,6 +25,8 @@ from streamtrain.trainer import Trainer
 from tests.fixtures_redis import layers
 
 FIELDS = ("a", "b", "c")
+DENSE = ("d0", "d1", "d2")
+SCHEMA = {"sparse": list(FIELDS), "dense": list(DENSE)}      # serve.schema of these tests
 
 
 def job_config(url, namespace, **serve):
@@ -55,13 +57,18 @@ def records(batch, rows):
     return [{"a": f"v{r}", "b": r % 7, "c": [f"x{r}", f"y{r % 3}"], "d0": 0.1 * r} for r in rows]
 
 
+def clicked(recs):
+    """The records as a training batch whose every label is 1."""
+    batch = records_batch({"records": recs}, Schema(FIELDS, DENSE), 100)
+    batch.labels = np.ones(batch.size, np.float32)
+    return batch
+
+
 def test_predictions_follow_the_store_within_the_staleness_bound(redis_url, redis_namespace):
-    schema = {"sparse": list(FIELDS), "dense": ["d0", "d1", "d2"]}
-    cfg = job_config(redis_url, redis_namespace, schema=schema)
+    cfg = job_config(redis_url, redis_namespace, schema=SCHEMA)
     trainer, _ = trainer_on(cfg)
     recs = records(None, range(12))
-    batch = records_batch({"records": recs}, Schema(FIELDS, ("d0", "d1", "d2")), 100)
-    batch.labels = np.ones(batch.size, np.float32)
+    batch = clicked(recs)
     source, srv, client, metrics = serving(cfg)
     try:
         # this namespace's keys only: the session's Redis also holds other tests' keys, some of
@@ -117,8 +124,7 @@ def test_fields_published_by_a_trainer(redis_url, redis_namespace):
 
 def test_store_outage_gives_503_and_recovers(redis_factory, redis_namespace):
     server = redis_factory.start()
-    schema = {"sparse": list(FIELDS), "dense": ["d0", "d1", "d2"]}
-    cfg = job_config(server.url, redis_namespace, schema=schema, max_staleness_s=0.0)
+    cfg = job_config(server.url, redis_namespace, schema=SCHEMA, max_staleness_s=0.0)
     source, srv, client, metrics = serving(cfg)
     rec = {"records": [{"a": "1"}]}
     try:
@@ -158,12 +164,10 @@ def test_rows_in_use_are_refreshed_in_the_background(redis_url, redis_namespace)
     """Rows requests keep using are re-read by the refresher before they reach max_staleness_s:
     after the first request none waits for the store, every answer is within the bound, and a
     trainer's update still shows within it."""
-    schema = {"sparse": list(FIELDS), "dense": ["d0", "d1", "d2"]}
-    cfg = job_config(redis_url, redis_namespace, schema=schema, refresh_window_s=5.0, max_staleness_s=1.0)
+    cfg = job_config(redis_url, redis_namespace, schema=SCHEMA, refresh_window_s=5.0, max_staleness_s=1.0)
     trainer, _ = trainer_on(cfg)
     recs = records(None, range(8))
-    batch = records_batch({"records": recs}, Schema(FIELDS, ("d0", "d1", "d2")), 100)
-    batch.labels = np.ones(batch.size, np.float32)
+    batch = clicked(recs)
     source, srv, client, metrics = serving(cfg)
     try:
         assert client.post("/v1/predict", json={"records": recs}).status_code == 200
@@ -191,8 +195,7 @@ def test_an_outage_with_the_background_refresh_on(redis_factory, redis_namespace
     """The refresher's reads fail with the store: cached rows are served only while within the
     bound, then 503 + Retry-After, and both requests and refresher recover by themselves."""
     server = redis_factory.start()
-    schema = {"sparse": list(FIELDS), "dense": ["d0", "d1", "d2"]}
-    cfg = job_config(server.url, redis_namespace, schema=schema, max_staleness_s=0.3, refresh_window_s=5.0)
+    cfg = job_config(server.url, redis_namespace, schema=SCHEMA, max_staleness_s=0.3, refresh_window_s=5.0)
     source, srv, client, _ = serving(cfg)
     rec = {"records": [{"a": "1", "c": ["x"]}]}
     try:
