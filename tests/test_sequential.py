@@ -331,8 +331,9 @@ def test_evaluation_predicts_from_the_parameters():
 
 @pytest.mark.parametrize("deep", [False, True])
 def test_training_leaves_out_the_forward_of_the_terms_the_engine_computes(deep):
-    """The FM and the wide embedding are not computed by the forward pass in training (the
-    engine computes their terms); a batch's first prediction is still the model's before it."""
+    """The layers the engine learns and the sums between them and the logit are not computed
+    by the forward pass in training (the engine computes their terms); a batch's first
+    prediction is still the model's before it."""
     layers = lr_layers({"sequential": True}, OPTIMIZERS["adagrad"], deep=deep, fm=OPTIMIZERS["adagrad"])
     data = stream(8)
     graph = Graph.from_config(layers, SCHEMA)
@@ -346,10 +347,11 @@ def test_training_leaves_out_the_forward_of_the_terms_the_engine_computes(deep):
     ctx.values = store.pull(dense, tables)
     graph.forward(ctx)
     trainer = Trainer(graph, store, dtype=np.float64)
-    assert trainer.engine.elide == {"fm", "v", "wide"}
+    owned = {"fm", "v", "wide", "wide_sum", "linear", "bias"} | (set() if deep else {"logit"})
+    assert trainer.engine.elide == owned
     got = trainer.step(data).predictions
     assert got[0] == pytest.approx(ctx.predictions[0], abs=1e-12)
-    assert not {"fm", "v", "wide"} & set(trainer.ctx.saved)
+    assert not owned & set(trainer.ctx.saved)
 
 
 def test_sequential_needs_sum_reduction():
@@ -379,8 +381,9 @@ def test_a_warm_start_does_not_recompile(capsys):
     """numba's cache: once compiled (here, if no earlier run did), a new process loads the kernels."""
     from streamtrain.online import warm
     assert warm.main() == 0 and "compiled and cached" in capsys.readouterr().out
-    code = ("from streamtrain.online import kernels, warm; warm.main(); "
-            "print(sum(sum(f.stats.cache_misses.values()) for f in (kernels.learn, kernels.combine, kernels.by_example)))")
+    code = ("from streamtrain.online import kernels, prep, warm; warm.main(); "
+            "print(sum(sum(f.stats.cache_misses.values()) for f in "
+            "(kernels.learn, kernels.combine, kernels.by_example, prep.put_present)))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert run.stdout.split()[-1] == "0", run.stdout + run.stderr
 
