@@ -122,6 +122,32 @@ def test_crossed_multivalued_wide_part_learns_exactly_as_one_by_one():
     assert_same_training(layers, stream(64, seed=5, multivalue=("c",)), 32, 1e-9)
 
 
+def test_single_and_multivalued_parts_side_by_side_learn_exactly_as_one_by_one():
+    """A wide part over single-valued fields (its grid filled from the layout) next to one over
+    a multi-valued field (its occurrences sorted by example), and FMs over both kinds."""
+    adagrad = OPTIMIZERS["adagrad"]
+    layers = [
+        {"name": "single", "type": "sparse_input", "fields": ["a", "b"]},
+        {"name": "multi", "type": "sparse_input", "fields": ["c"]},
+        {"name": "dense", "type": "dense_input"},
+        {"name": "w1", "type": "embedding", "inputs": ["single"], "dim": 1, "shared": True, "init": "zeros",
+         "optimizer": OPTIMIZERS["ftrl-l1"]},
+        {"name": "w2", "type": "embedding", "inputs": ["multi"], "dim": 1, "init": "zeros", "optimizer": adagrad},
+        {"name": "s1", "type": "sum_pooling", "inputs": ["w1"]},
+        {"name": "s2", "type": "sum_pooling", "inputs": ["w2"]},
+        {"name": "linear", "type": "fc", "inputs": ["dense"], "dim": 1, "init": "zeros", "optimizer": adagrad},
+        {"name": "v1", "type": "embedding", "inputs": ["single"], "dim": 3, "shared": True, "init_scale": 0.3,
+         "optimizer": adagrad},
+        {"name": "fm1", "type": "fm", "inputs": ["v1"], "reduce": True},
+        {"name": "v2", "type": "embedding", "inputs": ["multi"], "dim": 3, "init_scale": 0.3, "optimizer": adagrad},
+        {"name": "fm2", "type": "fm", "inputs": ["v2"], "reduce": True},
+        {"name": "logit", "type": "add", "inputs": ["s1", "s2", "linear", "fm1", "fm2"]},
+        {"name": "loss", "type": "logloss", "inputs": ["logit"], "sequential": True},
+    ]
+    trainer = assert_same_training(layers, stream(64, seed=7, multivalue=("c",), values=True), 32, 1e-9)
+    assert {layer.name for layer in trainer.engine.layers} == {"w1", "w2", "linear", "v1", "v2"}
+
+
 def test_a_table_per_field_learns_exactly_as_one_by_one():
     layers = lr_layers({"sequential": True}, OPTIMIZERS["ftrl-l1"], fm=OPTIMIZERS["adagrad"])
     for layer in layers:
