@@ -158,7 +158,7 @@ def _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms, seen, funiq):
         f = ffield[i]
         empty = True
         while i < end and ffield[i] == f:
-            q, x = frow[i], fx[i]
+            q, x = np.uint64(frow[i]), fx[i]     # (unsigned: no negative-index wraparound)
             i += 1
             if x == 0.0:                     # nothing (a dense term's padding)
                 continue
@@ -239,8 +239,8 @@ def _update_fm(k, rho, fptr, frow, fx, ffield, fterm, E, S, V, Vn, Vz, vgrp, cod
             q, f, x = frow[i], ffield[i], fx[i]
             if x == 0.0:
                 continue
-            t, rx = fterm[f], rho * x
-            for c in range(d):
+            q, f, t, rx = np.uint64(q), np.uint64(f), np.uint64(fterm[f]), rho * x    # (unsigned:
+            for c in range(d):               # no negative-index wraparound per access)
                 g = 0.0 + rx * (S[t, c] - E[f, c])
                 n2 = Vn[q, c] + g * g
                 Vn[q, c] = n2
@@ -296,7 +296,7 @@ def learn(base, y, implicit, normalize, code, hyper,
     for j in range(P):
         L[j, 0], L[j, 1], L[j, 2], L[j, 3] = w[j], n[j], z[j], np.sqrt(n[j])
     one, g0 = _one_group(grp)
-    lc, lh = code[g0], _row(hyper, g0)
+    lc, lh = (code[g0], _row(hyper, g0)) if len(code) else (SGD, (0.0, 0.0, 0.0, 0.0))
     l1 = lc == FTRL and lh[2] > 0
     seen = np.full((P, 2), -1, np.int64)
     most = 1
