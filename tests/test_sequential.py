@@ -148,6 +148,17 @@ def test_single_and_multivalued_parts_side_by_side_learn_exactly_as_one_by_one()
     assert {layer.name for layer in trainer.engine.layers} == {"w1", "w2", "linear", "v1", "v2"}
 
 
+@pytest.mark.parametrize("fm_opt", ["adagrad", "ftrl"])
+def test_rules_mixed_across_the_owned_layers_learn_exactly_as_one_by_one(fm_opt):
+    """A rule per layer (the kernel's general path, not its one-rule loops), FM rows repeated
+    within an example (a multivalued field: the summed-gradient path)."""
+    layers = lr_layers({"sequential": True}, OPTIMIZERS["ftrl-l1"], fm=OPTIMIZERS[fm_opt])
+    for layer in layers:
+        if layer["name"] in ("linear", "bias"):
+            layer["optimizer"] = OPTIMIZERS["sgd" if layer["name"] == "linear" else "adagrad"]
+    assert_same_training(layers, stream(64, seed=7, multivalue=("a", "c")), 16, 1e-9)
+
+
 def test_a_table_per_field_learns_exactly_as_one_by_one():
     layers = lr_layers({"sequential": True}, OPTIMIZERS["ftrl-l1"], fm=OPTIMIZERS["adagrad"])
     for layer in layers:
