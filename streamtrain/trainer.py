@@ -55,7 +55,8 @@ class Trainer:
         if not loss.opts.get("sequential"):
             return None
         from .online.engine import PerExample
-        return PerExample(graph, store.optimizers, implicit=loss.opts["implicit"], normalize=loss.opts["normalize"])
+        return PerExample(graph, store.optimizers, implicit=loss.opts["implicit"], normalize=loss.opts["normalize"],
+                          assign=store.assigns)
 
     def step(self, batch) -> StepResult:
         g, ctx, t = self.graph, self.ctx, {}
@@ -85,9 +86,9 @@ class Trainer:
         elif predictions is not None and predictions.ndim == 2:
             self.hits += int((predictions.argmax(axis=1) == batch.labels).sum())
         g.backward(ctx)
-        if ctx.engine is not None:
-            ctx.engine.push(ctx)
+        assigned = ctx.engine.push(ctx) if ctx.engine is not None else {}
         grads = g.gradients(ctx)
+        grads.assigned = assigned
         t3 = clock()
         t["backward"] = t3 - t2
         if not grads.all_finite():
