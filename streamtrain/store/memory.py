@@ -155,6 +155,9 @@ class MemoryStore(ParamStore):
 
     def _assign(self, assigned: dict) -> None:
         """Write final values and slots (cast to the store's dtype): one scatter per array."""
+        if not assigned:
+            return
+        from .scatter import scatter_rows      # numba: imported by the first push, not at start-up
         for name, (ids, value, slots) in assigned.items():
             if ids is None:
                 self.dense[name][...] = value
@@ -163,9 +166,8 @@ class MemoryStore(ParamStore):
                 continue
             table = self.tables[name]
             rows, _ = table.rows(ids, create=True)
-            put_rows(table.weights, rows, value)
-            for k, arr in slots.items():
-                put_rows(table.state[k], rows, arr)
+            for dst, src in ((table.weights, value), *((table.state[k], arr) for k, arr in slots.items())):
+                scatter_rows(dst, rows, src)
             self.stats.rows_pushed += len(ids)
 
     def snapshot(self) -> Snapshot:
