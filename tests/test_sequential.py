@@ -200,8 +200,8 @@ def test_memory_store_assigns_what_a_combined_gradient_would_step_to(opt, tmp_pa
     not re-stepped from one combined gradient. In float64 the two agree to the combine's
     round-off; in float32 an assigned value is the float64 one rounded once, the gradient path
     rounds the gradient, the squares and every operation of the step: they differ by a few
-    float32 ulps per batch (6 batches: within rtol 2e-6 + atol 1e-7, the largest difference
-    about 1.2e-7 on values of order 0.1). The counters are the same; a checkpoint holds the
+    float32 ulps (6 batches: within rtol 2e-6 + atol 1e-7; the largest difference is one ulp
+    of an accumulator ``n`` near 100). The counters are the same; a checkpoint holds the
     assigned rows."""
     from streamtrain import checkpoint
     layers = lr_layers({"sequential": True}, OPTIMIZERS[opt], fm=OPTIMIZERS["adagrad"])
