@@ -90,18 +90,39 @@ class FC(Layer):
     def forward(self, ctx, xs):
         (x,) = xs
         x2 = x.reshape(len(x), -1)
-        z = x2 @ ctx.value(self.param_name("W"))
+        W = ctx.value(self.param_name("W"))
+        # into buffers reused across batches, bias and activation in place: the same numbers
+        # as ``act(x2 @ W + b)`` without a temporary per operation
+        z = np.matmul(x2, W, out=ctx.buffer((self.name, "z"), (len(x2), W.shape[1]), np.result_type(x2, W)))
         if self.opts["bias"]:
             z += ctx.value(self.param_name("b"))
-        y = activate(self.opts["activation"], z)
+        act = self.opts["activation"]
+        if act == "relu":
+            y = np.maximum(z, 0, out=z)
+        elif act == "tanh":
+            y = np.tanh(z, out=z)
+        else:
+            y = activate(act, z)
         ctx.saved[self.name] = (x, x2, y)
         return y
 
     def backward(self, ctx, gy):
         x, x2, y = ctx.saved[self.name]
-        gz = activation_grad(self.opts["activation"], y, gy)
+        act = self.opts["activation"]
+        if act == "relu":                # gy * (y > 0), into buffers
+            mask = np.greater(y, 0, out=ctx.buffer((self.name, "mask"), y.shape, np.bool_))
+            gz = np.multiply(gy, mask, out=ctx.buffer((self.name, "gz"), np.broadcast_shapes(gy.shape, y.shape),
+                                                      np.result_type(gy, y)))
+        else:
+            gz = activation_grad(act, y, gy)
         W = ctx.value(self.param_name("W"))
-        ctx.add_param_grad(self.param_name("W"), x2.T @ gz)
+        x2t = x2.T
+        ctx.add_param_grad(self.param_name("W"),
+                           np.matmul(x2t, gz, out=ctx.buffer((self.name, "gW"), W.shape, np.result_type(x2t, gz))))
         if self.opts["bias"]:
             ctx.add_param_grad(self.param_name("b"), gz.sum(axis=0))
-        return [(gz @ W.T).reshape(x.shape) if ctx.input_needs_grad(self)[0] else None]
+        if not ctx.input_needs_grad(self)[0]:
+            return [None]
+        Wt = W.T
+        gx = np.matmul(gz, Wt, out=ctx.buffer((self.name, "gx"), (len(gz), Wt.shape[1]), np.result_type(gz, Wt)))
+        return [gx if gx.shape == x.shape else gx.reshape(x.shape)]
