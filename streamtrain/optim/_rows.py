@@ -64,8 +64,16 @@ def usable(weights: np.ndarray, state: dict, g: np.ndarray) -> bool:
 
 def flat(w: np.ndarray, *others: np.ndarray) -> bool:
     """Whether arrays of ``w``'s size, dtype (float32/64) and C order can be updated flat."""
-    return w.dtype in (np.float32, np.float64) and w.flags.c_contiguous and all(
-        a.dtype == w.dtype and a.size == w.size and a.flags.c_contiguous for a in others)
+    dtype, size = w.dtype, w.size
+    if dtype not in _FLOATS or not w.flags.c_contiguous:
+        return False
+    for a in others:
+        if a.dtype != dtype or a.size != size or not a.flags.c_contiguous:
+            return False
+    return True
+
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def hyper(dtype, *values) -> np.ndarray:
