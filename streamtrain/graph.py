@@ -16,7 +16,7 @@ from streamtrain.ops.base import Layer
 from .context import Context, Gradients
 from .errors import ConfigError, ShapeError
 from .params import ParamSpec
-from .state import Status, advance
+from .state import TRANSITIONS, Status, advance
 from .uniq import unique_inverse
 
 
@@ -292,8 +292,7 @@ class Graph:
 
     def gradients(self, ctx: Context) -> Gradients:
         """Collect parameter gradients for the push; every layer moves to Gradient."""
-        for layer in self.train_order:
-            advance(ctx.status, layer.name, "gradient")
+        self._advance_all(ctx.status, "gradient")
         grads = Gradients()
         for name, g in ctx.param_grads.items():
             if self.params[name].table:
@@ -307,8 +306,17 @@ class Graph:
 
     def update(self, ctx: Context) -> None:
         """Mark the update applied (the store applied it where the parameters live)."""
+        self._advance_all(ctx.status, "update")
+
+    def _advance_all(self, status: dict, phase: str) -> None:
+        """``advance`` every layer of the training order through ``phase``, the usual move
+        inline (``advance`` itself for the rest: done already, or out of order: it raises)."""
+        need, leave = TRANSITIONS[phase]
         for layer in self.train_order:
-            advance(ctx.status, layer.name, "update")
+            if status[layer.name] == need:
+                status[layer.name] = leave
+            else:
+                advance(status, layer.name, phase)
 
 
 def _describe(spec: ParamSpec) -> str:
