@@ -169,8 +169,8 @@ class Embedding(Layer):
         if how == "take":
             from ._embedding_kernels import scatter_rows
             g = np.ascontiguousarray(gy).reshape(-1, dim)
-            grad_rows = np.empty((total, dim), ctx.dtype)
-            sq_rows = np.empty((total if squares else 0, dim), ctx.dtype)
+            grad_rows = ctx.rows((self.name, "grad_rows"), (total, dim))
+            sq_rows = ctx.rows((self.name, "sq_rows"), (total if squares else 0, dim))
             scatter_rows(a, g, w.astype(g.dtype, copy=False), total, grad_rows, sq_rows)
             sq_rows = sq_rows if squares else None
         else:
