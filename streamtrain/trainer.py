@@ -22,6 +22,7 @@ class StepResult:
     applied: bool                  # False: skipped (non-finite); its offsets may still be committed
     reason: str = ""
     seconds: dict = field(default_factory=dict)
+    losses: np.ndarray | None = None   # binary: each example's progressive loss (the drift monitor's)
 
 
 class Trainer:
@@ -81,8 +82,9 @@ class Trainer:
         t.update(pull=t1 - t0, forward=t2 - t1)
         if not np.isfinite(ctx.loss):
             return self._skip(batch, predictions, "loss", t)
+        losses = None
         if self.binary:
-            self.progressive.update(batch.labels, predictions)
+            losses = self.progressive.update(batch.labels, predictions)
         elif predictions is not None and predictions.ndim == 2:
             self.hits += int((predictions.argmax(axis=1) == batch.labels).sum())
         g.backward(ctx)
@@ -104,7 +106,7 @@ class Trainer:
             self.graph_input.learnt(batch)
         self.batches += 1
         self.examples += batch.size
-        return StepResult(ctx.loss, predictions, True, seconds=t)
+        return StepResult(ctx.loss, predictions, True, seconds=t, losses=losses)
 
     def prefetch(self, next_batch) -> None:
         """Let the next ``step`` start reading ``next_batch``'s rows once its own are pulled (a
