@@ -215,6 +215,7 @@ def main() -> None:
                    "server_cpu_ms_per_request": round(1000 * (c1 - c0) / max(len(lat), 1), 3)},
         "batched": {"batch": args.batch, "clients": args.clients, "records_per_s": round(rps),
                     "server_cpu_records_per_s": round(batched_records / max(c2 - c1, 1e-9))},
+        "replica": model.get("replica"),
         "param_age_s": {"p50": round(float(np.percentile(ages, 50)), 3), "p99": round(float(np.percentile(ages, 99)), 3),
                         "max_staleness_s": 1.0},
     }, indent=2))

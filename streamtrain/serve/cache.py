@@ -142,6 +142,7 @@ class CachedParams:
         self.refresh_lock = threading.Lock()
         self.hits = self.misses = self.reads = 0
         self.pause_s, self.down_until, self.last_error = 0.25, 0.0, None
+        self.replica = None             # a complete copy of the tables (replica.py), when kept
 
     def pull(self, dense, tables, may_read: bool = True):
         now = time.monotonic()
@@ -150,8 +151,12 @@ class CachedParams:
         wanted, old = {}, []
         hits = misses = 0
         with self.lock:
-            self.dense_used = now
             for name in dense:
+                if self.replica is not None and (got := self.replica.dense(name, now, max_age)) is not None:
+                    values[name] = got[0]
+                    oldest = min(oldest, got[1])
+                    continue
+                self.dense_used = now
                 got = self.dense.get(name)
                 if got is None or now - got[1] > max_age:
                     old.append(name)
@@ -159,6 +164,11 @@ class CachedParams:
                     values[name] = got[0]
                     oldest = min(oldest, got[1])
             for name, ids in tables.items():
+                if self.replica is not None and (got := self.replica.rows(name, ids, now, max_age)) is not None:
+                    values[name] = got[0]
+                    oldest = min(oldest, got[1])
+                    hits += len(ids)
+                    continue
                 cache = self.tables[name]
                 rows, stale = cache.lookup(ids, now, max_age)
                 n_stale = int(stale.sum())
