@@ -189,7 +189,10 @@ class Replica:
             plan = {}
             for s, ks in by_shard.items():
                 cmds = [("INFO", "server")] if first else []
-                cmds.append(("XREAD", "COUNT", READ_COUNT, "STREAMS", *ks, *(self._positions.get(k, b"0-0") for k in ks)))
+                # a Cluster's multi-key commands stay in one slot: one XREAD per stream there
+                for part in ([[k] for k in ks] if self.io.shards.cluster else [ks]):
+                    cmds.append(("XREAD", "COUNT", READ_COUNT, "STREAMS", *part,
+                                 *(self._positions.get(k, b"0-0") for k in part)))
                 plan[s] = cmds
             answers = self.io.shards.retrying("read the change feed", lambda: self.io.shards.run(plan))
             more = False
@@ -198,13 +201,14 @@ class Replica:
                 if self._run_ids is not None and run_ids != self._run_ids:
                     raise _Restart("a redis-server restarted")
             for s in by_shard:
-                got = answers[s][-1] or []
-                for key, entries in got.items() if isinstance(got, dict) else got:      # RESP3: a map
-                    for entry_id, fields in entries:
-                        self._apply(tables, fields)
-                        self._positions[key] = entry_id
-                        self.entries += 1
-                    more |= len(entries) >= READ_COUNT
+                for got in answers[s][1 if first else 0:]:
+                    got = got or []
+                    for key, entries in got.items() if isinstance(got, dict) else got:      # RESP3: a map
+                        for entry_id, fields in entries:
+                            self._apply(tables, fields)
+                            self._positions[key] = entry_id
+                            self.entries += 1
+                        more |= len(entries) >= READ_COUNT
             first = False
             if not more:
                 break
