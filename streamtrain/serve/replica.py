@@ -60,6 +60,16 @@ class _Table:
         return len(self.index)
 
 
+class _Dense:
+    """A dense parameter: replaced whole by each write (a request keeps the array it took)."""
+
+    def __init__(self, shape):
+        self.shape, self.value = tuple(shape), None
+
+    def put(self, ids: np.ndarray, w: np.ndarray) -> None:
+        self.value = w[-1].reshape(self.shape).copy()
+
+
 class Replica:
     """``sync()`` (a ``Refresher``'s work) keeps it current; ``rows(...)`` answers requests.
 
@@ -79,9 +89,11 @@ class Replica:
         self._run_ids: list | None = None
         self._last_ok = -np.inf
         self.polls = self.entries = self.bootstraps = 0
+        self._initial: dict[str, _Table] = {}              # absent rows' values, by table
+        self._initial_lock = threading.Lock()
 
     # ---- requests ---------------------------------------------------------------------------
-    def rows(self, name: str, ids: np.ndarray, now: float, max_age: float, absent_ok: bool = True):
+    def rows(self, name: str, ids: np.ndarray, now: float, max_age: float):
         """(weights of ``ids``, the time they are current as of), or None when the copy cannot
         answer (not complete, not fresh, or not kept for this table)."""
         with self.lock:
@@ -94,18 +106,31 @@ class Replica:
             rows = table.index.lookup(ids)
             if (rows >= 0).all():
                 return take_rows(table.values, rows), self.synced_at
-            if not absent_ok:
-                return None
             out = take_rows(table.values, np.maximum(rows, 0))
             at = self.synced_at
         absent = rows < 0
-        out[absent] = self.store.absent_rows(name, ids[absent])
+        out[absent] = self._absent(name, ids[absent])
         return out, at
 
     def dense(self, name: str, now: float, max_age: float):
         """(a dense parameter's value, the time it is current as of), or None (as ``rows``)."""
-        got = self.rows(name, _ZERO, now, max_age, absent_ok=False)
-        return None if got is None else (got[0].reshape(self.store.specs[name].shape), got[1])
+        tables, at = self.tables, self.synced_at
+        if tables is None or now - at > max_age or (d := tables.get(name)) is None or d.value is None:
+            return None
+        return d.value, at
+
+    def _absent(self, name: str, ids: np.ndarray) -> np.ndarray:
+        """Rows nobody wrote: the store's answer for them (a pure function of the id), kept."""
+        with self._initial_lock:
+            known = self._initial.get(name)
+            if known is None or len(known) > self.max_rows:
+                known = self._initial[name] = _Table(self.store.layouts[name].dim)
+            rows = known.index.lookup(ids)
+            new = rows < 0
+            if new.any():
+                known.put(ids[new], self.store.absent_rows(name, ids[new]))
+                rows = known.index.lookup(ids)
+            return take_rows(known.values, rows)
 
     # ---- the background work -------------------------------------------------------------------
     def set_feed(self, feed_s: float) -> None:
@@ -152,7 +177,7 @@ class Replica:
         for name in self.dense_names:
             rows = redis_rows.Rows(self.store, name, None)
             value = self.io.mget(rows.keys, rows.groups, what=f"copy the dense parameter '{name}'")[0]
-            table = tables[name] = _Table(self.store.layouts[name].dim)
+            table = tables[name] = _Dense(self.store.specs[name].shape)
             if value is not None:
                 table.put(_ZERO, self._weights(name, [value]))
         for name in self.names:
@@ -177,7 +202,7 @@ class Replica:
         with self.lock:
             self.tables = tables
         log.info("replica of %s: %s rows copied in %.2f s, then kept from the change feed",
-                 ", ".join(tables) or "no parameter", "+".join(str(len(t)) for t in tables.values()) or "0",
+                 ", ".join(self.names) or "no table", "+".join(str(len(tables[n])) for n in self.names if n in tables) or "0",
                  time.monotonic() - t0)
 
     def _poll(self, tables: dict) -> None:

@@ -28,7 +28,7 @@ from streamtrain.context import Gradients
 from streamtrain.errors import StoreError
 
 from . import redis_keys, redis_lifecycle, redis_snapshot
-from .base import ParamStore, Snapshot, register
+from .base import ParamStore, Snapshot, initial_rows, register
 from .redis_config import OPTIONS, RedisConfig, redact, validate
 from .redis_io import RowIO
 from .redis_prefetch import Prefetch
@@ -140,7 +140,7 @@ class RedisStore(ParamStore):
         layout = self.layouts[name]
         if self.cfg.policy(name).gated:
             return np.zeros((len(ids), layout.dim), layout.dtype)
-        return layout.initial(np.asarray(ids, np.uint64))[0]
+        return initial_rows(layout.spec, layout.optimizer, np.asarray(ids, np.uint64), layout.dtype)
 
     def pull_states(self, names):
         out = {}
