@@ -221,11 +221,14 @@ class CachedParams:
         they are ``REFRESH_AT`` of ``max_staleness_s`` old; the number of rows read."""
         now = time.monotonic()
         age = self.max_age * REFRESH_AT
+        copied = set()              # what the complete copy answers: rows cached before it did need no re-read
+        if self.replica is not None and self.replica.fresh(now, self.max_age * (1 - REFRESH_AT)):
+            copied = self.replica.held()
         with self.lock:
             dense = [n for n, (_, at) in self.dense.items()
-                     if now - at > age and now - self.dense_used <= self.window]
+                     if now - at > age and now - self.dense_used <= self.window and n not in copied]
             tables = {name: ids for name, cache in self.tables.items()
-                      if len(ids := cache.due(now, age, self.window, REFRESH_MAX_ROWS))}
+                      if name not in copied and len(ids := cache.due(now, age, self.window, REFRESH_MAX_ROWS))}
         if not (dense or tables):
             return 0
         own = self.refresh_store is not self.store          # its own client: requests never wait for it

@@ -112,6 +112,15 @@ class Replica:
         out[absent] = self._absent(name, ids[absent])
         return out, at
 
+    def fresh(self, now: float, max_age: float) -> bool:
+        """The copy is complete and holds every write older than ``max_age``."""
+        return self.tables is not None and now - self.synced_at <= max_age
+
+    def held(self) -> set:
+        """Names of the parameters the copy answers for."""
+        tables = self.tables
+        return {n for n, t in (tables or {}).items() if not isinstance(t, _Dense) or t.value is not None}
+
     def dense(self, name: str, now: float, max_age: float):
         """(a dense parameter's value, the time it is current as of), or None (as ``rows``)."""
         tables, at = self.tables, self.synced_at
