@@ -13,6 +13,12 @@ kernels call no BLAS (no ``np.dot``/``@``/``np.linalg`` inside ``@njit``), so th
 numba's array support with that probe answered "no BLAS" (scipy.linalg itself stays importable
 as usual afterwards). A plug-in whose own numba kernels need BLAS sets
 ``STREAMTRAIN_NUMBA_BLAS=1`` to keep numba's probe.
+
+Likewise numba's cffi support (typing functions of cffi modules) builds a ``cffi.FFI()`` when it
+first loads, which builds pycparser's C parser: about 50 ms wherever cffi is installed (it comes
+with ``cryptography``). streamtrain's kernels call no cffi function, so it loads with cffi
+unavailable; ``import cffi`` works as usual afterwards. A plug-in whose numba kernels call cffi
+functions sets ``STREAMTRAIN_NUMBA_CFFI=1``.
 """
 from __future__ import annotations
 
@@ -25,30 +31,36 @@ import numba
 
 log = logging.getLogger("streamtrain")
 NO_BLAS_PROBE = ("scipy.linalg.cython_blas", "scipy.linalg.cython_lapack")
+NO_CFFI = ("cffi",)
 
 
-class _NoBlasProbe(importlib.abc.MetaPathFinder):
-    """Answers numba's BLAS probe with ImportError, for as long as it is on ``sys.meta_path``."""
+class _Unavailable(importlib.abc.MetaPathFinder):
+    """Answers imports of ``names`` with ImportError, for as long as it is on ``sys.meta_path``."""
+
+    def __init__(self, names):
+        self.names = names
 
     def find_spec(self, name, path=None, target=None):
-        if name in NO_BLAS_PROBE:
-            raise ImportError(f"{name}: not probed at start-up (streamtrain.compiled)")
+        if name in self.names:
+            raise ImportError(f"{name}: not loaded for numba at start-up (streamtrain.compiled)")
         return None
 
 
-def _load_array_support() -> None:
-    if os.environ.get("STREAMTRAIN_NUMBA_BLAS") == "1" or "scipy.linalg" in sys.modules \
-            or "numba.np.arraymath" in sys.modules:
-        return                                   # nothing to save, or asked to keep the probe
-    probe = _NoBlasProbe()
-    sys.meta_path.insert(0, probe)
+def _load_without(module: str, names: tuple, keep_env: str, loaded: str) -> None:
+    """Import numba's ``module`` with ``names`` unimportable, unless ``keep_env`` is set to 1 or
+    ``loaded`` (or ``module``) is already imported (then there is nothing to save)."""
+    if os.environ.get(keep_env) == "1" or loaded in sys.modules or module in sys.modules:
+        return
+    finder = _Unavailable(names)
+    sys.meta_path.insert(0, finder)
     try:
-        import numba.np.arraymath  # noqa: F401  (the probe runs here, once per process)
+        importlib.import_module(module)
     finally:
-        sys.meta_path.remove(probe)
+        sys.meta_path.remove(finder)
 
 
-_load_array_support()
+_load_without("numba.np.arraymath", NO_BLAS_PROBE, "STREAMTRAIN_NUMBA_BLAS", "scipy.linalg")
+_load_without("numba.core.typing.cffi_utils", NO_CFFI, "STREAMTRAIN_NUMBA_CFFI", "cffi")
 
 
 def njit(**options):

@@ -7,8 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("kafka", "redis", "scipy.stats", "scipy.sparse", "scipy.linalg", "torch", "river", "vowpalwabbit")
+HEAVY = ("kafka", "redis", "scipy.stats", "scipy.sparse", "scipy.linalg", "torch", "river", "vowpalwabbit", "cffi")
 
 PROBE = """
 import json, sys
@@ -65,7 +67,7 @@ import streamtrain.compiled
 from numba import njit
 import numba.np.arraymath as arraymath
 assert "scipy.linalg" not in sys.modules and not arraymath._HAVE_BLAS    # numba's probe answered "no"
-assert not [f for f in sys.meta_path if type(f).__name__ == "_NoBlasProbe"]   # and the answer removed
+assert not [f for f in sys.meta_path if type(f).__name__ == "_Unavailable"]   # and the answer removed
 import scipy.linalg                                                        # importable as usual after
 assert np.allclose(scipy.linalg.solve(np.eye(2) * 2, np.ones(2)), 0.5)
 @njit
@@ -81,6 +83,32 @@ def test_numbas_blas_probe_is_skipped_and_scipy_linalg_stays_importable():
     the way."""
     out = subprocess.run([sys.executable, "-c", NO_BLAS_PROBE], capture_output=True, text=True,
                          timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+
+
+NO_CFFI = """
+import sys
+import streamtrain.compiled
+from numba.core.typing import cffi_utils
+assert not cffi_utils.SUPPORTED and "cffi" not in sys.modules   # numba loaded without building an FFI
+import cffi                                                      # importable as usual after
+assert cffi.FFI().sizeof("int") == 4
+"""
+
+
+def test_numbas_cffi_support_is_not_loaded_and_cffi_stays_importable():
+    """numba builds a cffi.FFI() (pycparser's C parser, ~50 ms) for cffi typing our kernels never
+    use: streamtrain.compiled loads it with cffi unavailable, then gets out of the way."""
+    pytest.importorskip("cffi")
+    out = subprocess.run([sys.executable, "-c", NO_CFFI], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+
+
+def test_streamtrain_numba_cffi_keeps_numbas_cffi_support():
+    pytest.importorskip("cffi")
+    code = ("import os; os.environ['STREAMTRAIN_NUMBA_CFFI'] = '1'; import streamtrain.compiled; "
+            "from numba.core.typing import cffi_utils; assert cffi_utils.SUPPORTED")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr
 
 
