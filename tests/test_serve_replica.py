@@ -229,3 +229,32 @@ def test_without_a_feed_the_row_cache_answers(redis_url, redis_namespace, feed_s
         assert not trainer.store.shards.clients[0].keys(f"st:{{{redis_namespace}/*}}:feed")
     finally:
         srv.stop(), client.close(), source.close(), trainer.store.close()
+
+
+def test_writes_during_the_copy_are_replayed(redis_url, redis_namespace, monkeypatch):
+    """A trainer writes between the copy's reads (a small chunk, a step after each): the
+    feed's replay from the positions noted first leaves every row at its latest value."""
+    from streamtrain.serve import replica as replica_mod
+    cfg = job_config(redis_url, redis_namespace, schema=SCHEMA)
+    a, first = trainer_on(cfg)
+    for k in range(3):
+        a.step(random_batch(32, fields=FIELDS, dense=3, cardinality=40, multivalue=("c",), seed=k))
+    store = server_store(cfg, a)
+    replica = Replica(store)
+    replica.set_feed(2.0)
+    monkeypatch.setattr(replica_mod, "SCAN_CHUNK", 7)
+    mget, steps = store.io.mget, [0]
+
+    def mget_then_write(*args, **kw):
+        out = mget(*args, **kw)
+        steps[0] += 1
+        a.step(random_batch(32, fields=FIELDS, dense=3, cardinality=40, multivalue=("c",), seed=100 + steps[0]))
+        return out
+    monkeypatch.setattr(store.io, "mget", mget_then_write)
+    try:
+        replica.sync()
+        monkeypatch.setattr(store.io, "mget", mget)
+        assert steps[0] > 5 and replica.bootstraps == 1
+        assert_copy_equals_store(replica, a.store)
+    finally:
+        store.close(), a.store.close()

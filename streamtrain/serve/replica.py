@@ -153,12 +153,6 @@ class Replica:
     def sync(self) -> None:
         if self.feed_s <= 0:
             return
-        t0 = time.monotonic()
-        if self.tables is not None and t0 - self._last_ok > self.feed_s / 2:
-            log.warning("change feed not read for %.1f s (its entries may be trimmed): copying the tables again",
-                        t0 - self._last_ok)
-            with self.lock:
-                self.tables = None
         try:
             if self.tables is None:
                 self._bootstrap()
@@ -171,17 +165,20 @@ class Replica:
             self._bootstrap()
 
     def _bootstrap(self) -> None:
+        """Note the feed's positions, copy every row, replay the feed from the positions. The
+        copy polls the feed as it goes (every quarter of its retention), so a long copy never
+        outlives the entries it must replay."""
         t0 = time.monotonic()
         keys, by_shard = self._feed_keys()
         plan = {s: [("INFO", "server")] + [("XREVRANGE", k, "+", "-", "COUNT", 1) for k in ks]
                 for s, ks in by_shard.items()}
         answers = self.io.shards.retrying("read the change feed's positions", lambda: self.io.shards.run(plan))
-        positions, run_ids = {}, []
+        self._positions, self._run_ids, self._last_ok = {}, [], t0
         for s, ks in by_shard.items():
             info, *last = answers[s]
-            run_ids.append(_run_id(info))
+            self._run_ids.append(_run_id(info))
             for k, entries in zip(ks, last):
-                positions[k] = entries[0][0] if entries else b"0-0"
+                self._positions[k] = entries[0][0] if entries else b"0-0"
         tables = {}
         for name in self.dense_names:
             rows = redis_rows.Rows(self.store, name, None)
@@ -191,21 +188,19 @@ class Replica:
                 table.put(_ZERO, self._weights(name, [value]))
         for name in self.names:
             table = tables[name] = _Table(self.store.layouts[name].dim)
-            found = self.io.scan(redis_keys.table_pattern(self.store.ns, name), what=f"list the rows of '{name}'")
-            if len(found) > self.max_rows:
-                log.warning("table '%s' has %d rows, over the replica's %d: its rows are read on demand",
-                            name, len(found), self.max_rows)
-                del tables[name]
-                continue
-            ids = np.array([redis_keys.key_id(k) for k in found], np.uint64)
-            for i in range(0, len(ids), SCAN_CHUNK):
-                part = ids[i:i + SCAN_CHUNK]
-                rows = redis_rows.Rows(self.store, name, part)
+            for ids in self._scan(name):
+                rows = redis_rows.Rows(self.store, name, ids)
                 values = self.io.mget(rows.keys, rows.groups, what=f"copy the rows of '{name}'")
                 present = np.fromiter((v is not None for v in values), bool, len(values))
                 if present.any():
-                    table.put(part[present], self._weights(name, [v for v in values if v is not None]))
-        self._positions, self._run_ids = positions, run_ids
+                    table.put(ids[present], self._weights(name, [v for v in values if v is not None]))
+                if len(table) > self.max_rows:
+                    log.warning("table '%s' has over %d rows (serve.replica_max_rows): its rows are read on demand",
+                                name, self.max_rows)
+                    del tables[name]
+                    break
+                if time.monotonic() - self._last_ok > self.feed_s / 4:
+                    self._poll(tables)
         self.bootstraps += 1
         self._poll(tables)
         with self.lock:
@@ -214,9 +209,29 @@ class Replica:
                  ", ".join(self.names) or "no table", "+".join(str(len(tables[n])) for n in self.names if n in tables) or "0",
                  time.monotonic() - t0)
 
+    def _scan(self, name: str):
+        """The ids of a table's rows, ``SCAN_CHUNK`` at a time (every shard, SCAN cursors)."""
+        pattern = redis_keys.table_pattern(self.store.ns, name)
+        found = []
+        for client in self.io.shards.clients:
+            cursor = 0
+            while True:
+                cursor, keys = self.io.shards.retrying(
+                    f"list the rows of '{name}'", lambda: client.scan(cursor, match=pattern, count=2000))
+                found += keys
+                if len(found) >= SCAN_CHUNK or (cursor == 0 and found):
+                    yield np.array([redis_keys.key_id(k) for k in found], np.uint64)
+                    found = []
+                if cursor == 0:
+                    break
+
     def _poll(self, tables: dict) -> None:
-        """Apply every feed entry written so far; the copy is then current as of the start."""
+        """Apply every feed entry written so far; the copy is then current as of the start.
+        An entry is trimmed ``feed_s`` after it was written at the earliest: a poll that starts
+        more than half that after the last one (an outage, a stall) may have lost some."""
         t0 = time.monotonic()
+        if t0 - self._last_ok > self.feed_s / 2:
+            raise _Restart(f"the change feed was not read for {t0 - self._last_ok:.1f} s (its entries may be trimmed)")
         keys, by_shard = self._feed_keys()
         first = True
         while True:
