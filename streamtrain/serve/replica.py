@@ -89,6 +89,7 @@ class Replica:
         self._run_ids: list | None = None
         self._last_ok = -np.inf
         self.polls = self.entries = self.bootstraps = 0
+        self.copied: list = []                              # called after each complete copy (run.py: gc.freeze)
         self._initial: dict[str, _Table] = {}              # absent rows' values, by table
         self._initial_lock = threading.Lock()
 
@@ -205,6 +206,8 @@ class Replica:
         self._poll(tables)
         with self.lock:
             self.tables = tables
+        for hook in self.copied:
+            hook()
         log.info("replica of %s: %s rows copied in %.2f s, then kept from the change feed",
                  ", ".join(self.names) or "no table", "+".join(str(len(tables[n])) for n in self.names if n in tables) or "0",
                  time.monotonic() - t0)

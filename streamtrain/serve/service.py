@@ -93,6 +93,8 @@ class StoreModel:
         self.refresher: Refresher | None = None
         self.replica: Replica | None = None
         self.replicator: Refresher | None = None
+        self.built: list = []                # called once the model is built, and after each copy of
+                                             # the replica (serve/run.py: gc.freeze)
 
     def graph(self, may_read: bool = True) -> Graph:
         if self._graph is not None:
@@ -128,12 +130,15 @@ class StoreModel:
                     replica_store = make_store(serving_store_config(self.config, self.settings))
                     replica_store.declare(graph.params, self.config["default_optimizer"])
                     self.replica = self.params.replica = Replica(replica_store, self.settings["replica_max_rows"])
+                    self.replica.copied += self.built
                 self._read_step(self.store, self.params.io_lock)
                 self._graph = graph
                 if background:
                     self.refresher = Refresher(self._refresh, max_age * REFRESH_EVERY)
                 if self.replica is not None:
                     self.replicator = Refresher(self.replica.sync, max_age * REFRESH_EVERY, name="serve-replica")
+                for hook in self.built:
+                    hook()
         return self._graph
 
     def _refresh(self) -> None:
