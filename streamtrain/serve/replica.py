@@ -40,6 +40,7 @@ from streamtrain.store.memory import put_rows, take_rows
 log = logging.getLogger("streamtrain.serve")
 READ_COUNT = 1000           # feed entries per stream per XREAD
 SCAN_CHUNK = 10_000         # rows per MGET while bootstrapping
+INITIAL_ROWS = 100_000      # absent ids' initial rows kept per table (then started again)
 
 
 class _Table:
@@ -133,7 +134,7 @@ class Replica:
         """Rows nobody wrote: the store's answer for them (a pure function of the id), kept."""
         with self._initial_lock:
             known = self._initial.get(name)
-            if known is None or len(known) > self.max_rows:
+            if known is None or len(known) > INITIAL_ROWS:
                 known = self._initial[name] = _Table(self.store.layouts[name].dim)
             rows = known.index.lookup(ids)
             new = rows < 0
