@@ -122,6 +122,17 @@ def test_crossed_multivalued_wide_part_learns_exactly_as_one_by_one():
     assert_same_training(layers, stream(64, seed=5, multivalue=("c",)), 32, 1e-9)
 
 
+@pytest.mark.parametrize("fm_opt", ["adagrad", "ftrl"])
+def test_rules_mixed_across_the_owned_layers_learn_exactly_as_one_by_one(fm_opt):
+    """A rule per layer (the kernel's general path, not its one-rule loops), FM rows repeated
+    within an example (a multivalued field: the summed-gradient path)."""
+    layers = lr_layers({"sequential": True}, OPTIMIZERS["ftrl-l1"], fm=OPTIMIZERS[fm_opt])
+    for layer in layers:
+        if layer["name"] in ("linear", "bias"):
+            layer["optimizer"] = OPTIMIZERS["sgd" if layer["name"] == "linear" else "adagrad"]
+    assert_same_training(layers, stream(64, seed=7, multivalue=("a", "c")), 16, 1e-9)
+
+
 def test_a_table_per_field_learns_exactly_as_one_by_one():
     layers = lr_layers({"sequential": True}, OPTIMIZERS["ftrl-l1"], fm=OPTIMIZERS["adagrad"])
     for layer in layers:

@@ -105,40 +105,93 @@ def by_example(ex, batch, row, x, field):
     return ptr, row2, x2, field2
 
 
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _one_group(grp):
+    """Whether every slot / row has one rule group (then the loops hoist its rule and
+    hyperparameters, and vectorise), and which: (one, g)."""
+    g0 = grp[0] if len(grp) else 0
+    for g_ in grp:
+        if g_ != g0:
+            return False, g0
+    return True, g0
+
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _gather(k, lptr, lslot, lx, L, seen, uj, ux):
+    """Example ``k``'s linear part of the logit (its occurrences in order) and its features, one
+    per slot (a slot twice: coefficients summed), into ``uj``/``ux``: returns (part, count).
+    ``seen[j]`` is (the last example that had slot ``j``, its place in that example's list)."""
+    part = 0.0
+    m = 0
+    for i in range(lptr[k], lptr[k + 1]):
+        x = lx[i]
+        if x == 0.0:                         # a missing numeric value, or padding: not a feature
+            continue
+        j = lslot[i]
+        part += x * L[j, 0]
+        if seen[j, 0] != k:
+            seen[j, 0] = k
+            seen[j, 1] = m
+            uj[m] = j
+            ux[m] = 0.0 + x                  # (as a zeroed accumulator would: 0.0 + x)
+            m += 1
+        else:
+            ux[seen[j, 1]] += x
+    return part, m
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
-def _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms):
+def _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms, seen, funiq):
     """The FM terms of example ``k`` at the current ``V``: fills E (per field) and S (per term)
-    for the example's fields and returns ``Σ_t ½ (|S_t|² − Σ_f |E_f|²)``. One pass: an
-    example's occurrences come field after field."""
+    for the example's fields and returns ``Σ_t ½ (|S_t|² − Σ_f |E_f|²)``, and lists the
+    example's rows in ``funiq`` (``seen`` as in ``_gather``): (value, rows, a row twice). One
+    pass: an example's occurrences come field after field."""
     d = V.shape[1]
     for t in range(nterms):
         for c in range(d):
             S[t, c] = 0.0
     phi = 0.0
+    mq = 0
+    twice = False
     i, end = fptr[k], fptr[k + 1]
     while i < end:
         f = ffield[i]
-        for c in range(d):
-            E[f, c] = 0.0
+        empty = True
         while i < end and ffield[i] == f:
-            q, x = frow[i], fx[i]
+            q, x = np.uint64(frow[i]), fx[i]     # (unsigned: no negative-index wraparound)
             i += 1
             if x == 0.0:                     # nothing (a dense term's padding)
                 continue
+            if seen[q, 0] != k:
+                seen[q, 0] = k
+                seen[q, 1] = mq
+                funiq[mq] = q
+                mq += 1
+            else:
+                twice = True
+            if empty:                        # E_f = 0 + x·v: written, not zeroed then added to
+                for c in range(d):
+                    E[f, c] = 0.0 + x * V[q, c]
+                empty = False
+            else:
+                for c in range(d):
+                    E[f, c] += x * V[q, c]
+        if empty:
             for c in range(d):
-                E[f, c] += x * V[q, c]
+                E[f, c] = 0.0
         t = fterm[f]
         for c in range(d):
             S[t, c] += E[f, c]
+        for c in range(d):
             phi -= 0.5 * E[f, c] * E[f, c]
     for t in range(nterms):
         for c in range(d):
             phi += 0.5 * S[t, c] * S[t, c]
-    return phi
+    return phi, mq, twice
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _implicit(zk, y, r, K, l1_present, uniq, m, xs, w, n, z, root, grp, code, hyper, s, tsq, troot, trate):
+def _implicit(zk, y, r, K, l1_present, m, uj, ux, L, grp, code, hyper, s, usq, uroot, urate):
     """ρ with ρ = σ(z_k − D(ρ)) − y, ``D(ρ) = Σ_j x_j (w_j − w_j'(ρ))`` the example's own move
     of its logit; linear (``D = K ρ``) unless an FTRL slot has L1. Safeguarded Newton."""
     lo, hi = -y, 1.0 - y
@@ -148,13 +201,13 @@ def _implicit(zk, y, r, K, l1_present, uniq, m, xs, w, n, z, root, grp, code, hy
         if l1_present:
             D, dD = 0.0, 0.0
             for i in range(m):
-                j = uniq[i]
+                j = uj[i]
                 g_ = grp[j]
-                w2, _n, _z = _apply(code[g_], _row(hyper, g_), w[j], n[j], z[j], root[j], troot[i], trate[i],
-                                    s * rho * xs[j], tsq[i])
-                D += xs[j] * (w[j] - w2)
+                w2, _n, _z = _apply(code[g_], _row(hyper, g_), L[j, 0], L[j, 1], L[j, 2], L[j, 3], uroot[i],
+                                    urate[i], s * rho * ux[i], usq[i])
+                D += ux[i] * (L[j, 0] - w2)
                 if code[g_] != FTRL or w2 != 0.0:
-                    dD += s * xs[j] * xs[j] * trate[i]
+                    dD += s * ux[i] * ux[i] * urate[i]
         else:
             D, dD = K * rho, K
         q = _sigmoid(zk - D)
@@ -175,12 +228,49 @@ def _implicit(zk, y, r, K, l1_present, uniq, m, xs, w, n, z, root, grp, code, hy
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _linear_value(k, lptr, lslot, lx, w):
-    out = 0.0
-    for i in range(lptr[k], lptr[k + 1]):
-        if lx[i] != 0.0:                     # not padding (whose row may not exist)
-            out += lx[i] * w[lslot[i]]
-    return out
+def _update_fm(k, rho, fptr, frow, fx, ffield, fterm, E, S, V, Vn, Vz, vgrp, code, hyper, adagrad, lr, eps,
+               mq, twice, seen, funiq, G):
+    """The example's FM rows' steps: a row's gradient ``ρ·x·(S_t − E_f)`` (summed over its
+    occurrences), then its rule. All rows Adagrad and each once in the example (the usual case):
+    each occurrence's gradient goes straight into its row's step, no gradient buffer."""
+    d = V.shape[1]
+    if adagrad and not twice:
+        for i in range(fptr[k], fptr[k + 1]):
+            q, f, x = frow[i], ffield[i], fx[i]
+            if x == 0.0:
+                continue
+            q, f, t, rx = np.uint64(q), np.uint64(f), np.uint64(fterm[f]), rho * x    # (unsigned:
+            for c in range(d):               # no negative-index wraparound per access)
+                g = 0.0 + rx * (S[t, c] - E[f, c])
+                n2 = Vn[q, c] + g * g
+                Vn[q, c] = n2
+                V[q, c] = V[q, c] - lr * g / (np.sqrt(n2) + eps)
+        return
+    for i in range(mq):
+        for c in range(d):
+            G[i, c] = 0.0
+    for i in range(fptr[k], fptr[k + 1]):
+        q, f, x = frow[i], ffield[i], fx[i]
+        if x == 0.0:
+            continue
+        t, at, rx = fterm[f], seen[q, 1], rho * x
+        for c in range(d):
+            G[at, c] += rx * (S[t, c] - E[f, c])
+    for i in range(mq):                      # the rule picked per row: straight arithmetic per
+        q = funiq[i]                         # coordinate (and no slices: a view per row costs)
+        g_ = vgrp[q]
+        rule = code[g_]
+        if rule == ADAGRAD:
+            lr_, eps_ = hyper[g_, 0], hyper[g_, 1]
+            for c in range(d):
+                g = G[i, c]
+                n2 = Vn[q, c] + g * g
+                Vn[q, c] = n2
+                V[q, c] = V[q, c] - lr_ * g / (np.sqrt(n2) + eps_)
+        else:
+            for c in range(d):
+                g = G[i, c]
+                V[q, c], Vn[q, c], Vz[q, c] = _step(rule, _row(hyper, g_), V[q, c], Vn[q, c], Vz[q, c], g, g * g)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -194,101 +284,102 @@ def learn(base, y, implicit, normalize, code, hyper,
 
     Linear occurrences in example order (example ``k``'s are ``lptr[k]:lptr[k+1]``): slot
     ``lslot``, coefficient ``lx``. FM occurrences likewise (``fptr``): row ``frow``, coefficient
-    ``fx``, field ``ffield`` (of term ``fterm[field]``), grouped by field within an example."""
+    ``fx``, field ``ffield`` (of term ``fterm[field]``), grouped by field within an example.
+
+    Speed (the arithmetic is the rules' own, bit for bit): a linear slot's w, n, z and √n sit
+    side by side in ``L`` (one cache line instead of four), an example's slots are gathered into
+    short contiguous arrays that one rule group steps in vectorised loops, and FM rows seen
+    once in the example (the usual case) take their Adagrad step straight from the gradient."""
     B = len(base)
     P, Q, d = len(w), V.shape[0], V.shape[1]
-    nfields = len(fterm)
-    E = np.zeros((max(nfields, 1), d))
-    S = np.zeros((max(nterms, 1), d))
-    mark = np.full(P, -1, np.int64)
-    xs = np.zeros(P)
-    uniq = np.empty(P, np.int64)
-    root = np.sqrt(n)                        # √n of every slot, kept current: one sqrt per update
-    tsq, troot, trate = np.empty(P), np.empty(P), np.empty(P)   # per slot of the example
-    fmark = np.full(Q, -1, np.int64)
-    floc = np.empty(Q, np.int64)             # an FM row's place among the example's rows
-    funiq = np.empty(Q, np.int64)
+    L = np.empty((P, 4))
+    for j in range(P):
+        L[j, 0], L[j, 1], L[j, 2], L[j, 3] = w[j], n[j], z[j], np.sqrt(n[j])
+    one, g0 = _one_group(grp)
+    lc, lh = (code[g0], _row(hyper, g0)) if len(code) else (SGD, (0.0, 0.0, 0.0, 0.0))
+    l1 = lc == FTRL and lh[2] > 0
+    seen = np.full((P, 2), -1, np.int64)
     most = 1
     for k in range(B):
-        most = max(most, fptr[k + 1] - fptr[k])
-    G = np.zeros((most, d))                  # the example's FM rows' gradients
+        most = max(most, lptr[k + 1] - lptr[k])
+    uj = np.empty(most, np.int64)            # the example's slots and, per slot, its coefficient,
+    ux, uw, un, uz, ur0 = np.empty(most), np.empty(most), np.empty(most), np.empty(most), np.empty(most)
+    usq, uroot, urate = np.empty(most), np.empty(most), np.empty(most)     # state and step
+    E = np.zeros((max(len(fterm), 1), d))
+    S = np.zeros((max(nterms, 1), d))
+    fseen = np.full((Q, 2), -1, np.int64)
+    funiq = np.empty(Q, np.int64)
+    fone, fg = _one_group(vgrp)
+    adagrad = fone and Q > 0 and code[fg] == ADAGRAD
+    fmost = 1
+    for k in range(B):
+        fmost = max(fmost, fptr[k + 1] - fptr[k])
+    G = np.zeros((fmost, d))                 # the example's FM rows' gradients (a row twice)
     zs = np.empty(B)
     rhos = np.empty(B)
     for k in range(B):
-        zk = base[k] + _linear_value(k, lptr, lslot, lx, w)
+        part, m = _gather(k, lptr, lslot, lx, L, seen, uj, ux)
+        zk = base[k] + part
+        mq, twice = 0, False
         if nterms:
-            zk += _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms)
+            phi, mq, twice = _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms, fseen, funiq)
+            zk += phi
         r = _sigmoid(zk) - y[k]
-        # the example's linear features, one per slot (a slot twice: coefficients summed)
-        m = 0
-        for i in range(lptr[k], lptr[k + 1]):
-            j = lslot[i]
-            if lx[i] == 0.0:                 # a missing numeric value, or padding: not a feature
-                continue
-            if mark[j] != k:
-                mark[j] = k
-                xs[j] = 0.0
-                uniq[m] = j
-                m += 1
-            xs[j] += lx[i]
         norm = 0.0
         for i in range(m):
-            norm += xs[uniq[i]] ** 2
+            norm += ux[i] ** 2
         s = 1.0 / np.sqrt(max(norm, 1.0)) if normalize else 1.0
+        # each feature's squared gradient, √n after it and step size for residual r, and the
+        # example's K = Σ s·x²·rate (its logit's move per unit residual); one rule group:
+        # straight loops over the example's slots (written out here: a call costs)
         K = 0.0
-        l1_present = False
-        for i in range(m):
-            j = uniq[i]
-            g_ = grp[j]
-            tsq[i] = (r * xs[j]) ** 2
-            troot[i], trate[i] = _prepare(code[g_], _row(hyper, g_), n[j], tsq[i])
-            K += s * xs[j] * xs[j] * trate[i]
-            if code[g_] == FTRL and hyper[g_, 2] > 0:
-                l1_present = True
+        if one:
+            for i in range(m):
+                un[i] = L[uj[i], 1]
+            for i in range(m):
+                usq[i] = (r * ux[i]) ** 2
+            for i in range(m):
+                uroot[i], urate[i] = _prepare(lc, lh, un[i], usq[i])
+            for i in range(m):
+                K += s * ux[i] * ux[i] * urate[i]
+            l1_present = l1
+        else:
+            l1_present = False
+            for i in range(m):
+                j = uj[i]
+                g_ = grp[j]
+                usq[i] = (r * ux[i]) ** 2
+                uroot[i], urate[i] = _prepare(code[g_], _row(hyper, g_), L[j, 1], usq[i])
+                K += s * ux[i] * ux[i] * urate[i]
+                if code[g_] == FTRL and hyper[g_, 2] > 0:
+                    l1_present = True
         rho = r
         if implicit and m:
-            rho = _implicit(zk, y[k], r, K, l1_present, uniq, m, xs, w, n, z, root, grp, code, hyper, s,
-                            tsq, troot, trate)
-        for i in range(m):
-            j = uniq[i]
-            g_ = grp[j]
-            w[j], n[j], z[j] = _apply(code[g_], _row(hyper, g_), w[j], n[j], z[j], root[j], troot[i], trate[i],
-                                      s * rho * xs[j], tsq[i])
-            root[j] = troot[i]
-        if nterms:                           # the example's FM rows: gradients, then steps
-            mq = 0
-            for i in range(fptr[k], fptr[k + 1]):
-                q, f, x = frow[i], ffield[i], fx[i]
-                if x == 0.0:
-                    continue
-                if fmark[q] != k:
-                    fmark[q] = k
-                    floc[q] = mq
-                    funiq[mq] = q
-                    for c in range(d):
-                        G[mq, c] = 0.0
-                    mq += 1
-                t, at, rx = fterm[f], floc[q], rho * x
-                for c in range(d):
-                    G[at, c] += rx * (S[t, c] - E[f, c])
-            for i in range(mq):              # the rule picked per row: straight arithmetic per
-                q = funiq[i]                 # coordinate (and no slices: a view per row costs)
-                g_ = vgrp[q]
-                rule = code[g_]
-                if rule == ADAGRAD:
-                    lr, eps = hyper[g_, 0], hyper[g_, 1]
-                    for c in range(d):
-                        g = G[i, c]
-                        n2 = Vn[q, c] + g * g
-                        Vn[q, c] = n2
-                        V[q, c] = V[q, c] - lr * g / (np.sqrt(n2) + eps)
-                else:
-                    for c in range(d):
-                        g = G[i, c]
-                        V[q, c], Vn[q, c], Vz[q, c] = _step(rule, _row(hyper, g_), V[q, c], Vn[q, c], Vz[q, c],
-                                                            g, g * g)
+            rho = _implicit(zk, y[k], r, K, l1_present, m, uj, ux, L, grp, code, hyper, s, usq, uroot, urate)
+        if one:                              # the features' steps: gathered, stepped, scattered
+            for i in range(m):
+                j = uj[i]
+                uw[i], uz[i], ur0[i] = L[j, 0], L[j, 2], L[j, 3]
+            for i in range(m):
+                uw[i], un[i], uz[i] = _apply(lc, lh, uw[i], un[i], uz[i], ur0[i], uroot[i], urate[i],
+                                             s * rho * ux[i], usq[i])
+            for i in range(m):
+                j = uj[i]
+                L[j, 0], L[j, 1], L[j, 2], L[j, 3] = uw[i], un[i], uz[i], uroot[i]
+        else:
+            for i in range(m):
+                j = uj[i]
+                g_ = grp[j]
+                L[j, 0], L[j, 1], L[j, 2] = _apply(code[g_], _row(hyper, g_), L[j, 0], L[j, 1], L[j, 2], L[j, 3],
+                                                   uroot[i], urate[i], s * rho * ux[i], usq[i])
+                L[j, 3] = uroot[i]
+        if nterms:
+            _update_fm(k, rho, fptr, frow, fx, ffield, fterm, E, S, V, Vn, Vz, vgrp, code, hyper, adagrad,
+                       hyper[fg, 0], hyper[fg, 1], mq, twice, fseen, funiq, G)
         zs[k] = zk
         rhos[k] = rho
+    for j in range(P):
+        w[j], n[j], z[j] = L[j, 0], L[j, 1], L[j, 2]
     return zs, rhos
 
 
@@ -297,10 +388,11 @@ def combine(code, hyper, grp, w0, n0, z0, w, n, z):
     """Per coordinate (rows of ``w`` share ``grp``): the gradient and squares whose single
     ``_step`` from (w0, n0, z0) lands on (w, n, z) — the sum of the per-example updates.
     (The start may be in a narrower float: its values are what the kernel started from.) All
-    arrays C-contiguous; a run of rows of one group is one flat loop (which vectorises)."""
+    arrays C-contiguous; a run of rows of one group is one flat loop (which vectorises) that
+    writes every output once (no zero-fill first)."""
     R, d = w.shape
-    g = np.zeros((R, d))
-    sq = np.zeros((R, d))
+    g = np.empty((R, d))
+    sq = np.empty((R, d))
     gf, sqf = g.reshape(-1), sq.reshape(-1)
     w0f, n0f, z0f = w0.reshape(-1), n0.reshape(-1), z0.reshape(-1)
     wf, nf, zf = w.reshape(-1), n.reshape(-1), z.reshape(-1)
@@ -313,15 +405,13 @@ def combine(code, hyper, grp, w0, n0, z0, w, n, z):
         h0, h1 = hyper[grp[j], 0], hyper[grp[j], 1]
         lo, hi = j * d, e * d
         if rule == SGD:
-            if h0 > 0:
-                for i in range(lo, hi):
-                    gf[i] = (w0f[i] - wf[i]) / h0
+            for i in range(lo, hi):
+                sqf[i] = 0.0
+                gf[i] = (w0f[i] - wf[i]) / h0 if h0 > 0 else 0.0
         elif rule == ADAGRAD:
             for i in range(lo, hi):
                 sqf[i] = nf[i] - n0f[i]
-            if h0 > 0:
-                for i in range(lo, hi):
-                    gf[i] = (w0f[i] - wf[i]) * (np.sqrt(nf[i]) + h1) / h0
+                gf[i] = (w0f[i] - wf[i]) * (np.sqrt(nf[i]) + h1) / h0 if h0 > 0 else 0.0
         else:
             for i in range(lo, hi):
                 sqf[i] = nf[i] - n0f[i]
