@@ -140,7 +140,7 @@ def test_requests_for_new_ids_never_wait_for_the_store(redis_url, redis_namespac
     batch = clicked(recs)
     trainer.step(batch)
     publish(trainer, cfg)                              # the fields, and the feed's retention
-    source, srv, client, _ = serving(cfg)
+    source, srv, client, metrics = serving(cfg)
     try:
         assert client.post("/v1/predict", json={"records": recs[:1]}).status_code == 200
         deadline = time.monotonic() + 10
@@ -163,6 +163,9 @@ def test_requests_for_new_ids_never_wait_for_the_store(redis_url, redis_namespac
             assert time.monotonic() - applied < 0.5 + 0.5, "the copy did not follow the store"
         assert source.params.reads == reads
         assert client.get("/v1/model").json()["replica"]["bootstraps"] == 1
+        age = metrics.registry.get_sample_value("streamtrain_serve_replica_age_seconds")
+        assert 0 <= age <= 0.5, age
+        assert metrics.registry.get_sample_value("streamtrain_serve_replica_copies") == 1
     finally:
         srv.stop(), client.close(), source.close(), trainer.store.close()
 
@@ -221,11 +224,12 @@ def test_without_a_feed_the_row_cache_answers(redis_url, redis_namespace, feed_s
     trainer, first = trainer_on(cfg)
     trainer.step(first)
     publish(trainer, cfg)
-    source, srv, client, _ = serving(cfg)
+    source, srv, client, metrics = serving(cfg)
     try:
         assert client.post("/v1/predict", json={"records": records(None, range(3))}).status_code == 200
         time.sleep(0.3)
         assert source.replica.tables is None and source.replica.bootstraps == 0
+        assert np.isnan(metrics.registry.get_sample_value("streamtrain_serve_replica_age_seconds"))
         assert not trainer.store.shards.clients[0].keys(f"st:{{{redis_namespace}/*}}:feed")
     finally:
         srv.stop(), client.close(), source.close(), trainer.store.close()

@@ -118,6 +118,10 @@ class Replica:
         """The copy is complete and holds every write older than ``max_age``."""
         return self.tables is not None and now - self.synced_at <= max_age
 
+    def age(self) -> float:
+        """Seconds since the copy was current (NaN: no complete copy)."""
+        return time.monotonic() - self.synced_at if self.tables is not None else float("nan")
+
     def held(self) -> set:
         """Names of the parameters the copy answers for."""
         tables = self.tables
