@@ -175,7 +175,7 @@ class Replica:
         copy polls the feed as it goes (every quarter of its retention), so a long copy never
         outlives the entries it must replay."""
         t0 = time.monotonic()
-        keys, by_shard = self._feed_keys()
+        by_shard = self._feed_keys()
         plan = {s: [("INFO", "server")] + [("XREVRANGE", k, "+", "-", "COUNT", 1) for k in ks]
                 for s, ks in by_shard.items()}
         answers = self.io.shards.retrying("read the change feed's positions", lambda: self.io.shards.run(plan))
@@ -240,7 +240,7 @@ class Replica:
         t0 = time.monotonic()
         if t0 - self._last_ok > self.feed_s / 2:
             raise _Restart(f"the change feed was not read for {t0 - self._last_ok:.1f} s (its entries may be trimmed)")
-        keys, by_shard = self._feed_keys()
+        by_shard = self._feed_keys()
         first = True
         while True:
             plan = {}
@@ -302,16 +302,13 @@ class Replica:
         mat = values if isinstance(values, np.ndarray) else np.frombuffer(b"".join(values), np.uint8).reshape(len(values), -1)
         return np.ascontiguousarray(mat[:, redis_rows.TAG:redis_rows.TAG + 4 * dim]).view("<f4")
 
-    def _feed_keys(self):
-        groups = self.io.feed_groups()
+    def _feed_keys(self) -> dict[int, list[bytes]]:
+        """Every feed stream, by shard."""
         where = self.io.group_shard()
         by_shard: dict[int, list[bytes]] = {}
-        keys = []
-        for group in sorted(set(groups.values())):
-            key = self.io.feed_key(group)
-            keys.append(key)
-            by_shard.setdefault(int(where[group]), []).append(key)
-        return keys, by_shard
+        for group in sorted(set(self.io.feed_groups().values())):
+            by_shard.setdefault(int(where[group]), []).append(self.io.feed_key(group))
+        return by_shard
 
     def stats(self) -> dict:
         tables = self.tables

@@ -162,9 +162,11 @@ class RowIO:
                 rows = local[run]
                 keys.append(redis_resp.run_of(p_keys[rows]) if p_keys.dtype.kind == "S"
                             else redis_resp.Run(b"".join(map(redis_resp.pack_arg, p_keys[rows].tolist())), len(rows)))
+                feed_ids = b"" if not feed else bytes(8 * len(rows)) if ids is None else \
+                    np.asarray(ids[rows], "<u8").tobytes()                  # a dense parameter: id 0
                 argv += [len(rows), values.shape[1], int(ttl_ms),
                          np.asarray(expected[rows], "<u8").tobytes(), values[rows].tobytes(),
-                         name if feed else b"", b"" if not feed else bytes(8 * len(rows)) if ids is None else np.asarray(ids[rows], "<u8").tobytes()]
+                         name if feed else b"", feed_ids]
                 segments += 1
             first = parts[part_of[pos[0]]][0][local[pos[0]]]
             receipt = redis_keys.receipt_key(bytes(first), f"{self.client_id}:{self._seq}:{c}")
