@@ -7,8 +7,10 @@ more batch is fed, pulled and run forward, and each component is called ``--repe
 it; the fastest call is reported (µs). The fastest of many short calls moves little with the
 machine's load, so two versions of the code compare well one after the other. Components:
 the whole training forward pass (the engine's per-example loop included), the ``emb`` and
-``fm`` layers' forward and backward called directly, the engine's learn + push, and the memory
-store's push of the gradients of the 60th step.
+``fm`` layers' forward and backward called directly, the engine's learn + push, the memory
+store's push of the gradients of the 60th step and, for a model with a batchwise MLP (DeepFM),
+its fc layers' forward and backward (summed over the layers) and the push of its dense
+parameters alone.
 """
 from __future__ import annotations
 
@@ -75,7 +77,28 @@ def measure(model: str, repeat: int) -> dict:
             ctx.engine.push(ctx)
         out["engine learn + push"] = best(learn_push)
     out["store push"] = best(lambda: push(store, pushed["grads"]))
+    deep = [layer for layer in graph.train_order if layer.kind == "fc" and layer.name not in graph_skip(ctx)]
+    if deep:                                    # the batchwise MLP: its layers called directly
+        forward()
+        outs = {layer.name: [ctx.outputs[src] for src in layer.inputs] for layer in deep}
+        fwd = {layer.name: best(lambda layer=layer: layer.forward(ctx, outs[layer.name])) for layer in deep}
+        for layer in deep:
+            layer.forward(ctx, outs[layer.name])
+        bwd = {}
+        for layer in deep:
+            gy = np.full((batch.size, *layer.output_shape), 0.01, ctx.dtype)
+            bwd[layer.name] = best(lambda layer=layer, gy=gy: layer.backward(ctx, gy))
+        out["fc layers forward (" + ", ".join(fwd) + ")"] = sum(fwd.values())
+        out["fc layers backward"] = sum(bwd.values())
+        from streamtrain.context import Gradients
+        dense = Gradients(dense=dict(pushed["grads"].dense))
+        out["store push of the dense parameters (Adam)"] = best(lambda: push(store, dense))
     return out
+
+
+def graph_skip(ctx) -> set:
+    """The layers the per-example engine learns (none without one)."""
+    return ctx.engine.skip if ctx.engine is not None else set()
 
 
 def main(argv=None) -> int:

@@ -1,6 +1,6 @@
 """The trainer's own work per batch, without the reader: examples/s of ``Trainer.step`` alone.
 
-    python bench/bench_step.py [--rows 30000] [--models fm deepfm] [--passes 3]
+    python bench/bench_step.py [--rows 30000] [--models fm deepfm] [--passes 3] [--set KEY=VALUE ...]
 
 The rows (the Criteo TSV ``bench/compare.py --targets`` uses) are parsed into batches first;
 then each model trains over them ``--passes`` times in this process (the first pass creates the
@@ -10,6 +10,7 @@ per batch of ``step`` (feed, pull, forward, backward, push) and its phases
 (``StepResult.seconds``; "feed" is the rest of the step). Without the parse
 thread, its GIL and the job loop's bookkeeping, the figure moves much less with the machine's
 load than a whole run does, so two versions of the code compare well one after the other.
+``--set`` overrides the job config as ``streamtrain run --set`` does (``batch_size=2048``).
 """
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ import streams  # noqa: E402
 PHASES = ("pull", "forward", "backward", "push", "update")
 
 
-def measure(model: str, rows: int, passes: int) -> dict:
-    trainer, batches = streams.built_trainer(model, rows)
+def measure(model: str, rows: int, passes: int, sets=()) -> dict:
+    trainer, batches = streams.built_trainer(model, rows, *sets)
     per_pass = []
     for _ in range(passes):
         spent = dict.fromkeys((*PHASES, "feed"), 0.0)
@@ -55,6 +56,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=30_000)
     ap.add_argument("--models", nargs="+", default=["fm", "deepfm"])
     ap.add_argument("--passes", type=int, default=3)
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args(argv)
     from streamtrain import limit_blas_threads
     limit_blas_threads()
@@ -63,7 +65,7 @@ def main(argv=None) -> int:
           + " | ".join(("feed", *PHASES)) + " |")
     print("|---|---:|---:|---:|" + "---:|" * (len(PHASES) + 1))
     for model in args.models:
-        r = measure(model, args.rows, args.passes)
+        r = measure(model, args.rows, args.passes, args.sets)
         print(f"| {model} | {r['rate']:.0f} | {r['best']:.0f} | {r['per_batch_us']:.0f} | "
               + " | ".join(f"{r[k]:.0f}" for k in ("feed", *PHASES)) + " |", flush=True)
     return 0

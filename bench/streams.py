@@ -151,9 +151,9 @@ def criteo_job(model: str, rows: int, *sets: str):
     return Job(config.validate(config.load(ROOT / "examples" / f"{model}.json", [*base, *sets])))
 
 
-def built_trainer(model: str, rows: int):
-    """(the trainer of ``criteo_job(model, rows)``, built from its first batch; every batch)."""
-    job = criteo_job(model, rows)
+def built_trainer(model: str, rows: int, *sets: str):
+    """(the trainer of ``criteo_job(model, rows, *sets)``, built from its first batch; every batch)."""
+    job = criteo_job(model, rows, *sets)
     batches = list(job.source.batches())
     job._build(batches[0])
     return job.trainer, batches

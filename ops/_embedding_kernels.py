@@ -33,23 +33,40 @@ def gather_rows(table, index, w, out):
 @njit(nogil=True, error_model="numpy")
 def scatter_rows(index, g, w, total, grad, sq):
     """``grad[r] = Σ_{i: index[i] = r} w[i] g[i]`` and, when ``sq`` has rows, the sum of the
-    squares of those products (computed in ``g``'s precision, summed in float64)."""
+    squares of those products (computed in ``g``'s precision, summed in float64). A row's sum
+    and its squares' sum sit side by side (``acc[r]`` is ``[2, dim]``): one block per slot to
+    touch."""
     dim = g.shape[1]
     weighted = len(w) > 0
     squares = sq.shape[0] > 0
-    acc = np.zeros((total, dim))
-    acc2 = np.zeros((total if squares else 0, dim))
+    acc = np.zeros((total, 2, dim))
     for i in range(len(index)):
         r = index[i]
         if r >= total:
             continue
-        for c in range(dim):
-            v = g[i, c] * w[i] if weighted else g[i, c]
-            acc[r, c] += v
-            if squares:
-                acc2[r, c] += v * v
+        a = acc[r]
+        gi = g[i]
+        if squares and weighted:
+            wi = w[i]
+            for c in range(dim):
+                v = gi[c] * wi
+                a[0, c] += v
+                a[1, c] += v * v
+        elif squares:
+            for c in range(dim):
+                v = gi[c]
+                a[0, c] += v
+                a[1, c] += v * v
+        elif weighted:
+            wi = w[i]
+            for c in range(dim):
+                a[0, c] += gi[c] * wi
+        else:
+            for c in range(dim):
+                a[0, c] += gi[c]
     for r in range(total):
         for c in range(dim):
-            grad[r, c] = acc[r, c]
-            if squares:
-                sq[r, c] = acc2[r, c]
+            grad[r, c] = acc[r, 0, c]
+        if squares:
+            for c in range(dim):
+                sq[r, c] = acc[r, 1, c]

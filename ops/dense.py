@@ -80,7 +80,8 @@ class FC(Layer):
         return self.opts["dim"] == 1 and self.opts["activation"] == "identity"
 
     def linear_terms(self, ctx):
-        x2 = ctx.saved[self.name][1]
+        x = ctx.outputs[self.inputs[0]]         # the engine elides this layer's forward pass
+        x2 = x.reshape(len(x), -1)
         B, n = x2.shape
         terms = [Term(self.param_name("W"), np.broadcast_to(np.arange(n), (B, n)), x2, n)]
         if self.opts["bias"]:
@@ -90,18 +91,60 @@ class FC(Layer):
     def forward(self, ctx, xs):
         (x,) = xs
         x2 = x.reshape(len(x), -1)
-        z = x2 @ ctx.value(self.param_name("W"))
-        if self.opts["bias"]:
-            z += ctx.value(self.param_name("b"))
-        y = activate(self.opts["activation"], z)
+        W = ctx.value(self.param_name("W"))
+        # into buffers reused across batches, bias and activation in place: the same numbers
+        # as ``act(x2 @ W + b)`` without a temporary per operation
+        z = np.matmul(x2, W, out=ctx.buffer((self.name, "z"), (len(x2), W.shape[1]), np.result_type(x2, W)))
+        b = ctx.value(self.param_name("b")) if self.opts["bias"] else None
+        act = self.opts["activation"]
+        if act == "relu" and len(z) and _compiled(z, b):
+            from ._dense_kernels import bias_relu
+            bias_relu(z, _EMPTY[z.dtype] if b is None else b, _ZERO_ONE[z.dtype])
+            y = z
+        else:
+            if b is not None:
+                z += b
+            y = np.maximum(z, 0, out=z) if act == "relu" else activate(act, z)
         ctx.saved[self.name] = (x, x2, y)
         return y
 
     def backward(self, ctx, gy):
         x, x2, y = ctx.saved[self.name]
-        gz = activation_grad(self.opts["activation"], y, gy)
+        act = self.opts["activation"]
+        bias = self.opts["bias"]
+        gb = None
+        if act == "relu" and len(y) and gy.shape == y.shape and _compiled(y, gy):
+            from ._dense_kernels import relu_backward
+            gz = ctx.buffer((self.name, "gz"), y.shape, y.dtype)
+            gb = np.empty(y.shape[1] if bias else 0, y.dtype)
+            relu_backward(y, gy, gz, gb, _ZERO_ONE[y.dtype])
+        elif act == "relu":
+            gz = gy * (y > 0)
+        else:
+            gz = activation_grad(act, y, gy)
         W = ctx.value(self.param_name("W"))
-        ctx.add_param_grad(self.param_name("W"), x2.T @ gz)
-        if self.opts["bias"]:
-            ctx.add_param_grad(self.param_name("b"), gz.sum(axis=0))
-        return [(gz @ W.T).reshape(x.shape) if ctx.input_needs_grad(self)[0] else None]
+        x2t = x2.T
+        ctx.add_param_grad(self.param_name("W"),
+                           np.matmul(x2t, gz, out=ctx.buffer((self.name, "gW"), W.shape, np.result_type(x2t, gz))))
+        if bias:
+            ctx.add_param_grad(self.param_name("b"), gz.sum(axis=0) if gb is None else gb)
+        if not ctx.input_needs_grad(self)[0]:
+            return [None]
+        Wt = W.T
+        gx = ctx.buffer((self.name, "gx"), (len(gz), Wt.shape[1]), np.result_type(gz, Wt))
+        if Wt.shape[0] == 1:            # one output: an outer product (the same products; BLAS is slow at k = 1)
+            np.multiply(gz, Wt, out=gx)
+        else:
+            np.matmul(gz, Wt, out=gx)
+        return [gx if gx.shape == x.shape else gx.reshape(x.shape)]
+
+
+_ZERO_ONE = {np.dtype(t): np.array([0, 1], t) for t in (np.float32, np.float64)}
+_EMPTY = {np.dtype(t): np.zeros(0, t) for t in (np.float32, np.float64)}
+
+
+def _compiled(a: np.ndarray, other: np.ndarray | None) -> bool:
+    """Whether the compiled ReLU kernels take ``a`` and ``other`` (a bias or an output gradient):
+    C-ordered, of one float dtype."""
+    return a.dtype in _ZERO_ONE and a.flags.c_contiguous and (
+        other is None or (other.dtype == a.dtype and other.flags.c_contiguous))

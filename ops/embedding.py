@@ -96,11 +96,8 @@ class Embedding(Layer):
         weights = self._weights(ctx, fields, counts)
         if slot is not None and len(self.tables) == 1:     # single-valued: dense [B, F], by slot
             t = self.tables[0]
-            pos = np.zeros(B * F, np.int64)
-            x = np.zeros(B * F)
-            pos[slot] = ctx.table_pos[(self.name, t)]
-            x[slot] = 1.0 if weights is None else weights
-            return [Term(t, pos.reshape(B, F), x.reshape(B, F), len(ctx.table_ids[t]), field=np.arange(F))]
+            return [Term(t, ctx.table_pos[(self.name, t)], weights, len(ctx.table_ids[t]),
+                         field=np.arange(F), present=counts)]
         example = np.repeat(np.tile(np.arange(B), F), counts)
         field = np.repeat(np.repeat(np.arange(F), B), counts)
         x = np.ones(len(example)) if weights is None else weights
@@ -172,8 +169,8 @@ class Embedding(Layer):
         if how == "take":
             from ._embedding_kernels import scatter_rows
             g = np.ascontiguousarray(gy).reshape(-1, dim)
-            grad_rows = np.empty((total, dim), ctx.dtype)
-            sq_rows = np.empty((total if squares else 0, dim), ctx.dtype)
+            grad_rows = ctx.rows((self.name, "grad_rows"), (total, dim))
+            sq_rows = ctx.rows((self.name, "sq_rows"), (total if squares else 0, dim))
             scatter_rows(a, g, w.astype(g.dtype, copy=False), total, grad_rows, sq_rows)
             sq_rows = sq_rows if squares else None
         else:

@@ -55,7 +55,7 @@ class FM(Layer):
         from ._fm_kernels import fm_backward
         v, s = ctx.saved[self.name]
         # d/dv_f 0.5((Σv)² − Σv²) = Σv − v_f; a reduced output broadcasts over d
-        gx = np.empty_like(v)
+        gx = ctx.buffer((self.name, "gx"), v.shape, v.dtype)
         fm_backward(v, s, np.ascontiguousarray(gy, v.dtype).reshape(len(v), -1), gx)
         return [gx]
 

@@ -82,15 +82,22 @@ class Context:
         return buf[:n]
 
     def accumulate(self, store: dict, key: str, grad: np.ndarray) -> None:
-        """First contribution of the batch is copied into a reused buffer, later ones added."""
+        """The first contribution of the batch is kept as given, not copied (a layer writes
+        neither into a gradient it returned nor into the one it was handed, and one array may
+        go to several inputs: ``add``); a second is summed with it into a reused buffer, which
+        later ones are added to."""
+        have = store.get(key)
+        if have is None:
+            store[key] = grad
+            return
         tag = (id(store), key)
-        if tag not in self._written:
-            buf = self.buffer(("grad", id(store), key), grad.shape, grad.dtype)
-            np.copyto(buf, grad)
-            store[key] = buf
-            self._written.add(tag)
-        else:
-            store[key] += grad
+        if tag in self._written:
+            have += grad
+            return
+        buf = self.buffer(("grad", id(store), key), have.shape, have.dtype)
+        np.add(have, grad, out=buf)
+        store[key] = buf
+        self._written.add(tag)
 
     def input_needs_grad(self, layer) -> list[bool]:
         """Per input of ``layer``: whether a gradient must flow back into it (a layer may skip

@@ -16,7 +16,7 @@ from streamtrain.ops.base import Layer
 from .context import Context, Gradients
 from .errors import ConfigError, ShapeError
 from .params import ParamSpec
-from .state import Status, advance
+from .state import TRANSITIONS, Status, advance
 from .uniq import unique_inverse
 
 
@@ -139,6 +139,8 @@ class Graph:
         self.loss = next(layer for layer in self.order if layer.is_loss)
         live = self._ancestors(self.loss.name)
         self.train_order = [layer for layer in self.order if layer.name in live]
+        self._reverse_order = self.train_order[::-1]
+        self._orders: dict[str, list] = {}       # target -> what forward computes for it, in order
         self.params: dict[str, ParamSpec] = {}
         self._param_owner: dict[str, str] = {}
         self._build()
@@ -228,41 +230,69 @@ class Graph:
         return self._forward(ctx, self.layers[target])
 
     def _forward(self, ctx: Context, layer: Layer):
-        if ctx.status[layer.name] >= Status.FORWARD:
-            return ctx.outputs[layer.name]
-        xs = [self._forward(ctx, self.layers[src]) for src in layer.inputs]
-        advance(ctx.status, layer.name, "forward")
-        if ctx.engine is not None and ctx.training and layer.name in ctx.engine.elide:
-            out = np.zeros((ctx.batch.size, *layer.output_shape), ctx.dtype)   # the engine's terms
-        else:
-            out = layer.forward(ctx, xs)
-        ctx.outputs[layer.name] = out
-        return out
+        status, outputs = ctx.status, ctx.outputs
+        if status[layer.name] >= Status.FORWARD:
+            return outputs[layer.name]
+        elide = ctx.engine.elide if ctx.engine is not None and ctx.training else ()
+        for todo in self._forward_order(layer.name):
+            name = todo.name
+            if status[name] >= Status.FORWARD:
+                continue
+            xs = [outputs[src] for src in todo.inputs]
+            status[name] = Status.FORWARD
+            if name in elide:
+                outputs[name] = np.zeros((ctx.batch.size, *todo.output_shape), ctx.dtype)   # the engine's terms
+            else:
+                outputs[name] = todo.forward(ctx, xs)
+        return outputs[layer.name]
+
+    def _forward_order(self, name: str) -> list[Layer]:
+        """``name`` and the layers it depends on, in the order a depth-first walk of the inputs
+        computes them (inputs in their listed order), once each; cached per target. Run in this
+        order, skipping what is computed already, it computes what the recursion would, in the
+        same order (a computed layer's inputs are computed too)."""
+        order = self._orders.get(name)
+        if order is None:
+            order, seen = [], set()
+
+            def visit(n):
+                if n not in seen:
+                    seen.add(n)
+                    for src in self.layers[n].inputs:
+                        visit(src)
+                    order.append(self.layers[n])
+            visit(name)
+            self._orders[name] = order
+        return order
 
     def backward(self, ctx: Context) -> None:
         """Reverse topological walk; each layer gets the sum of its consumers' gradients.
         Layers the loss does not depend on are left alone (they stay Null), and so are the
         layers a per-example engine learns (``ctx.engine.skip``): it computes their gradients."""
         skip = ctx.engine.skip if ctx.engine is not None else ()
-        for layer in reversed(self.train_order):
-            if not advance(ctx.status, layer.name, "backward") or not self.needs_grad[layer.name] \
-                    or layer.name in skip:
+        status, grad_out, needs_grad = ctx.status, ctx.grad_out, self.needs_grad
+        for layer in self._reverse_order:
+            name = layer.name
+            if status[name] == Status.FORWARD:
+                status[name] = Status.BACKWARD
+            elif not advance(status, name, "backward"):     # done already, or out of order: raises
+                continue
+            if not needs_grad[name] or name in skip:
                 continue
             if layer.is_loss:
                 gy = None
             else:
-                gy = ctx.grad_out.get(layer.name)
+                gy = grad_out.get(name)
                 if gy is None:          # output reaches no loss: nothing flows back
                     continue
             grads = layer.backward(ctx, gy)
             for src, g in zip(layer.inputs, grads):
                 if g is not None:
-                    ctx.accumulate(ctx.grad_out, src, g)
+                    ctx.accumulate(grad_out, src, g)
 
     def gradients(self, ctx: Context) -> Gradients:
         """Collect parameter gradients for the push; every layer moves to Gradient."""
-        for layer in self.train_order:
-            advance(ctx.status, layer.name, "gradient")
+        self._advance_all(ctx.status, "gradient")
         grads = Gradients()
         for name, g in ctx.param_grads.items():
             if self.params[name].table:
@@ -276,8 +306,17 @@ class Graph:
 
     def update(self, ctx: Context) -> None:
         """Mark the update applied (the store applied it where the parameters live)."""
+        self._advance_all(ctx.status, "update")
+
+    def _advance_all(self, status: dict, phase: str) -> None:
+        """``advance`` every layer of the training order through ``phase``, the usual move
+        inline (``advance`` itself for the rest: done already, or out of order: it raises)."""
+        need, leave = TRANSITIONS[phase]
         for layer in self.train_order:
-            advance(ctx.status, layer.name, "update")
+            if status[layer.name] == need:
+                status[layer.name] = leave
+            else:
+                advance(status, layer.name, phase)
 
 
 def _describe(spec: ParamSpec) -> str:

@@ -131,6 +131,30 @@ def test_a_layer_consumed_twice_by_one_layer_gets_both_gradients():
     assert np.abs(grads["h.W"]).sum() > 0
 
 
+def test_a_gradient_handed_to_several_inputs_is_not_summed_into():
+    """``add`` hands one array to each of its inputs; the first gradient a layer gets is kept
+    as given (not copied), so ``h``'s second one (from ``t``) must go to a new sum, leaving the
+    array ``g`` was handed (the same object) alone. Whole-graph FD on both branches."""
+    layers = [{"name": "x", "type": "dense_input"},
+              {"name": "h", "type": "fc", "inputs": ["x"], "dim": 2, "activation": "relu"},
+              {"name": "g", "type": "fc", "inputs": ["x"], "dim": 2, "activation": "tanh"},
+              {"name": "s", "type": "add", "inputs": ["h", "g"]},
+              {"name": "t", "type": "fc", "inputs": ["h"], "dim": 2},
+              {"name": "both", "type": "add", "inputs": ["s", "t"]},
+              {"name": "out", "type": "fc", "inputs": ["both"], "dim": 1},
+              {"name": "loss", "type": "logloss", "inputs": ["out"]}]
+    g = Graph.from_config(layers, SCHEMA)
+    graph_fd_check(g, batch_of(), checks=8)
+    ctx = g.context()
+    g.feed(ctx, batch_of())
+    pull(g, ctx, noise=0.2)
+    g.forward(ctx)
+    g.backward(ctx)
+    gs = ctx.grad_out["s"]
+    assert ctx.grad_out["g"] is gs and ctx.grad_out["h"] is not gs
+    np.testing.assert_array_equal(ctx.grad_out["h"], gs + ctx.grad_out["t"] @ ctx.values["t.W"].T)
+
+
 # (was an engine bug: backward() raised on a layer the loss does not use)
 def test_a_layer_the_loss_does_not_use_does_not_break_backward():
     g = Graph.from_config([*DIAMOND, {"name": "unused", "type": "fc", "inputs": ["x"], "dim": 2}], SCHEMA)

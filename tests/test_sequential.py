@@ -122,6 +122,32 @@ def test_crossed_multivalued_wide_part_learns_exactly_as_one_by_one():
     assert_same_training(layers, stream(64, seed=5, multivalue=("c",)), 32, 1e-9)
 
 
+def test_single_and_multivalued_parts_side_by_side_learn_exactly_as_one_by_one():
+    """A wide part over single-valued fields (its grid filled from the layout) next to one over
+    a multi-valued field (its occurrences sorted by example), and FMs over both kinds."""
+    adagrad = OPTIMIZERS["adagrad"]
+    layers = [
+        {"name": "single", "type": "sparse_input", "fields": ["a", "b"]},
+        {"name": "multi", "type": "sparse_input", "fields": ["c"]},
+        {"name": "dense", "type": "dense_input"},
+        {"name": "w1", "type": "embedding", "inputs": ["single"], "dim": 1, "shared": True, "init": "zeros",
+         "optimizer": OPTIMIZERS["ftrl-l1"]},
+        {"name": "w2", "type": "embedding", "inputs": ["multi"], "dim": 1, "init": "zeros", "optimizer": adagrad},
+        {"name": "s1", "type": "sum_pooling", "inputs": ["w1"]},
+        {"name": "s2", "type": "sum_pooling", "inputs": ["w2"]},
+        {"name": "linear", "type": "fc", "inputs": ["dense"], "dim": 1, "init": "zeros", "optimizer": adagrad},
+        {"name": "v1", "type": "embedding", "inputs": ["single"], "dim": 3, "shared": True, "init_scale": 0.3,
+         "optimizer": adagrad},
+        {"name": "fm1", "type": "fm", "inputs": ["v1"], "reduce": True},
+        {"name": "v2", "type": "embedding", "inputs": ["multi"], "dim": 3, "init_scale": 0.3, "optimizer": adagrad},
+        {"name": "fm2", "type": "fm", "inputs": ["v2"], "reduce": True},
+        {"name": "logit", "type": "add", "inputs": ["s1", "s2", "linear", "fm1", "fm2"]},
+        {"name": "loss", "type": "logloss", "inputs": ["logit"], "sequential": True},
+    ]
+    trainer = assert_same_training(layers, stream(64, seed=7, multivalue=("c",), values=True), 32, 1e-9)
+    assert {layer.name for layer in trainer.engine.layers} == {"w1", "w2", "linear", "v1", "v2"}
+
+
 @pytest.mark.parametrize("fm_opt", ["adagrad", "ftrl"])
 def test_rules_mixed_across_the_owned_layers_learn_exactly_as_one_by_one(fm_opt):
     """A rule per layer (the kernel's general path, not its one-rule loops), FM rows repeated
@@ -342,8 +368,9 @@ def test_evaluation_predicts_from_the_parameters():
 
 @pytest.mark.parametrize("deep", [False, True])
 def test_training_leaves_out_the_forward_of_the_terms_the_engine_computes(deep):
-    """The FM and the wide embedding are not computed by the forward pass in training (the
-    engine computes their terms); a batch's first prediction is still the model's before it."""
+    """The layers the engine learns and the sums between them and the logit are not computed
+    by the forward pass in training (the engine computes their terms); a batch's first
+    prediction is still the model's before it."""
     layers = lr_layers({"sequential": True}, OPTIMIZERS["adagrad"], deep=deep, fm=OPTIMIZERS["adagrad"])
     data = stream(8)
     graph = Graph.from_config(layers, SCHEMA)
@@ -357,10 +384,11 @@ def test_training_leaves_out_the_forward_of_the_terms_the_engine_computes(deep):
     ctx.values = store.pull(dense, tables)
     graph.forward(ctx)
     trainer = Trainer(graph, store, dtype=np.float64)
-    assert trainer.engine.elide == {"fm", "v", "wide"}
+    owned = {"fm", "v", "wide", "wide_sum", "linear", "bias"} | (set() if deep else {"logit"})
+    assert trainer.engine.elide == owned
     got = trainer.step(data).predictions
     assert got[0] == pytest.approx(ctx.predictions[0], abs=1e-12)
-    assert not {"fm", "v", "wide"} & set(trainer.ctx.saved)
+    assert not owned & set(trainer.ctx.saved)
 
 
 def test_sequential_needs_sum_reduction():
@@ -390,8 +418,9 @@ def test_a_warm_start_does_not_recompile(capsys):
     """numba's cache: once compiled (here, if no earlier run did), a new process loads the kernels."""
     from streamtrain.online import warm
     assert warm.main() == 0 and "compiled and cached" in capsys.readouterr().out
-    code = ("from streamtrain.online import kernels, warm; warm.main(); "
-            "print(sum(sum(f.stats.cache_misses.values()) for f in (kernels.learn, kernels.combine, kernels.by_example)))")
+    code = ("from streamtrain.online import kernels, prep, warm; warm.main(); "
+            "print(sum(sum(f.stats.cache_misses.values()) for f in "
+            "(kernels.learn, kernels.combine, kernels.by_example, prep.put_present)))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert run.stdout.split()[-1] == "0", run.stdout + run.stderr
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import kernels
+from . import kernels, prep
 from .plan import plan
 
 _EMPTY_I = np.zeros(0, np.int64)
@@ -30,50 +30,123 @@ class _Block:
     start: tuple = ()         # (w, n, z) before the batch, in the store's precision
 
 
-def _block(ctx, terms: list, group_of: dict, d: int) -> _Block:
+class _Arrays:
+    """Arrays the engine reuses from batch to batch (a block's rows vary: the first ``n`` rows
+    of one grown as needed), and zero arrays nothing writes to."""
+
+    def __init__(self):
+        self._kept: dict = {}
+
+    def rows(self, key, n: int, d: int, dtype, zeros: bool = False) -> np.ndarray:
+        buf = self._kept.get(key)
+        if buf is None or len(buf) < n or buf.shape[1] != d or buf.dtype != dtype:
+            size = max(n, len(buf) * 3 // 2 if buf is not None else 0)
+            buf = self._kept[key] = (np.zeros if zeros else np.empty)((size, d), dtype)
+        return buf[:n]
+
+    def grid(self, key, batch: int, width: int, dtype) -> np.ndarray:
+        buf = self._kept.get(key)
+        if buf is None or buf.shape != (batch, width) or buf.dtype != dtype:
+            buf = self._kept[key] = np.empty((batch, width), dtype)
+        return buf
+
+    def offsets(self, batch: int, width: int) -> np.ndarray:
+        """``k * width`` for ``k = 0..B``: where each example's row of a dense grid starts."""
+        return self._last("offsets", (batch, width), lambda: np.arange(batch + 1, dtype=np.int64) * width)
+
+    def fields(self, batch: int, fields: list) -> np.ndarray:
+        """The field of every cell of a dense grid whose columns hold ``fields``."""
+        per_column = np.concatenate(fields).astype(np.int64, copy=False)
+        return self._last("fields", (batch, per_column.tobytes()), lambda: np.tile(per_column, batch))
+
+    def _last(self, kind: str, key, make) -> np.ndarray:
+        """The array made for ``key`` the last time (batches come in one size but the last)."""
+        got = self._kept.get(kind)
+        if got is None or got[0] != key:
+            got = self._kept[kind] = (key, make())
+        return got[1]
+
+
+def _block(arrays: _Arrays, ctx, terms: list, group_of: dict, d: int, key: str) -> _Block:
     """The block's start values are the pulled arrays themselves (one parameter) or their
-    concatenation; the kernel's float64 working copies are made from them once."""
-    parts, w, n, z, grp, lo = [], [], [], [], [], 0
+    concatenation; the kernel's float64 working copies are made from them into reused arrays.
+    A slot no parameter of the block keeps (SGD's ``n``; SGD's and Adagrad's ``z``) is a zero
+    array: only those rules' rows read or write it, and they leave it as it is."""
+    parts, lo = [], 0
+    slots = {"w": [], "n": [], "z": []}
+    grp = []
+    dtype = None
     for name, r in ((t.param, t.rows) for t in terms):
         value = ctx.value(name)
+        dtype = value.dtype
         state = ctx.states.get(name, {})
-        w.append(value.reshape(r, d))
-        for acc, slot in ((n, "n"), (z, "z")):
-            acc.append(state[slot].reshape(r, d) if slot in state else np.zeros((r, d), value.dtype))
-        grp.append(np.full(r, group_of[name], np.int64))
+        slots["w"].append(value.reshape(r, d))
+        for slot in "nz":
+            slots[slot].append(state[slot].reshape(r, d) if slot in state else None)
+        grp.append((lo, lo + r, group_of[name]))
         parts.append((name, lo, lo + r, value.shape))
         lo += r
-    cat = (lambda a: a[0] if len(a) == 1 else np.concatenate(a) if a else np.zeros((0, d)))
-    start = tuple(np.ascontiguousarray(cat(a)) for a in (w, n, z))
-    blk = _Block(parts, *(a.astype(np.float64) for a in start), cat(grp) if grp else _EMPTY_I)
-    blk.start = start
+    if dtype is None:
+        return _Block([], np.zeros((0, d)), np.zeros((0, d)), np.zeros((0, d)), _EMPTY_I)
+    start, work = [], []
+    for slot, parts_ in slots.items():
+        if all(a is None for a in parts_):
+            start.append(arrays.rows((key, slot, "zero0"), lo, d, dtype, zeros=True))
+            work.append(arrays.rows((key, slot, "zero"), lo, d, np.float64, zeros=True))
+            continue
+        if len(parts_) == 1:
+            s0 = np.ascontiguousarray(parts_[0])
+        else:
+            s0 = arrays.rows((key, slot, "start"), lo, d, dtype)
+            for (a, b, _), part in zip(grp, parts_):
+                s0[a:b] = 0 if part is None else part
+        out = arrays.rows((key, slot), lo, d, np.float64)
+        np.copyto(out, s0)
+        start.append(s0)
+        work.append(out)
+    g = arrays.rows((key, "grp"), lo, 1, np.int64).reshape(-1)
+    for a, b, group in grp:
+        g[a:b] = group
+    blk = _Block(parts, *work, g)
+    blk.start = tuple(start)
     return blk
 
 
-def _by_example(terms, blk: _Block, batch: int, fm: bool):
+def _by_example(arrays: _Arrays, terms, blk: _Block, batch: int, fm: bool, key: str):
     """The terms' occurrences grouped by example for the kernel: (offsets [B+1], flat row,
     coefficient, field). Dense terms side by side need no sorting: example ``k``'s occurrences
-    are row ``k`` of their ``[B, Σ m]`` concatenation; otherwise a counting sort."""
+    are row ``k`` of their ``[B, Σ m]`` grid, filled in place; otherwise a counting sort."""
     lows = [lo for _, lo, _, _ in blk.params]
     if not terms:
         return _no_occurrences(batch)[:4]
     if all(t.example is None for t in terms):
-        width = sum(t.pos.shape[1] for t in terms)
-        row = np.hstack([t.pos + lo for t, lo in zip(terms, lows)]).reshape(-1)
-        x = np.hstack([t.x for t in terms]).astype(np.float64, copy=False).reshape(-1)
-        field = np.tile(np.concatenate([t.field for t in terms]), batch) if fm else _EMPTY_I
-        return np.arange(batch + 1, dtype=np.int64) * width, row, x, field.astype(np.int64, copy=False)
+        widths = [len(t.present) // batch if t.present is not None else t.pos.shape[1] for t in terms]
+        row = arrays.grid((key, "row"), batch, sum(widths), np.int64)
+        x = arrays.grid((key, "x"), batch, sum(widths), np.float64)
+        col = 0
+        for t, lo, m in zip(terms, lows, widths):
+            if t.present is not None:
+                prep.put_present(row, x, col, m, t.present, t.pos, lo,
+                                 _EMPTY_F if t.x is None else np.asarray(t.x, np.float64))
+            else:
+                np.add(t.pos, lo, out=row[:, col:col + m])
+                x[:, col:col + m] = t.x
+            col += m
+        field = arrays.fields(batch, [t.field for t in terms]) if fm else _EMPTY_I
+        return arrays.offsets(batch, sum(widths)), row.reshape(-1), x.reshape(-1), field
     ex, row, x, field = [], [], [], []
     for t, lo in zip(terms, lows):
         if t.example is None:
-            m = t.pos.shape[1]
+            pos, tx = t.grid(batch)
+            m = pos.shape[1]
             ex.append(np.repeat(np.arange(batch), m))
             field.append(np.tile(t.field, batch) if fm else _EMPTY_I)
         else:
+            pos, tx = t.pos, t.x
             ex.append(t.example)
             field.append(t.field if fm else _EMPTY_I)
-        row.append(t.pos.reshape(-1) + lo)
-        x.append(np.asarray(t.x, np.float64).reshape(-1))
+        row.append(pos.reshape(-1) + lo)
+        x.append(np.asarray(tx, np.float64).reshape(-1))
     cat = (lambda a: np.concatenate(a).astype(np.int64, copy=False))
     return kernels.by_example(cat(ex), batch, cat(row), np.concatenate(x), cat(field))
 
@@ -103,15 +176,16 @@ class PerExample:
         for (_, hyper), g in rules.items():
             self.hyper[g, :len(hyper)] = hyper
         self._blocks: tuple = ()
-        self._elide = {layer.name for pair in self.plan.fm for layer in pair} | \
-            {layer.name for layer in self.plan.linear if layer.pools_rows}
+        self._arrays = _Arrays()
 
     @property
     def elide(self) -> set:
-        """Layers whose forward pass training leaves out (``Graph`` gives a zero output): the
-        FM layers and the embeddings the engine owns. It computes their terms itself from the
-        pulled rows and the batch's layout; their outputs only enter the logit it replaces."""
-        return self._elide
+        """Layers whose forward pass training leaves out (``Graph`` gives a zero output): every
+        layer the engine learns and every ``add``/``sum_pooling`` between them and the logit
+        (``Plan.skip``). It computes their terms itself from the pulled rows, the batch's layout
+        and the inputs of the linear layers; their outputs only enter the logit it replaces,
+        so the loss's input is the rest of the logit."""
+        return self.plan.skip
 
     @property
     def layers(self) -> list:
@@ -130,8 +204,9 @@ class PerExample:
         gradient of its update); the owned parameters' updates are kept for ``push``."""
         B = len(z0)
         linear = [t for layer in self.plan.linear for t in layer.linear_terms(ctx)]
-        lin = _block(ctx, linear, self.group_of, 1)
-        lptr, slot, x, _ = _by_example(linear, lin, B, fm=False)
+        arrays = self._arrays
+        lin = _block(arrays, ctx, linear, self.group_of, 1, "linear")
+        lptr, slot, x, _ = _by_example(arrays, linear, lin, B, False, "linear")
         if self.plan.fm:
             fm_terms, fterm = [], []
             for t, (_, emb) in enumerate(self.plan.fm):
@@ -139,14 +214,12 @@ class PerExample:
                     fm_terms.append(term if not len(fterm) else
                                     replace(term, field=term.field + len(fterm)))
                 fterm += [t] * len(emb.fields)
-            fm = _block(ctx, fm_terms, self.group_of, self.plan.fm[0][1].output_shape[-1])
-            fptr, frow, fx, ffield = _by_example(fm_terms, fm, B, fm=True)
+            fm = _block(arrays, ctx, fm_terms, self.group_of, self.plan.fm[0][1].output_shape[-1], "fm")
+            fptr, frow, fx, ffield = _by_example(arrays, fm_terms, fm, B, True, "fm")
             fterm = np.array(fterm, np.int64)
         else:
             fm, (fptr, frow, fx, ffield, fterm) = _NO_FM, _no_occurrences(B)
-        # the rest of the logit: what the forward pass added besides the owned terms' outputs
-        base = np.asarray(z0, np.float64) - sum(np.asarray(ctx.outputs[r], np.float64).reshape(-1)
-                                                for r in self.plan.roots)
+        base = np.asarray(z0, np.float64)     # the rest of the logit: the owned terms are elided
         zs, rho = kernels.learn(
             base, np.asarray(y, np.float64), self.implicit, self.normalize,
             self.code, self.hyper, lptr, slot, x, lin.w.reshape(-1), lin.n.reshape(-1), lin.z.reshape(-1), lin.grp,

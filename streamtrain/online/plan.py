@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 class Plan:
     linear: list = field(default_factory=list)     # linear layers
     fm: list = field(default_factory=list)         # (fm layer, embedding layer) pairs
-    skip: set = field(default_factory=set)         # layers whose backward the graph skips
-    roots: list = field(default_factory=list)      # of those, the ones whose outputs the logit adds
+    skip: set = field(default_factory=set)         # layers whose forward and backward the graph skips
 
     @property
     def layers(self) -> list:
@@ -70,5 +69,4 @@ def plan(graph, optimizers) -> Plan:
 
     for src in graph.loss.inputs:
         walk(src)
-    out.roots = [name for name in graph.layers if name in out.skip and graph.consumers[name][0] not in out.skip]
     return out

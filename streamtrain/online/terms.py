@@ -19,11 +19,26 @@ SGD, ADAGRAD, FTRL = 0, 1, 2
 class Term:
     """Occurrences either as a list (``example`` given: ``pos``, ``x`` and ``field`` per
     occurrence) or *dense* (``example`` None: ``pos`` and ``x`` are ``[B, m]``, one row per
-    example, ``x = 0`` where an example has nothing; ``field`` then per column)."""
+    example, ``x = 0`` where an example has nothing; ``field`` then per column). A dense term
+    may come as *present* flags (``present`` given, ``[m * B]`` column-major, 0 or 1: whether
+    example ``k`` has an occurrence in column ``f``): ``pos`` and ``x`` (None: 1) then list the
+    occurrences column after column, each column's in example order (an embedding's
+    single-valued fields: the engine fills its grid in one compiled pass)."""
 
     param: str
     pos: np.ndarray           # int: the row (table) or flat index (dense parameter) of each occurrence
-    x: np.ndarray             # its coefficient
+    x: np.ndarray | None      # its coefficient
     rows: int                 # rows of the table pulled this batch, or the dense parameter's size
     example: np.ndarray | None = None   # int: the example of each occurrence (None: dense)
     field: np.ndarray | None = None     # FM terms: the field of each occurrence, numbered in its layer
+    present: np.ndarray | None = None   # a dense term given by its occurrences: see above
+
+    def grid(self, batch: int) -> tuple[np.ndarray, np.ndarray]:
+        """A dense term's ``(pos, x)`` as ``[B, m]`` arrays."""
+        if self.present is None:
+            return self.pos, self.x
+        here = self.present.reshape(-1, batch).astype(bool)
+        pos, x = np.zeros(here.shape, np.int64), np.zeros(here.shape)
+        pos[here] = self.pos
+        x[here] = 1.0 if self.x is None else self.x
+        return pos.T, x.T

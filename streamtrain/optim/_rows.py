@@ -64,12 +64,48 @@ def usable(weights: np.ndarray, state: dict, g: np.ndarray) -> bool:
 
 def flat(w: np.ndarray, *others: np.ndarray) -> bool:
     """Whether arrays of ``w``'s size, dtype (float32/64) and C order can be updated flat."""
-    return w.dtype in (np.float32, np.float64) and w.flags.c_contiguous and all(
-        a.dtype == w.dtype and a.size == w.size and a.flags.c_contiguous for a in others)
+    dtype, size = w.dtype, w.size
+    if dtype not in _FLOATS or not w.flags.c_contiguous:
+        return False
+    for a in others:
+        if a.dtype != dtype or a.size != size or not a.flags.c_contiguous:
+            return False
+    return True
+
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def hyper(dtype, *values) -> np.ndarray:
-    return np.array([*values, 0.0], dtype)
+    """``[*values, 0]`` in ``dtype``, made once per distinct (dtype, values): a row update is
+    one kernel call, and building this array cost as much as the kernel on a small parameter.
+    The kernels only read it."""
+    key = (dtype, values)
+    h = _HYPER.get(key)
+    if h is None:
+        if len(_HYPER) >= 256:          # hyperparameters that keep changing (a schedule)
+            _HYPER.clear()
+        h = _HYPER[key] = np.array([*values, 0.0], dtype)
+        h.flags.writeable = False
+    return h
+
+
+_HYPER: dict = {}
+
+
+def corrections(beta1, beta2, t: np.ndarray) -> tuple:
+    """Adam's bias corrections ``(1 − β1^t, 1 − β2^t)`` as scalars of ``t``'s dtype, computed
+    once per (β1, β2, step): every dense parameter of a model takes the same step each batch."""
+    key = (beta1, beta2, t.dtype, t.tobytes())
+    c = _CORRECTIONS.get(key)
+    if c is None:
+        if len(_CORRECTIONS) >= 256:
+            _CORRECTIONS.clear()
+        c = _CORRECTIONS[key] = ((1 - beta1 ** t).reshape(-1)[0], (1 - beta2 ** t).reshape(-1)[0])
+    return c
+
+
+_CORRECTIONS: dict = {}
 
 
 def squares(sq, g) -> np.ndarray:

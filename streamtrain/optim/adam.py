@@ -24,10 +24,10 @@ class Adam(Optimizer):
         from . import _rows as rows_        # numba: imported by the first step, not at start-up
         if t.size == 1 and rows_.flat(w, m, v, g):
             t += 1                          # a dense parameter: one pass, compiled
-            c1, c2 = 1 - self.beta1 ** t, 1 - self.beta2 ** t
+            c1, c2 = rows_.corrections(self.beta1, self.beta2, t)
             rows_.adam_dense(w.reshape(-1), m.reshape(-1), v.reshape(-1), g.reshape(-1),
-                             np.array([self.lr, self.beta1, self.beta2, self.eps,
-                                       1 - self.beta1, 1 - self.beta2], w.dtype), c1.reshape(-1)[0], c2.reshape(-1)[0])
+                             rows_.hyper(w.dtype, self.lr, self.beta1, self.beta2, self.eps,
+                                         1 - self.beta1, 1 - self.beta2), c1, c2)
             return
         t += 1
         m *= self.beta1
