@@ -1,6 +1,6 @@
 """Serving while it learns: latency, throughput and freshness of ``streamtrain serve``.
 
-    python bench/bench_serve.py [--seconds 15] [--rate 200] [--batch 256] [--clients 2] [--no-trainer]
+    python bench/bench_serve.py [--seconds 15] [--rate 200] [--batch 256] [--clients 2] [--no-trainer] [--trainer-nice N]
 
 Starts, on loopback only: a redis-server on a free port, a ``streamtrain run`` trainer
 (examples/deepfm.json on the synthetic stream, Criteo-like width: 26 categorical fields of
@@ -53,10 +53,11 @@ def records(rng, n):
             for v, d in zip(vals, dense)]
 
 
-def start(args, cfg_path, log_path):
+def start(args, cfg_path, log_path, nice=0):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen([sys.executable, "-m", "streamtrain", *args, str(cfg_path)], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=open(log_path, "w"))
+                            stdout=subprocess.DEVNULL, stderr=open(log_path, "w"),
+                            preexec_fn=(lambda: os.nice(nice)) if nice else None)
 
 
 def wait_port(log_path, proc, timeout=60):
@@ -153,6 +154,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--clients", type=int, default=2)
     ap.add_argument("--no-trainer", action="store_true", help="serve a store nobody writes to")
+    ap.add_argument("--trainer-nice", type=int, default=0,
+                    help="start the trainer at this nice value (the deployment files run trainers at 10)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
                     help="a serve setting for the server, e.g. refresh_window_s=0 (repeatable)")
     args = ap.parse_args()
@@ -167,7 +170,8 @@ def main() -> None:
     (tmp / "job.json").write_text(json.dumps(cfg))
     procs = []
     try:
-        trainer = start(["run", "--summary", str(tmp / "summary.json")], tmp / "job.json", tmp / "trainer.log")
+        trainer = start(["run", "--summary", str(tmp / "summary.json")], tmp / "job.json", tmp / "trainer.log",
+                        nice=args.trainer_nice)
         procs.append(trainer)
         server = start(["serve"], tmp / "job.json", tmp / "serve.log")
         procs.append(server)
@@ -212,6 +216,7 @@ def main() -> None:
         "machine": f"{platform.machine()} {os.cpu_count()} cpu, {platform.python_implementation()} {platform.python_version()}",
         "load": os.getloadavg(),
         "model": "deepfm", "fields": FIELDS, "dense": DENSE, "trainer": not args.no_trainer,
+        "trainer_nice": args.trainer_nice,
         "trainer_examples_per_s": summary.get("examples_per_s"), "served_step": model["step"],
         "single": {"rate": args.rate, "requests": len(lat), "errors": errors,
                    "p50_ms": ms(lat, 50), "p99_ms": ms(lat, 99),
