@@ -57,7 +57,7 @@ class Trainer:
             return None
         from .online.engine import PerExample
         return PerExample(graph, store.optimizers, implicit=loss.opts["implicit"], normalize=loss.opts["normalize"],
-                          assign=store.assigns)
+                          assign=getattr(store, "assigns", False))
 
     def step(self, batch) -> StepResult:
         g, ctx, t = self.graph, self.ctx, {}
