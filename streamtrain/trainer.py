@@ -57,8 +57,7 @@ class Trainer:
             return None
         from .online.engine import PerExample
         return PerExample(graph, store.optimizers, implicit=loss.opts["implicit"], normalize=loss.opts["normalize"],
-                          assign=getattr(store, "assigns", False),
-                          gather=store.gather if getattr(store, "gathers", False) else None)
+                          assign=getattr(store, "assigns", False))
 
     def step(self, batch) -> StepResult:
         g, ctx, t = self.graph, self.ctx, {}
@@ -70,14 +69,9 @@ class Trainer:
         t0 = clock()
         t["feed"] = t0 - tf            # unique ids per table, each layer's positions among them
         dense, tables = g.needs(ctx)
-        engine = ctx.engine
-        if engine is not None and engine.gather is not None:     # it reads its own parameters
-            own = engine.params
-            dense = [n for n in dense if n not in own]
-            tables = {n: ids for n, ids in tables.items() if n not in own}
         ctx.values = self.store.pull(dense, tables)
-        if engine is not None and engine.gather is None:
-            ctx.states = self.store.pull_states(engine.params)
+        if ctx.engine is not None:
+            ctx.states = self.store.pull_states(ctx.engine.params)
         if self._ahead is not None:            # the next batch's rows, read while this one computes
             self.store.prefetch(*self._ahead)
             self._ahead = None

@@ -120,38 +120,6 @@ def _block(arrays: _Arrays, ctx, terms: list, group_of: dict, d: int, key: str, 
     return blk
 
 
-def _gathered_block(arrays: _Arrays, engine, ctx, terms: list, d: int, key: str) -> _Block:
-    """``_block`` for a store that ``gathers`` (and ``assigns``: no start is kept): the store
-    reads each parameter's rows and slots straight into the float64 working arrays, one pass
-    per array; nothing is pulled for them. A slot no parameter keeps is a zero array."""
-    parts, grp, lo = [], [], 0
-    for name, r in ((t.param, t.rows) for t in terms):
-        grp.append((lo, lo + r, engine.group_of[name]))
-        shape = (r, d) if engine.tables[name] else engine.shapes[name]
-        parts.append((name, lo, lo + r, shape))
-        lo += r
-    if not parts:
-        return _Block([], np.zeros((0, d)), np.zeros((0, d)), np.zeros((0, d)), _EMPTY_I)
-    work = []
-    for slot in "wnz":
-        kept = [slot == "w" or slot in engine.optimizers[name].slots for name, *_ in parts]
-        if not any(kept):
-            work.append(arrays.rows((key, slot, "zero"), lo, d, np.float64, zeros=True))
-            continue
-        out = arrays.rows((key, slot), lo, d, np.float64)
-        for (name, a, b, _), keeps in zip(parts, kept):
-            if keeps:
-                ids = ctx.table_ids[name] if engine.tables[name] else None
-                engine.gather(name, ids, "value" if slot == "w" else slot, out[a:b])
-            else:
-                out[a:b] = 0
-        work.append(out)
-    g = arrays.rows((key, "grp"), lo, 1, np.int64).reshape(-1)
-    for a, b, group in grp:
-        g[a:b] = group
-    return _Block(parts, *work, g)
-
-
 def _by_example(arrays: _Arrays, terms, blk: _Block, batch: int, fm: bool, key: str):
     """The terms' occurrences grouped by example for the kernel: (offsets [B+1], flat row,
     coefficient, field). Dense terms side by side need no sorting: example ``k``'s occurrences
@@ -202,16 +170,12 @@ class PerExample:
     """Built once per trainer from the graph and the parameters' optimizers."""
 
     def __init__(self, graph, optimizers: dict, *, implicit: bool = True, normalize: bool = True,
-                 assign: bool = False, gather=None):
+                 assign: bool = False):
         self.plan = plan(graph, optimizers)
         self.optimizers = optimizers
         self.implicit, self.normalize = implicit, normalize
         self.assign = assign      # the store ``assigns``: hand over final values, not a gradient
         self.tables = {name: graph.params[name].table for name in self.plan.params}
-        self.shapes = {name: tuple(graph.params[name].shape) for name in self.plan.params}
-        #: the store's ``gather`` when it ``gathers`` and ``assigns``: the engine reads its
-        #: parameters itself (the trainer pulls neither their values nor their slots)
-        self.gather = gather if assign else None
         rules: dict = {}
         self.group_of = {}
         for name in self.plan.params:
@@ -252,10 +216,7 @@ class PerExample:
         B = len(z0)
         linear = [t for layer in self.plan.linear for t in layer.linear_terms(ctx)]
         arrays = self._arrays
-        block = ((lambda ctx, terms, d, key: _gathered_block(arrays, self, ctx, terms, d, key))
-                 if self.gather is not None else
-                 (lambda ctx, terms, d, key: _block(arrays, ctx, terms, self.group_of, d, key, not self.assign)))
-        lin = block(ctx, linear, 1, "linear")
+        lin = _block(arrays, ctx, linear, self.group_of, 1, "linear", not self.assign)
         lptr, slot, x, _ = _by_example(arrays, linear, lin, B, False, "linear")
         if self.plan.fm:
             fm_terms, fterm = [], []
@@ -264,7 +225,8 @@ class PerExample:
                     fm_terms.append(term if not len(fterm) else
                                     replace(term, field=term.field + len(fterm)))
                 fterm += [t] * len(emb.fields)
-            fm = block(ctx, fm_terms, self.plan.fm[0][1].output_shape[-1], "fm")
+            fm = _block(arrays, ctx, fm_terms, self.group_of, self.plan.fm[0][1].output_shape[-1], "fm",
+                        not self.assign)
             fptr, frow, fx, ffield = _by_example(arrays, fm_terms, fm, B, True, "fm")
             fterm = np.array(fterm, np.int64)
         else:

@@ -74,7 +74,6 @@ class ParamStore(abc.ABC):
     A backend is a subclass with ``kind``, ``options`` (its keys in the ``store`` section),
     ``from_config`` and ``test_params()``, registered with ``@register``. Optional
     capabilities have defaults here: ``pull_states`` (raises: no optimizer state to show),
-    ``gather`` (False: not offered),
     ``barrier`` (``None``: updates apply on push, no sync rounds), ``assigns`` (False: only
     gradients are pushed), ``lifecycle()`` (``{}``:
     no row expiry or admission to count) and ``stats`` (the counters, kept by every store)."""
@@ -132,17 +131,6 @@ class ParamStore(abc.ABC):
     #: they are. The per-example engine then hands over what it learnt instead of a combined
     #: gradient to step by again; a store that retries updates on conflicts needs the gradient.
     assigns = False
-
-    #: True: ``gather(name, ids, slot, out)`` reads a parameter's rows (or one optimizer slot
-    #: of them) straight into the caller's array, cast to its dtype. The per-example engine then
-    #: fills its float64 working rows in one pass instead of pulling float32 copies to copy.
-    gathers = False
-
-    def gather(self, name: str, ids, slot: str, out: np.ndarray) -> None:
-        """``out[i] = <slot> of row ids[i]`` of table ``name`` (``ids`` None: the dense parameter,
-        reshaped as ``out``); ``slot`` "value" or an optimizer slot. Creates missing rows as
-        ``pull`` does; a table's rows are counted as pulled once, with "value"."""
-        raise NotImplementedError(f"{self.describe()} store cannot gather")
 
     prefetches = False     # True: ``prefetch`` reads ahead, worth calling with the next batch
 

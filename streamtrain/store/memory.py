@@ -119,22 +119,6 @@ class MemoryStore(ParamStore):
                 self.stats.rows_created += n_new if create else 0
         return out
 
-    gathers = True
-
-    def gather(self, name, ids, slot, out):
-        from .scatter import gather_rows      # numba: imported by the first gather, not at start-up
-        with self._lock:
-            if ids is None:
-                src = self.dense[name] if slot == "value" else self.dense_state[name][slot]
-                out[...] = src.reshape(out.shape)
-                return
-            table = self.tables[name]
-            rows, n_new = table.rows(ids, create=True)
-            gather_rows(out, table.weights if slot == "value" else table.state[slot], rows)
-            if slot == "value":
-                self.stats.rows_pulled += len(ids)
-                self.stats.rows_created += n_new
-
     def pull_states(self, names):
         out = {}
         with self._lock:
