@@ -2,9 +2,10 @@
 
 Paddle's reader protocol: ``file_reader(...)`` returns a function; each call of that function
 starts a fresh generator of ``Batch``. Files are read in binary blocks of ``block_bytes``;
-each block is cut at its last newline and parsed in one vectorised call, and the parsed rows
-are re-cut into batches of exactly ``batch_size`` rows (the last one may be smaller; an empty
-batch is never yielded).
+blocks are cut at their last newline and parsed in pieces of whole batches (several small
+ones, or one large one), one vectorised or compiled call per piece, and the parsed rows are
+re-cut into batches of exactly ``batch_size`` rows where the parser has not already cut them
+(the last one may be smaller; an empty batch is never yielded).
 
 ``Batch.offsets`` is ``{"file": path, "line": n}``: n lines of the file had been consumed
 when the batch was complete (files do not commit; this is for logs and resumption by hand).
