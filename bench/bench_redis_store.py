@@ -9,15 +9,16 @@ the median of ``--repeat`` timed rounds. ``pull``: rows that exist (the steady s
 and the CAS script); ``step``: pull + push.
 Targets (issue 3): pull >= 0.6x raw MGET, push >= 0.3x raw MSET.
 
-    python bench/bench_redis_store.py --server-cpu [--chunks 125 250 500 1000 2000]
+    python bench/bench_redis_store.py --server-cpu [--chunks 125 250 500 1000 2000] [--feed-ms 0 2000]
 
 (issue 11) redis-server CPU seconds per id of the compare-and-set script, read from
 ``/proc/<pid>/stat`` of the embedded server (so other load on the machine inflates it less
 than wall time would), for a DeepFM-like push: every id updates a wide row (FTRL, dim 1:
 20 bytes) and an embedding row (Adagrad, dim 8: 72 bytes), as two keys per id (the store's
 layout) or as one packed key of 84 bytes per id (a layout the store does not have), per chunk
-size (rows per script call; ``redis_scripts.MAX_ROWS``). Blocks of pushes are interleaved
-over the variants, median reported.
+size (rows per script call; ``redis_scripts.MAX_ROWS``) and, with ``--feed-ms``, with and
+without the change feed the script appends to (``store.feed_s``). Blocks of pushes are
+interleaved over the variants, median reported.
 """
 from __future__ import annotations
 
@@ -83,8 +84,9 @@ def bench_dim(url: str, dim: int, n: int, repeat: int, optimizer: str) -> dict:
 
 
 def server_cpu(server: RedisServer, chunks: list[int], rounds: int, ids_total: int = 37_000,
-               per_push: int = 1000, block: int = 20) -> dict:
-    """Median redis-server CPU µs per id of the CAS script, per (layout, chunk size)."""
+               per_push: int = 1000, block: int = 20, feeds=(0,)) -> dict:
+    """Median redis-server CPU µs per id of the CAS script, per (layout, chunk size, change
+    feed retention in ms: 0 = no feed)."""
     client = redis.Redis.from_url(server.url)
     tick = os.sysconf("SC_CLK_TCK")
 
@@ -106,10 +108,10 @@ def server_cpu(server: RedisServer, chunks: list[int], rounds: int, ids_total: i
         client.mset(dict(zip(keys[t].tolist(), (bytes(v) for v in current[t]))))
     sha = client.script_load(redis_scripts.CAS)
     layouts = {"2 keys per id": ["wide", "emb"], "1 packed key per id": ["packed"]}
-    got = {(lay, c): [] for lay in layouts for c in chunks}
+    got = {(lay, c, f): [] for lay in layouts for c in chunks for f in feeds}
     calls = 0
     for _ in range(rounds):
-        for lay, chunk in got:
+        for lay, chunk, feed_ms in got:
             t0 = cpu_s()
             for _ in range(block):
                 sel = rng.choice(ids_total, per_push, replace=False)
@@ -125,15 +127,17 @@ def server_cpu(server: RedisServer, chunks: list[int], rounds: int, ids_total: i
                         if len(rows):
                             ks += keys[t][sel[rows]].tolist()
                             argv += [len(rows), tables[t], 0, current[t][sel[rows], :8].tobytes(),
-                                     new[t][rows].tobytes()]
+                                     new[t][rows].tobytes(), t if feed_ms else b"",
+                                     ids[sel[rows]].astype("<u8").tobytes() if feed_ms else b""]
                             segments += 1
                     calls += 1
-                    pipe.evalsha(sha, len(ks) + 1, f"st:{{bench/0}}:receipt:{calls}", *ks, 600_000, segments, *argv)
+                    pipe.evalsha(sha, len(ks) + 2, f"st:{{bench/0}}:receipt:{calls}", "st:{bench/0}:feed", *ks,
+                                 600_000, segments, feed_ms, *argv)
                 if any(a != b"ok:" for a in pipe.execute()):
                     raise RuntimeError("a compare-and-set failed: nobody else writes these keys")
                 for t in layouts[lay]:
                     current[t][sel] = new[t]
-            got[(lay, chunk)].append((cpu_s() - t0) / (block * per_push) * 1e6)
+            got[(lay, chunk, feed_ms)].append((cpu_s() - t0) / (block * per_push) * 1e6)
     client.close()
     return {k: statistics.median(v) for k, v in got.items()}
 
@@ -148,17 +152,20 @@ def main(argv=None) -> None:
     ap.add_argument("--server-cpu", action="store_true", help="issue 11: redis-server CPU per id of the CAS script")
     ap.add_argument("--chunks", type=int, nargs="+", default=[125, 250, 500, 1000, 2000])
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--feed-ms", type=int, nargs="+", default=[0],
+                    help="--server-cpu: change feed retentions to compare (0 = no feed; store.feed_s x 1000)")
     args = ap.parse_args(argv)
     if args.server_cpu:
         with RedisServer() as server:
             info = redis.Redis.from_url(server.url).info("server")
             print(f"redis-server {info['redis_version']}; {args.rounds} rounds of 20 pushes of 1000 ids; "
                   "redis-server CPU µs per id (median)")
-            print("| layout | " + " | ".join(f"chunk {c}" for c in args.chunks) + " |")
-            print("|---|" + "---:|" * len(args.chunks))
-            got = server_cpu(server, args.chunks, args.rounds)
+            print("| layout | feed | " + " | ".join(f"chunk {c}" for c in args.chunks) + " |")
+            print("|---|---|" + "---:|" * len(args.chunks))
+            got = server_cpu(server, args.chunks, args.rounds, feeds=args.feed_ms)
             for lay in ("2 keys per id", "1 packed key per id"):
-                print(f"| {lay} | " + " | ".join(f"{got[(lay, c)]:.2f}" for c in args.chunks) + " |")
+                for f in args.feed_ms:
+                    print(f"| {lay} | {f / 1000:g} s | " + " | ".join(f"{got[(lay, c, f)]:.2f}" for c in args.chunks) + " |")
         return
     server = None
     url = args.url

@@ -324,9 +324,23 @@ class ServeMetrics:
         self.hit_ratio = Gauge("streamtrain_serve_cache_hit_ratio", "Cache hits / lookups since the start",
                                registry=r)
         self.step = Gauge("streamtrain_serve_model_step", "The served model's step (updates applied)", registry=r)
+        self.replica_age = Gauge("streamtrain_serve_replica_age_seconds",
+                                 "Seconds since the replica of the tables last read the change feed "
+                                 "(NaN: no complete replica, the row cache answers)", registry=r)
+        self.replica_copies = Gauge("streamtrain_serve_replica_copies",
+                                    "Complete copies of the tables the replica has made (1 + restarts)", registry=r)
+        self.replica_age.set(float("nan"))
         for kind in SERVE_ERRORS:
             self.errors.labels(kind)
         self._seen = {"hit": 0, "miss": 0}
+
+    def watch_replica(self, replica) -> None:
+        """``replica()``: the server's ``Replica`` or None; read at each scrape."""
+        def age():
+            r = replica()
+            return r.age() if r is not None else float("nan")
+        self.replica_age.set_function(age)
+        self.replica_copies.set_function(lambda: getattr(replica(), "bootstraps", 0))
 
     def cache_counts(self, hits: int, misses: int) -> None:
         for result, total in (("hit", hits), ("miss", misses)):

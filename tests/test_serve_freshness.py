@@ -128,6 +128,8 @@ def test_served_predictions_follow_a_label_flip(tmp_path, redis_url, redis_names
             print(f"freshness: served after {lag:.3f}s (bound {STALENESS}s + one request {request_s:.3f}s); "
                   f"max_param_age_s p99 {np.percentile(ages, 99):.3f}")
             assert body["step"] > 0
+            replica = client.get("/v1/model").json()["replica"]      # answered from the feed's copy
+            assert replica["bootstraps"] >= 1 and replica["entries"] > 0, replica
     finally:
         stop(server)
         stop(trainer)

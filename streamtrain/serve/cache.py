@@ -142,6 +142,7 @@ class CachedParams:
         self.refresh_lock = threading.Lock()
         self.hits = self.misses = self.reads = 0
         self.pause_s, self.down_until, self.last_error = 0.25, 0.0, None
+        self.replica = None             # a complete copy of the tables (replica.py), when kept
 
     def pull(self, dense, tables, may_read: bool = True):
         now = time.monotonic()
@@ -150,8 +151,12 @@ class CachedParams:
         wanted, old = {}, []
         hits = misses = 0
         with self.lock:
-            self.dense_used = now
             for name in dense:
+                if self.replica is not None and (got := self.replica.dense(name, now, max_age)) is not None:
+                    values[name] = got[0]
+                    oldest = min(oldest, got[1])
+                    continue
+                self.dense_used = now
                 got = self.dense.get(name)
                 if got is None or now - got[1] > max_age:
                     old.append(name)
@@ -159,6 +164,11 @@ class CachedParams:
                     values[name] = got[0]
                     oldest = min(oldest, got[1])
             for name, ids in tables.items():
+                if self.replica is not None and (got := self.replica.rows(name, ids, now, max_age)) is not None:
+                    values[name] = got[0]
+                    oldest = min(oldest, got[1])
+                    hits += len(ids)
+                    continue
                 cache = self.tables[name]
                 rows, stale = cache.lookup(ids, now, max_age)
                 n_stale = int(stale.sum())
@@ -211,11 +221,14 @@ class CachedParams:
         they are ``REFRESH_AT`` of ``max_staleness_s`` old; the number of rows read."""
         now = time.monotonic()
         age = self.max_age * REFRESH_AT
+        copied = set()              # what the complete copy answers: rows cached before it did need no re-read
+        if self.replica is not None and self.replica.fresh(now, self.max_age * (1 - REFRESH_AT)):
+            copied = self.replica.held()
         with self.lock:
             dense = [n for n, (_, at) in self.dense.items()
-                     if now - at > age and now - self.dense_used <= self.window]
+                     if now - at > age and now - self.dense_used <= self.window and n not in copied]
             tables = {name: ids for name, cache in self.tables.items()
-                      if len(ids := cache.due(now, age, self.window, REFRESH_MAX_ROWS))}
+                      if name not in copied and len(ids := cache.due(now, age, self.window, REFRESH_MAX_ROWS))}
         if not (dense or tables):
             return 0
         own = self.refresh_store is not self.store          # its own client: requests never wait for it

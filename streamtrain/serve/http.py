@@ -53,6 +53,7 @@ def make_app(service: Service, metrics, *, expose_metrics: bool = True):
     retry_after = str(settings["retry_after_s"]).encode()
     limit = settings["max_body_bytes"]
     pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="serve")   # plain: cheaper than anyio's
+    metrics.watch_replica(lambda: getattr(service.source, "replica", None))
 
     def error(status: int, kind: str, where: str, message: str):
         metrics.errors.labels(kind).inc()

@@ -2,7 +2,7 @@
 
 A model file names no data columns (the graph is built on the fields of the first batch), so
 a server that reads the parameters from Redis learns the fields from the trainers: each trainer
-writes ``{"sparse", "dense", "layers", "batches", "examples", "time"}`` into the hash
+writes ``{"sparse", "dense", "layers", "batches", "examples", "time", "feed_s"}`` into the hash
 ``st:{<ns>/meta}:serving`` under its own ``host:pid`` at most once a second. A server sums the
 ``batches`` of the trainers heard from in the last ``LIVE_S`` seconds: the model's step.
 """
@@ -47,7 +47,7 @@ class Publisher:
         schema, t = job.graph.schema, job.trainer
         doc = {"sparse": list(schema.sparse), "dense": list(schema.dense),
                "layers": layers_digest(job.config["layers"]), "batches": t.batches,
-               "examples": t.examples, "time": time.time()}
+               "examples": t.examples, "time": time.time(), "feed_s": job.store.cfg.feed_s}
         try:
             job.store.io.meta("HSET", meta_key(job.store), self.field, json.dumps(doc), what="publish the model")
         except StoreError as err:          # serving learns it at the next publication
@@ -68,6 +68,14 @@ def read_published(store) -> list[dict]:
 
 def published_schema(docs: list[dict]) -> Schema | None:
     return Schema(tuple(docs[0]["sparse"]), tuple(docs[0]["dense"])) if docs else None
+
+
+def published_feed(docs: list[dict]) -> float:
+    """The shortest change feed retention of the live trainers (0: one of them keeps none);
+    with none live, the newest one's (``docs`` is newest first)."""
+    now = time.time()
+    live = [float(d.get("feed_s", 0.0)) for d in docs if now - d.get("time", 0) <= LIVE_S]
+    return min(live) if live else float(docs[0].get("feed_s", 0.0)) if docs else 0.0
 
 
 def published_step(docs: list[dict]) -> int:

@@ -2,6 +2,7 @@
 beside a training job (``streamtrain run`` with ``serve.enabled``: its own parameters)."""
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 
@@ -22,6 +23,8 @@ def serve_forever(config: dict) -> int:
     # after 0.5 ms instead of Python's default 5 ms, or a request arriving meanwhile waits that long
     sys.setswitchinterval(0.0005)
     source = StoreModel(config, settings)
+    source.built.append(_freeze)
+    _freeze()
     try:
         service = Service(source, settings, config.get("reader", {}))
         ok, reason = service.ready()
@@ -32,6 +35,15 @@ def serve_forever(config: dict) -> int:
     finally:
         source.close()
     return 0
+
+
+def _freeze() -> None:
+    """Move every object alive now (modules, the graph, numba's compiled functions: ~10^5)
+    out of the cyclic garbage collector's sight (``gc.freeze``): a full collection scanned
+    them all, holding the GIL for 65-200 ms, several times a minute, and every request
+    arriving meanwhile waited for it (BENCHMARKS.md, Serving). Garbage first, so none is kept."""
+    gc.collect()
+    gc.freeze()
 
 
 def attach(job, config: dict, registry=None):

@@ -31,7 +31,8 @@ from streamtrain.store import make_store
 
 from .cache import REFRESH_EVERY, CachedParams, LiveParams, MustWait, Refresher
 from .inputs import BadRequest, decode_json, lines_batch, records_batch
-from .publish import layers_digest, published_schema, published_step, read_published
+from .publish import layers_digest, published_feed, published_schema, published_step, read_published
+from .replica import Replica
 
 log = logging.getLogger("streamtrain.serve")
 
@@ -90,6 +91,10 @@ class StoreModel:
         self.digest = layers_digest(config["layers"])
         self.published_digest = None
         self.refresher: Refresher | None = None
+        self.replica: Replica | None = None
+        self.replicator: Refresher | None = None
+        self.built: list = []                # called once the model is built, and after each copy of
+                                             # the replica (serve/run.py: gc.freeze)
 
     def graph(self, may_read: bool = True) -> Graph:
         if self._graph is not None:
@@ -121,10 +126,19 @@ class StoreModel:
                     self.refresh_store.declare(graph.params, self.config["default_optimizer"])
                 self.params = CachedParams(self.store, max_age, refresh_window_s=window,
                                            refresh_store=self.refresh_store)
+                if background and self.settings["replica"] and self.own_store:
+                    replica_store = make_store(serving_store_config(self.config, self.settings))
+                    replica_store.declare(graph.params, self.config["default_optimizer"])
+                    self.replica = self.params.replica = Replica(replica_store, self.settings["replica_max_rows"])
+                    self.replica.copied += self.built
                 self._read_step(self.store, self.params.io_lock)
                 self._graph = graph
                 if background:
                     self.refresher = Refresher(self._refresh, max_age * REFRESH_EVERY)
+                if self.replica is not None:
+                    self.replicator = Refresher(self.replica.sync, max_age * REFRESH_EVERY, name="serve-replica")
+                for hook in self.built:
+                    hook()
         return self._graph
 
     def _refresh(self) -> None:
@@ -145,7 +159,10 @@ class StoreModel:
             self._step_at = now
             try:
                 with lock:
-                    self._step = published_step(read_published(store))
+                    docs = read_published(store)
+                self._step = published_step(docs)
+                if self.replica is not None:
+                    self.replica.set_feed(published_feed(docs))
             except StoreError:
                 pass
 
@@ -156,6 +173,10 @@ class StoreModel:
         return (self.params.hits, self.params.misses) if self.params else (0, 0)
 
     def close(self) -> None:
+        if self.replicator is not None:
+            self.replicator.stop()
+        if self.replica is not None:
+            self.replica.store.close()
         if self.refresher is not None:
             self.refresher.stop()
         if self.refresh_store is not None:
@@ -229,6 +250,7 @@ class Service:
             "step": self.source.step(),
             "store": self.source.store_name(),
             "max_staleness_s": self.settings["max_staleness_s"],
+            **({"replica": replica.stats()} if (replica := getattr(self.source, "replica", None)) else {}),
         }
 
     def ready(self) -> tuple[bool, str]:

@@ -29,6 +29,11 @@ SERVE_OPTIONS = {
                                doc="rows a request used within this many seconds are re-read in the background "
                                    "before they are `max_staleness_s` old, so requests rarely wait for the store "
                                    "(redis store; 0 = re-read on demand only)"),
+    "replica": Option(True, (bool,),
+                      doc="keep a complete copy of the tables from the trainers' change feed (`store.feed_s`), so "
+                          "a request never waits for the store for rows it is the first to ask for (redis store)"),
+    "replica_max_rows": Option(4_000_000, (int,), check=positive,
+                               doc="a table with more rows than this is not copied (its rows are read on demand)"),
     "max_records": Option(1024, (int,), check=positive, doc="records (or lines) per request; more: 413"),
     "max_body_bytes": Option(8 << 20, (int,), check=positive, doc="request body size; more: 413"),
     "schema": Option(None, (dict, type(None)), check=_schema,

@@ -63,6 +63,9 @@ OPTIONS = {
     "max_push_attempts": Option(1000, (int,), check=positive),
     "placement": Option("modulo", (str,), choices=redis_keys.PLACEMENTS,
                         doc="standalone servers: which server holds a row group (redis_keys)"),
+    "feed_s": Option(2.0, _NUMBER, check=non_negative,
+                     doc="keep the rows written in the last this many seconds in a change feed, from which "
+                         "`streamtrain serve` replicates the tables (0 = no feed: servers read rows on demand)"),
     "tables": Option({}, (dict,), nested=lambda tables: _tables_problems(tables),
                      doc="{param name | layer name | '*': {ttl_s, admit_after, max_rows}}"),
 }

@@ -25,6 +25,7 @@ class RowIO:
         self.DENSE, self.META = buckets, buckets + 1
         self.client_id = os.urandom(6).hex()
         self.receipt_ms = RECEIPT_MS
+        self.feed_ms = 0                # > 0: the CAS script appends its writes to the change feed
         self._seq = 0
         self._answered: list[tuple[int, bytes]] = []     # (group, receipt) of the last finished push
         self._sha = None
@@ -41,6 +42,34 @@ class RowIO:
             self._map = np.array([self.shards.shard_of_tag(t) for t in tags], np.int64)
             self._map_of = key
         return self._map
+
+    def feed_groups(self) -> dict[int, int]:
+        """The group whose feed stream each command unit appends to, by unit: a Cluster's
+        commands are per group (each group its own stream, in its slot); standalone ones per
+        shard (one stream per shard, under the shard's first group's tag), so the writes to any
+        row land in one stream, in the order they happened."""
+        where = self.group_shard()
+        if self.shards.cluster:
+            return {g: g for g in range(self.buckets + 1)}           # buckets and dense
+        out: dict[int, int] = {}
+        for g, shard in enumerate(where[:self.buckets + 1].tolist()):
+            out.setdefault(shard, g)
+        return out
+
+    def feed_key(self, group: int) -> bytes:
+        tag = redis_keys.tag(self.ns, "dense") if group == self.DENSE else \
+            redis_keys.bucket_tag(self.ns, group, self.buckets)
+        return redis_keys.feed_key(tag)
+
+    def feed_reset(self) -> None:
+        """Tell the servers replicating from the feed that rows were deleted (a checkpoint
+        restored): a ``reset`` entry in every stream makes them copy the tables again."""
+        if self.feed_ms <= 0:
+            return
+        where = self.group_shard()
+        plan = [(int(where[g]), None, ("XADD", self.feed_key(g), "*", "reset", "1"))
+                for g in sorted(set(self.feed_groups().values()))]
+        self.shards.retrying("reset the change feed", lambda: self._run(plan))
 
     def units(self, groups: np.ndarray, limit: int):
         """(shard, positions) per command: per shard, or per group in a Cluster; ``limit`` keys each."""
@@ -111,7 +140,8 @@ class RowIO:
     # ---- compare-and-set -------------------------------------------------------------------
     def cas(self, parts: list[tuple], what: str = "write rows") -> list[np.ndarray]:
         """Compare-and-set rows of several parameters. A part is ``(keys, groups, expected
-        uint64[n] (0 = must be absent), values uint8[n, length], ttl_ms)``. Returns, per part,
+        uint64[n] (0 = must be absent), values uint8[n, length], ttl_ms, name, ids uint64[n]
+        or None)``; name and ids go to the change feed (``feed_ms``). Returns, per part,
         a bool mask of the rows NOT written (changed by someone else since read).
         Idempotent under retries: every script call carries a receipt id. The receipts of the
         previous call, answered in full and so never retried, are deleted in this call's
@@ -124,19 +154,24 @@ class RowIO:
         part_of = np.concatenate([np.full(len(p[0]), i, np.int64) for i, p in enumerate(parts)])
         local = np.concatenate([np.arange(len(p[0])) for p in parts])
         plan = []
+        feed, feeds = self.feed_ms > 0, self.feed_groups()
         for c, (shard, pos) in enumerate(self.units(groups, redis_scripts.MAX_ROWS)):
             keys, argv, segments = [], [], 0
             for run in np.split(pos, np.flatnonzero(np.diff(part_of[pos])) + 1):
-                p_keys, _, expected, values, ttl_ms = parts[part_of[run[0]]]
+                p_keys, _, expected, values, ttl_ms, name, ids = parts[part_of[run[0]]]
                 rows = local[run]
                 keys.append(redis_resp.run_of(p_keys[rows]) if p_keys.dtype.kind == "S"
                             else redis_resp.Run(b"".join(map(redis_resp.pack_arg, p_keys[rows].tolist())), len(rows)))
+                feed_ids = b"" if not feed else bytes(8 * len(rows)) if ids is None else \
+                    np.asarray(ids[rows], "<u8").tobytes()                  # a dense parameter: id 0
                 argv += [len(rows), values.shape[1], int(ttl_ms),
-                         np.asarray(expected[rows], "<u8").tobytes(), values[rows].tobytes()]
+                         np.asarray(expected[rows], "<u8").tobytes(), values[rows].tobytes(),
+                         name if feed else b"", feed_ids]
                 segments += 1
             first = parts[part_of[pos[0]]][0][local[pos[0]]]
             receipt = redis_keys.receipt_key(bytes(first), f"{self.client_id}:{self._seq}:{c}")
-            plan.append((shard, pos, [receipt, *keys], [self.receipt_ms, segments, *argv]))
+            feed_key = self.feed_key(feeds[int(groups[pos[0]]) if self.shards.cluster else shard])
+            plan.append((shard, pos, [receipt, feed_key, *keys], [self.receipt_ms, segments, self.feed_ms, *argv]))
         answered = self._answered
         old_groups = np.array([g for g, _ in answered], np.int64)
         old_keys = np.array([k for _, k in answered] or [b""], object)
@@ -145,7 +180,7 @@ class RowIO:
             where = self.group_shard()     # re-read: a Cluster slot may have moved since the last try
             for retry_script in (False, True):
                 sha = self._load_script()
-                items = [(int(where[groups[pos[0]]]), pos, ("EVALSHA", sha, 1 + len(pos), *ks, *argv))
+                items = [(int(where[groups[pos[0]]]), pos, ("EVALSHA", sha, 2 + len(pos), *ks, *argv))
                          for _, pos, ks, argv in plan]
                 cleanup = [(s, None, ("UNLINK", *old_keys[pos].tolist())) for s, pos in self.units(old_groups, 1000)]
                 try:

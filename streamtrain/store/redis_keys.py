@@ -146,6 +146,11 @@ def meta_key(namespace: str, what: str) -> bytes:
     return f"{PREFIX}:{{{tag(namespace, 'meta')}}}:{what}".encode()
 
 
+def feed_key(tag_: str) -> bytes:
+    """The change feed stream of the rows written by scripts on this tag's slot (redis_io)."""
+    return f"{PREFIX}:{{{tag_}}}:feed".encode()
+
+
 def receipt_key(row_key: bytes, push_id: str) -> bytes:
     """A push's receipt in the slot of ``row_key`` (same tag), so one script can write both."""
     return f"{PREFIX}:{{{tag_of_key(row_key)}}}:receipt:{push_id}".encode()

@@ -1,9 +1,17 @@
 """The one Lua script of the Redis store: a chunked, idempotent, per-row compare-and-set.
 
-``KEYS = [receipt, row_1 .. row_n]`` (all in one slot), ``ARGV = [receipt_ms, segments,
-then per segment: count, value length, ttl ms (0 = none), expected tags (8 bytes per row,
-concatenated), new values (concatenated)]``. A segment is a run of rows of one parameter;
-packing a segment's rows into two strings keeps the call cheap to send and to unpack.
+``KEYS = [receipt, feed, row_1 .. row_n]`` (all in one slot), ``ARGV = [receipt_ms, segments,
+feed_ms, then per segment: count, value length, ttl ms (0 = none), expected tags (8 bytes per
+row, concatenated), new values (concatenated), parameter name, ids (8 bytes per row)]``. A
+segment is a run of rows of one parameter; packing a segment's rows into a few strings keeps
+the call cheap to send and to unpack.
+
+With ``feed_ms > 0`` the script also appends what it wrote to the stream ``feed`` (the change
+feed that prediction servers replicate the tables from, ``serve/replica.py``): one entry per
+call, fields ``x`` (the answer's failed rows) then ``n``, ``i``, ``v`` (name, ids, values) per
+segment, the strings it was sent, no copy row by row; entries older than ``feed_ms`` are
+trimmed (``MINID ~``). Being in the script, an entry is appended in the same atomic step as
+its writes: a stream's order is the order of the writes to every row it covers.
 
 For each row, the new value is written only if the row's current 8-byte tag equals the
 expected one (all zero bytes = the row must not exist: create-once; no written row has tag 0). The update arithmetic was done
@@ -24,14 +32,22 @@ CAS = r"""
 local done = redis.call('GET', KEYS[1])
 if done then return done end
 local sub, zero = string.sub, string.rep('\0', 8)
-local n = #KEYS - 1
-local vals = redis.call('MGET', unpack(KEYS, 2, n + 1))
+local n = #KEYS - 2
+local vals = redis.call('MGET', unpack(KEYS, 3, n + 2))
 local failed, sets, m, nf = {}, {}, 0, 0
-local i, a = 0, 3
+local feed_ms = tonumber(ARGV[3])
+local fields, nfield = {'x', ''}, 2
+local i, a = 0, 4
 for s = 1, tonumber(ARGV[2]) do
   local count, len, ttl = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   local tags, blob = ARGV[a + 3], ARGV[a + 4]
-  a = a + 5
+  if feed_ms > 0 then
+    fields[nfield + 1] = 'n'; fields[nfield + 2] = ARGV[a + 5]
+    fields[nfield + 3] = 'i'; fields[nfield + 4] = ARGV[a + 6]
+    fields[nfield + 5] = 'v'; fields[nfield + 6] = blob
+    nfield = nfield + 6
+  end
+  a = a + 7
   for j = 1, count do
     i = i + 1
     local v = vals[i]
@@ -40,9 +56,9 @@ for s = 1, tonumber(ARGV[2]) do
     if cur == sub(tags, 8 * j - 7, 8 * j) then
       local value = sub(blob, (j - 1) * len + 1, j * len)
       if ttl > 0 then
-        redis.call('SET', KEYS[i + 1], value, 'PX', ttl)
+        redis.call('SET', KEYS[i + 2], value, 'PX', ttl)
       else
-        m = m + 1; sets[m] = KEYS[i + 1]; m = m + 1; sets[m] = value
+        m = m + 1; sets[m] = KEYS[i + 2]; m = m + 1; sets[m] = value
       end
     else
       nf = nf + 1; failed[nf] = i
@@ -51,6 +67,13 @@ for s = 1, tonumber(ARGV[2]) do
 end
 if m > 0 then redis.call('MSET', unpack(sets)) end
 local answer = 'ok:' .. table.concat(failed, ',')
+if feed_ms > 0 and nf < n then
+  local t = redis.call('TIME')
+  fields[2] = answer
+  local cutoff = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - feed_ms)
+  redis.call('XADD', KEYS[2], 'MINID', '~', cutoff,
+             '*', unpack(fields))
+end
 redis.call('SET', KEYS[1], answer, 'PX', ARGV[1])
 return answer
 """

@@ -49,6 +49,7 @@ def restore(store, snapshot: Snapshot) -> None:
     for name, spec in store.specs.items():
         if spec.table and name in snapshot.tables:
             store.io.delete(store.io.scan(redis_keys.table_pattern(store.ns, name)), what="clear table")
+    store.io.feed_reset()
     parts = []
     for name, arrays in [*snapshot.dense.items(), *snapshot.tables.items()]:
         if name not in store.specs:

@@ -12,6 +12,9 @@
   computes; this store's own writes are patched in, the compare-and-set catches the others'.
 * **Sync mode** (redis_sync): pushes are staged; ``store.barrier`` is the trainer's barrier.
 * **Checkpoints** (redis_snapshot): every row of a table by SCAN, restored by compare-and-set.
+* **Change feed** (``feed_s``): the compare-and-set script also appends the rows it wrote
+  to a capped stream per shard (per slot group in a Cluster), from which prediction servers
+  keep a complete replica of the tables (serve/replica.py).
 * **Lifecycle** (redis_lifecycle): TTL, admission, cap, counters. **Failures** (redis_shards):
   retries with backoff, then ``StoreError`` — a push either lands or raises.
 """
@@ -25,7 +28,7 @@ from streamtrain.context import Gradients
 from streamtrain.errors import StoreError
 
 from . import redis_keys, redis_lifecycle, redis_snapshot
-from .base import ParamStore, Snapshot, register
+from .base import ParamStore, Snapshot, initial_rows, register
 from .redis_config import OPTIONS, RedisConfig, redact, validate
 from .redis_io import RowIO
 from .redis_prefetch import Prefetch
@@ -64,6 +67,7 @@ class RedisStore(ParamStore):
         self.io = RowIO(self.shards, self.ns, self.cfg.buckets)
         retry = self.shards.retry           # receipts must outlive every retry of their push
         self.io.receipt_ms = int((retry.give_up_s + retry.max_s + 2 * self.cfg.timeout_s) * 1000) + 1000
+        self.io.feed_ms = int(round(self.cfg.feed_s * 1000))
         self.counters = redis_lifecycle.Counters(self.io)
         self.layouts: dict[str, RowLayout] = {}
         self._cache: dict[str, Rows] = {}
@@ -129,6 +133,14 @@ class RedisStore(ParamStore):
         self.counters.flush()
         self.stats.table_rows = self.counters.live()
         return out
+
+    def absent_rows(self, name: str, ids: np.ndarray) -> np.ndarray:
+        """What ``pull(create=False)`` answers for rows of ``name`` that do not exist: their
+        initial weights, zeros in a gated table (admission or a cap)."""
+        layout = self.layouts[name]
+        if self.cfg.policy(name).gated:
+            return np.zeros((len(ids), layout.dim), layout.dtype)
+        return initial_rows(layout.spec, layout.optimizer, np.asarray(ids, np.uint64), layout.dtype)
 
     def pull_states(self, names):
         out = {}
@@ -273,7 +285,8 @@ class RedisStore(ParamStore):
 
     def cas_rows(self, parts: list, what: str) -> list[np.ndarray]:
         """One chunked compare-and-set over ``(rows item, row numbers, expected tags, values)``."""
-        failed = self.io.cas([(it.keys[rows], it.groups[rows], expected, values, it.ttl)
+        failed = self.io.cas([(it.keys[rows], it.groups[rows], expected, values, it.ttl, it.name,
+                               None if it.ids is None else it.ids[rows])
                               for it, rows, expected, values in parts], what=what)
         for (it, rows, _, values), bad in zip(parts, failed):
             done = ~bad
