@@ -46,12 +46,14 @@ class CriteoParser(Parser):
         fast = None if chunk.reason.any() else self._parse_clean(chunk.buf)
         return fast if fast is not None else self._parse_vectorised(chunk)
 
-    def parse_batches(self, buf: bytes, cuts: list[int]) -> list[Batch]:
+    def parse_batches(self, buf: bytes, cuts: list[int], start: int = 0,
+                      end: int | None = None) -> list[Batch]:
         """A clean chunk's batches come straight from the compiled pass and one compiled cut
-        of the fields (views of shared arrays), not from slicing every field of one batch."""
-        clean = self._clean_columns(buf)
+        of the fields (views of shared arrays), not from slicing every field of one batch;
+        the chunk is read in place in ``buf``."""
+        clean = self._clean_columns(buf, start, end)
         if clean is None:
-            return [self._parse_vectorised(Chunk(buf))]
+            return [self._parse_vectorised(Chunk(buf[start:end]))]
         labels, vals, ids, present = clean
         dense = self._dense(vals)
         return [Batch(labels=labels[a:b], sparse=dict(zip(SPARSE, fields)), dense=dense[a:b],
@@ -62,8 +64,8 @@ class CriteoParser(Parser):
         clean = self._clean_columns(buf)
         return None if clean is None else self._batch(*clean)
 
-    def _clean_columns(self, buf: bytes):
-        clean = parse_clean(buf, self.seeds, self.field_length)
+    def _clean_columns(self, buf: bytes, start: int = 0, end: int | None = None):
+        clean = parse_clean(buf, self.seeds, self.field_length, start, end)
         if clean is None:
             return None
         vals, dense, ids, present = clean

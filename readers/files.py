@@ -269,11 +269,9 @@ def _cut(buf: bytes, parser: Parser, out: "_Rebatcher", piece: int, final: bool)
             want += max(room, 0) // out.size * out.size
         j = min(i + want, len(ends))
         a = 0 if i == 0 else int(ends[i - 1]) + 1
-        piece_buf = buf[a: int(ends[j - 1]) + 1]
-        if j - i > need:        # the parser may hand the batches over already cut
-            first, *more = parser.parse_batches(piece_buf, [0, *range(need, j - i, out.size), j - i])
-        else:
-            first, more = parser.parse_buffer(piece_buf), ()
+        # the parser may hand the batches over already cut, and read the piece in place
+        first, *more = parser.parse_batches(buf, [0, *range(need, j - i, out.size), j - i],
+                                            a, int(ends[j - 1]) + 1)
         yield first, j - i      # the piece's lines count once, with its first batch
         for batch in more:
             yield batch, 0
