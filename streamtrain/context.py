@@ -16,17 +16,23 @@ from .state import Status
 class Gradients:
     """What a step pushes: dense grads by name, table grads as (unique ids, rows), and for
     some parameters ``squares[name]`` (the gradient's shape): the sum over the batch's examples
-    of each example's squared gradient, which Adagrad and FTRL accumulate instead of ``g²``."""
+    of each example's squared gradient, which Adagrad and FTRL accumulate instead of ``g²``.
+    ``assigned[name] = (unique ids or None for a dense parameter, value, {slot: array})``: final
+    values to write as they are, for a store that ``assigns`` (the per-example engine's rows)."""
 
     dense: dict = field(default_factory=dict)
     tables: dict = field(default_factory=dict)
     squares: dict = field(default_factory=dict)
+    assigned: dict = field(default_factory=dict)
 
     def arrays(self):
         yield from self.dense.values()
         for _, rows in self.tables.values():
             yield rows
         yield from self.squares.values()
+        for _, value, slots in self.assigned.values():
+            yield value
+            yield from slots.values()
 
     def all_finite(self) -> bool:
         return all(np.isfinite(a).all() for a in self.arrays())

@@ -214,4 +214,7 @@ class DriftMonitor:
 
     def on_step(self, job, batch, result) -> None:
         if result.applied and getattr(job.trainer, "binary", False) and result.predictions is not None:
-            self.update(log_losses(batch.labels, np.asarray(result.predictions).reshape(-1)))
+            losses = getattr(result, "losses", None)      # the progressive figures' (computed once)
+            if losses is None:
+                losses = log_losses(batch.labels, np.asarray(result.predictions).reshape(-1))
+            self.update(losses)

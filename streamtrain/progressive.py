@@ -39,7 +39,8 @@ class Progressive:
         self.label_sum = 0.0
         self.pred_sum = 0.0
 
-    def update(self, labels: np.ndarray, p: np.ndarray) -> None:
+    def update(self, labels: np.ndarray, p: np.ndarray) -> np.ndarray:
+        """Add a batch; returns its per-example losses (the drift monitor's input, computed once)."""
         labels = np.asarray(labels).reshape(-1)
         p = np.asarray(p, np.float64).reshape(-1)
         bins = logit_bins(p)
@@ -47,9 +48,11 @@ class Progressive:
         np.add.at(self.pos, bins[positive], 1)      # O(batch), not O(BINS) per batch
         np.add.at(self.neg, bins[~positive], 1)
         self.count += len(labels)
-        self.loss_sum += float(log_losses(labels, p).sum())
+        losses = log_losses(labels, p)
+        self.loss_sum += float(losses.sum())
         self.label_sum += float(labels.sum())
         self.pred_sum += float(p.sum())
+        return losses
 
     @property
     def logloss(self) -> float:

@@ -22,6 +22,7 @@ class StepResult:
     applied: bool                  # False: skipped (non-finite); its offsets may still be committed
     reason: str = ""
     seconds: dict = field(default_factory=dict)
+    losses: np.ndarray | None = None   # binary: each example's progressive loss (the drift monitor's)
 
 
 class Trainer:
@@ -55,7 +56,8 @@ class Trainer:
         if not loss.opts.get("sequential"):
             return None
         from .online.engine import PerExample
-        return PerExample(graph, store.optimizers, implicit=loss.opts["implicit"], normalize=loss.opts["normalize"])
+        return PerExample(graph, store.optimizers, implicit=loss.opts["implicit"], normalize=loss.opts["normalize"],
+                          assign=getattr(store, "assigns", False))
 
     def step(self, batch) -> StepResult:
         g, ctx, t = self.graph, self.ctx, {}
@@ -80,14 +82,15 @@ class Trainer:
         t.update(pull=t1 - t0, forward=t2 - t1)
         if not np.isfinite(ctx.loss):
             return self._skip(batch, predictions, "loss", t)
+        losses = None
         if self.binary:
-            self.progressive.update(batch.labels, predictions)
+            losses = self.progressive.update(batch.labels, predictions)
         elif predictions is not None and predictions.ndim == 2:
             self.hits += int((predictions.argmax(axis=1) == batch.labels).sum())
         g.backward(ctx)
-        if ctx.engine is not None:
-            ctx.engine.push(ctx)
+        assigned = ctx.engine.push(ctx) if ctx.engine is not None else {}
         grads = g.gradients(ctx)
+        grads.assigned = assigned
         t3 = clock()
         t["backward"] = t3 - t2
         if not grads.all_finite():
@@ -103,7 +106,7 @@ class Trainer:
             self.graph_input.learnt(batch)
         self.batches += 1
         self.examples += batch.size
-        return StepResult(ctx.loss, predictions, True, seconds=t)
+        return StepResult(ctx.loss, predictions, True, seconds=t, losses=losses)
 
     def prefetch(self, next_batch) -> None:
         """Let the next ``step`` start reading ``next_batch``'s rows once its own are pulled (a

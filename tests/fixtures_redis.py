@@ -169,16 +169,16 @@ def run(store, batches, default, overrides=None, reduction="sum"):
     return trainer.progressive.logloss, np.array(losses), store.snapshot()
 
 
-def assert_snapshots_close(a, b, atol=1e-6):
+def assert_snapshots_close(a, b, atol=1e-6, rtol=0.0):
     assert sorted(a.tables) == sorted(b.tables) and sorted(a.dense) == sorted(b.dense)
     for name in a.tables:
         np.testing.assert_array_equal(a.tables[name]["ids"], b.tables[name]["ids"], err_msg=name)
         for k in a.tables[name]:
-            np.testing.assert_allclose(a.tables[name][k], b.tables[name][k], rtol=0, atol=atol,
+            np.testing.assert_allclose(a.tables[name][k], b.tables[name][k], rtol=rtol, atol=atol,
                                        err_msg=f"{name}.{k}")
     for name in a.dense:
         assert sorted(a.dense[name]) == sorted(b.dense[name])
         for k in a.dense[name]:
             assert np.shape(a.dense[name][k]) == np.shape(b.dense[name][k]), f"{name}.{k}"
-            np.testing.assert_allclose(a.dense[name][k], b.dense[name][k], rtol=0, atol=atol,
+            np.testing.assert_allclose(a.dense[name][k], b.dense[name][k], rtol=rtol, atol=atol,
                                        err_msg=f"{name}.{k}")

@@ -257,3 +257,29 @@ def test_adwin_raises_the_alarm_only_for_the_watched_direction():
     ad = Adwin(mode="up")
     ad.update_many(falling)
     assert ad.width < 6000 and ad.estimation == pytest.approx(0.4, abs=0.02)   # the window moved on
+
+
+def test_the_monitor_is_fed_the_progressive_losses_of_the_step():
+    """The trainer's progressive figures compute each batch's per-example losses once and the
+    step hands them on: the monitor reads those (bit for bit its own ``log_losses`` of the
+    predictions) instead of computing them again."""
+    lr = [{"name": "sp", "type": "sparse_input"},
+          {"name": "w", "type": "embedding", "inputs": ["sp"], "dim": 1, "init": "zeros"},
+          {"name": "ws", "type": "sum_pooling", "inputs": ["w"]},
+          {"name": "loss", "type": "logloss", "inputs": ["ws"], "sequential": True}]
+    batches = list(SyntheticStream({"fields": 4, "cardinality": 20, "dense": 0, "examples": 2048}, 512).reader()())
+    graph = Graph.from_config(lr, Schema.of(batches[0]))
+    store = MemoryStore()
+    store.declare(graph.params, {"type": "adagrad", "lr": 0.1})
+    monitor = DriftMonitor.from_config({})
+    job = types.SimpleNamespace(trainer=Trainer(graph, store))
+    fed = []
+    real = monitor.update
+    monitor.update = lambda losses: (fed.append(losses), real(losses))[1]
+    for batch in batches:
+        result = job.trainer.step(batch)
+        monitor.on_step(job, batch, result)
+        assert fed[-1] is result.losses
+        np.testing.assert_array_equal(result.losses, logloss(batch.labels, np.asarray(result.predictions).reshape(-1)))
+    assert len(fed) == len(batches) and monitor.examples == 2048
+    assert job.trainer.progressive.loss_sum == pytest.approx(sum(float(f.sum()) for f in fed), rel=1e-12)

@@ -50,7 +50,9 @@ def test_read_ahead_trains_exactly_as_the_memory_store(model, redis_url, redis_n
         store.close()
     assert (hits, misses) == (len(BATCHES) - 1, 0)          # every pull after the first was read ahead
     np.testing.assert_allclose(losses, m_losses, rtol=0, atol=1e-6)
-    assert_snapshots_close(snap, m_snap)
+    # a sequential model's rows: the memory store writes the engine's values rounded once to
+    # float32, redis steps them by the combined gradient in float32: an ulp apart at most
+    assert_snapshots_close(snap, m_snap, rtol=1e-6 if model.startswith("sequential") else 0.0)
 
 
 def _store(url, ns):

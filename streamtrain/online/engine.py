@@ -1,6 +1,7 @@
 """The per-example engine the trainer calls: it learns the terms of the logit its ``Plan`` owns
 example by example inside each mini-batch (``kernels.learn``), gives the loss each example's
-logit and residual, and pushes one combined gradient per row (``kernels.combine``).
+logit and residual, and pushes one combined gradient per row (``kernels.combine``) or, to a
+store that ``assigns`` (the memory store), the rows' final values and optimizer slots.
 
 For these terms a batch of ``B`` trains exactly as ``B`` batches of one: the same predictions,
 weights and accumulators (``tests/test_sequential.py``), with either store.
@@ -67,11 +68,13 @@ class _Arrays:
         return got[1]
 
 
-def _block(arrays: _Arrays, ctx, terms: list, group_of: dict, d: int, key: str) -> _Block:
+def _block(arrays: _Arrays, ctx, terms: list, group_of: dict, d: int, key: str, start: bool = True) -> _Block:
     """The block's start values are the pulled arrays themselves (one parameter) or their
     concatenation; the kernel's float64 working copies are made from them into reused arrays.
     A slot no parameter of the block keeps (SGD's ``n``; SGD's and Adagrad's ``z``) is a zero
-    array: only those rules' rows read or write it, and they leave it as it is."""
+    array: only those rules' rows read or write it, and they leave it as it is. Without
+    ``start`` (the final values are assigned, nothing is combined) no start is kept: the
+    pulled arrays are copied straight into the working ones."""
     parts, lo = [], 0
     slots = {"w": [], "n": [], "z": []}
     grp = []
@@ -88,27 +91,32 @@ def _block(arrays: _Arrays, ctx, terms: list, group_of: dict, d: int, key: str) 
         lo += r
     if dtype is None:
         return _Block([], np.zeros((0, d)), np.zeros((0, d)), np.zeros((0, d)), _EMPTY_I)
-    start, work = [], []
+    starts, work = [], []
     for slot, parts_ in slots.items():
         if all(a is None for a in parts_):
-            start.append(arrays.rows((key, slot, "zero0"), lo, d, dtype, zeros=True))
+            if start:
+                starts.append(arrays.rows((key, slot, "zero0"), lo, d, dtype, zeros=True))
             work.append(arrays.rows((key, slot, "zero"), lo, d, np.float64, zeros=True))
             continue
-        if len(parts_) == 1:
-            s0 = np.ascontiguousarray(parts_[0])
-        else:
-            s0 = arrays.rows((key, slot, "start"), lo, d, dtype)
-            for (a, b, _), part in zip(grp, parts_):
-                s0[a:b] = 0 if part is None else part
         out = arrays.rows((key, slot), lo, d, np.float64)
-        np.copyto(out, s0)
-        start.append(s0)
+        if not start:
+            for (a, b, _), part in zip(grp, parts_):
+                out[a:b] = 0 if part is None else part
+        else:
+            if len(parts_) == 1:
+                s0 = np.ascontiguousarray(parts_[0])
+            else:
+                s0 = arrays.rows((key, slot, "start"), lo, d, dtype)
+                for (a, b, _), part in zip(grp, parts_):
+                    s0[a:b] = 0 if part is None else part
+            np.copyto(out, s0)
+            starts.append(s0)
         work.append(out)
     g = arrays.rows((key, "grp"), lo, 1, np.int64).reshape(-1)
     for a, b, group in grp:
         g[a:b] = group
     blk = _Block(parts, *work, g)
-    blk.start = tuple(start)
+    blk.start = tuple(starts)
     return blk
 
 
@@ -161,10 +169,13 @@ def _no_occurrences(batch: int):
 class PerExample:
     """Built once per trainer from the graph and the parameters' optimizers."""
 
-    def __init__(self, graph, optimizers: dict, *, implicit: bool = True, normalize: bool = True):
+    def __init__(self, graph, optimizers: dict, *, implicit: bool = True, normalize: bool = True,
+                 assign: bool = False):
         self.plan = plan(graph, optimizers)
         self.optimizers = optimizers
         self.implicit, self.normalize = implicit, normalize
+        self.assign = assign      # the store ``assigns``: hand over final values, not a gradient
+        self.tables = {name: graph.params[name].table for name in self.plan.params}
         rules: dict = {}
         self.group_of = {}
         for name in self.plan.params:
@@ -205,7 +216,7 @@ class PerExample:
         B = len(z0)
         linear = [t for layer in self.plan.linear for t in layer.linear_terms(ctx)]
         arrays = self._arrays
-        lin = _block(arrays, ctx, linear, self.group_of, 1, "linear")
+        lin = _block(arrays, ctx, linear, self.group_of, 1, "linear", not self.assign)
         lptr, slot, x, _ = _by_example(arrays, linear, lin, B, False, "linear")
         if self.plan.fm:
             fm_terms, fterm = [], []
@@ -214,7 +225,8 @@ class PerExample:
                     fm_terms.append(term if not len(fterm) else
                                     replace(term, field=term.field + len(fterm)))
                 fterm += [t] * len(emb.fields)
-            fm = _block(arrays, ctx, fm_terms, self.group_of, self.plan.fm[0][1].output_shape[-1], "fm")
+            fm = _block(arrays, ctx, fm_terms, self.group_of, self.plan.fm[0][1].output_shape[-1], "fm",
+                        not self.assign)
             fptr, frow, fx, ffield = _by_example(arrays, fm_terms, fm, B, True, "fm")
             fterm = np.array(fterm, np.int64)
         else:
@@ -227,9 +239,13 @@ class PerExample:
         self._blocks = (lin, fm) if self.plan.fm else (lin,)
         return zs, rho
 
-    def push(self, ctx) -> None:
+    def push(self, ctx) -> dict:
         """Add to ``ctx`` one gradient (and, for Adagrad/FTRL, squares) per owned parameter whose
-        single update by the store equals the sum of this batch's per-example updates."""
+        single update by the store equals the sum of this batch's per-example updates. With
+        ``assign``: none; the parameters' final values and slots instead, as
+        ``Gradients.assigned`` (views of the working arrays: written before the next batch)."""
+        if self.assign:
+            return self._assigned(ctx)
         for blk in self._blocks:
             if not blk.params:
                 continue
@@ -238,3 +254,13 @@ class PerExample:
                 squares = sq[lo:hi].astype(ctx.dtype).reshape(shape) if self.optimizers[name].squares else None
                 ctx.add_param_grad(name, g[lo:hi].astype(ctx.dtype).reshape(shape), squares)
         self._blocks = ()
+        return {}
+
+    def _assigned(self, ctx) -> dict:
+        out = {}
+        for blk in self._blocks:
+            for name, lo, hi, shape in blk.params:
+                slots = {k: getattr(blk, k)[lo:hi].reshape(shape) for k in self.optimizers[name].slots}
+                out[name] = (ctx.table_ids[name] if self.tables[name] else None, blk.w[lo:hi].reshape(shape), slots)
+        self._blocks = ()
+        return out

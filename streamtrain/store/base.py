@@ -74,7 +74,8 @@ class ParamStore(abc.ABC):
     A backend is a subclass with ``kind``, ``options`` (its keys in the ``store`` section),
     ``from_config`` and ``test_params()``, registered with ``@register``. Optional
     capabilities have defaults here: ``pull_states`` (raises: no optimizer state to show),
-    ``barrier`` (``None``: updates apply on push, no sync rounds), ``lifecycle()`` (``{}``:
+    ``barrier`` (``None``: updates apply on push, no sync rounds), ``assigns`` (False: only
+    gradients are pushed), ``lifecycle()`` (``{}``:
     no row expiry or admission to count) and ``stats`` (the counters, kept by every store)."""
 
     kind: str = ""
@@ -123,7 +124,13 @@ class ParamStore(abc.ABC):
 
     @abc.abstractmethod
     def push(self, grads: Gradients) -> None:
-        """Apply each parameter's update rule to its gradient (atomic per row)."""
+        """Apply each parameter's update rule to its gradient (atomic per row); a store that
+        ``assigns`` also writes ``grads.assigned``, in the same step."""
+
+    #: True: ``push`` also writes ``grads.assigned`` (rows' final values and optimizer slots) as
+    #: they are. The per-example engine then hands over what it learnt instead of a combined
+    #: gradient to step by again; a store that retries updates on conflicts needs the gradient.
+    assigns = False
 
     prefetches = False     # True: ``prefetch`` reads ahead, worth calling with the next batch
 

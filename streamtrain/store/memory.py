@@ -83,6 +83,7 @@ class MemoryStore(ParamStore):
     """Parameters as numpy arrays in this process; a lock makes pull/push safe across threads."""
 
     kind = "memory"
+    assigns = True     # one writer in this process: the engine's rows are written, not re-stepped
 
     def __init__(self, dtype=np.float32):
         super().__init__()
@@ -149,7 +150,25 @@ class MemoryStore(ParamStore):
                     for k, arr in state.items():
                         put_rows(table.state[k], rows, arr)
                 self.stats.rows_pushed += len(ids)
+            self._assign(grads.assigned)
             self.stats.table_rows = {name: len(t) for name, t in self.tables.items()}
+
+    def _assign(self, assigned: dict) -> None:
+        """Write final values and slots (cast to the store's dtype): one scatter per array."""
+        if not assigned:
+            return
+        from .scatter import scatter_rows      # numba: imported by the first push, not at start-up
+        for name, (ids, value, slots) in assigned.items():
+            if ids is None:
+                self.dense[name][...] = value
+                for k, arr in slots.items():
+                    self.dense_state[name][k][...] = arr
+                continue
+            table = self.tables[name]
+            rows, _ = table.rows(ids, create=True)
+            for dst, src in ((table.weights, value), *((table.state[k], arr) for k, arr in slots.items())):
+                scatter_rows(dst, rows, src)
+            self.stats.rows_pushed += len(ids)
 
     def snapshot(self) -> Snapshot:
         with self._lock:
