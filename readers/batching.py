@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from streamtrain.batch import Batch, SparseField
+from streamtrain.compiled import njit
 
 
 def offsets_from_counts(counts: np.ndarray) -> np.ndarray:
@@ -20,15 +21,58 @@ def field_from_column(ids: np.ndarray, present: np.ndarray) -> SparseField:
     return SparseField(ids[present].astype(np.uint64), offsets_from_counts(present))
 
 
-def fields_from_columns(ids: np.ndarray, present: np.ndarray) -> list[SparseField]:
-    """One single-valued field per row of ``ids[F, R]`` (empty where ``present`` is False)."""
-    n_fields, n_rows = ids.shape
-    offsets = np.zeros((n_fields, n_rows + 1), dtype=np.int64)
-    np.cumsum(present.view(np.uint8), axis=1, out=offsets[:, 1:])
-    flat = ids[present]                                    # field-major: field 0's ids first
-    cuts = np.cumsum(offsets[:, -1])
-    starts = np.concatenate([[0], cuts[:-1]])
-    return [SparseField(flat[a:b], offsets[j]) for j, (a, b) in enumerate(zip(starts, cuts))]
+@njit(nogil=True)
+def _csr_columns(ids, present, cuts):
+    """Field-major ids and per-field offsets of the row ranges ``cuts[b]:cuts[b+1]``: range b's
+    offsets of field j are ``offsets[j, cuts[b] + b: cuts[b + 1] + b + 1]`` (from 0), its ids
+    ``flat[ends[b, j] - count: ends[b, j]]``, in order b, j."""
+    n_fields = ids.shape[0]
+    n_cuts = len(cuts) - 1
+    offsets = np.empty((n_fields, ids.shape[1] + n_cuts), np.int64)
+    ends = np.empty((n_cuts, n_fields), np.int64)
+    total = 0
+    for b in range(n_cuts):
+        for j in range(n_fields):
+            offsets[j, cuts[b] + b] = 0
+            c = 0
+            for r in range(cuts[b], cuts[b + 1]):
+                if present[j, r]:
+                    c += 1
+                offsets[j, r + b + 1] = c
+            total += c
+            ends[b, j] = total
+    flat = np.empty(total, ids.dtype)
+    k = 0
+    for b in range(n_cuts):
+        for j in range(n_fields):
+            for r in range(cuts[b], cuts[b + 1]):
+                if present[j, r]:
+                    flat[k] = ids[j, r]
+                    k += 1
+    return flat, offsets, ends
+
+
+def fields_from_columns(ids: np.ndarray, present: np.ndarray, cuts=None):
+    """One single-valued field per row of ``ids[F, R]`` (empty where ``present`` is False).
+
+    With ``cuts`` (row boundaries ``0 = c0 < c1 < ... = R``), a list of fields per row range
+    instead: the batches a piece of lines holds, each as if parsed alone. The offsets and the
+    field-major ids come from one compiled pass that does not hold the GIL: in the reader's
+    parse thread, numpy's masking and cumsums here (or slicing every field of a parsed piece
+    into batches afterwards) held it while the training thread waited for it.
+    """
+    one = cuts is None
+    cuts = np.array([0, ids.shape[1]] if one else cuts, dtype=np.int64)
+    flat, offsets, ends = _csr_columns(ids, present, cuts)
+    starts = np.zeros(ends.size, np.int64)
+    starts[1:] = ends.ravel()[:-1]
+    starts = starts.reshape(ends.shape).tolist()
+    out = []
+    for b, (lo, hi, s, e) in enumerate(zip(cuts[:-1].tolist(), cuts[1:].tolist(), starts,
+                                           ends.tolist())):
+        out.append([SparseField(flat[s[j]:e[j]], offsets[j, lo + b: hi + b + 1])
+                    for j in range(len(s))])
+    return out[0] if one else out
 
 
 def field_from_rows(ids: np.ndarray, row: np.ndarray, n_rows: int, values=None) -> SparseField:

@@ -46,18 +46,38 @@ class CriteoParser(Parser):
         fast = None if chunk.reason.any() else self._parse_clean(chunk.buf)
         return fast if fast is not None else self._parse_vectorised(chunk)
 
+    def parse_batches(self, buf: bytes, cuts: list[int], start: int = 0,
+                      end: int | None = None) -> list[Batch]:
+        """A clean chunk's batches come straight from the compiled pass and one compiled cut
+        of the fields (views of shared arrays), not from slicing every field of one batch;
+        the chunk is read in place in ``buf``."""
+        clean = self._clean_columns(buf, start, end)
+        if clean is None:
+            return [self._parse_vectorised(Chunk(buf[start:end]))]
+        labels, vals, ids, present = clean
+        dense = self._dense(vals)
+        return [Batch(labels=labels[a:b], sparse=dict(zip(SPARSE, fields)), dense=dense[a:b],
+                      dense_names=DENSE)
+                for a, b, fields in zip(cuts[:-1], cuts[1:], fields_from_columns(ids, present, cuts))]
+
     def _parse_clean(self, buf: bytes) -> Batch | None:
-        clean = parse_clean(buf, self.seeds, self.field_length)
+        clean = self._clean_columns(buf)
+        return None if clean is None else self._batch(*clean)
+
+    def _clean_columns(self, buf: bytes, start: int = 0, end: int | None = None):
+        clean = parse_clean(buf, self.seeds, self.field_length, start, end)
         if clean is None:
             return None
         vals, dense, ids, present = clean
         labels, ok = self.labels.apply(vals, np.ones(len(vals), dtype=bool))
-        return self._batch(labels, dense, ids, present) if ok.all() else None
+        return (labels, dense, ids, present) if ok.all() else None
+
+    def _dense(self, vals) -> np.ndarray:
+        return (signed_log1p(vals) if self.transform == "log1p" else vals).astype(np.float32)
 
     def _batch(self, labels, vals, ids, present) -> Batch:
-        dense = (signed_log1p(vals) if self.transform == "log1p" else vals).astype(np.float32)
         sparse = dict(zip(SPARSE, fields_from_columns(ids, present)))
-        return Batch(labels=labels, sparse=sparse, dense=dense, dense_names=DENSE)
+        return Batch(labels=labels, sparse=sparse, dense=self._dense(vals), dense_names=DENSE)
 
     def _parse_vectorised(self, chunk: Chunk) -> Batch:
         rows, st, en = fixed_fields(chunk, split(chunk, b"\t", max_length=self.field_length), N_FIELDS)

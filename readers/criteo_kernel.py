@@ -88,13 +88,20 @@ def _parse(arr, words, seeds, field_length):
     return True, labels, dense, ids, present
 
 
-def parse_clean(buf: bytes, seeds: np.ndarray, field_length: int):
+def parse_clean(buf: bytes, seeds: np.ndarray, field_length: int, start: int = 0,
+                end: int | None = None):
     """(labels f64[R], dense values f64[R, 13], ids u64[26, R], present bool[26, R]) of a
-    chunk of whole ``\\n``-ended lines, or None when some line needs the vectorised path."""
-    if not buf or not buf.endswith(b"\n"):
+    chunk of whole ``\n``-ended lines, ``buf[start:end]``, or None when some line needs the
+    vectorised path. The hashing reads 8-byte words past a token's end (masked off), so the
+    chunk is copied with zero padding only when ``buf`` has no 8 bytes after it: the file
+    reader hands over a piece of its joined blocks as it is (no copy held under the GIL)."""
+    end = len(buf) if end is None else end
+    if end <= start or buf[end - 1] != 10:
         return None
-    padded = buf + bytes(16)
-    arr = np.frombuffer(padded, dtype=np.uint8)[: len(buf)]
-    words = np.ndarray((len(padded) - 7,), dtype="<u8", buffer=padded, strides=(1,))
+    if len(buf) - end < 8:
+        buf, start, end = bytes(buf[start:end]) + bytes(16), 0, end - start
+    arr = np.frombuffer(buf, dtype=np.uint8)[start:end]
+    words = np.ndarray((len(buf) - start - 7,), dtype="<u8", buffer=buf, offset=start,
+                       strides=(1,))
     ok, labels, dense, ids, present = _parse(arr, words, seeds, field_length)
     return (labels, dense, ids, present) if ok else None

@@ -2,9 +2,10 @@
 
 Paddle's reader protocol: ``file_reader(...)`` returns a function; each call of that function
 starts a fresh generator of ``Batch``. Files are read in binary blocks of ``block_bytes``;
-each block is cut at its last newline and parsed in one vectorised call, and the parsed rows
-are re-cut into batches of exactly ``batch_size`` rows (the last one may be smaller; an empty
-batch is never yielded).
+blocks are cut at their last newline and parsed in pieces of whole batches (several small
+ones, or one large one), one vectorised or compiled call per piece, and the parsed rows are
+re-cut into batches of exactly ``batch_size`` rows where the parser has not already cut them
+(the last one may be smaller; an empty batch is never yielded).
 
 ``Batch.offsets`` is ``{"file": path, "line": n}``: n lines of the file had been consumed
 when the batch was complete (files do not commit; this is for logs and resumption by hand).
@@ -24,6 +25,7 @@ import numpy as np
 from .batching import concat_batches, slice_batch
 from .compose import buffered
 from .formats import Parser, make_parser
+from .line_ends import count_lines, line_ends
 from .malformed import Malformed
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -157,6 +159,7 @@ def file_reader(path, fmt: str, options: dict | None = None, batch_size: int = 1
 
 
 MAX_PIECE_LINES = 1024
+MAX_BATCH_PIECE_LINES = 1 << 16   # a batch beyond this is re-cut from pieces of this size
 
 
 def _raw_blocks(path: str, block_bytes: int):
@@ -204,16 +207,27 @@ def _gunzip_blocks(raw, block_bytes: int):
         yield rest if rest.endswith(b"\n") else rest + b"\n"
 
 
+def _piece_lines(batch_size: int) -> int:
+    """Lines per parse: several small batches, or exactly one large one (no re-cutting)."""
+    return min(max(MAX_PIECE_LINES, batch_size), MAX_BATCH_PIECE_LINES)
+
+
 def _parsed_pieces(path: str, parser: Parser, block_bytes: int, out: "_Rebatcher",
                    prefetch: int):
     """(parsed batch, lines consumed) for pieces of the file.
 
     A piece holds the lines the batch being filled still needs plus as many further whole
     batches as the block holds (at most ``MAX_PIECE_LINES`` lines in all): one vectorised parse
-    serves several small batches, which are then views (slices) of the parsed piece.
+    serves several small batches, which are then views (slices) of the parsed piece. A batch
+    larger than that is one piece of its own, parsed in one call, so it reaches the consumer
+    as parsed: per batch the parse thread runs one parse's Python, not a slice and a join of
+    every field of every piece (that Python holds the GIL the training thread waits for).
+    Blocks are gathered until they hold the lines needed (counted without the GIL), so a
+    large batch costs one join, not a re-scan of a growing tail per block.
     """
     raw = _raw_blocks(path, block_bytes)
     blocks = iter((buffered(raw, prefetch) if prefetch else raw)())
+    piece = _piece_lines(out.size)
     try:
         if parser.needs_header:
             header, blocks = _read_header(blocks)
@@ -221,35 +235,45 @@ def _parsed_pieces(path: str, parser: Parser, block_bytes: int, out: "_Rebatcher
                 return
             parser.set_header(header)
             yield parser.parse_buffer(b""), 1
-        rest = b""
+        pending, have = [], 0
         for buf in blocks:
-            rest = yield from _cut(rest + buf if rest else buf, parser, out, final=False)
-        yield from _cut(rest, parser, out, final=True)
+            pending.append(buf)
+            have += count_lines(buf)
+            if have < min(out.size - out.rows % out.size, piece):
+                continue
+            rest = yield from _cut(b"".join(pending) if len(pending) > 1 else buf, parser, out,
+                                   piece, final=False)
+            pending, have = ([rest], count_lines(rest)) if rest else ([], 0)
+        yield from _cut(b"".join(pending), parser, out, piece, final=True)
     finally:
         close = getattr(blocks, "close", None)
         if close:
             close()
 
 
-
-def _cut(buf: bytes, parser: Parser, out: "_Rebatcher", final: bool):
-    """Parse ``buf`` in pieces of whole batches; return the unparsed tail.
+def _cut(buf: bytes, parser: Parser, out: "_Rebatcher", piece: int, final: bool):
+    """Parse ``buf`` in pieces of whole batches (at most ``piece`` lines); return the unparsed tail.
 
     Unless ``final``, a tail too short to finish the batch waits for the next block, so a
     batch is one piece, or a slice of one (no copy), whenever no line was bad.
     """
-    ends = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8) == 10)
+    ends = line_ends(np.frombuffer(buf, dtype=np.uint8))
     i = 0
     while i < len(ends):
         need = out.size - out.rows % out.size
-        want = min(need, MAX_PIECE_LINES)
+        want = min(need, piece)
         if i + want > len(ends) and not final:
             break
         if want == need:        # small batches: parse every whole batch the block holds at once
-            room = min(MAX_PIECE_LINES, len(ends) - i) - need
+            room = min(piece, len(ends) - i) - need
             want += max(room, 0) // out.size * out.size
         j = min(i + want, len(ends))
         a = 0 if i == 0 else int(ends[i - 1]) + 1
-        yield parser.parse_buffer(buf[a: int(ends[j - 1]) + 1]), j - i
+        # the parser may hand the batches over already cut, and read the piece in place
+        first, *more = parser.parse_batches(buf, [0, *range(need, j - i, out.size), j - i],
+                                            a, int(ends[j - 1]) + 1)
+        yield first, j - i      # the piece's lines count once, with its first batch
+        for batch in more:
+            yield batch, 0
         i = j
     return buf[int(ends[i - 1]) + 1:] if i else buf

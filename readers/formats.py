@@ -102,6 +102,14 @@ class Parser:
         """Parse whole lines already joined with ``\\n`` (what the file reader hands over)."""
         return self.parse_chunk(Chunk(buf))
 
+    def parse_batches(self, buf: bytes, cuts: list[int], start: int = 0,
+                      end: int | None = None) -> list[Batch]:
+        """The lines of ``buf[start:end]`` as batches cut after lines ``cuts[1:-1]`` (``cuts``
+        runs from 0 to the line count), for when a format can build them in one pass; the
+        default answers one batch of all the rows, which the file reader then re-cuts (the
+        same rows either way)."""
+        return [self.parse_buffer(buf[start:end])]
+
     def parse_chunk(self, chunk: Chunk) -> Batch:
         raise NotImplementedError
 

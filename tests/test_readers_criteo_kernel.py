@@ -104,3 +104,24 @@ def test_label_map_and_labels_options():
     assert batch.labels.tolist() == [0.0, 1.0] and m.total == 0
     batch, m = _both(buf)                       # -1 is not a label: counted as bad
     assert batch.size == 1 and m.snapshot().get("label") == 1
+
+
+@pytest.mark.parametrize("after", [b"", b"1\t", b"0\t1\t2\t3\t4\t5\t6\t7\txyz"])
+def test_a_region_read_in_place_parses_as_its_own_copy(after):
+    """The file reader hands a piece of a larger buffer (no copy); bytes after it, fewer or more
+    than a word, change nothing, and its batches cut in one pass are the batch sliced."""
+    cats = ["", "x" * 7, "y" * 8, "z" * 9, "w" * 17] + [""] * 20 + ["t"]
+    piece = b"\n".join([_line(), _line("0", cats=cats), _line("+1"), _line("0")]) + b"\n"
+    head = _line("1", cats=["h"] * 26) + b"\n"
+    buf = head + piece + after
+    seeds = make_parser("criteo").seeds
+    whole = parse_clean(piece, seeds, 65536)
+    region = parse_clean(buf, seeds, 65536, len(head), len(head) + len(piece))
+    for a, b in zip(whole, region):
+        np.testing.assert_array_equal(a, b)
+    p = make_parser("criteo")
+    alone = p.parse_buffer(piece)
+    cut = p.parse_batches(buf, [0, 1, 3, 4], len(head), len(head) + len(piece))
+    assert [b.size for b in cut] == [1, 2, 1]
+    for batch, (lo, hi) in zip(cut, [(0, 1), (1, 3), (3, 4)]):
+        _same(batch, alone.take(np.arange(lo, hi)))
