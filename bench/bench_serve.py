@@ -155,7 +155,7 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=2)
     ap.add_argument("--no-trainer", action="store_true", help="serve a store nobody writes to")
     ap.add_argument("--trainer-nice", type=int, default=0,
-                    help="start the trainer at this nice value (the deployment files run trainers at 10)")
+                    help="start the trainer at this nice value (default 0: the same priority as the server)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
                     help="a serve setting for the server, e.g. refresh_window_s=0 (repeatable)")
     args = ap.parse_args()
