@@ -28,7 +28,6 @@ import numpy as np
 
 from . import adwin as kernel
 from .compiled import njit
-from .scores import log_losses
 from .registry import Registry
 from .schema import Option, check_options, join, kind_problems, non_negative, positive, with_defaults
 
@@ -214,7 +213,4 @@ class DriftMonitor:
 
     def on_step(self, job, batch, result) -> None:
         if result.applied and getattr(job.trainer, "binary", False) and result.predictions is not None:
-            losses = getattr(result, "losses", None)      # the progressive figures' (computed once)
-            if losses is None:
-                losses = log_losses(batch.labels, np.asarray(result.predictions).reshape(-1))
-            self.update(losses)
+            self.update(result.losses)        # the progressive figures' per-example losses
