@@ -16,7 +16,7 @@ from streamtrain.ops.base import Layer
 from .context import Context, Gradients
 from .errors import ConfigError, ShapeError
 from .params import ParamSpec
-from .state import TRANSITIONS, Status, advance
+from .state import Status, advance
 from .uniq import unique_inverse
 
 
@@ -239,7 +239,7 @@ class Graph:
             if status[name] >= Status.FORWARD:
                 continue
             xs = [outputs[src] for src in todo.inputs]
-            status[name] = Status.FORWARD
+            advance(status, name, "forward")
             if name in elide:
                 outputs[name] = np.zeros((ctx.batch.size, *todo.output_shape), ctx.dtype)   # the engine's terms
             else:
@@ -273,11 +273,7 @@ class Graph:
         status, grad_out, needs_grad = ctx.status, ctx.grad_out, self.needs_grad
         for layer in self._reverse_order:
             name = layer.name
-            if status[name] == Status.FORWARD:
-                status[name] = Status.BACKWARD
-            elif not advance(status, name, "backward"):     # done already, or out of order: raises
-                continue
-            if not needs_grad[name] or name in skip:
+            if not advance(status, name, "backward") or not needs_grad[name] or name in skip:
                 continue
             if layer.is_loss:
                 gy = None
@@ -292,7 +288,8 @@ class Graph:
 
     def gradients(self, ctx: Context) -> Gradients:
         """Collect parameter gradients for the push; every layer moves to Gradient."""
-        self._advance_all(ctx.status, "gradient")
+        for layer in self.train_order:
+            advance(ctx.status, layer.name, "gradient")
         grads = Gradients()
         for name, g in ctx.param_grads.items():
             if self.params[name].table:
@@ -306,17 +303,8 @@ class Graph:
 
     def update(self, ctx: Context) -> None:
         """Mark the update applied (the store applied it where the parameters live)."""
-        self._advance_all(ctx.status, "update")
-
-    def _advance_all(self, status: dict, phase: str) -> None:
-        """``advance`` every layer of the training order through ``phase``, the usual move
-        inline (``advance`` itself for the rest: done already, or out of order: it raises)."""
-        need, leave = TRANSITIONS[phase]
         for layer in self.train_order:
-            if status[layer.name] == need:
-                status[layer.name] = leave
-            else:
-                advance(status, layer.name, phase)
+            advance(ctx.status, layer.name, "update")
 
 
 def _describe(spec: ParamSpec) -> str:
