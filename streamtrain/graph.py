@@ -233,7 +233,7 @@ class Graph:
         status, outputs = ctx.status, ctx.outputs
         if status[layer.name] >= Status.FORWARD:
             return outputs[layer.name]
-        elide = ctx.engine.elide if ctx.engine is not None and ctx.training else ()
+        elide = ctx.engine.skip if ctx.engine is not None and ctx.training else ()
         for todo in self._forward_order(layer.name):
             name = todo.name
             if status[name] >= Status.FORWARD:

@@ -190,15 +190,6 @@ class PerExample:
         self._arrays = _Arrays()
 
     @property
-    def elide(self) -> set:
-        """Layers whose forward pass training leaves out (``Graph`` gives a zero output): every
-        layer the engine learns and every ``add``/``sum_pooling`` between them and the logit
-        (``Plan.skip``). It computes their terms itself from the pulled rows, the batch's layout
-        and the inputs of the linear layers; their outputs only enter the logit it replaces,
-        so the loss's input is the rest of the logit."""
-        return self.plan.skip
-
-    @property
     def layers(self) -> list:
         return self.plan.layers
 
@@ -208,6 +199,11 @@ class PerExample:
 
     @property
     def skip(self) -> set:
+        """Layers whose forward (in training) and backward passes the graph leaves out (forward
+        gives a zero output): every layer the engine learns and every ``add``/``sum_pooling``
+        between them and the logit (``Plan.skip``). It computes their terms itself from the
+        pulled rows, the batch's layout and the inputs of the linear layers, and their updates;
+        their outputs only enter the logit it replaces, so the loss's input is the rest of it."""
         return self.plan.skip
 
     def learn(self, ctx, z0: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
