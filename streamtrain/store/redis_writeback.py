@@ -126,7 +126,9 @@ class WriteBack:
             elif (r < 0).any():
                 miss_tables[name] = ids[r < 0]
         if miss_dense or miss_tables:
-            items = self.store.pull_remote(miss_dense, miss_tables, create)
+            # rows absent from Redis are not created there now: cached dirty with tag 0, the
+            # flush creates them (a row another trainer created meanwhile is merged)
+            items = self.store.pull_remote(miss_dense, miss_tables, create=False)
             for it in items:
                 c = self.cached[it.name]
                 ids = np.zeros(1, np.uint64) if it.ids is None else it.ids
@@ -134,7 +136,8 @@ class WriteBack:
                 r = rows[it.name]
                 miss = np.flatnonzero(r < 0)
                 if keep.all():
-                    r[miss] = c.take(ids, it.tags, it.w, it.state)
+                    r[miss] = got = c.take(ids, it.tags, it.w, it.state)
+                    c.dirty[got[~it.present]] = True
                 else:                        # create=False: absent rows are answered, not cached
                     k = np.flatnonzero(keep)
                     r[miss[k]] = c.take(ids[k], it.tags[k], it.w[k], {s: a[k] for s, a in it.state.items()})
@@ -258,6 +261,7 @@ class WriteBack:
                 r = rows_of(work, it)[sel]
                 ok = ~bad
                 done = r[ok]
+                store._count_created(it, int((ok & (c.tags[r] == 0)).sum()), 0)
                 c.tags[done] = tags[ok]
                 c.dirty[done] = False
                 put_rows(c.base_w, done, take_rows(c.w, done))
