@@ -56,6 +56,8 @@ class Job:
         self.writes_back = getattr(self.store, "wb", None) is not None
         if self.writes_back:
             self.store.auto_flush = False       # the job flushes, then commits what was flushed
+            if hasattr(self.source, "before_poll"):     # Kafka: a quiet topic, its end, a rebalance
+                self.source.before_poll = self._before_poll
         self.last_checkpoint: str | None = None
         self.store_failures = 0     # steps that failed because the store gave up (then retried)
         self.waiting_for_store: str | None = None   # what is waiting for the store to answer again
@@ -194,10 +196,22 @@ class Job:
         if self._until_store_answers("flush the store", self.store.flush) is STOPPED:
             return STOPPED
         held, self.held = self.held, []
-        for offsets in held:                # each batch's own dict: the Kafka source tracks them
+        newest = dict(self.offsets)
+        for offsets in held:                # each batch's own dict (the Kafka source tracks them), in order
+            for key, off in offsets.items():
+                # a batch's other partitions carry their last *committed* position (Kafka's
+                # _with_owned), older than batches trained since: a commit never goes back
+                newest[key] = offsets[key] = max(off, newest.get(key, off))
             self.source.commit(offsets)
             self.offsets.update(offsets)
         return None
+
+    def _before_poll(self, due_only: bool) -> None:
+        """The Kafka reader's call between batches: flush what was trained (when due, or now
+        before the stream ends or partitions are revoked) and commit it."""
+        if self.held and self.trainer is not None and (not due_only or self.store.flush_due()) \
+                and self._flush() is STOPPED:
+            self.store_down = True
 
     def _read_ahead(self, batches):
         """(batch, ahead) pairs: ``ahead()`` reads the next batch now, so that a store that reads

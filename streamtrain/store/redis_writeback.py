@@ -113,6 +113,8 @@ class WriteBack:
     def pull(self, dense, tables, create: bool) -> dict:
         """Values from the cache; rows not cached (or stale) are read from Redis first (one
         MGET, rows created there as the write-through store creates them)."""
+        if self.store.auto_flush and self.due():
+            self.store.flush()         # also marks clean rows stale: a reader sees others' writes
         want = {n: None for n in dense}
         want.update({n: np.asarray(ids, np.uint64) for n, ids in tables.items()})
         rows, miss_dense, miss_tables = {}, [], {}
