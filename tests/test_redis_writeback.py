@@ -204,3 +204,5 @@ def test_a_due_flush_commits_what_it_wrote(tmp_path, redis_url, redis_namespace)
     job.source.commit = lambda offsets: (dirty_at_commit.append(job.store.unflushed), commit(offsets))[1]
     job.run()
     assert len(dirty_at_commit) == 12 and not any(dirty_at_commit)
+    stats = job.store.stats                       # the metrics' counters
+    assert stats.flushes >= 12 and stats.rows_flushed > 0 and stats.flush_conflicts == 0 and stats.flush_seconds > 0

@@ -299,6 +299,9 @@ class WriteBack:
         self.flushes += 1
         self.rows_flushed += written
         self.flush_seconds += time.perf_counter() - t0
+        stats = store.stats
+        stats.flushes, stats.rows_flushed = self.flushes, self.rows_flushed
+        stats.flush_conflicts, stats.flush_seconds = self.conflicts, self.flush_seconds
         return written
 
     @staticmethod
