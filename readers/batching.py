@@ -36,20 +36,18 @@ def _csr_columns(ids, present, cuts):
             offsets[j, cuts[b] + b] = 0
             c = 0
             for r in range(cuts[b], cuts[b + 1]):
-                if present[j, r]:
-                    c += 1
+                c += present[j, r]
                 offsets[j, r + b + 1] = c
             total += c
             ends[b, j] = total
-    flat = np.empty(total, ids.dtype)
-    k = 0
+    flat = np.empty(total + 1, ids.dtype)      # branch-free: every id is written, and kept
+    k = 0                                      # (k moves on) only where present
     for b in range(n_cuts):
         for j in range(n_fields):
             for r in range(cuts[b], cuts[b + 1]):
-                if present[j, r]:
-                    flat[k] = ids[j, r]
-                    k += 1
-    return flat, offsets, ends
+                flat[k] = ids[j, r]
+                k += present[j, r]
+    return flat[:total], offsets, ends
 
 
 def fields_from_columns(ids: np.ndarray, present: np.ndarray, cuts=None):
