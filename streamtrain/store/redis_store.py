@@ -379,7 +379,7 @@ class RedisStore(ParamStore):
     def close(self) -> None:
         try:
             self.ahead.cancel()
-            if self.unflushed:                 # drain (a job has flushed already)
+            if self.auto_flush and self.unflushed:     # drain (a job drains itself, or knows it could not)
                 self.flush()
             self.counters.flush(force=True)
         except StoreError as err:
