@@ -1,7 +1,8 @@
 """The training job: reader → batches → trainer → store, until the stream ends or a stop is asked.
 
 The graph is built from the first batch's schema (the model file names no data columns).
-Offsets of a batch are committed only after its update was applied to the store.
+Offsets of a batch are committed only after its update was applied to the store; with a store
+that writes back (the redis store's ``write_back_s``) only after the flush that wrote it.
 """
 from __future__ import annotations
 
@@ -51,6 +52,12 @@ class Job:
         self.sought = False      # restore() moved the reader back to a checkpoint's offsets
         self.started = time.monotonic()
         self.offsets: dict = {}
+        self.held: list = []     # offsets of batches trained but not yet flushed (write-back store)
+        self.writes_back = getattr(self.store, "wb", None) is not None
+        if self.writes_back:
+            self.store.auto_flush = False       # the job flushes, then commits what was flushed
+            if hasattr(self.source, "before_poll"):     # Kafka: a quiet topic, its end, a rebalance
+                self.source.before_poll = self._before_poll
         self.last_checkpoint: str | None = None
         self.store_failures = 0     # steps that failed because the store gave up (then retried)
         self.waiting_for_store: str | None = None   # what is waiting for the store to answer again
@@ -130,8 +137,7 @@ class Job:
                 if self.graph_input is not None:
                     batch = self.graph_input.clean(batch)
                     if not batch.size:             # every row was bad graph input (counted)
-                        self.source.commit(batch.offsets)
-                        self.offsets.update(batch.offsets)
+                        self._applied(batch.offsets)
                         continue
                 if self.trainer is None:
                     self._build(batch)
@@ -153,9 +159,11 @@ class Job:
                     self.first_step = (time.monotonic(), self.trainer.examples)
                 if complete:
                     t0 = time.perf_counter()
-                    self.source.commit(batch.offsets)
+                    self._applied(batch.offsets)
                     result.seconds["commit"] = time.perf_counter() - t0
-                    self.offsets.update(batch.offsets)
+                elif self.writes_back and self._flush() is STOPPED:    # a cut batch ends the run
+                    self.store_down = True
+                    break
                 for hook in self.hooks:
                     hook(self, batch, result)
                 self._maybe_checkpoint()
@@ -168,6 +176,42 @@ class Job:
         finally:
             self.finish()
         return self.summary()
+
+    def _applied(self, offsets) -> None:
+        """A batch's update was applied: commit its offsets, or, with a write-back store, hold
+        them until the flush that writes its rows (made here when due)."""
+        if not self.writes_back:
+            self.source.commit(offsets)
+            self.offsets.update(offsets)
+            return
+        self.held.append(offsets)
+        if self.store.flush_due() and self._flush() is STOPPED:
+            self.store_down = True
+            self.stop_requested = True
+
+    def _flush(self):
+        """Flush the write-back store (retried like a step while the store is down: the local
+        changes stay), then commit the offsets of every batch it wrote. ``STOPPED`` if asked to
+        stop while the store was unreachable (nothing committed)."""
+        if self._until_store_answers("flush the store", self.store.flush) is STOPPED:
+            return STOPPED
+        held, self.held = self.held, []
+        newest = dict(self.offsets)
+        for offsets in held:                # each batch's own dict (the Kafka source tracks them), in order
+            for key, off in offsets.items():
+                # a batch's other partitions carry their last *committed* position (Kafka's
+                # _with_owned), older than batches trained since: a commit never goes back
+                newest[key] = offsets[key] = max(off, newest.get(key, off))
+            self.source.commit(offsets)
+            self.offsets.update(offsets)
+        return None
+
+    def _before_poll(self, due_only: bool) -> None:
+        """The Kafka reader's call between batches: flush what was trained (when due, or now
+        before the stream ends or partitions are revoked) and commit it."""
+        if self.held and self.trainer is not None and (not due_only or self.store.flush_due()) \
+                and self._flush() is STOPPED:
+            self.store_down = True
 
     def _read_ahead(self, batches):
         """(batch, ahead) pairs: ``ahead()`` reads the next batch now, so that a store that reads
@@ -236,6 +280,9 @@ class Job:
         if self.store_down:
             log.warning("stopped while the store was unreachable: no final checkpoint (the previous one stays)")
         try:
+            if self.writes_back and self.trainer is not None and not self.store_down \
+                    and self._flush() is STOPPED:       # drain: the rows, then their offsets
+                self.store_down = True
             if self.trainer is not None and self.config.get("checkpoint", {}).get("dir") and not self.store_down:
                 self.write_checkpoint()
         finally:
@@ -269,6 +316,8 @@ class Job:
             for stale in Path(cfg["dir"]).glob(".ckpt-*.tmp"):
                 shutil.rmtree(stale, ignore_errors=True)
         self._ckpt_batches, self._ckpt_time = 0, time.monotonic()
+        if self.writes_back and self._flush() is STOPPED:   # the snapshot sees every update
+            raise OSError("stopped while the store was unreachable: checkpoint not written")
         try:
             path = checkpoint.write(cfg["dir"], self.store.snapshot(), step=self.trainer.batches,
                                     examples=self.trainer.examples, offsets=self.offsets,

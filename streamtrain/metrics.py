@@ -93,6 +93,12 @@ class Metrics:
                                        FRESHNESS_BUCKETS, r)
         self.rows_pulled = Counter("streamtrain_store_rows_pulled_total", "Parameter rows pulled from the store", registry=r)
         self.rows_pushed = Counter("streamtrain_store_rows_pushed_total", "Parameter rows pushed to the store", registry=r)
+        self.flushes = Counter("streamtrain_store_flushes_total", "Write-back flushes (redis store)", registry=r)
+        self.rows_flushed = Counter("streamtrain_store_rows_flushed_total",
+                                    "Rows written by write-back flushes", registry=r)
+        self.flush_conflicts = Counter("streamtrain_store_flush_conflicts_total",
+                                       "Rows a flush found written by another trainer and merged", registry=r)
+        self.flush_seconds = Counter("streamtrain_store_flush_seconds_total", "Seconds spent flushing", registry=r)
         r.register(_LiveCounts(self))
         self.embedding_rows = Gauge("streamtrain_embedding_rows", "Rows of each embedding table, by state",
                                     ["table", "state"], registry=r)
@@ -174,6 +180,8 @@ class Metrics:
         if stats is not None:
             self.rows_pulled.inc(self._delta("pulled", stats.rows_pulled))
             self.rows_pushed.inc(self._delta("pushed", stats.rows_pushed))
+            for name in ("flushes", "rows_flushed", "flush_conflicts", "flush_seconds"):
+                getattr(self, name).inc(self._delta(name, getattr(stats, name)))
 
     def _sync_drift(self, drift) -> None:
         if drift is None:

@@ -104,7 +104,8 @@ def test_kill_9_and_restart_loses_no_committed_update(start_daemon, tmp_path, ka
     assert final == end and sum(end.values()) == 60_000
     after = applied(tmp_path / "trace2")
     for p in end:                       # the restart resumed exactly at the committed offset
-        assert min(after[p]) == (committed[p] or 0), (p, committed[p], min(after[p]))
+        if (committed[p] or 0) < end[p]:    # (a write-back window may commit a partition to its end)
+            assert min(after[p]) == (committed[p] or 0), (p, committed[p], min(after[p]))
     assert_committed_were_applied(final, {p: before[p] | after[p] for p in end})
 
 

@@ -50,7 +50,7 @@ SHORT_RETRY = {"initial_s": 0.05, "max_s": 0.1, "give_up_s": 0.3}     # the stor
 
 
 def make_job(tmp_path, url, retry=None, namespace=None):
-    store = {"backend": "redis", "urls": [url], "timeout_s": 1.0,
+    store = {"backend": "redis", "urls": [url], "timeout_s": 1.0, "write_back_s": 0,   # audited per push
              "retry": retry or {"initial_s": 0.05, "max_s": 0.5, "give_up_s": OUTAGE + 60}}
     if namespace:
         store["namespace"] = namespace

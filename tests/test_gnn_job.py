@@ -208,7 +208,8 @@ def test_file_stream_into_the_redis_store_reads_no_graph_batch_ahead(redis_url, 
     write_movielens_csv(data_dir / "movielens_100k", csv)
     cfg = C.validate(C.load(ROOT / "examples" / "graphsage_rec.json", [
         f"reader.path={csv}", "reader.limit=1000", "batch_size=128", "metrics.enabled=false",
-        "store=" + json.dumps({"backend": "redis", "urls": [redis_url], "namespace": redis_namespace})]))
+        "store=" + json.dumps({"backend": "redis", "urls": [redis_url], "namespace": redis_namespace,
+                                "write_back_s": 0})]))   # write-back reads nothing ahead
     job = Job(cfg)
     assert job.store.prefetches                          # the store would read ahead for other models
     summary = job.run()

@@ -42,7 +42,7 @@ MODELS = {"adagrad+momentum+adam": lambda: (layers(OPTIMIZER_SETS["adagrad+momen
 def test_read_ahead_trains_exactly_as_the_memory_store(model, redis_url, redis_namespace):
     batch_layers, default = MODELS[model]()
     m_losses, m_snap = run_ahead(MemoryStore(), batch_layers, default)
-    store = make_store({"backend": "redis", "urls": [redis_url], "namespace": redis_namespace})
+    store = make_store({"backend": "redis", "urls": [redis_url], "namespace": redis_namespace, "write_back_s": 0})
     try:
         losses, snap = run_ahead(store, batch_layers, default)
         hits, misses = store.ahead.hits, store.ahead.misses
@@ -56,7 +56,7 @@ def test_read_ahead_trains_exactly_as_the_memory_store(model, redis_url, redis_n
 
 
 def _store(url, ns):
-    store = RedisStore({"urls": [url], "namespace": ns})
+    store = RedisStore({"urls": [url], "namespace": ns, "write_back_s": 0})
     store.declare({"t": ParamSpec("t", (4,), table=True, init="zeros"), "W": ParamSpec("W", (3,), init="zeros")},
                   {"type": "sgd", "lr": 1.0})
     return store
@@ -98,11 +98,11 @@ def test_a_job_reads_ahead_on_the_redis_store_with_the_memory_store_results(redi
         return np.concatenate(out), getattr(job.store, "ahead", None)
 
     mem, _ = predictions([])
-    red, ahead = predictions(["store.backend=redis", f"store.urls=[\"{redis_url}\"]",
+    red, ahead = predictions(["store.backend=redis", f"store.urls=[\"{redis_url}\"]", "store.write_back_s=0",
                               f"store.namespace={redis_namespace}"])
     assert ahead.hits == 11                                  # batches 2..12 were read ahead
     np.testing.assert_allclose(red, mem, rtol=0, atol=1e-6)
-    red, ahead = predictions(["store.backend=redis", f"store.urls=[\"{redis_url}\"]",
+    red, ahead = predictions(["store.backend=redis", f"store.urls=[\"{redis_url}\"]", "store.write_back_s=0",
                               f"store.namespace={redis_namespace}x"], waits=True)
     assert ahead.hits == 0
     np.testing.assert_allclose(red, mem, rtol=0, atol=1e-6)

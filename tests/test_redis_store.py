@@ -82,7 +82,7 @@ def test_concurrent_processes_lose_no_update(trainers, redis_url, redis_namespac
 
 
 def test_pull_reads_exactly_the_unique_rows(redis_url, redis_namespace):
-    store = make_store({"backend": "redis", "urls": [redis_url], "namespace": redis_namespace})
+    store = make_store({"backend": "redis", "urls": [redis_url], "namespace": redis_namespace, "write_back_s": 0})
     graph = build(store, {"type": "adagrad"})
     client = redis.Redis.from_url(redis_url)
     batch = stream(1, size=64, seed=7)[0]
@@ -180,7 +180,7 @@ def test_restart_mid_run_retries_then_succeeds(redis_factory, redis_namespace, t
     through the outage and ends with exactly the memory store's weights."""
     server = redis_factory.start("--appendonly", "yes", "--appendfsync", "always", workdir=str(tmp_path))
     default, overrides = OPTIMIZER_SETS["adagrad+momentum+adam"]
-    store = RedisStore({"urls": [server.url], "namespace": redis_namespace,
+    store = RedisStore({"urls": [server.url], "namespace": redis_namespace, "write_back_s": 0,
                         "retry": {"initial_s": 0.05, "max_s": 0.2, "give_up_s": 20}})
     from streamtrain.trainer import Trainer
     graph = build(store, default, overrides)
@@ -205,7 +205,7 @@ def test_restart_mid_run_retries_then_succeeds(redis_factory, redis_namespace, t
 
 def test_push_that_cannot_be_applied_raises(redis_factory, redis_namespace):
     server = redis_factory.start()
-    store = RedisStore({"urls": [server.url], "namespace": redis_namespace,
+    store = RedisStore({"urls": [server.url], "namespace": redis_namespace, "write_back_s": 0,
                         "retry": {"initial_s": 0.02, "max_s": 0.1, "give_up_s": 0.5}})
     store.declare({"t": ParamSpec("t", (2,), table=True)}, {"type": "sgd"})
     ids = np.array([1, 2], np.uint64)
@@ -290,7 +290,7 @@ def test_a_push_whose_answers_were_lost_is_applied_once(kind, redis_url, redis_u
     """The connection drops after the scripts ran: the retry returns their receipts' answers
     instead of writing again. A finished push's receipts are deleted by the next push."""
     from streamtrain.store import redis_keys, redis_scripts
-    store = RedisStore({"namespace": redis_namespace, **_where(kind, redis_url, redis_urls3, redis_cluster_url),
+    store = RedisStore({"namespace": redis_namespace, "write_back_s": 0, **_where(kind, redis_url, redis_urls3, redis_cluster_url),
                         "retry": {"initial_s": 0.01, "max_s": 0.05, "give_up_s": 10}})
     store.declare({"t": ParamSpec("t", (4,), table=True, init="zeros")}, {"type": "sgd", "lr": 1.0})
     n = 3 * redis_scripts.MAX_ROWS + 7                       # several script calls per push

@@ -59,7 +59,8 @@ def test_slots_move_while_two_trainers_train(redis_factory, redis_namespace):
     batches = stream(120, size=64, seed=11, cardinality=400)
 
     stores = [RedisStore({"cluster": f"redis://{nodes[0].addr}", "namespace": redis_namespace,
-                          "buckets": BUCKETS, "retry": {"give_up_s": 60.0}}) for _ in range(2)]
+                          "buckets": BUCKETS, "retry": {"give_up_s": 60.0},
+                          "write_back_s": 0.01}) for _ in range(2)]     # flushes (and merges) while slots move
     trainers = [Trainer(build(s, default, overrides), s) for s in stores]
     errors, applied = [], [[], []]           # batch numbers each trainer applied
     started, moved = threading.Event(), threading.Event()
@@ -101,6 +102,8 @@ def test_slots_move_while_two_trainers_train(redis_factory, redis_namespace):
     assert len(mine) >= 5 and moved_keys > 0 and all(not nodes[0].owns(s) for s in mine)
     _, _, reference = run(MemoryStore(), [batches[i] for a in applied for i in a], default, overrides)
 
+    for s in stores:                  # both trainers' last write-back window lands first
+        s.flush()
     snap = stores[0].snapshot()
     redirects = sum(s.stats.errors for s in stores)
     for s in stores:

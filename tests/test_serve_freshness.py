@@ -85,7 +85,7 @@ def test_served_predictions_follow_a_label_flip(tmp_path, redis_url, redis_names
            "default_optimizer": {"type": "adagrad", "lr": 0.3},
            "reader": {"type": "plugin", "factory": "tests.test_serve_freshness:flip_reader",
                       "args": {"flag": str(flag)}},
-           "store": {"backend": "redis", "urls": [redis_url]},
+           "store": {"backend": "redis", "urls": [redis_url], "write_back_s": 0.1},   # see BENCHMARKS (redis-wb)
            "metrics": {"enabled": False}, "drift": {"enabled": False},
            "serve": {"port": 0, "max_staleness_s": STALENESS}}
     path = tmp_path / "job.json"

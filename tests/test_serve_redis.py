@@ -31,7 +31,7 @@ SCHEMA = {"sparse": list(FIELDS), "dense": list(DENSE)}      # serve.schema of t
 
 def job_config(url, namespace, **serve):
     cfg = configmod.load("examples/lr.json", [])
-    cfg.update(name=namespace, layers=layers(), store={"backend": "redis", "urls": [url]},
+    cfg.update(name=namespace, layers=layers(), store={"backend": "redis", "urls": [url], "write_back_s": 0},
                serve={"max_staleness_s": 0.3, "store_give_up_s": 0.5, **serve})
     return configmod.validate(cfg)
 

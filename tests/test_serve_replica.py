@@ -93,7 +93,7 @@ def test_the_copy_follows_several_trainers_and_a_restore(redis_url, redis_namesp
 
 def test_the_copy_of_a_cluster(redis_cluster_url, redis_namespace):
     cfg = job_config(redis_cluster_url, redis_namespace, schema=SCHEMA)
-    cfg["store"] = {"backend": "redis", "cluster": redis_cluster_url}
+    cfg["store"] = {"backend": "redis", "cluster": redis_cluster_url, "write_back_s": 0}
     a, first = trainer_on(cfg)
     a.step(first)
     store = server_store(cfg, a)

@@ -41,6 +41,9 @@ class RebalanceMixin:
         return dropped
 
     def _on_revoked(self, tps, how: str) -> None:
+        if self.before_poll is not None and how == "revoked":     # commit trained batches while owned
+            self.before_poll(False)
+            self._flush_commits()
         tps = set(tps)
         keys = {(tp.topic, tp.partition) for tp in tps}
         with self._lock:

@@ -90,6 +90,10 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
         self._unconfirmed: dict = {}        # TopicPartition -> OffsetAndMetadata of failed commits
         self._loop_thread = None            # the thread iterating batches() (uses the consumer)
         self._stop = False
+        # a job whose store writes back sets this: ``due_only`` -> flush (when due, or always)
+        # and commit what was trained; called in this loop's thread between batches, before
+        # every poll, at the end of the stream and before partitions are revoked
+        self.before_poll = None
         self._started = time.monotonic()
         self._last_message = None
         self._next_health = 0.0
@@ -192,11 +196,15 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
             if self._pending and now >= self._pending.first_arrived + self.max_wait:
                 yield from self._emit(self.batch_size)
             # nothing applied is left uncommitted when poll may revoke partitions
+            if self.before_poll is not None:
+                self.before_poll(True)
             self._flush_commits()
             if self._at_end(now):
                 while self._pending and not self._stop:
                     yield from self._emit(self.batch_size)
                     self._keep_alive(consumer)
+                if self.before_poll is not None:
+                    self.before_poll(False)
                 self._flush_commits()
                 self._update_health()
                 log.info("kafka reader: end of stream (%s)", "stop_at_end" if self.cfg["stop_at_end"]

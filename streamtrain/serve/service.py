@@ -75,6 +75,7 @@ def serving_store_config(config: dict, settings: dict) -> dict:
     cfg["retry"] = {"initial_s": 0.05, "max_s": max(0.05, give_up / 4), "give_up_s": give_up}
     cfg["timeout_s"] = min(float(cfg.get("timeout_s", 5.0)), give_up / 2)     # two attempts at least
     cfg["mode"] = "async"                 # a server never joins the trainers' barrier
+    cfg["write_back_s"] = 0               # it reads what the trainers flushed (its own cache is serve/cache.py)
     return cfg
 
 

@@ -30,6 +30,10 @@ class StoreStats:
     rows_pushed: int = 0
     rows_created: int = 0
     errors: int = 0
+    flushes: int = 0             # write-back (redis): flushes, rows they wrote, rows merged, seconds
+    rows_flushed: int = 0
+    flush_conflicts: int = 0
+    flush_seconds: float = 0.0
     table_rows: dict = field(default_factory=dict)   # table -> live rows
     lifecycle: dict = field(default_factory=dict)    # table -> {created, admitted, expired, live, ...} (redis)
 

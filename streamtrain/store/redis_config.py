@@ -66,6 +66,11 @@ OPTIONS = {
     "feed_s": Option(2.0, _NUMBER, check=non_negative,
                      doc="keep the rows written in the last this many seconds in a change feed, from which "
                          "`streamtrain serve` replicates the tables (0 = no feed: servers read rows on demand)"),
+    "write_back_s": Option(0.5, _NUMBER, check=non_negative,
+                           doc="keep pulled rows locally and write the changed ones at most this often (a "
+                               "flush; offsets are committed after it); 0 = write through every push"),
+    "write_back_rows": Option(2_000_000, (int,), check=positive,
+                              doc="the write-back cache is dropped after a flush when it holds more rows"),
     "tables": Option({}, (dict,), nested=lambda tables: _tables_problems(tables),
                      doc="{param name | layer name | '*': {ttl_s, admit_after, max_rows}}"),
 }
@@ -128,6 +133,9 @@ def validate(cfg: dict) -> list[tuple[str, str]]:
     trainers, worker = cfg.get("trainers", 1), cfg.get("worker", 0)
     if isinstance(trainers, int) and isinstance(worker, int) and not 0 <= worker < max(trainers, 1):
         out.append(("worker", f"must be in 0..{trainers - 1} for {trainers} trainers, got {worker}"))
+    wb = cfg.get("write_back_s")
+    if cfg.get("mode") == "sync" and isinstance(wb, (int, float)) and wb > 0:
+        out.append(("write_back_s", "sync mode writes through at every barrier: set 0 or leave it out"))
     return [(path, redact(msg)) for path, msg in out]         # messages may quote a URL given wrongly
 
 

@@ -10,6 +10,9 @@
   update, retried on conflicts; the values read by the pull are reused when nobody wrote since.
 * **Overlap** (redis_prefetch): the next batch's rows are read on a thread while this batch
   computes; this store's own writes are patched in, the compare-and-set catches the others'.
+* **Write-back** (redis_writeback, ``write_back_s`` > 0, the default): pulled rows are kept
+  and stepped locally; dirty rows are written by the compare-and-set at most every
+  ``write_back_s`` (a flush), rows another trainer wrote meanwhile merged additively.
 * **Sync mode** (redis_sync): pushes are staged; ``store.barrier`` is the trainer's barrier.
 * **Checkpoints** (redis_snapshot): every row of a table by SCAN, restored by compare-and-set.
 * **Change feed** (``feed_s``): the compare-and-set script also appends the rows it wrote
@@ -20,6 +23,7 @@
 """
 from __future__ import annotations
 
+import logging
 import os
 
 import numpy as np
@@ -29,13 +33,16 @@ from streamtrain.errors import StoreError
 
 from . import redis_keys, redis_lifecycle, redis_snapshot
 from .base import ParamStore, Snapshot, initial_rows, register
-from .redis_config import OPTIONS, RedisConfig, redact, validate
+from .redis_config import OPTIONS, TABLE_OPTIONS, RedisConfig, TablePolicy, redact, validate
 from .redis_io import RowIO
 from .redis_prefetch import Prefetch
 from .redis_rows import RowLayout, Rows
 from .redis_server import RedisServer
 from .redis_shards import Retry, Shards
 from .redis_sync import SyncBarrier
+from .redis_writeback import WriteBack
+
+log = logging.getLogger("streamtrain.store.redis")
 
 
 @register
@@ -73,7 +80,12 @@ class RedisStore(ParamStore):
         self._cache: dict[str, Rows] = {}
         self._rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))
         self.ahead = Prefetch(self)
-        self.prefetches = self.cfg.mode != "sync"     # sync mode stages pushes: no read ahead
+        self.wb = None          # the write-back cache (redis_writeback), unless writing through
+        if self.cfg.write_back_s > 0 and self.cfg.mode != "sync" and not self.gated_tables():
+            self.wb = WriteBack(self, self.cfg.write_back_s, self.cfg.write_back_rows)
+        self.assigns = self.wb is not None     # one writer of the local copy: final rows are written
+        # sync mode stages pushes, the cache serves reads: no read ahead
+        self.prefetches = self.cfg.mode != "sync" and self.wb is None
         self.barrier = None
         if self.cfg.mode == "sync":
             self.barrier = SyncBarrier(self, self.cfg.trainers, self.cfg.worker,
@@ -97,7 +109,23 @@ class RedisStore(ParamStore):
             self.ahead.start(dense, tables)
 
     def pull(self, dense, tables, *, create=True):
-        items = self.ahead.take(dense, tables)
+        if self.wb is not None:
+            return self.wb.pull(dense, tables, create)
+        items = self.pull_remote(dense, tables, create, self.ahead.take(dense, tables))
+        out = {}
+        for it in items:
+            w = it.out()
+            if it.ids is not None:
+                w[it.blocked] = 0.0
+            out[it.name] = w
+            if it.ids is not None:
+                self.stats.rows_pulled += len(it.ids)
+            self._cache[it.name] = it
+        return out
+
+    def pull_remote(self, dense, tables, create=True, items=None) -> list[Rows]:
+        """Read (and with ``create``, create) the rows from Redis: a ``Rows`` per parameter,
+        ``blocked`` marking rows a gated table does not hold (read as zeros)."""
         if items is None:
             items = [Rows(self, n, None) for n in dense]
             items += [Rows(self, n, np.asarray(ids, np.uint64)) for n, ids in tables.items()]
@@ -121,18 +149,9 @@ class RedisStore(ParamStore):
                 creating.append((it, missing))
         if creating:
             self._create(creating)
-        out = {}
-        for it in items:
-            w = it.out()
-            if it.ids is not None:
-                w[it.blocked] = 0.0
-            out[it.name] = w
-            if it.ids is not None:
-                self.stats.rows_pulled += len(it.ids)
-            self._cache[it.name] = it
         self.counters.flush()
         self.stats.table_rows = self.counters.live()
-        return out
+        return items
 
     def absent_rows(self, name: str, ids: np.ndarray) -> np.ndarray:
         """What ``pull(create=False)`` answers for rows of ``name`` that do not exist: their
@@ -143,6 +162,8 @@ class RedisStore(ParamStore):
         return initial_rows(layout.spec, layout.optimizer, np.asarray(ids, np.uint64), layout.dtype)
 
     def pull_states(self, names):
+        if self.wb is not None:
+            return self.wb.pull_states(names)
         out = {}
         for name in names:
             it = self._cache.get(name)
@@ -172,14 +193,16 @@ class RedisStore(ParamStore):
 
     def _create(self, creating: list) -> None:
         """Create-if-absent; rows someone else created first are re-read."""
+        tags = [self.new_tags(len(rows)) for _, rows in creating]
         parts = [(it, rows, np.zeros(len(rows), np.uint64),
-                  it.layout.encode(self.new_tags(len(rows)), it.w[rows], {k: a[rows] for k, a in it.state.items()}))
-                 for it, rows in creating]
+                  it.layout.encode(t, it.w[rows], {k: a[rows] for k, a in it.state.items()}))
+                 for (it, rows), t in zip(creating, tags)]
         failed = self.cas_rows(parts, "create rows")
         lost = []
-        for (it, rows, _, _), bad in zip(parts, failed):
+        for (it, rows, _, _), t, bad in zip(parts, tags, failed):
             won = rows[~bad]
             it.present[won] = True
+            it.tags[won] = t[~bad]             # the version written: a push expects it
             self._count_created(it, len(won), int(bad.sum()))
             if bad.any():
                 lost.append((it, rows[bad]))
@@ -203,8 +226,32 @@ class RedisStore(ParamStore):
     def push(self, grads: Gradients) -> None:
         if self.barrier is not None:
             self.barrier.stage(grads)
+        elif self.wb is not None:
+            self.wb.push(grads)
+            if self.auto_flush and self.wb.due():
+                self.flush()
         else:
             self.apply_now(grads)
+
+    # ---- write-back (redis_writeback) ------------------------------------------------------------
+    #: push flushes when due; a job sets False and flushes itself (it commits offsets after)
+    auto_flush = True
+
+    def gated_tables(self) -> bool:
+        """A table with admission or a cap: rows are gated on creation, the store writes through."""
+        return any(TablePolicy(**{k: o[k] for k in TABLE_OPTIONS if k in o}).gated for o in self.cfg.tables.values())
+
+    @property
+    def unflushed(self) -> bool:
+        """Changes pushed but not written to Redis yet (write-back)."""
+        return self.wb is not None and self.wb.unflushed
+
+    def flush_due(self) -> bool:
+        return self.wb is not None and self.wb.due()
+
+    def flush(self) -> int:
+        """Write the write-back cache's dirty rows to Redis now (rows written; 0 writing through)."""
+        return self.wb.flush() if self.wb is not None else 0
 
     def apply_now(self, grads: Gradients) -> None:
         """Apply the rules to ``grads`` now: read (or reuse the pull's values), compute with
@@ -314,12 +361,15 @@ class RedisStore(ParamStore):
 
     # ---- checkpoints (redis_snapshot) ---------------------------------------------------------
     def snapshot(self) -> Snapshot:
+        self.flush()                     # the snapshot sees every update
         return redis_snapshot.snapshot(self)
 
     def restore(self, snapshot: Snapshot) -> None:
         """Replace this namespace's parameters by the snapshot's (declared parameters only)."""
         self._cache.clear()
         self.ahead.cancel()
+        if self.wb is not None:
+            self.wb.reset()
         redis_snapshot.restore(self, snapshot)
 
     # ---- the rest ------------------------------------------------------------------------------
@@ -329,9 +379,13 @@ class RedisStore(ParamStore):
     def close(self) -> None:
         try:
             self.ahead.cancel()
+            if self.auto_flush and self.unflushed:     # drain (a job drains itself, or knows it could not)
+                self.flush()
             self.counters.flush(force=True)
-        except StoreError:
-            pass
+        except StoreError as err:
+            if self.unflushed:
+                log.error("redis store: closing with unflushed changes, lost (their offsets were "
+                          "not committed: they are trained again): %s", err)
         finally:
             self.shards.close()
             if self.server is not None:
@@ -342,5 +396,6 @@ class RedisStore(ParamStore):
         where = (f"cluster {redact(self.cfg.cluster)}" if self.cfg.cluster else
                  f"embedded {self.shards.names[0]}" if self.embedded else
                  f"{len(self.shards.names)} shard(s) {','.join(self.shards.names)}")
-        return f"redis ({where}; namespace {self.ns}; {self.cfg.mode})"
+        wb = f"; write-back {self.cfg.write_back_s:g} s" if self.wb is not None else ""
+        return f"redis ({where}; namespace {self.ns}; {self.cfg.mode}{wb})"
 

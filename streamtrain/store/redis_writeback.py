@@ -1,0 +1,319 @@
+"""The redis store's write-back cache: a local copy of the rows this trainer pulled, stepped
+locally and written to Redis at most every ``store.write_back_s`` seconds (a **flush**).
+
+Each parameter keeps, per cached row (numbered by ``IdIndex``), its weights and optimizer slots
+as the memory store's tables hold them (so a push steps them exactly as the memory store does),
+the row's tag and its value at this trainer's last read or write of it (``base``), and two
+flags: ``dirty`` (changed since the last flush) and ``stale`` (not written by this trainer in
+the last flush: a later pull reads it again). A dense parameter is a table of one row.
+
+A flush is the store's compare-and-set, expecting the tag last read or written. A row another
+trainer wrote meanwhile fails the check; it is read again and written as
+``current + (local - base)`` for the weights and every slot (each trainer's change of the
+window is added, none is lost), and the local copy takes that merged value.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from streamtrain.errors import StoreError
+from streamtrain.growth import capacity_for, grow_rows
+
+from .idindex import IdIndex
+from .memory import put_rows, take_rows
+from .redis_rows import Rows
+
+log = logging.getLogger("streamtrain.store.redis")
+
+
+class Cached:
+    """The cached rows of one parameter: values, slots, tags, base copies and flags."""
+
+    def __init__(self, layout, capacity=1024):
+        self.layout = layout
+        self.table = layout.spec.table
+        self.index = IdIndex()
+        self.w = np.zeros((capacity, layout.dim), layout.dtype)
+        self.state = {k: np.zeros((capacity, width), layout.dtype) for k, width in layout.slots}
+        self.base_w = np.zeros_like(self.w)
+        self.base_state = {k: np.zeros_like(a) for k, a in self.state.items()}
+        self.tags = np.zeros(capacity, np.uint64)
+        self.dirty = np.zeros(capacity, bool)
+        self.stale = np.zeros(capacity, bool)
+        self.last = None            # rows of the last pull (pull_states)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def _grow(self, needed: int) -> None:
+        if needed <= len(self.w):
+            return
+        cap = capacity_for(len(self.w), needed)
+        self.w, self.base_w = grow_rows(self.w, cap), grow_rows(self.base_w, cap)
+        self.state = {k: grow_rows(a, cap) for k, a in self.state.items()}
+        self.base_state = {k: grow_rows(a, cap) for k, a in self.base_state.items()}
+        self.tags, self.dirty, self.stale = (grow_rows(a, cap) for a in (self.tags, self.dirty, self.stale))
+
+    def lookup(self, ids: np.ndarray) -> np.ndarray:
+        """Row of each id, -1 where not cached or stale (to be read from Redis)."""
+        rows = self.index.lookup(ids)
+        known = rows >= 0
+        rows[known & self.stale[np.maximum(rows, 0)]] = -1
+        return rows
+
+    def take(self, ids: np.ndarray, tags, w, state) -> np.ndarray:
+        """Cache rows read from (or created in) Redis as clean; their row numbers."""
+        rows = self.index.find_or_add(ids)
+        self._grow(len(self.index))
+        for dst, base, src in ((self.w, self.base_w, w), *((self.state[k], self.base_state[k], state[k])
+                                                           for k in self.state)):
+            put_rows(dst, rows, src)
+            put_rows(base, rows, src)
+        self.tags[rows] = tags
+        self.dirty[rows] = False
+        self.stale[rows] = False
+        return rows
+
+    def values(self, rows: np.ndarray) -> tuple[np.ndarray, dict]:
+        return take_rows(self.w, rows), {k: take_rows(a, rows) for k, a in self.state.items()}
+
+
+class WriteBack:
+    """The cache of one ``RedisStore`` (``store.wb``); the store calls ``pull``, ``push``, ``flush``."""
+
+    def __init__(self, store, every_s: float, max_rows: int):
+        self.store, self.every_s, self.max_rows = store, float(every_s), int(max_rows)
+        self.cached: dict[str, Cached] = {}
+        self.last_flush = time.monotonic()
+        self.flushes = self.rows_flushed = self.conflicts = 0
+        self.flush_seconds = 0.0
+
+    def reset(self) -> None:
+        """Forget every cached row (restore, the memory cap). Only when nothing is dirty."""
+        self.cached.clear()
+
+    def of(self, name: str) -> Cached:
+        c = self.cached.get(name)
+        if c is None:
+            c = self.cached[name] = Cached(self.store.layouts[name])
+        return c
+
+    @property
+    def unflushed(self) -> bool:
+        """Changes not written to Redis yet."""
+        return any(c.dirty[:len(c)].any() for c in self.cached.values())
+
+    def due(self) -> bool:
+        return time.monotonic() - self.last_flush >= self.every_s
+
+    # ---- pull ------------------------------------------------------------------------------
+    def pull(self, dense, tables, create: bool) -> dict:
+        """Values from the cache; rows not cached (or stale) are read from Redis first (one
+        MGET, rows created there as the write-through store creates them)."""
+        if self.store.auto_flush and self.due():
+            self.store.flush()         # also marks clean rows stale: a reader sees others' writes
+        want = {n: None for n in dense}
+        want.update({n: np.asarray(ids, np.uint64) for n, ids in tables.items()})
+        rows, miss_dense, miss_tables = {}, [], {}
+        for name, ids in want.items():
+            c = self.of(name)
+            r = c.lookup(np.zeros(1, np.uint64) if ids is None else ids)
+            rows[name] = r
+            if ids is None:
+                if r[0] < 0:
+                    miss_dense.append(name)
+            elif (r < 0).any():
+                miss_tables[name] = ids[r < 0]
+        if miss_dense or miss_tables:
+            # rows absent from Redis are not created there now: cached dirty with tag 0, the
+            # flush creates them (a row another trainer created meanwhile is merged)
+            items = self.store.pull_remote(miss_dense, miss_tables, create=False)
+            for it in items:
+                c = self.cached[it.name]
+                ids = np.zeros(1, np.uint64) if it.ids is None else it.ids
+                keep = it.present if not create else np.ones(len(ids), bool)
+                r = rows[it.name]
+                miss = np.flatnonzero(r < 0)
+                if keep.all():
+                    r[miss] = got = c.take(ids, it.tags, it.w, it.state)
+                    c.dirty[got[~it.present]] = True
+                else:                        # create=False: absent rows are answered, not cached
+                    k = np.flatnonzero(keep)
+                    r[miss[k]] = c.take(ids[k], it.tags[k], it.w[k], {s: a[k] for s, a in it.state.items()})
+                    absent = np.flatnonzero(~keep)
+                    rows[it.name] = (r, miss[absent], it.w[absent])
+        out = {}
+        for name, ids in want.items():
+            c, r = self.cached[name], rows[name]
+            extra = None
+            if isinstance(r, tuple):
+                r, at, values = r
+                extra = (at, values)
+            w = take_rows(c.w, np.maximum(r, 0))
+            if extra is not None:
+                w[extra[0]] = extra[1]
+            if ids is None:
+                out[name] = w.reshape(c.layout.spec.shape)
+            else:
+                out[name] = w
+                self.store.stats.rows_pulled += len(ids)
+            c.last = r if extra is None else None
+        return out
+
+    def pull_states(self, names) -> dict:
+        out = {}
+        for name in names:
+            c = self.cached.get(name)
+            if c is None or c.last is None:
+                raise KeyError(f"parameter '{name}': no rows pulled to report the state of")
+            _, state = c.values(c.last)
+            if not c.table:
+                slots, shape = c.layout.optimizer.slots, tuple(c.layout.spec.shape)
+                state = {k: a.reshape(shape if slots[k] == "full" else (1,)) for k, a in state.items()}
+            out[name] = state
+        return out
+
+    # ---- push: the memory store's arithmetic on the local copy -----------------------------
+    def push(self, grads) -> None:
+        stats = self.store.stats
+        for name, g in grads.dense.items():
+            c = self._ensure(name, None)
+            w, state = c.w[0:1], {k: a[0:1] for k, a in c.state.items()}      # views: stepped in place
+            sq = grads.squares.get(name)
+            c.layout.step(w, np.asarray(g).reshape(1, -1), state, None if sq is None else np.asarray(sq).reshape(1, -1))
+            c.dirty[0] = True
+        for name, (ids, g) in grads.tables.items():
+            ids = np.asarray(ids, np.uint64)
+            c = self._ensure(name, ids)
+            rows = c.index.lookup(ids)
+            opt, dtype = c.layout.optimizer, c.layout.dtype
+            g = np.ascontiguousarray(g, dtype)
+            sq = grads.squares.get(name)
+            sq = None if sq is None else sq.astype(dtype, copy=False)
+            if not opt.step_rows(c.w, c.state, rows, g, sq):
+                w, state = c.values(rows)
+                opt.step(w, g, state, sq)
+                put_rows(c.w, rows, w)
+                for k, a in state.items():
+                    put_rows(c.state[k], rows, a)
+            c.dirty[rows] = True
+            stats.rows_pushed += len(ids)
+        if grads.assigned:
+            from .scatter import scatter_rows      # numba: imported by the first push, not at start-up
+            for name, (ids, value, slots) in grads.assigned.items():
+                if ids is None:
+                    c = self._ensure(name, None)
+                    c.w[0] = np.asarray(value).reshape(-1)
+                    for k, a in slots.items():
+                        c.state[k][0] = np.asarray(a).reshape(-1)
+                    c.dirty[0] = True
+                    continue
+                ids = np.asarray(ids, np.uint64)
+                c = self._ensure(name, ids)
+                rows = c.index.lookup(ids)
+                for dst, src in ((c.w, value), *((c.state[k], a) for k, a in slots.items())):
+                    scatter_rows(dst, rows, src)
+                c.dirty[rows] = True
+                stats.rows_pushed += len(ids)
+
+    def _ensure(self, name, ids) -> Cached:
+        """The cache of ``name`` holding ``ids`` (a push without its pull reads them first)."""
+        c = self.of(name)
+        r = c.lookup(np.zeros(1, np.uint64) if ids is None else ids)
+        if (r < 0).any():
+            self.pull([name] if ids is None else [], {} if ids is None else {name: ids}, True)
+        return c
+
+    # ---- flush -------------------------------------------------------------------------------
+    def flush(self) -> int:
+        """Write every dirty row by compare-and-set, merging rows another trainer changed;
+        then mark the clean rows stale (and drop the cache beyond ``max_rows``). Rows flushed.
+        On an error the dirty rows stay dirty (a later flush writes them)."""
+        t0 = time.perf_counter()
+        store = self.store
+        work = []
+        for name, c in self.cached.items():
+            rows = np.flatnonzero(c.dirty[:len(c)])
+            if len(rows):
+                it = Rows(store, name, c.index.ids[rows] if c.table else None)
+                n = len(rows)                   # filled by the re-read of rows that conflict
+                it.present, it.tags = np.ones(n, bool), np.zeros(n, np.uint64)
+                it.w = np.zeros((n, c.layout.dim), c.layout.dtype)
+                it.state = {k: np.zeros((n, width), c.layout.dtype) for k, width in c.layout.slots}
+                work.append((c, it, rows))
+        written = 0
+        pending = [np.arange(len(rows)) for _, _, rows in work]
+        for _ in range(store.cfg.max_push_attempts):
+            parts = []
+            for (c, it, rows), sel in zip(work, pending):
+                if not len(sel):
+                    continue
+                r = rows[sel]
+                w, state = c.values(r)
+                tags = store.new_tags(len(sel))
+                parts.append((c, it, sel, tags, (it, sel, c.tags[r], it.layout.encode(tags, w, state))))
+            if not parts:
+                break
+            failed = store.cas_rows([p[-1] for p in parts], "flush rows")
+            retry = []
+            for (c, it, sel, tags, _), bad in zip(parts, failed):
+                r = rows_of(work, it)[sel]
+                ok = ~bad
+                done = r[ok]
+                store._count_created(it, int((ok & (c.tags[r] == 0)).sum()), 0)
+                c.tags[done] = tags[ok]
+                c.dirty[done] = False
+                put_rows(c.base_w, done, take_rows(c.w, done))
+                for k in c.state:
+                    put_rows(c.base_state[k], done, take_rows(c.state[k], done))
+                written += len(done)
+                if bad.any():
+                    retry.append((c, it, sel[bad]))
+            if not retry:
+                break
+            self.conflicts += sum(len(s) for _, _, s in retry)
+            store.read_rows([it for _, it, _ in retry], "re-read rows changed by another trainer",
+                            [s for _, _, s in retry])
+            by_item = {}
+            for c, it, sel in retry:
+                gone = sel[~it.present[sel]]
+                it.fill_initial(gone)              # expired meanwhile: the change lands on a fresh row
+                self._merge(c, rows_of(work, it)[sel], it, sel)
+                by_item[id(it)] = sel
+            pending = [by_item.get(id(it), np.zeros(0, np.int64)) for _, it, _ in work]
+        else:
+            raise StoreError(f"redis store: flush not applied: rows kept changing under "
+                             f"{store.cfg.max_push_attempts} compare-and-set attempts")
+        for c in self.cached.values():
+            n = len(c)
+            c.stale[:n] = True
+        for c, _, rows in work:
+            c.stale[rows] = False
+        store.counters.flush()
+        if sum(len(c) for c in self.cached.values()) > self.max_rows:
+            self.reset()
+        self.last_flush = time.monotonic()
+        self.flushes += 1
+        self.rows_flushed += written
+        self.flush_seconds += time.perf_counter() - t0
+        stats = store.stats
+        stats.flushes, stats.rows_flushed = self.flushes, self.rows_flushed
+        stats.flush_conflicts, stats.flush_seconds = self.conflicts, self.flush_seconds
+        return written
+
+    @staticmethod
+    def _merge(c: Cached, rows: np.ndarray, it: Rows, sel: np.ndarray) -> None:
+        """Rows ``rows`` of ``c`` become ``current + (local - base)``; current is the new base."""
+        for local, base, cur in ((c.w, c.base_w, it.w), *((c.state[k], c.base_state[k], it.state[k])
+                                                          for k in c.state)):
+            now = cur[sel]
+            put_rows(local, rows, now + (take_rows(local, rows) - take_rows(base, rows)))
+            put_rows(base, rows, now)
+        c.tags[rows] = np.where(it.present[sel], it.tags[sel], np.uint64(0))
+
+
+def rows_of(work, it) -> np.ndarray:
+    return next(rows for _, i, rows in work if i is it)
