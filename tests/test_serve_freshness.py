@@ -85,14 +85,14 @@ def test_served_predictions_follow_a_label_flip(tmp_path, redis_url, redis_names
            "default_optimizer": {"type": "adagrad", "lr": 0.3},
            "reader": {"type": "plugin", "factory": "tests.test_serve_freshness:flip_reader",
                       "args": {"flag": str(flag)}},
-           "store": {"backend": "redis", "urls": [redis_url], "write_back_s": 0.1},   # see BENCHMARKS (redis-wb)
+           "store": {"backend": "redis", "urls": [redis_url]},          # write-back on its default
            "metrics": {"enabled": False}, "drift": {"enabled": False},
            "serve": {"port": 0, "max_staleness_s": STALENESS}}
     path = tmp_path / "job.json"
     path.write_text(json.dumps(cfg))
     trainer = start(["run"], path)
     server = start(["serve"], path)
-    truth_store = make_store({**cfg["store"], "namespace": redis_namespace})
+    truth_store = make_store({**cfg["store"], "namespace": redis_namespace, "write_back_s": 0})   # reads Redis
     try:
         port = served_port(server)
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:

@@ -91,6 +91,34 @@ def test_the_copy_follows_several_trainers_and_a_restore(redis_url, redis_namesp
         store.close(), a.store.close(), b.store.close()
 
 
+def test_entries_whose_dense_rows_all_lost_the_compare_and_set(redis_url, redis_namespace):
+    """Two write-back trainers: the second one's first flush writes its new rows and fails on the
+    rows the first one wrote (the dense parameters among them), then merges and writes those. The
+    copy skips the failed segments of that entry (no error) and equals the store."""
+    cfg = job_config(redis_url, redis_namespace, schema=SCHEMA)
+    cfg["store"] = {**cfg["store"], "write_back_s": 3600.0}          # flushed by hand below
+    a, first = trainer_on(cfg)
+    b, _ = trainer_on(cfg)
+    a.step(first)
+    a.store.flush()
+    store = server_store(cfg, a)
+    replica = Replica(store)
+    replica.set_feed(2.0)
+    try:
+        replica.sync()
+        a.step(random_batch(32, fields=FIELDS, dense=3, cardinality=40, seed=1))
+        b.step(random_batch(32, fields=FIELDS, dense=3, cardinality=400, seed=2))    # ids a never saw too
+        a.store.flush()
+        entries = replica.entries
+        b.store.flush()
+        assert b.store.stats.flush_conflicts > 0
+        replica.sync()                                # raised IndexError on the all-failed dense segment
+        assert replica.bootstraps == 1 and replica.entries >= entries + 2
+        assert_copy_equals_store(replica, store)      # Redis itself: a's copy sees b's merge at its next flush
+    finally:
+        store.close(), a.store.close(), b.store.close()
+
+
 def test_the_copy_of_a_cluster(redis_cluster_url, redis_namespace):
     cfg = job_config(redis_cluster_url, redis_namespace, schema=SCHEMA)
     cfg["store"] = {"backend": "redis", "cluster": redis_cluster_url, "write_back_s": 0}

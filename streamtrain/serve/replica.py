@@ -291,9 +291,10 @@ class Replica:
                     keep = np.ones(n, bool)
                     keep[bad] = False
                     ids, values = ids[keep], values[keep]
-                w = self._weights(name, values)
-                with self.lock:
-                    table.put(ids, w)
+                if len(ids):        # every row of the segment failed (another trainer wrote it): nothing
+                    w = self._weights(name, values)
+                    with self.lock:
+                        table.put(ids, w)
             start += n
 
     def _weights(self, name: str, values) -> np.ndarray:
