@@ -53,7 +53,7 @@ class Job:
         self.started = time.monotonic()
         self.offsets: dict = {}
         self.held: list = []     # offsets of batches trained but not yet flushed (write-back store)
-        self.writes_back = getattr(self.store, "wb", None) is not None
+        self.writes_back = self.store.writes_back
         if self.writes_back:
             self.store.auto_flush = False       # the job flushes, then commits what was flushed
             if hasattr(self.source, "before_poll"):     # Kafka: a quiet topic, its end, a rebalance

@@ -63,6 +63,7 @@ def test_sgd_push_pull_snapshot(kind, request):
         assert store.stats.rows_pulled >= 0 and store.ready()
         assert set(store.pull_states([TABLE.name])[TABLE.name]) == set()      # sgd has no slots
         assert isinstance(store.describe(), str)
+        assert isinstance(store.writes_back, bool) and store.flush() >= 0 and isinstance(store.flush_due(), bool)
     finally:
         store.close()
 

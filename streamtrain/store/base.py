@@ -79,7 +79,8 @@ class ParamStore(abc.ABC):
     ``from_config`` and ``test_params()``, registered with ``@register``. Optional
     capabilities have defaults here: ``pull_states`` (raises: no optimizer state to show),
     ``barrier`` (``None``: updates apply on push, no sync rounds), ``assigns`` (False: only
-    gradients are pushed), ``lifecycle()`` (``{}``:
+    gradients are pushed), ``writes_back`` (False: a push reaches the server before it returns;
+    True: ``flush()`` writes what pushes left in a local copy, see below), ``lifecycle()`` (``{}``:
     no row expiry or admission to count) and ``stats`` (the counters, kept by every store)."""
 
     kind: str = ""
@@ -137,6 +138,21 @@ class ParamStore(abc.ABC):
     assigns = False
 
     prefetches = False     # True: ``prefetch`` reads ahead, worth calling with the next batch
+
+    #: True: pushes update a local copy that ``flush()`` writes to the store's server (the redis
+    #: store's write-back). The job then sets ``auto_flush`` False, flushes when ``flush_due()``,
+    #: before checkpoints and at the end, and commits a batch's offsets only after the flush that
+    #: wrote its rows.
+    writes_back = False
+    auto_flush = True      # a store that writes back flushes by itself when due (push, pull)
+
+    def flush_due(self) -> bool:
+        """A store that writes back: its flush interval has passed."""
+        return False
+
+    def flush(self) -> int:
+        """A store that writes back: write the local copy's changes now (rows written)."""
+        return 0
 
     def prefetch(self, dense: list[str], tables: dict[str, np.ndarray]) -> None:
         """Start reading what the next ``pull`` will ask for (a store with slow reads overlaps

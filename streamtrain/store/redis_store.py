@@ -84,6 +84,7 @@ class RedisStore(ParamStore):
         if self.cfg.write_back_s > 0 and self.cfg.mode != "sync" and not self.gated_tables():
             self.wb = WriteBack(self, self.cfg.write_back_s, self.cfg.write_back_rows)
         self.assigns = self.wb is not None     # one writer of the local copy: final rows are written
+        self.writes_back = self.wb is not None
         # sync mode stages pushes, the cache serves reads: no read ahead
         self.prefetches = self.cfg.mode != "sync" and self.wb is None
         self.barrier = None
@@ -234,9 +235,6 @@ class RedisStore(ParamStore):
             self.apply_now(grads)
 
     # ---- write-back (redis_writeback) ------------------------------------------------------------
-    #: push flushes when due; a job sets False and flushes itself (it commits offsets after)
-    auto_flush = True
-
     def gated_tables(self) -> bool:
         """A table with admission or a cap: rows are gated on creation, the store writes through."""
         return any(TablePolicy(**{k: o[k] for k in TABLE_OPTIONS if k in o}).gated for o in self.cfg.tables.values())
