@@ -25,6 +25,10 @@ from kafka.structs import OffsetAndMetadata
 log = logging.getLogger("streamtrain.kafka")
 
 COMMIT_EVERY = 2           # batches due before a commit is sent (always sent before poll)
+# A commit waits at most this long: a request lost with its connection (a broker restarted
+# mid-request) would otherwise hold the training thread until the client's request timeout
+# (minutes); a commit that times out is a failed commit (logged, counted, sent again later)
+COMMIT_TIMEOUT_MS = 10_000
 
 
 class OffsetsMixin:
@@ -106,7 +110,7 @@ class OffsetsMixin:
         try:
             if self.dead is not None:
                 self.dead.flush()           # a bad line is in the dead-letter topic before its offset
-            self.consumer.commit(owned)
+            self.consumer.commit(owned, timeout_ms=COMMIT_TIMEOUT_MS)
         except Exception as err:            # KafkaError mostly; never stop the reader over it
             self.stats["commit_failures"] += 1
             self._unconfirmed.update(owned)
