@@ -110,8 +110,9 @@ class _FakeConsumer:
     def __init__(self):
         self.commits, self.fail, self.closed = [], 0, False
 
-    def commit(self, offsets):
+    def commit(self, offsets, timeout_ms=None):
         from kafka.errors import CommitFailedError
+        assert timeout_ms is not None and 0 < timeout_ms <= 30_000      # a commit never waits for minutes
         if self.fail:
             self.fail -= 1
             raise CommitFailedError("rebalance in progress")
