@@ -33,7 +33,7 @@ from streamtrain.errors import StoreError
 
 from . import redis_keys, redis_lifecycle, redis_snapshot
 from .base import ParamStore, Snapshot, initial_rows, register
-from .redis_config import OPTIONS, TABLE_OPTIONS, RedisConfig, TablePolicy, redact, validate
+from .redis_config import OPTIONS, RedisConfig, redact, validate
 from .redis_io import RowIO
 from .redis_prefetch import Prefetch
 from .redis_rows import RowLayout, Rows
@@ -237,7 +237,7 @@ class RedisStore(ParamStore):
     # ---- write-back (redis_writeback) ------------------------------------------------------------
     def gated_tables(self) -> bool:
         """A table with admission or a cap: rows are gated on creation, the store writes through."""
-        return any(TablePolicy(**{k: o[k] for k in TABLE_OPTIONS if k in o}).gated for o in self.cfg.tables.values())
+        return any(self.cfg.policy(key).gated for key in self.cfg.tables)     # a key is its own best match
 
     @property
     def unflushed(self) -> bool:
