@@ -28,6 +28,20 @@ def put_rows(arr: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
         arr[rows] = values
 
 
+def step_table_rows(optimizer: Optimizer, weights: np.ndarray, state: dict, rows: np.ndarray,
+                    g: np.ndarray, sq: np.ndarray | None) -> None:
+    """Step ``rows`` of a table's weights and slots in place: the optimizer's compiled row
+    update where it has one, else its numpy rule on the gathered rows, scattered back."""
+    if optimizer.step_rows(weights, state, rows, g, sq):
+        return
+    w = take_rows(weights, rows)
+    taken = {k: take_rows(arr, rows) for k, arr in state.items()}
+    optimizer.step(w, g, taken, sq)
+    put_rows(weights, rows, w)
+    for k, arr in taken.items():
+        put_rows(state[k], rows, arr)
+
+
 def _squares(grads: Gradients, name: str, dtype) -> np.ndarray | None:
     sq = grads.squares.get(name)
     return None if sq is None else sq.astype(dtype, copy=False)
@@ -142,13 +156,7 @@ class MemoryStore(ParamStore):
                 table = self.tables[name]
                 rows, _ = table.rows(ids, create=True)
                 g, sq = np.ascontiguousarray(g, self.dtype), _squares(grads, name, self.dtype)
-                if not table.optimizer.step_rows(table.weights, table.state, rows, g, sq):
-                    w = take_rows(table.weights, rows)
-                    state = {k: take_rows(arr, rows) for k, arr in table.state.items()}
-                    table.optimizer.step(w, g, state, sq)
-                    put_rows(table.weights, rows, w)
-                    for k, arr in state.items():
-                        put_rows(table.state[k], rows, arr)
+                step_table_rows(table.optimizer, table.weights, table.state, rows, g, sq)
                 self.stats.rows_pushed += len(ids)
             self._assign(grads.assigned)
             self.stats.table_rows = {name: len(t) for name, t in self.tables.items()}

@@ -23,7 +23,7 @@ from streamtrain.errors import StoreError
 from streamtrain.growth import capacity_for, grow_rows
 
 from .idindex import IdIndex
-from .memory import put_rows, take_rows
+from .memory import put_rows, step_table_rows, take_rows
 from .redis_rows import Rows
 
 log = logging.getLogger("streamtrain.store.redis")
@@ -193,12 +193,7 @@ class WriteBack:
             g = np.ascontiguousarray(g, dtype)
             sq = grads.squares.get(name)
             sq = None if sq is None else sq.astype(dtype, copy=False)
-            if not opt.step_rows(c.w, c.state, rows, g, sq):
-                w, state = c.values(rows)
-                opt.step(w, g, state, sq)
-                put_rows(c.w, rows, w)
-                for k, a in state.items():
-                    put_rows(c.state[k], rows, a)
+            step_table_rows(opt, c.w, c.state, rows, g, sq)
             c.dirty[rows] = True
             stats.rows_pushed += len(ids)
         if grads.assigned:
