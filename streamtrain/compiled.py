@@ -19,6 +19,13 @@ first loads, which builds pycparser's C parser: about 50 ms wherever cffi is ins
 with ``cryptography``). streamtrain's kernels call no cffi function, so it loads with cffi
 unavailable; ``import cffi`` works as usual afterwards. A plug-in whose numba kernels call cffi
 functions sets ``STREAMTRAIN_NUMBA_CFFI=1``.
+
+Both are loaded lazily: numba loads its typing and lowering registries (``refresh``: about 90
+modules and every implementation they register, ~70 ms here, plus ~50 ms for the two above)
+before it compiles and, by default, also before it loads a kernel from its cache, although a
+cached kernel is object code that needs none of them, only numba's runtime (NRT). Here a cache
+load initialises the runtime alone; the registries load, with the two answers above, at the
+first real compile. ``STREAMTRAIN_NUMBA_EAGER=1`` restores numba's own behaviour.
 """
 from __future__ import annotations
 
@@ -59,8 +66,48 @@ def _load_without(module: str, names: tuple, keep_env: str, loaded: str) -> None
         sys.meta_path.remove(finder)
 
 
-_load_without("numba.np.arraymath", NO_BLAS_PROBE, "STREAMTRAIN_NUMBA_BLAS", "scipy.linalg")
-_load_without("numba.core.typing.cffi_utils", NO_CFFI, "STREAMTRAIN_NUMBA_CFFI", "cffi")
+def _load_registry_modules() -> None:
+    """numba's array and cffi support, loaded the way the module docstring says."""
+    _load_without("numba.np.arraymath", NO_BLAS_PROBE, "STREAMTRAIN_NUMBA_BLAS", "scipy.linalg")
+    _load_without("numba.core.typing.cffi_utils", NO_CFFI, "STREAMTRAIN_NUMBA_CFFI", "cffi")
+
+
+def _registries_at_first_compile() -> bool:
+    """Cache loads initialise numba's runtime only; the registries load before the first compile
+    (both of numba's ``load_additional_registries``, typing and lowering, load ours first).
+    False (numba's own behaviour, eager) where numba's internals are not the ones this was
+    written against or ``STREAMTRAIN_NUMBA_EAGER=1``."""
+    from numba.core import caching, cpu
+    from numba.core.typing import context as typing_context
+    try:
+        from numba.core.runtime import rtsys
+    except ImportError:
+        return False
+    cache = caching.Cache
+    if os.environ.get("STREAMTRAIN_NUMBA_EAGER") == "1" or not all(
+            hasattr(cache, name) for name in ("load_overload", "_load_overload",
+                                              "_guard_against_spurious_io_errors")):
+        return False
+
+    def load_overload(self, sig, target_context):
+        rtsys.initialize(target_context)         # what cached object code needs of refresh()
+        with self._guard_against_spurious_io_errors():
+            return self._load_overload(sig, target_context)
+
+    def ours_first(load_additional_registries):
+        def load(self):
+            _load_registry_modules()
+            return load_additional_registries(self)
+        return load
+
+    cache.load_overload = load_overload
+    for ctx in (cpu.CPUContext, typing_context.Context):
+        ctx.load_additional_registries = ours_first(ctx.load_additional_registries)
+    return True
+
+
+if not _registries_at_first_compile():
+    _load_registry_modules()
 
 
 def njit(**options):

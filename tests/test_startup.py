@@ -3,6 +3,7 @@
 The time to the first batch is measured by ``bench/startup.py`` (not here: timing on a loaded
 machine is not a test); this checks the cause of a slow start deterministically."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -65,15 +66,15 @@ import sys
 import numpy as np
 import streamtrain.compiled
 from numba import njit
+@njit
+def total(x):
+    return x.sum()
+assert total(np.arange(4.0)) == 6.0                                        # a compile loads the registries
 import numba.np.arraymath as arraymath
 assert "scipy.linalg" not in sys.modules and not arraymath._HAVE_BLAS    # numba's probe answered "no"
 assert not [f for f in sys.meta_path if type(f).__name__ == "_Unavailable"]   # and the answer removed
 import scipy.linalg                                                        # importable as usual after
 assert np.allclose(scipy.linalg.solve(np.eye(2) * 2, np.ones(2)), 0.5)
-@njit
-def total(x):
-    return x.sum()
-assert total(np.arange(4.0)) == 6.0
 """
 
 
@@ -89,6 +90,8 @@ def test_numbas_blas_probe_is_skipped_and_scipy_linalg_stays_importable():
 NO_CFFI = """
 import sys
 import streamtrain.compiled
+from numba import njit
+assert njit(lambda x: x + 1)(1) == 2                             # a compile loads the registries
 from numba.core.typing import cffi_utils
 assert not cffi_utils.SUPPORTED and "cffi" not in sys.modules   # numba loaded without building an FFI
 import cffi                                                      # importable as usual after
@@ -107,6 +110,7 @@ def test_numbas_cffi_support_is_not_loaded_and_cffi_stays_importable():
 def test_streamtrain_numba_cffi_keeps_numbas_cffi_support():
     pytest.importorskip("cffi")
     code = ("import os; os.environ['STREAMTRAIN_NUMBA_CFFI'] = '1'; import streamtrain.compiled; "
+            "from numba import njit; assert njit(lambda x: x + 1)(1) == 2; "
             "from numba.core.typing import cffi_utils; assert cffi_utils.SUPPORTED")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr
@@ -114,6 +118,33 @@ def test_streamtrain_numba_cffi_keeps_numbas_cffi_support():
 
 def test_streamtrain_numba_blas_keeps_the_probe():
     code = ("import os, sys; os.environ['STREAMTRAIN_NUMBA_BLAS'] = '1'; import streamtrain.compiled; "
+            "from numba import njit; assert njit(lambda x: x + 1)(1) == 2; "
             "import numba.np.arraymath as a; assert a._HAVE_BLAS and 'scipy.linalg' in sys.modules")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr
+
+
+REGISTRIES = """
+import json, sys
+from streamtrain.cli import main
+rc = main(["run", sys.argv[1], "--max-examples", "512", "--set", "metrics.enabled=false",
+           "--set", "checkpoint.dir=null", "--log-level", "WARNING"])
+print(json.dumps({"rc": rc, "arraymath": "numba.np.arraymath" in sys.modules,
+                  "npyimpl": "numba.np.npyimpl" in sys.modules}))
+"""
+
+
+@pytest.mark.parametrize("eager", ["0", "1"])
+def test_kernels_loaded_from_numbas_cache_do_not_load_its_registries(eager):
+    """A cached kernel is object code: loading it needs numba's runtime, not the ~90 modules of
+    typing and lowering registries a compile needs (~120 ms of every start). The first run may
+    compile (a cold cache) and so load them; the second loads every kernel from the cache.
+    ``STREAMTRAIN_NUMBA_EAGER=1`` keeps numba's own order (registries first)."""
+    env = {**os.environ, "STREAMTRAIN_NUMBA_EAGER": eager}
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", REGISTRIES, str(ROOT / "examples" / "synthetic.json")],
+                             capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+        assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["rc"] == 0
+    assert got["arraymath"] is got["npyimpl"] is (eager == "1")
