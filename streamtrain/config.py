@@ -104,6 +104,10 @@ SCHEMA = {
     "graph": Option(None, (dict, type(None)), nested=graph_problems,
                     doc="graph learning: endpoint fields, fanouts, graph store ([Graph learning](#graph-learning))"),
     "seed": Option(0, (int,), doc="dropout and other randomness in the trainer"),
+    "switch_interval_ms": Option(1.0, NUMBER, check=positive,
+                                 doc="Python's thread switch interval while `streamtrain run` runs "
+                                     "(`sys.setswitchinterval`; Python's default is 5): how soon the "
+                                     "parse thread gets the GIL back from the trainer"),
     "drift": Option(fields=DRIFT_OPTIONS, doc="drift alarms over the progressive loss ([Drift alarms](#drift-alarms))"),
     "serve": Option(fields=SERVE_OPTIONS, doc="the prediction server ([Serving](#serving))"),
 }

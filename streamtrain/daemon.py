@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -98,6 +99,8 @@ def run_job(cfg: dict, args) -> int:
     restore = resolve_restore(args.restore, cfg)
     job = Job(cfg, max_examples=args.max_examples, restore=restore)
     signals = Signals(job).install()
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(cfg.get("switch_interval_ms", 1.0) / 1000)
     server = watchdog = None
     stop_serving = None
     ran = False
@@ -119,6 +122,7 @@ def run_job(cfg: dict, args) -> int:
         if server is not None:
             server.stop()
         signals.restore()
+        sys.setswitchinterval(switch_interval)
     fields = job.progress(whole_run=True)     # ex/s over the whole run, as in --summary
     log.info("done: %s elapsed=%.1fs", job.progress_line(fields), time.monotonic() - job.started,
              extra={"fields": fields})
