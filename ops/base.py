@@ -127,6 +127,11 @@ class Layer:
         """For layers with table parameters: the ids this batch touches, per table name."""
         return {}
 
+    #: whether ``table_ids`` reads nothing but ``ctx.batch`` and ``ctx.memo`` (no parameters, no
+    #: graph input attached by the trainer, no state of its own): the reader's thread may then
+    #: work it out ahead of the step (``Graph.prepare``)
+    ids_from_batch: ClassVar[bool] = False
+
     # ---- terms of the logit the per-example engine can own (``streamtrain.online``) ------
     #: whether the output is the layer's parameter rows pooled per field, ``[B, F, d]`` (an
     #: embedding): it then declares them with ``field_terms``

@@ -75,6 +75,8 @@ class Embedding(Layer):
             got = ctx.memo[key] = (fields, ids, counts, slot)
         return got
 
+    ids_from_batch = True          # the batch's fields, or a feature_cross of them
+
     def table_ids(self, ctx):
         """Ids per table, field after field: the order of the batch's CSR data."""
         fields, ids, _, _ = self._layout(ctx)

@@ -10,11 +10,14 @@ starts over. These helpers never consume anything until the composed reader is c
 from __future__ import annotations
 
 import itertools
+import logging
 import random
 import threading
 import queue as _queue
 
 from .records import records_to_batch  # noqa: F401  (part of this module's public API)
+
+log = logging.getLogger("streamtrain")
 
 
 def batched(reader, size: int, drop_last: bool = False):
@@ -81,8 +84,29 @@ class _End:
         self.error = error
 
 
-def buffered(reader, size: int):
-    """Prefetch up to ``size`` items in a background thread.
+class Prepare:
+    """Work on each item in the producing thread before it is handed over: ``fn``, once the
+    consumer sets it (the job sets its graph's ``prepare`` once the graph is built, after the
+    first batches are already on their way). An error in ``fn`` is logged once and leaves the
+    item as it is: the consumer then does that work itself and meets the error there."""
+
+    def __init__(self):
+        self.fn = None
+        self._failed = False
+
+    def __call__(self, item) -> None:
+        fn = self.fn
+        if fn is None or self._failed:
+            return
+        try:
+            fn(item)
+        except Exception:                        # noqa: BLE001 - the consumer's own pass reports it
+            self._failed = True
+            log.exception("preparing batches in the reader's thread failed; the trainer does it from now on")
+
+
+def buffered(reader, size: int, prepare: Prepare | None = None):
+    """Prefetch up to ``size`` items in a background thread (each passed to ``prepare`` there).
 
     The thread ends when the source ends, when the consumer stops early (the generator is
     closed or garbage-collected), or on an error, which is re-raised in the consumer.
@@ -106,6 +130,8 @@ def buffered(reader, size: int):
         def work():
             try:
                 for item in reader():
+                    if prepare is not None:
+                        prepare(item)
                     if not put(item):
                         return
                 put(_End())

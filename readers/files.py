@@ -23,7 +23,7 @@ from streamtrain.errors import ReaderError
 import numpy as np
 
 from .batching import concat_batches, slice_batch
-from .compose import buffered
+from .compose import Prepare, buffered
 from .formats import Parser, make_parser
 from .line_ends import count_lines, line_ends
 from .malformed import Malformed
@@ -114,7 +114,7 @@ class _Rebatcher:
 def file_reader(path, fmt: str, options: dict | None = None, batch_size: int = 1024,
                 malformed: Malformed | None = None, *, loop: bool = False,
                 limit: int | None = None, block_bytes: int = BLOCK_BYTES, prefetch: int = 4,
-                parse_ahead: int = PARSE_AHEAD):
+                parse_ahead: int = PARSE_AHEAD, prepare: Prepare | None = None):
     """A reader factory over one line file: ``for batch in file_reader(...)(): ...``.
 
     ``loop`` cycles over the file forever (stopping if a whole pass gave no example);
@@ -122,7 +122,8 @@ def file_reader(path, fmt: str, options: dict | None = None, batch_size: int = 1
     Reading and gunzipping run in a background thread (``prefetch`` blocks ahead; 0 = inline),
     and so does parsing: up to ``parse_ahead`` batches are parsed while the consumer trains
     on the previous one (0 = parse in the consumer's thread). The batches, their order and
-    their offsets are the same either way; closing the reader stops both threads.
+    their offsets are the same either way; closing the reader stops both threads. ``prepare``
+    (``compose.Prepare``) works on each batch in the parse thread before it is handed over.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -155,7 +156,7 @@ def file_reader(path, fmt: str, options: dict | None = None, batch_size: int = 1
             if n > 0:
                 yield out.take(n, {"file": path, "line": line})
 
-    return buffered(reader, parse_ahead) if parse_ahead else reader
+    return buffered(reader, parse_ahead, prepare) if parse_ahead else reader
 
 
 MAX_PIECE_LINES = 1024

@@ -14,6 +14,7 @@ from streamtrain.errors import ConfigError
 from streamtrain.registry import Registry
 from streamtrain.schema import REQUIRED, Option, check_options, join, kind_problems, non_negative, optional
 
+from .compose import Prepare
 from .files import file_reader
 from .formats import FORMATS, format_problems, split_format_options
 from .malformed import Malformed
@@ -24,8 +25,11 @@ class Source:
 
     def __init__(self, reader: Callable, malformed: Malformed, description: str,
                  commit: Callable[[dict], None] | None = None,
-                 close: Callable[[], None] | None = None):
+                 close: Callable[[], None] | None = None, prepare: Prepare | None = None):
         self._reader = reader
+        #: a ``compose.Prepare`` run on each batch in the reader's own thread, for a source that
+        #: has one (else None); the job installs its graph's batch-only work there
+        self.prepare = prepare
         self.malformed = malformed
         self._description = description
         self._commit = commit
@@ -122,10 +126,11 @@ class FileReader(Reader):
     @classmethod
     def open(cls, cfg, batch_size, malformed):
         options, _ = split_format_options(cfg, (*cls.options, "type"))
+        prepare = Prepare()
         reader = file_reader(cfg["path"], cfg["format"], options, batch_size, malformed,
-                             loop=cfg.get("loop", False), limit=cfg.get("limit"))
+                             loop=cfg.get("loop", False), limit=cfg.get("limit"), prepare=prepare)
         desc = f"file {cfg['path']} format={cfg['format']}" + (" loop" if cfg.get("loop") else "")
-        return Source(reader, malformed, desc)
+        return Source(reader, malformed, desc, prepare=prepare)
 
     @classmethod
     def test_params(cls):

@@ -47,6 +47,7 @@ class Batch:
     offsets: dict = field(default_factory=dict)        # source position to commit after the update
     timestamps: np.ndarray | None = None               # float64 [B] event time, seconds
     subgraph: object | None = None                     # sampled blocks (streamtrain.graphstore.blocks)
+    fed: object | None = field(default=None, repr=False, compare=False)   # Graph.prepare's work, done ahead
 
     def __post_init__(self):
         if self.dense is None:

@@ -122,6 +122,16 @@ def topological_order(layers: list[Layer]) -> list[Layer]:
     return order
 
 
+
+@dataclass(frozen=True)
+class _Fed:
+    """What ``Graph.prepare`` found for one batch: the graph it was found for (a batch fed to
+    another graph works it out again), each table's unique ids, each layer's positions."""
+    graph: object
+    table_ids: dict
+    table_pos: dict
+    memo: dict
+
 class Graph:
     """Topology plus named parameters; the phases of a step act on a ``Context``."""
 
@@ -196,9 +206,33 @@ class Graph:
         ctx.needs_grad = self.needs_grad
         return ctx
 
+    @property
+    def prepares_ahead(self) -> bool:
+        """Whether ``prepare`` may run away from the step (every table layer's ids come from the
+        batch alone)."""
+        return all(layer.ids_from_batch for layer in self.table_layers)
+
+    def prepare(self, batch) -> None:
+        """``feed``'s work, which depends on the batch alone when ``prepares_ahead`` (the fields'
+        layout, each table's unique ids, each layer's positions among them), done now and kept
+        on the batch; the step's ``feed`` then takes it as it is. The file reader's parse thread
+        calls it for each batch it parses, so that work leaves the training thread."""
+        ctx = Context(self.layers)
+        self._feed(ctx, batch)
+        batch.fed = _Fed(self, ctx.table_ids, ctx.table_pos, dict(ctx.memo))
+
     def feed(self, ctx: Context, batch) -> None:
         """Every layer back to Null; find the unique rows of every table this batch needs and,
-        for each layer, where each of its ids falls among them."""
+        for each layer, where each of its ids falls among them (or take them from ``prepare``)."""
+        fed = batch.fed
+        if fed is not None and fed.graph is self:
+            ctx.reset(batch)
+            ctx.table_ids, ctx.table_pos = dict(fed.table_ids), dict(fed.table_pos)
+            ctx.memo.update(fed.memo)
+            return
+        self._feed(ctx, batch)
+
+    def _feed(self, ctx: Context, batch) -> None:
         ctx.reset(batch)
         wanted: dict[str, list] = {}
         for layer in self.table_layers:

@@ -1,0 +1,105 @@
+"""``Graph.prepare``: the batch-only part of a step's feed (fields' layout, unique ids per table,
+positions) worked out ahead, in the file reader's parse thread, and taken as it is by the step.
+A batch prepared ahead trains bit for bit as one fed in the step."""
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+
+from streamtrain import config as cfgmod
+from streamtrain.graph import Graph, Schema
+from streamtrain.job import Job
+from streamtrain.ops import LAYERS
+from streamtrain.readers.compose import Prepare, buffered
+from streamtrain.store.memory import MemoryStore
+from streamtrain.testing import random_batch
+from streamtrain.trainer import Trainer
+from tests.conftest import ROOT
+
+EXAMPLES = ROOT / "examples"
+QUIET = ["metrics.enabled=false", "log.every_seconds=1000", "checkpoint.dir=null"]
+
+
+def _trainer(config: dict, batch) -> Trainer:
+    graph = Graph.from_config(config["layers"], Schema.of(batch))
+    store = MemoryStore()
+    store.declare(graph.params, config["default_optimizer"])
+    return Trainer(graph, store)
+
+
+@pytest.mark.parametrize("model", ["lr", "fm", "deepfm", "dcn"])
+def test_batches_prepared_ahead_train_bit_for_bit_as_batches_fed_in_the_step(model):
+    config = json.loads((EXAMPLES / f"{model}.json").read_text())
+    batches = [random_batch(64, fields=("a", "b", "c"), multivalue=("b",), seed=s) for s in range(6)]
+    plain, ahead = _trainer(config, batches[0]), _trainer(config, batches[0])
+    assert ahead.graph.prepares_ahead
+    for seed, batch in enumerate(batches):
+        twin = random_batch(64, fields=("a", "b", "c"), multivalue=("b",), seed=seed)
+        ahead.graph.prepare(twin)
+        fed = twin.fed
+        got_plain, got_ahead = plain.step(batch), ahead.step(twin)
+        assert all(ahead.ctx.table_ids[t] is fed.table_ids[t] for t in fed.table_ids)   # taken, not redone
+        np.testing.assert_array_equal(got_ahead.predictions, got_plain.predictions)
+        assert got_ahead.loss == got_plain.loss
+    for name, spec in plain.graph.params.items():
+        if spec.table:
+            ids = np.unique(np.concatenate([f.ids for b in batches for f in b.sparse.values()]))
+            a, b = plain.store.pull([], {name: ids})[name], ahead.store.pull([], {name: ids})[name]
+        else:
+            a, b = plain.store.pull([name], {})[name], ahead.store.pull([name], {})[name]
+        np.testing.assert_array_equal(a, b, err_msg=name)
+
+
+def test_a_batch_prepared_for_another_graph_is_fed_afresh():
+    config = json.loads((EXAMPLES / "lr.json").read_text())
+    batch = random_batch(32)
+    one, other = _trainer(config, batch), _trainer(config, batch)
+    other.graph.prepare(batch)
+    stale = batch.fed
+    one.step(batch)
+    assert all(one.ctx.table_ids[t] is not stale.table_ids[t] for t in stale.table_ids)
+
+
+def test_graph_input_layers_are_not_prepared_ahead():
+    assert LAYERS.get("embedding").ids_from_batch
+    assert not LAYERS.get("node_input").ids_from_batch       # ids from the sampled subgraph
+
+
+def _run(criteo_path, model, monkeypatch=None):
+    job = Job(cfgmod.validate(cfgmod.load(EXAMPLES / f"{model}.json", [
+        *QUIET, "reader.type=file", f"reader.path={criteo_path}", "reader.format=criteo"])))
+    preds, prepared = [], []
+    job.hooks.append(lambda j, b, r: (preds.append(np.array(r.predictions)),
+                                      prepared.append(b.fed is not None and b.fed.graph is j.graph)))
+    summary = job.run()
+    return summary, np.concatenate(preds), prepared
+
+
+@pytest.mark.parametrize("model", ["lr", "deepfm"])
+def test_the_file_readers_parse_thread_prepares_batches_once_the_graph_exists(criteo_path, model, monkeypatch):
+    summary, preds, prepared = _run(criteo_path, model)
+    assert summary["examples"] == 7625
+    assert not prepared[0] and sum(prepared) >= len(prepared) - 4        # all but those parsed before the build
+    monkeypatch.setattr(Graph, "prepares_ahead", property(lambda self: False))
+    summary_off, preds_off, prepared_off = _run(criteo_path, model)
+    assert not any(prepared_off)
+    np.testing.assert_array_equal(preds, preds_off)
+    assert summary["logloss"] == summary_off["logloss"]
+
+
+def test_a_failing_prepare_is_logged_once_and_leaves_the_items_as_they_are(caplog):
+    calls = []
+
+    def fn(item):
+        calls.append(item)
+        raise RuntimeError("boom")
+
+    prepare = Prepare()
+    prepare.fn = fn
+    with caplog.at_level(logging.ERROR, logger="streamtrain"):
+        got = list(buffered(lambda: iter(range(5)), 2, prepare)())
+    assert got == [0, 1, 2, 3, 4] and calls == [0]
+    assert sum("preparing batches" in r.getMessage() for r in caplog.records) == 1
