@@ -34,11 +34,10 @@ import logging
 import os
 import sys
 
-import numba
-
 log = logging.getLogger("streamtrain")
 NO_BLAS_PROBE = ("scipy.linalg.cython_blas", "scipy.linalg.cython_lapack")
 NO_CFFI = ("cffi",)
+NUMBA_CONFIG_FILE = ".numba_config.yaml"
 
 
 class _Unavailable(importlib.abc.MetaPathFinder):
@@ -51,6 +50,23 @@ class _Unavailable(importlib.abc.MetaPathFinder):
         if name in self.names:
             raise ImportError(f"{name}: not loaded for numba at start-up (streamtrain.compiled)")
         return None
+
+
+def _import_numba():
+    """``import numba`` without the two imports it makes only in passing: ``scipy`` (only to
+    check its version) and ``yaml`` (only to read a ``.numba_config.yaml`` in the working
+    directory; kept when there is one): ~20 ms of every start where they are installed. Both
+    stay importable as usual afterwards."""
+    skip = () if os.environ.get("STREAMTRAIN_NUMBA_EAGER") == "1" else tuple(
+        name for name in ("scipy", "yaml")
+        if name not in sys.modules and not (name == "yaml" and os.path.isfile(NUMBA_CONFIG_FILE)))
+    finder = _Unavailable(skip)
+    sys.meta_path.insert(0, finder)
+    try:
+        import numba
+    finally:
+        sys.meta_path.remove(finder)
+    return numba
 
 
 def _load_without(module: str, names: tuple, keep_env: str, loaded: str) -> None:
@@ -70,6 +86,9 @@ def _load_registry_modules() -> None:
     """numba's array and cffi support, loaded the way the module docstring says."""
     _load_without("numba.np.arraymath", NO_BLAS_PROBE, "STREAMTRAIN_NUMBA_BLAS", "scipy.linalg")
     _load_without("numba.core.typing.cffi_utils", NO_CFFI, "STREAMTRAIN_NUMBA_CFFI", "cffi")
+
+
+numba = _import_numba()
 
 
 def _registries_at_first_compile() -> bool:

@@ -148,3 +148,31 @@ def test_kernels_loaded_from_numbas_cache_do_not_load_its_registries(eager):
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["rc"] == 0
     assert got["arraymath"] is got["npyimpl"] is (eager == "1")
+
+
+NUMBA_IN_PASSING = """
+import sys
+import streamtrain.compiled
+assert "numba" in sys.modules
+assert "scipy" not in sys.modules and "yaml" not in sys.modules, [m for m in ("scipy", "yaml") if m in sys.modules]
+assert not [f for f in sys.meta_path if type(f).__name__ == "_Unavailable"]
+import scipy, yaml                                   # importable as usual after
+assert yaml.safe_load("a: 1") == {"a": 1}
+"""
+
+
+def test_numba_loads_without_the_scipy_and_yaml_it_imports_in_passing(tmp_path):
+    pytest.importorskip("scipy")
+    pytest.importorskip("yaml")
+    out = subprocess.run([sys.executable, "-c", NUMBA_IN_PASSING], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+
+
+def test_a_numba_config_file_in_the_working_directory_keeps_yaml(tmp_path):
+    """numba reads ``.numba_config.yaml`` from the working directory with yaml: kept there."""
+    pytest.importorskip("yaml")
+    (tmp_path / ".numba_config.yaml").write_text("DEBUG_CACHE: 0\n")
+    code = "import sys, streamtrain.compiled; assert 'yaml' in sys.modules"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr

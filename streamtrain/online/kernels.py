@@ -15,9 +15,10 @@ the batch as non-finite) instead of raising inside the loop, and costs no check 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from .. import compiled  # noqa: F401  (numba's array support without the start-up BLAS probe)
+from ..compiled import numba  # numba as streamtrain.compiled loads it (start-up: see there)
+
+njit = numba.njit
 
 from .terms import ADAGRAD, FTRL, SGD
 NEWTON_ITERATIONS = 50      # safeguarded Newton for the implicit residual: 2-3 steps from the

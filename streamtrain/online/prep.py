@@ -5,9 +5,10 @@ engine reuses from batch to batch instead of building, stacking and casting per-
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from .. import compiled  # noqa: F401  (numba's array support without the start-up BLAS probe)
+from ..compiled import numba  # numba as streamtrain.compiled loads it (start-up: see there)
+
+njit = numba.njit
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
