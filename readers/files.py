@@ -242,9 +242,9 @@ def _parsed_pieces(path: str, parser: Parser, block_bytes: int, out: "_Rebatcher
             have += count_lines(buf)
             if have < min(out.size - out.rows % out.size, piece):
                 continue
-            rest = yield from _cut(b"".join(pending) if len(pending) > 1 else buf, parser, out,
-                                   piece, final=False)
-            pending, have = ([rest], count_lines(rest)) if rest else ([], 0)
+            rest, have = yield from _cut(b"".join(pending) if len(pending) > 1 else buf, parser, out,
+                                         piece, final=False)
+            pending = [rest] if rest else []
         yield from _cut(b"".join(pending), parser, out, piece, final=True)
     finally:
         close = getattr(blocks, "close", None)
@@ -253,7 +253,8 @@ def _parsed_pieces(path: str, parser: Parser, block_bytes: int, out: "_Rebatcher
 
 
 def _cut(buf: bytes, parser: Parser, out: "_Rebatcher", piece: int, final: bool):
-    """Parse ``buf`` in pieces of whole batches (at most ``piece`` lines); return the unparsed tail.
+    """Parse ``buf`` in pieces of whole batches (at most ``piece`` lines); return the unparsed
+    tail and the number of lines in it.
 
     Unless ``final``, a tail too short to finish the batch waits for the next block, so a
     batch is one piece, or a slice of one (no copy), whenever no line was bad.
@@ -277,4 +278,4 @@ def _cut(buf: bytes, parser: Parser, out: "_Rebatcher", piece: int, final: bool)
         for batch in more:
             yield batch, 0
         i = j
-    return buf[int(ends[i - 1]) + 1:] if i else buf
+    return (buf[int(ends[i - 1]) + 1:] if i else buf), len(ends) - i
