@@ -212,14 +212,15 @@ class Graph:
         batch alone)."""
         return all(layer.ids_from_batch for layer in self.table_layers)
 
-    def prepare(self, batch) -> None:
+    def prepare(self, batch) -> Context:
         """``feed``'s work, which depends on the batch alone when ``prepares_ahead`` (the fields'
         layout, each table's unique ids, each layer's positions among them), done now and kept
         on the batch; the step's ``feed`` then takes it as it is. The file reader's parse thread
         calls it for each batch it parses, so that work leaves the training thread."""
         ctx = Context(self.layers)
         self._feed(ctx, batch)
-        batch.fed = _Fed(self, ctx.table_ids, ctx.table_pos, dict(ctx.memo))
+        batch.fed = _Fed(self, ctx.table_ids, ctx.table_pos, ctx.memo)
+        return ctx                  # its memo is the batch's: more batch-only work may go there
 
     def feed(self, ctx: Context, batch) -> None:
         """Every layer back to Null; find the unique rows of every table this batch needs and,

@@ -100,7 +100,7 @@ class Job:
                                graph_input=self.graph_input)
         prepare = getattr(self.source, "prepare", None)
         if prepare is not None and self.graph_input is None and self.graph.prepares_ahead:
-            prepare.fn = self.graph.prepare      # the parse thread works out each batch's ids ahead
+            prepare.fn = self.trainer.prepare    # the parse thread works out each batch's ids ahead
         log.info("model built: %d layers, %d parameters (%d tables) on fields %s; store %s",
                  len(self.graph.layers), len(self.graph.params), len(self.graph.table_params),
                  ",".join(schema.sparse) or "-", self.store.describe())

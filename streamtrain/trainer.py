@@ -108,6 +108,14 @@ class Trainer:
         self.examples += batch.size
         return StepResult(ctx.loss, predictions, True, seconds=t, losses=losses)
 
+    def prepare(self, batch) -> None:
+        """Each batch's work that depends on the batch alone, done ahead (the file reader's parse
+        thread calls it) and kept on the batch for its step: ``Graph.prepare`` and the
+        per-example engine's occurrence grids (``PerExample.prepare``)."""
+        ctx = self.graph.prepare(batch)
+        if self.ctx.engine is not None:
+            self.ctx.engine.prepare(ctx)
+
     def prefetch(self, next_batch) -> None:
         """Let the next ``step`` start reading ``next_batch``'s rows once its own are pulled (a
         store with ``prefetches``; others ignore it). The rows are found in a context of their
@@ -117,7 +125,7 @@ class Trainer:
             return
         if self.graph.prepares_ahead:            # kept on the batch: its own step feeds from it
             if next_batch.fed is None or next_batch.fed.graph is not self.graph:
-                self.graph.prepare(next_batch)
+                self.prepare(next_batch)
             self._ahead = (list(self.graph.dense_params), dict(next_batch.fed.table_ids))
             return
         if self._ahead_ctx is None:

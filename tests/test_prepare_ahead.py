@@ -12,6 +12,7 @@ import pytest
 from streamtrain import config as cfgmod
 from streamtrain.graph import Graph, Schema
 from streamtrain.job import Job
+from streamtrain.online.engine import GRID
 from streamtrain.ops import LAYERS
 from streamtrain.readers.compose import Prepare, buffered
 from streamtrain.store.memory import MemoryStore
@@ -30,16 +31,19 @@ def _trainer(config: dict, batch) -> Trainer:
     return Trainer(graph, store)
 
 
-@pytest.mark.parametrize("model", ["lr", "fm", "deepfm", "dcn"])
+@pytest.mark.parametrize("model", ["lr", "fm", "deepfm", "dcn", "wide_deep"])
 def test_batches_prepared_ahead_train_bit_for_bit_as_batches_fed_in_the_step(model):
     config = json.loads((EXAMPLES / f"{model}.json").read_text())
-    batches = [random_batch(64, fields=("a", "b", "c"), multivalue=("b",), seed=s) for s in range(6)]
+    multi = [("b",) if s % 2 else () for s in range(6)]       # single-valued batches: the grids made ahead
+    batches = [random_batch(64, fields=("a", "b", "c"), multivalue=multi[s], seed=s) for s in range(6)]
     plain, ahead = _trainer(config, batches[0]), _trainer(config, batches[0])
     assert ahead.graph.prepares_ahead
     for seed, batch in enumerate(batches):
-        twin = random_batch(64, fields=("a", "b", "c"), multivalue=("b",), seed=seed)
-        ahead.graph.prepare(twin)
+        twin = random_batch(64, fields=("a", "b", "c"), multivalue=multi[seed], seed=seed)
+        ahead.prepare(twin)
         fed = twin.fed
+        if ahead.engine is not None and ahead.engine.layers and not multi[seed]:   # the engine's too
+            assert [k for k in fed.memo if k[0] == GRID]
         got_plain, got_ahead = plain.step(batch), ahead.step(twin)
         assert all(ahead.ctx.table_ids[t] is fed.table_ids[t] for t in fed.table_ids)   # taken, not redone
         np.testing.assert_array_equal(got_ahead.predictions, got_plain.predictions)

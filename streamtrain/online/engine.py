@@ -120,20 +120,53 @@ def _block(arrays: _Arrays, ctx, terms: list, group_of: dict, d: int, key: str, 
     return blk
 
 
-def _by_example(arrays: _Arrays, terms, blk: _Block, batch: int, fm: bool, key: str):
+GRID = "per-example grid"        # ctx.memo key (with the term's parameter) of a grid made ahead
+
+
+def present_grids(ctx, layers) -> None:
+    """For each term of ``layers`` given by present flags, its ``[B, m]`` grid of rows (from 0)
+    and coefficients, into ``ctx.memo``: work that depends on the batch alone, done ahead in
+    the reader's thread (``PerExample.prepare``); ``_by_example`` offsets and copies it (or,
+    a block's only term, takes it as it is) instead of filling it from the term."""
+    batch = ctx.batch.size
+    for layer in layers:
+        for t in layer.field_terms(ctx):
+            if t.present is not None:
+                m = len(t.present) // batch
+                row, x = np.empty((batch, m), np.int64), np.empty((batch, m))
+                prep.put_present(row, x, 0, m, t.present, t.pos, 0,
+                                 _EMPTY_F if t.x is None else np.asarray(t.x, np.float64))
+                ctx.memo[(GRID, t.param)] = (t.pos, row, x)
+
+
+def _made_ahead(memo: dict, t):
+    got = memo.get((GRID, t.param))
+    return got[1:] if got is not None and got[0] is t.pos else None
+
+
+def _by_example(arrays: _Arrays, terms, blk: _Block, batch: int, fm: bool, key: str, memo: dict):
     """The terms' occurrences grouped by example for the kernel: (offsets [B+1], flat row,
     coefficient, field). Dense terms side by side need no sorting: example ``k``'s occurrences
-    are row ``k`` of their ``[B, Σ m]`` grid, filled in place; otherwise a counting sort."""
+    are row ``k`` of their ``[B, Σ m]`` grid, filled in place (or made ahead: ``present_grids``);
+    otherwise a counting sort."""
     lows = [lo for _, lo, _, _ in blk.params]
     if not terms:
         return _no_occurrences(batch)[:4]
     if all(t.example is None for t in terms):
         widths = [len(t.present) // batch if t.present is not None else t.pos.shape[1] for t in terms]
+        ahead = [_made_ahead(memo, t) if t.present is not None else None for t in terms]
+        if len(terms) == 1 and ahead[0] is not None and lows[0] == 0:      # the grid as it is
+            row, x = ahead[0]
+            field = arrays.fields(batch, [terms[0].field]) if fm else _EMPTY_I
+            return arrays.offsets(batch, widths[0]), row.reshape(-1), x.reshape(-1), field
         row = arrays.grid((key, "row"), batch, sum(widths), np.int64)
         x = arrays.grid((key, "x"), batch, sum(widths), np.float64)
         col = 0
-        for t, lo, m in zip(terms, lows, widths):
-            if t.present is not None:
+        for t, lo, m, made in zip(terms, lows, widths, ahead):
+            if made is not None:
+                np.add(made[0], lo, out=row[:, col:col + m])
+                x[:, col:col + m] = made[1]
+            elif t.present is not None:
                 prep.put_present(row, x, col, m, t.present, t.pos, lo,
                                  _EMPTY_F if t.x is None else np.asarray(t.x, np.float64))
             else:
@@ -206,6 +239,11 @@ class PerExample:
         their outputs only enter the logit it replaces, so the loss's input is the rest of it."""
         return self.plan.skip
 
+    def prepare(self, ctx) -> None:
+        """The occurrence grids of this batch's embedding terms, from a context fed with the
+        batch alone (``Trainer.prepare``, in the reader's thread): see ``present_grids``."""
+        present_grids(ctx, [layer for layer in self.layers if layer.pools_rows])
+
     def learn(self, ctx, z0: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each example's logit after the examples before it, and its residual ρ (the logit
         gradient of its update); the owned parameters' updates are kept for ``push``."""
@@ -213,7 +251,7 @@ class PerExample:
         linear = [t for layer in self.plan.linear for t in layer.linear_terms(ctx)]
         arrays = self._arrays
         lin = _block(arrays, ctx, linear, self.group_of, 1, "linear", not self.assign)
-        lptr, slot, x, _ = _by_example(arrays, linear, lin, B, False, "linear")
+        lptr, slot, x, _ = _by_example(arrays, linear, lin, B, False, "linear", ctx.memo)
         if self.plan.fm:
             fm_terms, fterm = [], []
             for t, (_, emb) in enumerate(self.plan.fm):
@@ -223,7 +261,7 @@ class PerExample:
                 fterm += [t] * len(emb.fields)
             fm = _block(arrays, ctx, fm_terms, self.group_of, self.plan.fm[0][1].output_shape[-1], "fm",
                         not self.assign)
-            fptr, frow, fx, ffield = _by_example(arrays, fm_terms, fm, B, True, "fm")
+            fptr, frow, fx, ffield = _by_example(arrays, fm_terms, fm, B, True, "fm", ctx.memo)
             fterm = np.array(fterm, np.int64)
         else:
             fm, (fptr, frow, fx, ffield, fterm) = _NO_FM, _no_occurrences(B)
