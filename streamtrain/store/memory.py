@@ -47,15 +47,29 @@ def _squares(grads: Gradients, name: str, dtype) -> np.ndarray | None:
     return None if sq is None else sq.astype(dtype, copy=False)
 
 
+class _Ids:
+    """A table's id index and its last lookup. Tables that are always pulled with the very same
+    id array (a model's LR part and its FM or deep part over the same fields) share one
+    (``MemoryStore._share_ids``): one lookup per batch serves them all."""
+
+    def __init__(self):
+        self.index = IdIndex()
+        self.last = (None, None)    # (ids array, rows) of the last lookup: a push follows its pull
+
+
 class Table:
     """Rows of one table parameter with their optimizer state, indexed by id."""
 
     def __init__(self, spec: ParamSpec, optimizer: Optimizer, dtype=np.float32, capacity=1024):
         self.spec, self.optimizer, self.dtype = spec, optimizer, dtype
-        self.index = IdIndex()
+        self.ids = _Ids()
+        self.filled = 0             # rows initialised here (a shared index may know more ids)
         self.weights = np.zeros((capacity, spec.dim), dtype)
         self.state = optimizer.init_state((capacity, spec.dim), table=True, dtype=dtype)
-        self._last = (None, None)   # (ids array, rows) of the last lookup: a push follows its pull
+
+    @property
+    def index(self) -> IdIndex:
+        return self.ids.index
 
     def __len__(self) -> int:
         return len(self.index)
@@ -67,23 +81,28 @@ class Table:
         self.weights = grow_rows(self.weights, capacity)
         self.state = {k: grow_rows(arr, capacity) for k, arr in self.state.items()}   # slots start at 0
 
+    def fill(self) -> int:
+        """Initialise the rows of the ids the index has gained since (here, or through a table
+        sharing it); how many."""
+        n, before = len(self.index), self.filled
+        if n > before:
+            self._grow(n)
+            self.weights[before:n] = initial_rows(self.spec, self.optimizer, self.index.ids[before:n], self.dtype)
+            self.filled = n
+        return n - before
+
     def rows(self, ids: np.ndarray, create: bool) -> tuple[np.ndarray, int]:
         """Row numbers of ``ids`` (creating missing ones if asked; -1 otherwise), and how many were created."""
-        last_ids, last_rows = self._last
-        if ids is last_ids and create:
-            return last_rows, 0
+        shared = self.ids
         if not create:
+            self.fill()
             rows = self.index.lookup(ids)
             return rows, int((rows < 0).sum())
-        before = len(self.index)
-        rows = self.index.find_or_add(ids)              # new ids get rows before, before + 1, ...
-        n_new = len(self.index) - before
-        if n_new:
-            self._grow(len(self.index))
-            new_ids = self.index.ids[before:]
-            self.weights[before:before + n_new] = initial_rows(self.spec, self.optimizer, new_ids, self.dtype)
-        self._last = (ids, rows)
-        return rows, n_new
+        last_ids, rows = shared.last
+        if ids is not last_ids:
+            rows = self.index.find_or_add(ids)          # new ids get rows before, before + 1, ...
+            shared.last = (ids, rows)
+        return rows, self.fill()
 
     def put(self, ids, weights, state) -> None:
         rows, _ = self.rows(np.asarray(ids, np.uint64), create=True)
@@ -105,6 +124,7 @@ class MemoryStore(ParamStore):
         self.dense: dict[str, np.ndarray] = {}
         self.dense_state: dict[str, dict] = {}
         self.tables: dict[str, Table] = {}
+        self._id_groups: set = set()     # groups of tables looked at for one shared id index
         self._lock = threading.Lock()
 
     def _declare(self) -> None:
@@ -116,9 +136,30 @@ class MemoryStore(ParamStore):
                 self.dense[name] = initial_dense(spec, opt, self.dtype)
                 self.dense_state[name] = opt.init_state(spec.shape, table=False, dtype=self.dtype)
 
+    def _share_ids(self, tables: dict) -> None:
+        """Tables pulled together with the very same id array whose indexes hold the same ids in
+        the same order (so the same rows: always so when both start empty) share one from then
+        on; each group is looked at once."""
+        groups: dict = {}
+        for name, ids in tables.items():
+            groups.setdefault(id(ids), []).append(name)
+        for names in groups.values():
+            key = tuple(names)
+            if len(names) < 2 or key in self._id_groups:
+                continue
+            self._id_groups.add(key)
+            first, *rest = (self.tables[n] for n in names)
+            for table in rest:
+                if table.ids is not first.ids and len(table) == len(first) \
+                        and np.array_equal(table.index.ids, first.index.ids):
+                    table.fill()
+                    table.ids = first.ids
+
     def pull(self, dense, tables, *, create=True):
         out = {}
         with self._lock:
+            if create and len(tables) > 1:
+                self._share_ids(tables)
             for name in dense:
                 out[name] = self.dense[name].copy()
             for name, ids in tables.items():
@@ -141,7 +182,7 @@ class MemoryStore(ParamStore):
                     out[name] = {k: a.copy() for k, a in self.dense_state[name].items()}
                     continue
                 table = self.tables[name]
-                _, rows = table._last
+                _, rows = table.ids.last
                 if rows is None:
                     raise KeyError(f"parameter '{name}': no rows pulled to report the state of")
                 out[name] = {k: take_rows(a, rows) for k, a in table.state.items()}
@@ -186,6 +227,7 @@ class MemoryStore(ParamStore):
                 snap.dense[name] = {"value": value.copy(),
                                     **{k: a.copy() for k, a in self.dense_state[name].items()}}
             for name, table in self.tables.items():
+                table.fill()
                 ids, rows = table.index.items()
                 snap.tables[name] = {"ids": ids, "value": take_rows(table.weights, rows),
                                      **{k: take_rows(a, rows) for k, a in table.state.items()}}
