@@ -161,3 +161,44 @@ def test_a_failed_commit_is_counted_not_raised_and_retried_once_at_close():
     assert src.committed_offsets() == {}
     src.close()                                                # retried once
     assert c.commits == [{("t", 0): 12, ("t", 1): 5}] and src.stats["commits"] == 1
+
+
+class _UnreachableConsumer(_FakeConsumer):
+    """Its polls fail as kafka-python 3's do while the broker is away mid-rejoin, then answer.
+    (The same path against a real broker: ``test_faults_kafka.py::test_broker_restart_mid_run``.)"""
+
+    def __init__(self, failures, error):
+        super().__init__()
+        self.failures, self.error, self.polls = failures, error, 0
+
+    def poll(self, timeout_ms=0, update_offsets=True):
+        self.polls += 1
+        if self.polls <= self.failures:
+            raise self.error
+        return {"got": self.polls}
+
+
+def test_a_poll_that_cannot_reach_the_broker_is_retried_not_raised(monkeypatch, caplog):
+    from kafka.errors import KafkaConnectionError
+    from streamtrain.backoff import Backoff
+    from streamtrain.readers.kafka import source as source_mod
+    monkeypatch.setattr(source_mod, "POLL_BACKOFF", Backoff(0.001, 0.002))
+    src = _source()
+    consumer = _UnreachableConsumer(3, KafkaConnectionError("104 ECONNRESET"))
+    with caplog.at_level("WARNING", logger="streamtrain.kafka"):
+        assert src._poll(consumer, 100) == {"got": 4}
+    assert consumer.polls == 4 and src.stats["poll_errors"] == 3
+    assert sum("poll failed" in r.getMessage() for r in caplog.records) == 1    # not one per retry
+
+
+def test_a_stop_ends_the_wait_for_the_broker_and_other_errors_propagate(monkeypatch):
+    from kafka.errors import KafkaConnectionError, UnsupportedVersionError
+    from streamtrain.backoff import Backoff
+    from streamtrain.readers.kafka import source as source_mod
+    monkeypatch.setattr(source_mod, "POLL_BACKOFF", Backoff(0.05, 0.05))
+    src = _source()
+    src.request_stop()
+    assert src._poll(_UnreachableConsumer(10**6, KafkaConnectionError("down")), 100) == {}
+    src = _source()
+    with pytest.raises(UnsupportedVersionError):                 # not retriable: the job reports it
+        src._poll(_UnreachableConsumer(1, UnsupportedVersionError("no")), 100)

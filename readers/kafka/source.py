@@ -30,6 +30,7 @@ import numpy as np
 from kafka import KafkaConsumer
 from kafka.errors import KafkaError
 
+from streamtrain.backoff import STOPPED, Backoff
 from streamtrain.errors import ReaderError
 
 from ..formats import make_parser
@@ -48,6 +49,7 @@ from .trace import TraceFile
 
 log = logging.getLogger("streamtrain.kafka")
 
+POLL_BACKOFF = Backoff(initial_s=0.1, max_s=5.0)     # a broker that does not answer a poll
 IDLE_POLL_S = 0.5          # longest poll while nothing is pending (stop / end checks between)
 HEALTH_EVERY_S = 0.5
 KEEP_ALIVE_SHARE = 0.25    # poll again after this share of max_poll_interval_ms, backlog or not
@@ -177,11 +179,27 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
         log.info("kafka reader: %s (fast decode: %s)", self.describe(), self.fast)
         return consumer
 
+    def _poll(self, consumer, timeout_ms: int) -> dict:
+        """``consumer.poll``, waiting out an unreachable broker: kafka-python 3 raises a retriable
+        error (a connection reset while it looks up the group coordinator) from ``poll`` when the
+        broker goes away mid-rejoin. That is retried with backoff (logged, counted in
+        ``poll_errors``) until the broker answers or the reader is asked to stop (then ``{}``);
+        any other error propagates."""
+        def failed(err, attempt, pause):
+            self.stats["poll_errors"] = self.stats.get("poll_errors", 0) + 1
+            (log.warning if attempt == 1 or attempt % 20 == 0 else log.debug)(
+                "kafka reader: poll failed (%s, attempt %d); retrying in %.1f s", err, attempt, pause)
+
+        got = POLL_BACKOFF.retry(lambda: consumer.poll(timeout_ms=timeout_ms, update_offsets=True),
+                                 transient=lambda err: isinstance(err, KafkaError) and err.retriable,
+                                 on_retry=failed, stopped=lambda: self._stop)
+        return {} if got is STOPPED else got
+
     def _batches(self):
         consumer = self.consumer or self._open()
         self._loop_thread = threading.current_thread()
         while not self._stop:
-            got = consumer.poll(timeout_ms=self._poll_timeout_ms(), update_offsets=True)
+            got = self._poll(consumer, self._poll_timeout_ms())
             now = self._polled = time.monotonic()
             if got:
                 self._take(got, now)
@@ -222,7 +240,7 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
         owned = consumer.assignment()
         consumer.pause(*owned)
         try:
-            got = consumer.poll(timeout_ms=0, update_offsets=True)
+            got = self._poll(consumer, 0)
         finally:
             consumer.resume(*(owned & consumer.assignment()))
         self._polled = time.monotonic()
