@@ -122,7 +122,6 @@ def topological_order(layers: list[Layer]) -> list[Layer]:
     return order
 
 
-
 @dataclass(frozen=True)
 class _Fed:
     """What ``Graph.prepare`` found for one batch: the graph it was found for (a batch fed to
@@ -131,6 +130,7 @@ class _Fed:
     table_ids: dict
     table_pos: dict
     memo: dict
+
 
 class Graph:
     """Topology plus named parameters; the phases of a step act on a ``Context``."""
