@@ -44,7 +44,8 @@ class Context:
     def __init__(self, layer_names, *, training: bool = True, dtype=np.float32, seed: int = 0):
         self.training = training
         self.dtype = np.dtype(dtype)
-        self.rng = np.random.default_rng(seed)
+        self._seed = seed
+        self._rng = None              # made at first use (dropout): a generator costs ~50 µs
         self.status = {name: Status.NULL for name in layer_names}
         self.batch = None
         self.values: dict[str, np.ndarray] = {}       # pulled params (tables: rows of table_ids)
@@ -64,6 +65,17 @@ class Context:
         self.memo: dict = {}          # per-batch results layers share (an embedding layout, ...)
         self._buffers: dict = {}
         self._written: set = set()
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """This context's random generator (dropout masks), seeded once."""
+        if self._rng is None:
+            self._rng = np.random.default_rng(self._seed)
+        return self._rng
+
+    @rng.setter
+    def rng(self, value: np.random.Generator) -> None:
+        self._rng = value
 
     # ---- buffers reused across batches of the same size (sam_backend) --------------------
     def buffer(self, key, shape, dtype=None) -> np.ndarray:
