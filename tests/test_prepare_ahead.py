@@ -107,3 +107,35 @@ def test_a_failing_prepare_is_logged_once_and_leaves_the_items_as_they_are(caplo
         got = list(buffered(lambda: iter(range(5)), 2, prepare)())
     assert got == [0, 1, 2, 3, 4] and calls == [0]
     assert sum("preparing batches" in r.getMessage() for r in caplog.records) == 1
+
+
+def _put_present_reference(B, m, present, pos, lo, w):
+    """Example k's column f: field f's next occurrence when present (row lo + pos, coefficient
+    w or 1), else coefficient 0 (its row is never read)."""
+    row, x = np.zeros((B, m), np.int64), np.zeros((B, m))
+    i = 0
+    for f in range(m):
+        for k in range(B):
+            if present[f * B + k]:
+                row[k, f], x[k, f] = pos[i] + lo, (w[i] if len(w) else 1.0)
+                i += 1
+    return row, x
+
+
+@pytest.mark.parametrize("share", [0.0, 0.3, 1.0])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_put_present_grid(share, weighted):
+    from streamtrain.online import prep
+    rng = np.random.default_rng(3)
+    B, m, lo = 50, 7, 11
+    present = (rng.random(m * B) < share).astype(np.int64)
+    n = int(present.sum())
+    pos = rng.integers(0, 1000, n).astype(np.int64)
+    w = rng.standard_normal(n) if weighted else np.zeros(0)
+    row, x = np.full((B, m + 2), -5, np.int64), np.full((B, m + 2), -5.0)
+    prep.put_present(row, x, 1, m, present, pos, lo, w)
+    want_row, want_x = _put_present_reference(B, m, present, pos, lo, w)
+    here = present.reshape(m, B).T.astype(bool)
+    assert np.array_equal(row[:, 1:-1][here], want_row[here])
+    assert np.array_equal(x[:, 1:-1], want_x)
+    assert (row[:, [0, -1]] == -5).all() and (x[:, [0, -1]] == -5.0).all()     # other columns untouched
