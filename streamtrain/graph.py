@@ -275,8 +275,10 @@ class Graph:
                 continue
             xs = [outputs[src] for src in todo.inputs]
             advance(status, name, "forward")
-            if name in elide:
-                outputs[name] = np.zeros((ctx.batch.size, *todo.output_shape), ctx.dtype)   # the engine's terms
+            if name in elide:               # the engine's terms: zeros, in a buffer kept across batches
+                out = ctx.buffer(("elided", name), (ctx.batch.size, *todo.output_shape))
+                out.fill(0)                  # (no fresh pages to fault in each batch)
+                outputs[name] = out
             else:
                 outputs[name] = todo.forward(ctx, xs)
         return outputs[layer.name]
