@@ -53,6 +53,7 @@ class Job:
         self.started = time.monotonic()
         self.offsets: dict = {}
         self.held: list = []     # offsets of batches trained but not yet flushed (write-back store)
+        self.flying: list = []   # ... of batches whose rows a background flush is writing
         self.writes_back = self.store.writes_back
         if self.writes_back:
             self.store.auto_flush = False       # the job flushes, then commits what was flushed
@@ -188,9 +189,32 @@ class Job:
             self.offsets.update(offsets)
             return
         self.held.append(offsets)
-        if self.store.flush_due() and self._flush() is STOPPED:
-            self.store_down = True
-            self.stop_requested = True
+        if self.store.flushes_in_background:
+            if self._background_flush() is not STOPPED:
+                return
+        elif not self.store.flush_due() or self._flush() is not STOPPED:
+            return
+        self.store_down = True
+        self.stop_requested = True
+
+    def _background_flush(self):
+        """A flush that runs while training goes on: commit the offsets of the batches it wrote
+        once it is done; start the next one when due. A failed one is redone in the foreground
+        (``_flush``: retried while the store is down)."""
+        try:
+            done = self.store.flush_poll()
+        except StoreError as err:
+            if isinstance(err, StoreAccessError):
+                raise
+            log.warning("background flush failed, flushing again: %s", err)
+            self.held[:0], self.flying = self.flying, []
+            return self._flush()
+        if done is not None:
+            flying, self.flying = self.flying, []
+            self._commit(flying)
+        if not self.flying and self.store.flush_due() and self.store.flush_begin():
+            self.flying, self.held = self.held, []
+        return None
 
     def _flush(self):
         """Flush the write-back store (retried like a step while the store is down: the local
@@ -198,7 +222,12 @@ class Job:
         stop while the store was unreachable (nothing committed)."""
         if self._until_store_answers("flush the store", self.store.flush) is STOPPED:
             return STOPPED
-        held, self.held = self.held, []
+        held, self.flying, self.held = self.flying + self.held, [], []
+        self._commit(held)
+        return None
+
+    def _commit(self, held: list) -> None:
+        """Commit the offsets of these flushed batches, in order."""
         newest = dict(self.offsets)
         for offsets in held:                # each batch's own dict (the Kafka source tracks them), in order
             for key, off in offsets.items():
@@ -212,7 +241,7 @@ class Job:
     def _before_poll(self, due_only: bool) -> None:
         """The Kafka reader's call between batches: flush what was trained (when due, or now
         before the stream ends or partitions are revoked) and commit it."""
-        if self.held and self.trainer is not None and (not due_only or self.store.flush_due()) \
+        if (self.held or self.flying) and self.trainer is not None and (not due_only or self.store.flush_due()) \
                 and self._flush() is STOPPED:
             self.store_down = True
 

@@ -198,11 +198,128 @@ def test_a_job_commits_offsets_only_after_the_flush(tmp_path, redis_url, redis_n
 
 
 def test_a_due_flush_commits_what_it_wrote(tmp_path, redis_url, redis_namespace):
+    """Flushes due after every step run in the background while training goes on; a batch's
+    offsets are committed only once a flush that began after it has finished (or the drain's)."""
     job = _job(tmp_path, redis_url, redis_namespace, 256 * 12, 1e-6)      # due after every step
-    dirty_at_commit = []
-    commit = job.source.commit
-    job.source.commit = lambda offsets: (dirty_at_commit.append(job.store.unflushed), commit(offsets))[1]
+    store = job.store
+    assert store.flushes_in_background
+    covered, begun, committed = [0], {}, []
+    begin, poll, flush, commit = store.flush_begin, store.flush_poll, store.flush, job.source.commit
+
+    def flush_begin():
+        started = begin()
+        if started:
+            begun["batches"] = job.trainer.batches    # every batch trained so far is in this flush
+        return started
+
+    def flush_poll(wait=False):
+        done = poll(wait)
+        if done is not None:
+            covered[0] = begun["batches"]
+        return done
+
+    def flush_():
+        n = job.trainer.batches
+        out = flush()
+        covered[0] = n
+        return out
+
+    def commit_(offsets):
+        committed.append(1)
+        assert store.wb.flight is None                 # no flush of these rows still in flight
+        assert len(committed) <= covered[0]            # the batch's rows are in Redis
+        return commit(offsets)
+
+    store.flush_begin, store.flush_poll, store.flush, job.source.commit = flush_begin, flush_poll, flush_, commit_
     job.run()
-    assert len(dirty_at_commit) == 12 and not any(dirty_at_commit)
+    assert len(committed) == 12
     stats = job.store.stats                       # the metrics' counters
-    assert stats.flushes >= 12 and stats.rows_flushed > 0 and stats.flush_conflicts == 0 and stats.flush_seconds > 0
+    assert stats.flushes >= 6 and stats.rows_flushed > 0 and stats.flush_conflicts == 0 and stats.flush_seconds > 0
+
+
+def _background(store, batches, rule, every_step=True):
+    """``_sequential``, with a background flush started after every step (finished when its
+    answer is in, or waited for every third step)."""
+    layers = sequential_layers()
+    for layer in layers:
+        if layer.get("optimizer", {}).get("type") == "adagrad" and rule != "adagrad":
+            layer["optimizer"] = {"type": "sgd", "lr": 0.1}
+    graph = Graph.from_config(layers, Schema.of(batches[0]))
+    store.declare(graph.params, {"type": "adagrad", "lr": 0.5})
+    trainer = Trainer(graph, store)
+    preds = []
+    for i, b in enumerate(batches):
+        preds.append(trainer.step(b).predictions)
+        if store.flushes_in_background:
+            store.flush_poll(wait=i % 3 == 2)
+            store.flush_begin()
+    return np.concatenate(preds), store.snapshot(), graph.params
+
+
+@pytest.mark.parametrize("rule", ["adagrad", "sgd"])
+def test_background_flushes_are_bit_identical_to_the_memory_store(rule, redis_url, redis_namespace):
+    store = _store(redis_url, redis_namespace, 1e-6)
+    try:
+        preds, snap, params = _background(store, BATCHES, rule)
+        assert store.wb.flushes > 10 and not store.unflushed
+    finally:
+        store.close()
+    m_preds, m_snap, _ = _background(MemoryStore(), BATCHES, rule)
+    np.testing.assert_array_equal(preds, m_preds)
+    assert_snapshots_close(snap, m_snap, atol=0.0)
+    check = _store(redis_url, redis_namespace, 0)              # and Redis holds exactly that
+    try:
+        check.declare(params, {"type": "adagrad", "lr": 0.5})
+        assert_snapshots_close(check.snapshot(), m_snap, atol=0.0)
+    finally:
+        check.close()
+
+
+def test_a_background_flush_that_conflicts_merges_before_it_is_done(redis_url, redis_namespace):
+    """Two trainers: b's background flush finds every row written by a; ``flush_poll``
+    merges them and writes them before it reports the flush done."""
+    a, b = _sgd_store(redis_url, redis_namespace), _sgd_store(redis_url, redis_namespace)
+    ids = np.arange(10, dtype=np.uint64)
+    try:
+        _push(a, ids, 1.0)
+        _push(b, ids[:6], 2.0)
+        assert a.flush_begin() and not a.flush_begin()       # one in flight at a time
+        _push(a, ids, 1.0)                                   # training goes on meanwhile
+        assert a.flush_poll(wait=True) == 10 + 1 and a.unflushed
+        assert b.flush_begin()
+        assert b.flush_poll(wait=True) == 6 + 1 and b.wb.conflicts == 6 + 1 and not b.unflushed
+        want = np.where(np.arange(10)[:, None] < 6, -3.0, -1.0) * np.ones((10, 3))
+        fresh = _sgd_store(redis_url, redis_namespace, every=0)
+        np.testing.assert_array_equal(fresh.pull(["W"], {"t": ids}, create=False)["t"], want)
+        assert a.flush() == 10 + 1                           # a's second push: merged with b's
+        np.testing.assert_array_equal(fresh.pull(["W"], {"t": ids}, create=False)["t"], want - 1.0)
+        np.testing.assert_array_equal(fresh.pull(["W"], {})["W"], [-4.0, -4.0])
+        fresh.close()
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_failed_background_flush_keeps_its_changes(redis_factory, redis_namespace, tmp_path):
+    server = redis_factory.start("--appendonly", "yes", "--appendfsync", "always", workdir=str(tmp_path))
+    store = _store(server.url, redis_namespace, 3600.0, retry={"initial_s": 0.02, "max_s": 0.1, "give_up_s": 0.3})
+    store.declare(SPECS, {"type": "sgd", "lr": 1.0})
+    ids = np.arange(4, dtype=np.uint64)
+    try:
+        _push(store, ids, 1.0)
+        store.flush()
+        _push(store, ids, 1.0)
+        server.stop()
+        assert store.flush_begin() and store.unflushed
+        with pytest.raises(StoreError):
+            store.flush_poll(wait=True)
+        assert store.unflushed and store.wb.flight is None
+        _push(store, ids, 1.0)                       # training goes on locally (rows cached)
+        server.start()
+        assert store.flush() == 5
+        check = _store(server.url, redis_namespace, 0)
+        check.declare(SPECS, {"type": "sgd", "lr": 1.0})
+        np.testing.assert_array_equal(check.pull(["W"], {"t": ids}, create=False)["t"], -3 * np.ones((4, 3)))
+        check.close()
+    finally:
+        store.close()

@@ -154,6 +154,21 @@ class ParamStore(abc.ABC):
         """A store that writes back: write the local copy's changes now (rows written)."""
         return 0
 
+    #: True: ``flush_begin`` starts a flush that runs while training goes on and ``flush_poll``
+    #: reports when it is done (the redis store's write-back); the job then commits the offsets
+    #: of the batches before ``flush_begin`` once ``flush_poll`` says so. ``flush`` finishes one
+    #: in flight first.
+    flushes_in_background = False
+
+    def flush_begin(self) -> bool:
+        """Start writing the local copy's changes in the background (False: one is in flight)."""
+        return False
+
+    def flush_poll(self, wait: bool = False) -> int | None:
+        """The background flush's rows written once it is done (or ``wait``), else None; raises
+        what stopped it (its rows are written by a later flush)."""
+        return None
+
     def prefetch(self, dense: list[str], tables: dict[str, np.ndarray]) -> None:
         """Start reading what the next ``pull`` will ask for (a store with slow reads overlaps
         them with the current batch's compute). The default does nothing."""

@@ -84,7 +84,7 @@ class RedisStore(ParamStore):
         if self.cfg.write_back_s > 0 and self.cfg.mode != "sync" and not self.gated_tables():
             self.wb = WriteBack(self, self.cfg.write_back_s, self.cfg.write_back_rows)
         self.assigns = self.wb is not None     # one writer of the local copy: final rows are written
-        self.writes_back = self.wb is not None
+        self.writes_back = self.flushes_in_background = self.wb is not None
         # sync mode stages pushes, the cache serves reads: no read ahead
         self.prefetches = self.cfg.mode != "sync" and self.wb is None
         self.barrier = None
@@ -250,6 +250,12 @@ class RedisStore(ParamStore):
     def flush(self) -> int:
         """Write the write-back cache's dirty rows to Redis now (rows written; 0 writing through)."""
         return self.wb.flush() if self.wb is not None else 0
+
+    def flush_begin(self) -> bool:
+        return self.wb.begin() if self.wb is not None else False
+
+    def flush_poll(self, wait: bool = False) -> int | None:
+        return self.wb.poll(wait) if self.wb is not None else None
 
     def apply_now(self, grads: Gradients) -> None:
         """Apply the rules to ``grads`` now: read (or reuse the pull's values), compute with

@@ -11,10 +11,19 @@ A flush is the store's compare-and-set, expecting the tag last read or written. 
 trainer wrote meanwhile fails the check; it is read again and written as
 ``current + (local - base)`` for the weights and every slot (each trainer's change of the
 window is added, none is lost), and the local copy takes that merged value.
+
+The job's periodic flushes overlap training (``begin`` / ``poll``): ``begin`` copies the dirty
+rows' values, marks them clean and sends the compare-and-set from a thread; training goes on
+on the local copy (a row changed meanwhile is dirty again: the next flush writes it). When the
+thread has its answer, ``poll`` makes the written values the rows' base and tags; a row that
+another trainer changed is merged and the rest written by a synchronous ``flush`` before
+``poll`` reports the flush done, so a batch's offsets are only committed once all its rows are
+in Redis. ``flush`` (checkpoints, the end, a Kafka rebalance) first waits for a flush in flight.
 """
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import numpy as np
@@ -90,9 +99,13 @@ class WriteBack:
         self.last_flush = time.monotonic()
         self.flushes = self.rows_flushed = self.conflicts = 0
         self.flush_seconds = 0.0
+        self.flight: _Flight | None = None     # a flush whose compare-and-set runs on a thread
 
     def reset(self) -> None:
         """Forget every cached row (restore, the memory cap). Only when nothing is dirty."""
+        if self.flight is not None:         # (its rows are clean: nothing waits on its answer)
+            self.flight.done() or self.flight._thread.join()
+            self.flight = None
         self.cached.clear()
 
     def of(self, name: str) -> Cached:
@@ -103,8 +116,8 @@ class WriteBack:
 
     @property
     def unflushed(self) -> bool:
-        """Changes not written to Redis yet."""
-        return any(c.dirty[:len(c)].any() for c in self.cached.values())
+        """Changes not written to Redis yet (a flush in flight counts)."""
+        return self.flight is not None or any(c.dirty[:len(c)].any() for c in self.cached.values())
 
     def due(self) -> bool:
         return time.monotonic() - self.last_flush >= self.every_s
@@ -222,11 +235,92 @@ class WriteBack:
             self.pull([name] if ids is None else [], {} if ids is None else {name: ids}, True)
         return c
 
+    # ---- flush in the background ---------------------------------------------------------------
+    def begin(self) -> bool:
+        """Start a flush of the dirty rows on a thread (see the module's docstring); False if
+        one is in flight already. The rows are clean from now on unless pushed again."""
+        if self.flight is not None:
+            return False
+        t0 = time.perf_counter()
+        store, parts, work = self.store, [], []
+        for name, c in self.cached.items():
+            rows = np.flatnonzero(c.dirty[:len(c)])
+            if not len(rows):
+                continue
+            it = Rows(store, name, c.index.ids[rows] if c.table else None)
+            w, state = c.values(rows)                    # copies: training goes on meanwhile
+            tags, expected = store.new_tags(len(rows)), c.tags[rows].copy()
+            parts.append((it, np.arange(len(rows)), expected, it.layout.encode(tags, w, state)))
+            work.append((c, it, rows, w, state, tags, expected))
+            c.dirty[rows] = False
+        self.last_flush = time.monotonic()
+        self.flight = _Flight(work, t0)
+        if parts:
+            self.flight.start(lambda: store.cas_rows(parts, "flush rows"))
+        return True
+
+    def poll(self, wait: bool = False) -> int | None:
+        """Finish the flush in flight if its answer is in (or ``wait``): rows written, or None
+        while it runs (or when none is in flight). A failed flush leaves its rows dirty and
+        raises (a later flush writes them)."""
+        flight = self.flight
+        if flight is None or not (wait or flight.done()):
+            return None
+        self.flight = None
+        try:
+            failed = flight.result()
+        except BaseException:
+            for c, _, rows, *_ in flight.work:
+                c.dirty[rows] = True
+            raise
+        store, written, conflict = self.store, 0, False
+        for (c, it, rows, w, state, tags, expected), bad in zip(flight.work, failed):
+            ok = ~bad
+            done = rows[ok]
+            store._count_created(it, int((ok & (expected == 0)).sum()), 0)
+            c.tags[done] = tags[ok]
+            put_rows(c.base_w, done, w[ok])              # what Redis now holds (the local copy may
+            for k in c.state:                            # have moved on: dirty again, written next)
+                put_rows(c.base_state[k], done, state[k][ok])
+            written += len(done)
+            if bad.any():                                # another trainer wrote them: merge now
+                conflict = True
+                sel, n = np.flatnonzero(bad), len(rows)
+                self.conflicts += len(sel)
+                it.present, it.tags = np.ones(n, bool), np.zeros(n, np.uint64)
+                it.w = np.zeros((n, c.layout.dim), c.layout.dtype)
+                it.state = {k: np.zeros((n, width), c.layout.dtype) for k, width in c.layout.slots}
+                store.read_rows([it], "re-read rows changed by another trainer", [sel])
+                it.fill_initial(sel[~it.present[sel]])
+                self._merge(c, rows[sel], it, sel)
+                c.dirty[rows[sel]] = True
+        self.flushes += 1
+        self.rows_flushed += written
+        self.flush_seconds += time.perf_counter() - flight.t0
+        if conflict or sum(len(c) for c in self.cached.values()) > self.max_rows:
+            return written + self.flush()     # the merged rows now, before their offsets are committed
+        for c in self.cached.values():        # clean rows not written now: read again when pulled
+            n = len(c)
+            c.stale[:n] = ~c.dirty[:n]
+        for c, _, rows, *_ in flight.work:         # written now: fresh
+            c.stale[rows] = False
+        store.counters.flush()
+        self._stats()
+        return written
+
+    def _stats(self) -> None:
+        stats = self.store.stats
+        stats.flushes, stats.rows_flushed = self.flushes, self.rows_flushed
+        stats.flush_conflicts, stats.flush_seconds = self.conflicts, self.flush_seconds
+
     # ---- flush -------------------------------------------------------------------------------
     def flush(self) -> int:
         """Write every dirty row by compare-and-set, merging rows another trainer changed;
         then mark the clean rows stale (and drop the cache beyond ``max_rows``). Rows flushed.
-        On an error the dirty rows stay dirty (a later flush writes them)."""
+        On an error the dirty rows stay dirty (a later flush writes them). A flush in flight
+        is finished first."""
+        if self.flight is not None:
+            return self.poll(wait=True) + self.flush()
         t0 = time.perf_counter()
         store = self.store
         work = []
@@ -294,9 +388,7 @@ class WriteBack:
         self.flushes += 1
         self.rows_flushed += written
         self.flush_seconds += time.perf_counter() - t0
-        stats = store.stats
-        stats.flushes, stats.rows_flushed = self.flushes, self.rows_flushed
-        stats.flush_conflicts, stats.flush_seconds = self.conflicts, self.flush_seconds
+        self._stats()
         return written
 
     @staticmethod
@@ -308,6 +400,35 @@ class WriteBack:
             put_rows(local, rows, now + (take_rows(local, rows) - take_rows(base, rows)))
             put_rows(base, rows, now)
         c.tags[rows] = np.where(it.present[sel], it.tags[sel], np.uint64(0))
+
+
+class _Flight:
+    """One background flush: what it sends (``work``) and its thread's answer."""
+
+    def __init__(self, work: list, t0: float):
+        self.work, self.t0 = work, t0
+        self._answer: list = []
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self, cas) -> None:
+        def run():
+            try:
+                self._answer = cas()
+            except BaseException as err:  # noqa: BLE001 - raised again by ``poll``
+                self._error = err
+        self._thread = threading.Thread(target=run, name="streamtrain-redis-flush", daemon=True)
+        self._thread.start()
+
+    def done(self) -> bool:
+        return self._thread is None or not self._thread.is_alive()
+
+    def result(self) -> list:
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._answer
 
 
 def rows_of(work, it) -> np.ndarray:
