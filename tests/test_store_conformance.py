@@ -64,6 +64,14 @@ def test_sgd_push_pull_snapshot(kind, request):
         assert set(store.pull_states([TABLE.name])[TABLE.name]) == set()      # sgd has no slots
         assert isinstance(store.describe(), str)
         assert isinstance(store.writes_back, bool) and store.flush() >= 0 and isinstance(store.flush_due(), bool)
+        assert isinstance(store.flushes_in_background, bool)
+        assert not store.flushes_in_background or store.writes_back
+        if store.flushes_in_background:                  # a flush in the background, then nothing left
+            assert isinstance(store.flush_begin(), bool)
+            assert store.flush_poll(wait=True) is None or store.flush_poll() is None
+            assert not store.unflushed
+        else:
+            assert store.flush_begin() is False and store.flush_poll(wait=True) is None
     finally:
         store.close()
 
