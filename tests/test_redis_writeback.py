@@ -42,7 +42,10 @@ def test_one_trainer_is_bit_identical_to_the_memory_store(opts, every, redis_url
     assert_snapshots_close(snap, m_snap, atol=0.0)
 
 
-def _sequential(store, batches, rule):
+def _sequential(store, batches, rule, background=False):
+    """(predictions, snapshot, params) of the sequential model over ``batches``; ``background``:
+    a background flush started after every step (finished when its answer is in, or waited for
+    every third step)."""
     layers = sequential_layers()
     for layer in layers:
         if layer.get("optimizer", {}).get("type") == "adagrad" and rule != "adagrad":
@@ -51,8 +54,13 @@ def _sequential(store, batches, rule):
     store.declare(graph.params, {"type": "adagrad", "lr": 0.5})
     trainer = Trainer(graph, store)
     assert trainer.engine is not None and trainer.engine.assign == store.assigns
-    preds = np.concatenate([trainer.step(b).predictions for b in batches])
-    return preds, store.snapshot()
+    preds = []
+    for i, b in enumerate(batches):
+        preds.append(trainer.step(b).predictions)
+        if background and store.flushes_in_background:
+            store.flush_poll(wait=i % 3 == 2)
+            store.flush_begin()
+    return np.concatenate(preds), store.snapshot(), graph.params
 
 
 @pytest.mark.parametrize("rule", ["adagrad", "sgd"])
@@ -62,10 +70,10 @@ def test_per_example_engine_is_bit_identical_to_the_memory_store(rule, every, re
     hands over final rows (``assigns``) to the local copy, as to the memory store."""
     store = _store(redis_url, redis_namespace, every)
     try:
-        preds, snap = _sequential(store, BATCHES[:40], rule)
+        preds, snap, _ = _sequential(store, BATCHES[:40], rule)
     finally:
         store.close()
-    m_preds, m_snap = _sequential(MemoryStore(), BATCHES[:40], rule)
+    m_preds, m_snap, _ = _sequential(MemoryStore(), BATCHES[:40], rule)
     np.testing.assert_array_equal(preds, m_preds)
     assert_snapshots_close(snap, m_snap, atol=0.0)
 
@@ -132,7 +140,8 @@ def test_rows_are_written_only_by_a_flush(redis_url, redis_namespace):
         reader.close()
 
 
-def test_a_failed_flush_keeps_its_changes(redis_factory, redis_namespace, tmp_path):
+@pytest.mark.parametrize("background", [False, True])
+def test_a_failed_flush_keeps_its_changes(background, redis_factory, redis_namespace, tmp_path):
     server = redis_factory.start("--appendonly", "yes", "--appendfsync", "always", workdir=str(tmp_path))
     store = _store(server.url, redis_namespace, 3600.0, retry={"initial_s": 0.02, "max_s": 0.1, "give_up_s": 0.3})
     store.declare(SPECS, {"type": "sgd", "lr": 1.0})
@@ -143,8 +152,12 @@ def test_a_failed_flush_keeps_its_changes(redis_factory, redis_namespace, tmp_pa
         _push(store, ids, 1.0)
         server.stop()
         with pytest.raises(StoreError):
-            store.flush()
-        assert store.unflushed
+            if background:                           # the rows are clean while in flight ...
+                assert store.flush_begin() and store.unflushed
+                store.flush_poll(wait=True)
+            else:
+                store.flush()
+        assert store.unflushed and store.wb.flight is None        # ... and dirty again after
         _push(store, ids, 1.0)                       # training goes on locally (rows cached)
         server.start()
         assert store.flush() == 5
@@ -237,34 +250,15 @@ def test_a_due_flush_commits_what_it_wrote(tmp_path, redis_url, redis_namespace)
     assert stats.flushes >= 6 and stats.rows_flushed > 0 and stats.flush_conflicts == 0 and stats.flush_seconds > 0
 
 
-def _background(store, batches, rule, every_step=True):
-    """``_sequential``, with a background flush started after every step (finished when its
-    answer is in, or waited for every third step)."""
-    layers = sequential_layers()
-    for layer in layers:
-        if layer.get("optimizer", {}).get("type") == "adagrad" and rule != "adagrad":
-            layer["optimizer"] = {"type": "sgd", "lr": 0.1}
-    graph = Graph.from_config(layers, Schema.of(batches[0]))
-    store.declare(graph.params, {"type": "adagrad", "lr": 0.5})
-    trainer = Trainer(graph, store)
-    preds = []
-    for i, b in enumerate(batches):
-        preds.append(trainer.step(b).predictions)
-        if store.flushes_in_background:
-            store.flush_poll(wait=i % 3 == 2)
-            store.flush_begin()
-    return np.concatenate(preds), store.snapshot(), graph.params
-
-
 @pytest.mark.parametrize("rule", ["adagrad", "sgd"])
 def test_background_flushes_are_bit_identical_to_the_memory_store(rule, redis_url, redis_namespace):
     store = _store(redis_url, redis_namespace, 1e-6)
     try:
-        preds, snap, params = _background(store, BATCHES, rule)
+        preds, snap, params = _sequential(store, BATCHES, rule, background=True)
         assert store.wb.flushes > 10 and not store.unflushed
     finally:
         store.close()
-    m_preds, m_snap, _ = _background(MemoryStore(), BATCHES, rule)
+    m_preds, m_snap, _ = _sequential(MemoryStore(), BATCHES, rule, background=True)
     np.testing.assert_array_equal(preds, m_preds)
     assert_snapshots_close(snap, m_snap, atol=0.0)
     check = _store(redis_url, redis_namespace, 0)              # and Redis holds exactly that
@@ -298,28 +292,3 @@ def test_a_background_flush_that_conflicts_merges_before_it_is_done(redis_url, r
     finally:
         a.close()
         b.close()
-
-
-def test_a_failed_background_flush_keeps_its_changes(redis_factory, redis_namespace, tmp_path):
-    server = redis_factory.start("--appendonly", "yes", "--appendfsync", "always", workdir=str(tmp_path))
-    store = _store(server.url, redis_namespace, 3600.0, retry={"initial_s": 0.02, "max_s": 0.1, "give_up_s": 0.3})
-    store.declare(SPECS, {"type": "sgd", "lr": 1.0})
-    ids = np.arange(4, dtype=np.uint64)
-    try:
-        _push(store, ids, 1.0)
-        store.flush()
-        _push(store, ids, 1.0)
-        server.stop()
-        assert store.flush_begin() and store.unflushed
-        with pytest.raises(StoreError):
-            store.flush_poll(wait=True)
-        assert store.unflushed and store.wb.flight is None
-        _push(store, ids, 1.0)                       # training goes on locally (rows cached)
-        server.start()
-        assert store.flush() == 5
-        check = _store(server.url, redis_namespace, 0)
-        check.declare(SPECS, {"type": "sgd", "lr": 1.0})
-        np.testing.assert_array_equal(check.pull(["W"], {"t": ids}, create=False)["t"], -3 * np.ones((4, 3)))
-        check.close()
-    finally:
-        store.close()
