@@ -52,7 +52,8 @@ class Cached:
         self.tags = np.zeros(capacity, np.uint64)
         self.dirty = np.zeros(capacity, bool)
         self.stale = np.zeros(capacity, bool)
-        self.last = None            # rows of the last pull (pull_states)
+        self.last = None            # rows of the last pull (pull_states; its push reuses them)
+        self.last_ids = None        # ... and the id array it was asked for
 
     def __len__(self) -> int:
         return len(self.index)
@@ -72,6 +73,10 @@ class Cached:
         known = rows >= 0
         rows[known & self.stale[np.maximum(rows, 0)]] = -1
         return rows
+
+    def fresh_dense(self) -> bool:
+        """A dense parameter (its one row, id 0, is row 0): cached and not stale."""
+        return len(self.index) > 0 and not self.stale[0]
 
     def take(self, ids: np.ndarray, tags, w, state) -> np.ndarray:
         """Cache rows read from (or created in) Redis as clean; their row numbers."""
@@ -133,7 +138,7 @@ class WriteBack:
         rows, miss_dense, miss_tables = {}, [], {}
         for name, ids in want.items():
             c = self.of(name)
-            r = c.lookup(np.zeros(1, np.uint64) if ids is None else ids)
+            r = c.lookup(ids) if ids is not None else np.array([0 if c.fresh_dense() else -1])
             rows[name] = r
             if ids is None:
                 if r[0] < 0:
@@ -174,6 +179,7 @@ class WriteBack:
                 out[name] = w
                 self.store.stats.rows_pulled += len(ids)
             c.last = r if extra is None else None
+            c.last_ids = ids
         return out
 
     def pull_states(self, names) -> dict:
@@ -193,15 +199,14 @@ class WriteBack:
     def push(self, grads) -> None:
         stats = self.store.stats
         for name, g in grads.dense.items():
-            c = self._ensure(name, None)
+            c, _ = self._ensure(name, None)
             w, state = c.w[0:1], {k: a[0:1] for k, a in c.state.items()}      # views: stepped in place
             sq = grads.squares.get(name)
             c.layout.step(w, np.asarray(g).reshape(1, -1), state, None if sq is None else np.asarray(sq).reshape(1, -1))
             c.dirty[0] = True
         for name, (ids, g) in grads.tables.items():
             ids = np.asarray(ids, np.uint64)
-            c = self._ensure(name, ids)
-            rows = c.index.lookup(ids)
+            c, rows = self._ensure(name, ids)
             opt, dtype = c.layout.optimizer, c.layout.dtype
             g = np.ascontiguousarray(g, dtype)
             sq = grads.squares.get(name)
@@ -213,27 +218,40 @@ class WriteBack:
             from .scatter import scatter_rows      # numba: imported by the first push, not at start-up
             for name, (ids, value, slots) in grads.assigned.items():
                 if ids is None:
-                    c = self._ensure(name, None)
+                    c, _ = self._ensure(name, None)
                     c.w[0] = np.asarray(value).reshape(-1)
                     for k, a in slots.items():
                         c.state[k][0] = np.asarray(a).reshape(-1)
                     c.dirty[0] = True
                     continue
                 ids = np.asarray(ids, np.uint64)
-                c = self._ensure(name, ids)
-                rows = c.index.lookup(ids)
+                c, rows = self._ensure(name, ids)
                 for dst, src in ((c.w, value), *((c.state[k], a) for k, a in slots.items())):
                     scatter_rows(dst, rows, src)
                 c.dirty[rows] = True
                 stats.rows_pushed += len(ids)
 
-    def _ensure(self, name, ids) -> Cached:
-        """The cache of ``name`` holding ``ids`` (a push without its pull reads them first)."""
+    def _ensure(self, name, ids) -> tuple[Cached, np.ndarray | None]:
+        """The cache of ``name`` holding ``ids`` (a push without its pull reads them first), and
+        their rows (None for a dense parameter: row 0). The push of the very id array the last
+        pull was asked for (or an equal one) takes that pull's rows: nothing marks rows stale
+        between the two."""
         c = self.of(name)
-        r = c.lookup(np.zeros(1, np.uint64) if ids is None else ids)
+        if ids is None:
+            if not c.fresh_dense():
+                self.pull([name], {}, True)
+                c = self.of(name)
+            return c, None
+        last = c.last_ids
+        if c.last is not None and last is not None and (ids is last or (
+                len(ids) == len(last) and np.array_equal(ids, last))):
+            return c, c.last
+        r = c.lookup(ids)
         if (r < 0).any():
-            self.pull([name] if ids is None else [], {} if ids is None else {name: ids}, True)
-        return c
+            self.pull([], {name: ids}, True)
+            c = self.of(name)
+            r = c.index.lookup(ids)
+        return c, r
 
     # ---- flush in the background ---------------------------------------------------------------
     def begin(self) -> bool:
