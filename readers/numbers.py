@@ -7,6 +7,8 @@ the failing tokens found one by one (they are bad anyway).
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from streamtrain.compiled import njit
@@ -100,7 +102,7 @@ def signed_log1p(x: np.ndarray) -> np.ndarray:
 
     float32/float64 arrays take one compiled pass (no GIL, no temporaries) whose numbers are
     numpy's: the value rounded to float32, then float32 ``log1p`` (the same libm ``log1pf``),
-    then the sign (``tests/test_numbers.py``). Whole numbers below ``2**16`` in size (most
+    then the sign (``tests/test_readers_numbers.py``). Whole numbers below ``2**16`` in size (most
     counts) are looked up in a table numpy made: ``log1pf`` costs ~20 ns a value."""
     x = np.asarray(x)
     if x.dtype in (np.float32, np.float64) and x.size:
@@ -110,13 +112,9 @@ def signed_log1p(x: np.ndarray) -> np.ndarray:
     return np.copysign(np.log1p(np.abs(x)), x)
 
 
-_TABLE: list = []
-
-
+@functools.cache
 def _log1p_table() -> np.ndarray:
-    if not _TABLE:
-        _TABLE.append(np.log1p(np.arange(1 << 16, dtype=np.float32)))
-    return _TABLE[0]
+    return np.log1p(np.arange(1 << 16, dtype=np.float32))
 
 
 @njit(nogil=True, error_model="numpy")

@@ -15,9 +15,9 @@ window is added, none is lost), and the local copy takes that merged value.
 The job's periodic flushes overlap training (``begin`` / ``poll``): ``begin`` copies the dirty
 rows' values, marks them clean and sends the compare-and-set from a thread; training goes on
 on the local copy (a row changed meanwhile is dirty again: the next flush writes it). When the
-thread has its answer, ``poll`` makes the written values the rows' base and tags; a row that
-another trainer changed is merged and the rest written by a synchronous ``flush`` before
-``poll`` reports the flush done, so a batch's offsets are only committed once all its rows are
+thread has its answer, ``poll`` makes the written values the rows' base and tags; rows that
+another trainer changed are dirty again and a synchronous ``flush`` merges and writes them
+before ``poll`` reports the flush done, so a batch's offsets are only committed once all its rows are
 in Redis. ``flush`` (checkpoints, the end, a Kafka rebalance) first waits for a flush in flight.
 """
 from __future__ import annotations
@@ -109,7 +109,7 @@ class WriteBack:
     def reset(self) -> None:
         """Forget every cached row (restore, the memory cap). Only when nothing is dirty."""
         if self.flight is not None:         # (its rows are clean: nothing waits on its answer)
-            self.flight.done() or self.flight._thread.join()
+            self.flight.join()
             self.flight = None
         self.cached.clear()
 
@@ -243,8 +243,7 @@ class WriteBack:
                 c = self.of(name)
             return c, None
         last = c.last_ids
-        if c.last is not None and last is not None and (ids is last or (
-                len(ids) == len(last) and np.array_equal(ids, last))):
+        if c.last is not None and last is not None and (ids is last or np.array_equal(ids, last)):
             return c, c.last
         r = c.lookup(ids)
         if (r < 0).any():
@@ -301,22 +300,14 @@ class WriteBack:
             for k in c.state:                            # have moved on: dirty again, written next)
                 put_rows(c.base_state[k], done, state[k][ok])
             written += len(done)
-            if bad.any():                                # another trainer wrote them: merge now
-                conflict = True
-                sel, n = np.flatnonzero(bad), len(rows)
-                self.conflicts += len(sel)
-                it.present, it.tags = np.ones(n, bool), np.zeros(n, np.uint64)
-                it.w = np.zeros((n, c.layout.dim), c.layout.dtype)
-                it.state = {k: np.zeros((n, width), c.layout.dtype) for k, width in c.layout.slots}
-                store.read_rows([it], "re-read rows changed by another trainer", [sel])
-                it.fill_initial(sel[~it.present[sel]])
-                self._merge(c, rows[sel], it, sel)
-                c.dirty[rows[sel]] = True
+            if bad.any():            # another trainer wrote them: dirty again, with their old base
+                conflict = True      # and tag, so ``flush`` re-reads, merges and writes them
+                c.dirty[rows[bad]] = True
         self.flushes += 1
         self.rows_flushed += written
         self.flush_seconds += time.perf_counter() - flight.t0
         if conflict or sum(len(c) for c in self.cached.values()) > self.max_rows:
-            return written + self.flush()     # the merged rows now, before their offsets are committed
+            return written + self.flush()     # now, before their offsets are committed
         for c in self.cached.values():        # clean rows not written now: read again when pulled
             n = len(c)
             c.stale[:n] = ~c.dirty[:n]
@@ -441,9 +432,12 @@ class _Flight:
     def done(self) -> bool:
         return self._thread is None or not self._thread.is_alive()
 
-    def result(self) -> list:
+    def join(self) -> None:
         if self._thread is not None:
             self._thread.join()
+
+    def result(self) -> list:
+        self.join()
         if self._error is not None:
             raise self._error
         return self._answer
