@@ -101,13 +101,21 @@ def signed_log1p(x: np.ndarray) -> np.ndarray:
     """``sign(x) * log1p(|x|)`` in float32: keeps counts in a range a linear model can use.
 
     float32/float64 arrays take one compiled pass (no GIL, no temporaries) whose numbers are
-    numpy's: the value rounded to float32, then float32 ``log1p`` (the same libm ``log1pf``),
-    then the sign (``tests/test_readers_numbers.py``). Whole numbers below ``2**16`` in size (most
-    counts) are looked up in a table numpy made: ``log1pf`` costs ~20 ns a value."""
+    numpy's: the value rounded to float32, then numpy's float32 ``log1p``, then the sign
+    (``tests/test_readers_numbers.py``). Whole numbers below ``2**16`` in size (most counts) are
+    looked up in a table numpy made; the pass leaves the others (their positions) to numpy
+    itself, since numpy's float32 ``log1p`` is not libm's on every CPU (with AVX-512 it is its
+    own vectorised one, which differs in the last bit for some values)."""
     x = np.asarray(x)
     if x.dtype in (np.float32, np.float64) and x.size:
         flat = np.ascontiguousarray(x).reshape(-1)
-        return _signed_log1p(flat, _log1p_table(), np.empty(flat.size, np.float32)).reshape(x.shape)
+        out, rest = np.empty(flat.size, np.float32), np.empty(flat.size, np.int64)
+        n = _signed_log1p(flat, _log1p_table(), out, rest)
+        if n:
+            idx = rest[:n]
+            v = flat[idx].astype(np.float32, copy=False)
+            out[idx] = np.copysign(np.log1p(np.abs(v)), v)
+        return out.reshape(x.shape)
     x = np.asarray(x, dtype=np.float32)
     return np.copysign(np.log1p(np.abs(x)), x)
 
@@ -118,13 +126,16 @@ def _log1p_table() -> np.ndarray:
 
 
 @njit(nogil=True, error_model="numpy")
-def _signed_log1p(x, table, out):
+def _signed_log1p(x, table, out, rest):
+    """The table's values into ``out``; the positions of the others into ``rest``; how many."""
     top = np.float32(len(table))
+    n = 0
     for i in range(len(x)):
         v = np.float32(x[i])
         a = np.abs(v)
         if a < top and a == np.floor(a):
             out[i] = np.copysign(table[np.int64(a)], v)
         else:
-            out[i] = np.copysign(np.log1p(a), v)
-    return out
+            rest[n] = i
+            n += 1
+    return n
