@@ -51,7 +51,7 @@ class CriteoParser(Parser):
         """A clean chunk's batches come straight from the compiled pass and one compiled cut
         of the fields (views of shared arrays), not from slicing every field of one batch;
         the chunk is read in place in ``buf``."""
-        clean = self._clean_columns(buf, start, end)
+        clean = self._clean_columns(buf, start, end, cuts[-1])
         if clean is None:
             return [self._parse_vectorised(Chunk(buf[start:end]))]
         labels, vals, ids, present = clean
@@ -64,8 +64,8 @@ class CriteoParser(Parser):
         clean = self._clean_columns(buf)
         return None if clean is None else self._batch(*clean)
 
-    def _clean_columns(self, buf: bytes, start: int = 0, end: int | None = None):
-        clean = parse_clean(buf, self.seeds, self.field_length, start, end)
+    def _clean_columns(self, buf: bytes, start: int = 0, end: int | None = None, lines: int = -1):
+        clean = parse_clean(buf, self.seeds, self.field_length, start, end, lines)
         if clean is None:
             return None
         vals, dense, ids, present = clean

@@ -41,11 +41,12 @@ def _int_token(arr, s, n):
 
 
 @njit(nogil=True)
-def _parse(arr, words, seeds, field_length):
-    n = 0
-    for c in arr:
-        if c == 10:
-            n += 1
+def _parse(arr, words, seeds, field_length, n):
+    if n < 0:                                   # the caller does not know the line count
+        n = 0
+        for c in arr:
+            if c == 10:
+                n += 1
     labels = np.empty(n, np.float64)
     dense = np.zeros((n, N_DENSE), np.float64)
     ids = np.empty((N_SPARSE, n), np.uint64)
@@ -53,6 +54,8 @@ def _parse(arr, words, seeds, field_length):
     last = len(words) - 1
     pos = 0
     for row in range(n):
+        if pos >= len(arr):                     # fewer lines than ``n``: not ours to guess
+            return False, labels, dense, ids, present
         field = 0
         start = pos
         while True:
@@ -85,14 +88,15 @@ def _parse(arr, words, seeds, field_length):
                 pos += 1
         if field != N_FIELDS:
             return False, labels, dense, ids, present
-    return True, labels, dense, ids, present
+    return pos == len(arr), labels, dense, ids, present
 
 
 def parse_clean(buf: bytes, seeds: np.ndarray, field_length: int, start: int = 0,
-                end: int | None = None):
+                end: int | None = None, lines: int = -1):
     """(labels f64[R], dense values f64[R, 13], ids u64[26, R], present bool[26, R]) of a
     chunk of whole ``\n``-ended lines, ``buf[start:end]``, or None when some line needs the
-    vectorised path. The hashing reads 8-byte words past a token's end (masked off), so the
+    vectorised path. ``lines``, when the caller knows it (the file reader found the line ends),
+    is how many ``\n`` the chunk holds, so it is not counted again. The hashing reads 8-byte words past a token's end (masked off), so the
     chunk is copied with zero padding only when ``buf`` has no 8 bytes after it: the file
     reader hands over a piece of its joined blocks as it is (no copy held under the GIL)."""
     end = len(buf) if end is None else end
@@ -103,5 +107,5 @@ def parse_clean(buf: bytes, seeds: np.ndarray, field_length: int, start: int = 0
     arr = np.frombuffer(buf, dtype=np.uint8)[start:end]
     words = np.ndarray((len(buf) - start - 7,), dtype="<u8", buffer=buf, offset=start,
                        strides=(1,))
-    ok, labels, dense, ids, present = _parse(arr, words, seeds, field_length)
+    ok, labels, dense, ids, present = _parse(arr, words, seeds, field_length, lines)
     return (labels, dense, ids, present) if ok else None

@@ -25,7 +25,7 @@ import numpy as np
 from .batching import concat_batches, slice_batch
 from .compose import Prepare, buffered
 from .formats import Parser, make_parser
-from .line_ends import count_lines, line_ends
+from .line_ends import line_ends
 from .malformed import Malformed
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -223,8 +223,9 @@ def _parsed_pieces(path: str, parser: Parser, block_bytes: int, out: "_Rebatcher
     larger than that is one piece of its own, parsed in one call, so it reaches the consumer
     as parsed: per batch the parse thread runs one parse's Python, not a slice and a join of
     every field of every piece (that Python holds the GIL the training thread waits for).
-    Blocks are gathered until they hold the lines needed (counted without the GIL), so a
-    large batch costs one join, not a re-scan of a growing tail per block.
+    Blocks are gathered until they hold the lines needed (their line ends found once, without
+    the GIL, and carried along), so a large batch costs one join, not a re-scan of a growing
+    tail per block.
     """
     raw = _raw_blocks(path, block_bytes)
     blocks = iter((buffered(raw, prefetch) if prefetch else raw)())
@@ -238,28 +239,40 @@ def _parsed_pieces(path: str, parser: Parser, block_bytes: int, out: "_Rebatcher
             yield parser.parse_buffer(b""), 1
         pending, have = [], 0
         for buf in blocks:
-            pending.append(buf)
-            have += count_lines(buf)
+            pending.append((buf, line_ends(np.frombuffer(buf, dtype=np.uint8))))
+            have += len(pending[-1][1])
             if have < min(out.size - out.rows % out.size, piece):
                 continue
-            rest, have = yield from _cut(b"".join(pending) if len(pending) > 1 else buf, parser, out,
-                                         piece, final=False)
-            pending = [rest] if rest else []
-        yield from _cut(b"".join(pending), parser, out, piece, final=True)
+            rest = yield from _cut(*_joined(pending), parser, out, piece, final=False)
+            pending = [rest] if rest[0] else []
+            have = len(rest[1])
+        yield from _cut(*_joined(pending), parser, out, piece, final=True)
     finally:
         close = getattr(blocks, "close", None)
         if close:
             close()
 
 
-def _cut(buf: bytes, parser: Parser, out: "_Rebatcher", piece: int, final: bool):
-    """Parse ``buf`` in pieces of whole batches (at most ``piece`` lines); return the unparsed
-    tail and the number of lines in it.
+def _joined(parts: list) -> tuple[bytes, np.ndarray]:
+    """Blocks with their line ends, as one buffer with its line ends."""
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        return b"", _NO_ENDS
+    base = np.cumsum([0] + [len(buf) for buf, _ in parts[:-1]])
+    return b"".join(buf for buf, _ in parts), np.concatenate([e + b for (_, e), b in zip(parts, base)])
+
+
+_NO_ENDS = np.zeros(0, np.int64)
+
+
+def _cut(buf: bytes, ends: np.ndarray, parser: Parser, out: "_Rebatcher", piece: int, final: bool):
+    """Parse ``buf`` (whose ``\n`` are at ``ends``) in pieces of whole batches (at most
+    ``piece`` lines); return the unparsed tail with its line ends.
 
     Unless ``final``, a tail too short to finish the batch waits for the next block, so a
     batch is one piece, or a slice of one (no copy), whenever no line was bad.
     """
-    ends = line_ends(np.frombuffer(buf, dtype=np.uint8))
     i = 0
     while i < len(ends):
         need = out.size - out.rows % out.size
@@ -278,4 +291,7 @@ def _cut(buf: bytes, parser: Parser, out: "_Rebatcher", piece: int, final: bool)
         for batch in more:
             yield batch, 0
         i = j
-    return (buf[int(ends[i - 1]) + 1:] if i else buf), len(ends) - i
+    if not i:
+        return buf, ends
+    cut = int(ends[i - 1]) + 1
+    return buf[cut:], ends[i:] - cut

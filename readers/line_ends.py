@@ -25,14 +25,29 @@ def _count(arr):
 
 @njit(nogil=True)
 def _ends(arr):
-    """Blocks of ``_BLOCK`` bytes are counted first (a loop that vectorises) and only the few
-    that hold a ``\n`` (lines are ~200 bytes) scanned byte by byte: a test and branch per byte
-    costs several times the count."""
-    out = np.empty(_count(arr), np.int64)
-    k = 0
+    """One pass over the bytes: the output starts with room for lines of ~128 bytes and, when
+    a block might not fit, doubles and the scan goes on where it stopped."""
+    out = np.empty(len(arr) // 128 + _BLOCK, np.int64)
+    k, i = _scan(arr, out, 0, 0)
+    while i < len(arr):
+        bigger = np.empty(2 * len(out), np.int64)
+        bigger[:k] = out[:k]
+        out = bigger
+        k, i = _scan(arr, out, k, i)
+    return out[:k]
+
+
+@njit(nogil=True)
+def _scan(arr, out, k, start):
+    """From ``start`` (a multiple of ``_BLOCK``), blocks of ``_BLOCK`` bytes are counted first (a
+    loop that vectorises) and only the few that hold a ``\n`` (lines are ~200 bytes) scanned
+    byte by byte: a test and branch per byte costs several times the count. Stops where ``out``
+    might not hold the next block's; returns (ends found, where it stopped)."""
     n = len(arr)
     full = n - n % _BLOCK
-    for base in range(0, full, _BLOCK):
+    for base in range(start, full, _BLOCK):
+        if len(out) - k < _BLOCK:
+            return k, base
         c = 0
         for j in range(_BLOCK):
             c += arr[base + j] == 10
@@ -41,11 +56,13 @@ def _ends(arr):
                 if arr[base + j] == 10:
                     out[k] = base + j
                     k += 1
-    for i in range(full, n):
+    if len(out) - k < _BLOCK:
+        return k, max(start, full)
+    for i in range(max(start, full), n):
         if arr[i] == 10:
             out[k] = i
             k += 1
-    return out
+    return k, n
 
 
 def count_lines(buf: bytes) -> int:

@@ -146,9 +146,10 @@ def _detect(sc, tot, var, cnt, delta, min_len, direction):
     return found
 
 
-@njit()
+@njit(nogil=True)
 def run(x, sc, tot, var, cnt, delta, clock, max_buckets, min_len, grace, direction):
-    """Feed ``x`` in order; return the positions (in ``x``) of the values that raised an alarm."""
+    """Feed ``x`` in order; return the positions (in ``x``) of the values that raised an alarm.
+    It does not hold the GIL (the reader's parse thread runs meanwhile)."""
     alarms = np.empty(len(x), np.int64)
     n_alarms = 0
     fresh = False

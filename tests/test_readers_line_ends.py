@@ -17,6 +17,7 @@ def _cases():
     yield b"ab"
     yield b"a\nb\n\n"
     yield b"\n" * 200
+    yield b"\n" * 3000                          # the output grows several times
     yield bytes(rng.choice([10, 65], size=1000).astype(np.uint8))
     yield bytes(rng.choice([10] + [65] * 199, size=5000).astype(np.uint8))
 
