@@ -292,3 +292,27 @@ def test_a_background_flush_that_conflicts_merges_before_it_is_done(redis_url, r
     finally:
         a.close()
         b.close()
+
+
+def test_shards_count_errors_from_two_threads_exactly(redis_url):
+    """The flush thread and the training thread share one ``Shards``: its error count is
+    made under a lock, so no increment is lost."""
+    import threading
+
+    from streamtrain.store.base import StoreStats
+    from streamtrain.store.redis_shards import Shards
+
+    stats = StoreStats()
+    shards = Shards(urls=[redis_url], stats=stats)
+    try:
+        def count():
+            for _ in range(20000):
+                shards._count_error()
+        threads = [threading.Thread(target=count) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert stats.errors == 40000
+    finally:
+        shards.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import logging
 import ssl
+import threading
 
 import redis
 import redis.retry
@@ -105,6 +106,9 @@ class Shards:
         self.names: list[str] = []
         self._slot_shard: list[int] = []
         self._stale = False
+        # the write-back store's flush thread shares these shards with the training thread: a
+        # slot map read and the error count are made one thread at a time
+        self._lock = threading.Lock()
         self.epoch = 0                  # +1 at each slot map read: routing caches compare it
         if not self.cluster:
             self.clients = [new_client(kw, timeout_s) for kw in self._seeds]
@@ -112,9 +116,14 @@ class Shards:
 
     # ---- routing -----------------------------------------------------------------------
     def refresh(self) -> None:
-        """Cluster: (re)read ``CLUSTER SLOTS`` from any node that answers."""
+        """Cluster: (re)read ``CLUSTER SLOTS`` from any node that answers (one thread at a time:
+        the node list only grows, and a thread that waited reads the map again)."""
         if not self.cluster:
             return
+        with self._lock:
+            self._refresh()
+
+    def _refresh(self) -> None:
         last = None
         for conn in [*self._seeds, *(self._node(n) for n in self.names)]:
             client = new_client(conn, self.timeout_s)
@@ -239,7 +248,8 @@ class Shards:
 
     def _count_error(self) -> None:
         if self.stats is not None:
-            self.stats.errors += 1
+            with self._lock:
+                self.stats.errors += 1
 
     def _where(self) -> str:
         return ", ".join(f"{kw['host']}:{kw['port']}" + (f" as user '{kw['username']}'" if kw.get("username") else "")
