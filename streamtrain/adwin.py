@@ -43,7 +43,7 @@ def _clear(sc, tot, var, cnt):
     cnt[:] = 0
 
 
-@njit()
+@njit(inline="always")
 def _shift(tot, var, cnt, r, n):
     """Drop the ``n`` oldest buckets of row ``r``."""
     k = cnt[r]
@@ -56,7 +56,7 @@ def _shift(tot, var, cnt, r, n):
     cnt[r] = k - n
 
 
-@njit()
+@njit(inline="always")
 def _insert(sc, tot, var, cnt, x, max_buckets):
     w = sc[WIDTH] + 1.0
     if w > 1.0:
