@@ -96,9 +96,10 @@ def parse_clean(buf: bytes, seeds: np.ndarray, field_length: int, start: int = 0
     """(labels f64[R], dense values f64[R, 13], ids u64[26, R], present bool[26, R]) of a
     chunk of whole ``\n``-ended lines, ``buf[start:end]``, or None when some line needs the
     vectorised path. ``lines``, when the caller knows it (the file reader found the line ends),
-    is how many ``\n`` the chunk holds, so it is not counted again. The hashing reads 8-byte words past a token's end (masked off), so the
-    chunk is copied with zero padding only when ``buf`` has no 8 bytes after it: the file
-    reader hands over a piece of its joined blocks as it is (no copy held under the GIL)."""
+    is how many ``\n`` the chunk holds, so it is not counted again. The hashing reads 8-byte
+    words past a token's end (masked off), so the chunk is copied with zero padding only when
+    ``buf`` has no 8 bytes after it: the file reader hands over a piece of its joined blocks as
+    it is (no copy held under the GIL)."""
     end = len(buf) if end is None else end
     if end <= start or buf[end - 1] != 10:
         return None

@@ -14,16 +14,6 @@ _BLOCK = 64
 
 
 @njit(nogil=True)
-def _count(arr):
-    """Branch-free: a sum of comparisons, which vectorises (a test and branch per byte costs
-    several times as much)."""
-    n = 0
-    for i in range(len(arr)):
-        n += arr[i] == 10
-    return n
-
-
-@njit(nogil=True)
 def _ends(arr):
     """One pass over the bytes: the output starts with room for lines of ~128 bytes and, when
     a block might not fit, doubles and the scan goes on where it stopped."""
@@ -63,11 +53,6 @@ def _scan(arr, out, k, start):
             out[k] = i
             k += 1
     return k, n
-
-
-def count_lines(buf: bytes) -> int:
-    """The number of ``\\n`` in ``buf``."""
-    return int(_count(np.frombuffer(buf, dtype=np.uint8))) if buf else 0
 
 
 def line_ends(arr: np.ndarray) -> np.ndarray:
