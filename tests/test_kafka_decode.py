@@ -202,3 +202,24 @@ def test_a_stop_ends_the_wait_for_the_broker_and_other_errors_propagate(monkeypa
     src = _source()
     with pytest.raises(UnsupportedVersionError):                 # not retriable: the job reports it
         src._poll(_UnreachableConsumer(1, UnsupportedVersionError("no")), 100)
+
+
+def test_pending_put_back_restores_the_queue_in_order():
+    from streamtrain.readers.kafka.pending import Pending
+    from streamtrain.readers.kafka.segment import Segment
+
+    q = Pending()
+    segs = [Segment.from_values("t", 0, [b"a\nb", b"c", b"d"], [3 * i, 3 * i + 1, 3 * i + 2], [0, 0, 0])
+            for i in range(3)]                  # 4 lines each, in 3 messages
+    for s in segs:
+        q.push(s)
+    before = [(s.offset, s.n_lines) for s in q.segments]
+    take = q.cut(6)                             # a whole segment and part of the next
+    assert sum(s.n_lines for s in take) == 6 and q.lines == 6
+    q.put_back(take)
+    assert q.lines == 12
+    got = [(s.offset, s.n_lines) for s in q.segments]
+    assert got[0] == before[0] and sum(n for _, n in got) == 12
+    assert [o for o, _ in got] == sorted(o for o, _ in got)
+    again = q.cut(6)                            # the same messages come out again
+    assert [(s.offset, len(s)) for s in again] == [(s.offset, len(s)) for s in take]

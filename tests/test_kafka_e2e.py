@@ -116,3 +116,37 @@ def test_csv_over_kafka_takes_columns_from_the_config(kafka_bootstrap, kafka_top
     finally:
         src.close()
     assert total == 500 and m.total == 0
+
+
+def test_full_batches_are_parsed_ahead_and_a_stop_puts_the_next_back(kafka_bootstrap, kafka_topic,
+                                                                     kafka_names, kafka_test_consumer,
+                                                                     criteo_path):
+    """While a batch trains, the next one is parsed (and prepared) in the reader's worker
+    thread; when the reader stops, that next batch goes back to the queue untrained, and
+    nothing past the batches trained is committed."""
+    import threading
+
+    topic = kafka_topic(1)
+    src = KafkaSource({"type": "kafka", "bootstrap": kafka_bootstrap, "topic": topic,
+                       "group": kafka_names("g"), "format": "criteo", "max_wait_ms": 5000,
+                       "consumer": kafka_test_consumer}, batch_size=100)
+    prepared = []
+    src.prepare.fn = lambda batch: prepared.append((batch.size, threading.current_thread().name))
+    produce(_lines(criteo_path)[:1000], kafka_bootstrap, topic)
+    try:
+        gen = src.batches()
+        first = next(gen)                       # 1000 queued: batch 2 is parsed meanwhile
+        assert first.size == 100
+        src.commit(first.offsets)
+        second = next(gen)
+        assert second.size == 100
+        src.commit(second.offsets)
+        assert len(prepared) == 3               # batches 1, 2 and the one ahead
+        assert all(n == 100 and name.startswith("streamtrain-kafka-parse") for n, name in prepared)
+        src.request_stop()
+        for _ in gen:                           # the stop ends the loop at its next check
+            pass
+        assert src._ahead is None and src._pending.lines == 800   # the one ahead is queued again
+        assert sum(src.committed_offsets().values()) == 200
+    finally:
+        src.close()

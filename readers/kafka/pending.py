@@ -55,6 +55,13 @@ class Pending:
             lines += n
         return take
 
+    def put_back(self, segs: list[Segment]) -> None:
+        """Segments ``cut`` took, queued again in front, in their order (a batch that was cut
+        but not trained)."""
+        for seg in reversed(segs):
+            self.segments.appendleft(seg)
+            self.lines += seg.n_lines
+
     def abandon(self, pred) -> tuple[int, dict]:
         """Drop the segments ``pred`` selects: (messages dropped, {(topic, partition): first
         dropped offset})."""

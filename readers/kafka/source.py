@@ -25,6 +25,7 @@ import logging
 import threading
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
 from kafka import KafkaConsumer
@@ -33,6 +34,7 @@ from kafka.errors import KafkaError
 from streamtrain.backoff import STOPPED, Backoff
 from streamtrain.errors import ReaderError
 
+from ..compose import Prepare
 from ..formats import make_parser
 from ..malformed import Malformed
 from .batching import Parsed
@@ -91,6 +93,9 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
         self._due_batches = 0
         self._unconfirmed: dict = {}        # TopicPartition -> OffsetAndMetadata of failed commits
         self._loop_thread = None            # the thread iterating batches() (uses the consumer)
+        self._worker = None                 # parses (and prepares) the next batch while one trains
+        self._ahead = None                  # that next batch: a future of its Parsed
+        self.prepare = Prepare()            # the job's per-batch work, done in the worker too
         self._stop = False
         # a job whose store writes back sets this: ``due_only`` -> flush (when due, or always)
         # and commit what was trained; called in this loop's thread between batches, before
@@ -128,6 +133,9 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
         try:
             if gen is not None:
                 gen.close()
+            if self._worker is not None:
+                self._worker.shutdown(wait=True)
+                self._worker = None
         finally:
             try:
                 if self.consumer is not None:
@@ -206,9 +214,7 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
             if now >= self._next_health:
                 self._update_health()
                 self._next_health = now + HEALTH_EVERY_S
-            while self._pending.lines >= self.batch_size and not self._stop:
-                yield from self._emit(self.batch_size)
-                self._keep_alive(consumer)
+            yield from self._full_batches(consumer)
             if self._stop:
                 break
             if self._pending and now >= self._pending.first_arrived + self.max_wait:
@@ -230,12 +236,56 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
                 return
         self._flush_commits()
 
+    def _full_batches(self, consumer):
+        """Every full batch the queue holds, each parsed (and prepared: the job's
+        ``prepare.fn``) in the worker thread while the one before it trains. A batch ahead holds
+        messages taken off the queue, where a rebalance could not abandon them, so the consumer
+        is never polled while there is one: a due keep-alive poll waits until no batch is ahead
+        (one batch later at most), and the loop's own poll comes after this returns. A batch
+        ahead when the reader stops goes back to the queue, untrained."""
+        try:
+            while not self._stop:
+                if self._ahead is None:
+                    if self._pending.lines < self.batch_size:
+                        return
+                    self._ahead = self._parse_ahead(self.batch_size)
+                (_, current), self._ahead = self._ahead, None
+                if self._pending.lines >= self.batch_size and not self._keep_alive_due():
+                    self._ahead = self._parse_ahead(self.batch_size)
+                yield from self._finish(current.result())
+                if self._ahead is None:
+                    self._keep_alive(consumer)
+        finally:
+            ahead, self._ahead = self._ahead, None
+            if ahead is not None:               # stopped: its messages go back, untrained
+                take, future = ahead
+                future.cancel() or wait([future])
+                with self._lock:
+                    self._pending.put_back(take)
+
+    def _parse_ahead(self, limit: int) -> tuple:
+        """(the segments cut, a future of their ``Parsed``) for the worker to parse now."""
+        with self._lock:
+            take = self._pending.cut(limit)
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(1, thread_name_prefix="streamtrain-kafka-parse")
+        return take, self._worker.submit(self._parsed, take)
+
+    def _parsed(self, take):
+        parsed = Parsed(self.parser, take)
+        if parsed.batch.size:
+            self.prepare(parsed.batch)
+        return parsed
+
+    def _keep_alive_due(self) -> bool:
+        return time.monotonic() - self._polled >= self._keep_alive_s
+
     def _keep_alive(self, consumer) -> None:
         """Poll, fetching nothing, when the backlog of one fetch has kept the loop from polling
         for a while: a slow model training a large fetch would otherwise outlive
         ``max_poll_interval_ms``, drop out of the group and fail its commits. A rebalance this
         poll brings is handled as at the loop's own poll (``rebalance.py``)."""
-        if time.monotonic() - self._polled < self._keep_alive_s:
+        if not self._keep_alive_due():
             return
         owned = consumer.assignment()
         consumer.pause(*owned)
@@ -281,11 +331,14 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
             self._last_message = now
 
     def _emit(self, limit: int):
+        """A batch of what is queued, parsed in this thread (the deadline's and the end's)."""
         with self._lock:
             take = self._pending.cut(limit)
-        if not take:
-            return
-        parsed = Parsed(self.parser, take)
+        if take:
+            yield from self._finish(Parsed(self.parser, take))
+
+    def _finish(self, parsed: Parsed):
+        """A parsed batch's offsets, bad lines and bookkeeping; yielded unless it is empty."""
         batch = parsed.batch
         batch.offsets = self._with_owned(parsed.offsets)
         rows = parsed.rows(want_sources=self._trace is not None)
