@@ -4,7 +4,8 @@ Recovery contract (bytewax's, per partition): what this reader resumes from is o
 offset committed for the partition, and it commits a partition's offset ``n`` only after every
 message below ``n`` was applied to the store (or was a bad line, counted and dead-lettered).
 
-The loop (one thread; kafka-python's network thread runs beside it):
+The loop (one thread uses the consumer; kafka-python's network thread runs beside it, and a
+worker thread parses the next full batch while one trains):
 
 1. ``poll`` with a timeout that ends at the open batch's deadline (``max_wait_ms`` after its
    first line arrived), or after ``IDLE_POLL_S`` when nothing is pending: a quiet stream
@@ -12,7 +13,8 @@ The loop (one thread; kafka-python's network thread runs beside it):
 2. Fetched messages queue up as ``Segment``s (``pending.py``; one per Kafka record batch and
    partition on the fast path, ``fastpath.py``).
 3. A batch closes at ``batch_size`` lines, or at the deadline with what is there; it is cut at
-   a message boundary, parsed in one vectorised call (``batching.py``), and yielded with
+   a message boundary, parsed in one vectorised call (``batching.py``; a full batch in the
+   worker, ``_full_batches``, with the job's ``prepare``), and yielded with
    ``offsets = {(topic, partition): next offset}``. Bad lines are counted by reason (and sent
    to the dead-letter topic, ``deadletter.py``); a batch with no good line is committed at
    once, not yielded.
