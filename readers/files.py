@@ -25,7 +25,7 @@ import numpy as np
 from .batching import concat_batches, slice_batch
 from .compose import Prepare, buffered
 from .formats import Parser, make_parser
-from .line_ends import line_ends
+from .line_ends import joined, line_ends
 from .malformed import Malformed
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -243,27 +243,14 @@ def _parsed_pieces(path: str, parser: Parser, block_bytes: int, out: "_Rebatcher
             have += len(pending[-1][1])
             if have < min(out.size - out.rows % out.size, piece):
                 continue
-            rest = yield from _cut(*_joined(pending), parser, out, piece, final=False)
+            rest = yield from _cut(*joined(pending), parser, out, piece, final=False)
             pending = [rest] if rest[0] else []
             have = len(rest[1])
-        yield from _cut(*_joined(pending), parser, out, piece, final=True)
+        yield from _cut(*joined(pending), parser, out, piece, final=True)
     finally:
         close = getattr(blocks, "close", None)
         if close:
             close()
-
-
-def _joined(parts: list) -> tuple[bytes, np.ndarray]:
-    """Blocks with their line ends, as one buffer with its line ends."""
-    if len(parts) == 1:
-        return parts[0]
-    if not parts:
-        return b"", _NO_ENDS
-    base = np.cumsum([0] + [len(buf) for buf, _ in parts[:-1]])
-    return b"".join(buf for buf, _ in parts), np.concatenate([e + b for (_, e), b in zip(parts, base)])
-
-
-_NO_ENDS = np.zeros(0, np.int64)
 
 
 def _cut(buf: bytes, ends: np.ndarray, parser: Parser, out: "_Rebatcher", piece: int, final: bool):

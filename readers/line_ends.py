@@ -58,3 +58,15 @@ def _scan(arr, out, k, start):
 def line_ends(arr: np.ndarray) -> np.ndarray:
     """Positions of the ``\\n`` bytes of a uint8 array (``np.flatnonzero(arr == 10)``)."""
     return _ends(arr)
+
+
+def joined(parts: list) -> tuple[bytes, np.ndarray]:
+    """Buffers, each with the positions of (some of) its ``\n`` bytes, as one buffer with those
+    positions in it: the file reader's blocks and their line ends, a Kafka batch's segments and
+    their message ends. One part is returned as it is."""
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        return b"", np.zeros(0, np.int64)
+    base = np.cumsum([0] + [len(buf) for buf, _ in parts[:-1]])
+    return b"".join(buf for buf, _ in parts), np.concatenate([e + b for (_, e), b in zip(parts, base)])

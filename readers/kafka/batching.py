@@ -12,6 +12,7 @@ import logging
 import numpy as np
 
 from .segment import Segment
+from ..line_ends import joined
 from ..lines import NAMES, Chunk
 
 log = logging.getLogger("streamtrain.kafka")
@@ -22,14 +23,13 @@ class Parsed:
     sources of its lines."""
 
     def __init__(self, parser, segs: list[Segment]):
-        self.chunk = chunk = Chunk(segs[0].buf if len(segs) == 1 else b"".join(s.buf for s in segs))
+        buf, self._ends = joined([(s.buf, s.ends) for s in segs])     # message ends in ``buf``
+        self.chunk = chunk = Chunk(buf)
         self.batch = parser.parse_chunk(chunk)
         self.offsets: dict = {}
         for s in segs:
             key = (s.topic, s.partition)
             self.offsets[key] = max(self.offsets.get(key, 0), s.next_offset)
-        starts = np.cumsum([0] + [len(s.buf) for s in segs[:-1]])
-        self._ends = np.concatenate([s.ends + b for s, b in zip(segs, starts)])
         self._topics = sorted({s.topic for s in segs})
         self._msg_topic = np.concatenate([np.full(len(s), self._topics.index(s.topic)) for s in segs])
         self._msg_part = np.concatenate([np.full(len(s), s.partition) for s in segs])

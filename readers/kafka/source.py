@@ -96,7 +96,7 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
         self._unconfirmed: dict = {}        # TopicPartition -> OffsetAndMetadata of failed commits
         self._loop_thread = None            # the thread iterating batches() (uses the consumer)
         self._worker = None                 # parses (and prepares) the next batch while one trains
-        self._ahead = None                  # that next batch: a future of its Parsed
+        self._ahead = None                  # that next batch: (its segments, a future of its Parsed)
         self.prepare = Prepare()            # the job's per-batch work, done in the worker too
         self._stop = False
         # a job whose store writes back sets this: ``due_only`` -> flush (when due, or always)
@@ -267,8 +267,7 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
 
     def _parse_ahead(self, limit: int) -> tuple:
         """(the segments cut, a future of their ``Parsed``) for the worker to parse now."""
-        with self._lock:
-            take = self._pending.cut(limit)
+        take = self._cut(limit)
         if self._worker is None:
             self._worker = ThreadPoolExecutor(1, thread_name_prefix="streamtrain-kafka-parse")
         return take, self._worker.submit(self._parsed, take)
@@ -334,10 +333,13 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
 
     def _emit(self, limit: int):
         """A batch of what is queued, parsed in this thread (the deadline's and the end's)."""
-        with self._lock:
-            take = self._pending.cut(limit)
+        take = self._cut(limit)
         if take:
             yield from self._finish(Parsed(self.parser, take))
+
+    def _cut(self, limit: int) -> list:
+        with self._lock:
+            return self._pending.cut(limit)
 
     def _finish(self, parsed: Parsed):
         """A parsed batch's offsets, bad lines and bookkeeping; yielded unless it is empty."""
