@@ -1,14 +1,15 @@
 """A worked reader plug-in: clicks from a (simulated) HTTP log as dict records.
 
-Use it by dotted path::
+Use it by dotted path (it ships inside the package as ``streamtrain.examples.plugin_reader``;
+your own is ``yourmodule:make_reader``)::
 
-    "reader": {"type": "plugin", "factory": "examples.plugin_reader:make_reader",
+    "reader": {"type": "plugin", "factory": "streamtrain.examples.plugin_reader:make_reader",
                "args": {"n": 20000, "seed": 1}}
 
 or register it under the ``streamtrain.readers`` entry-point group of your package::
 
     [project.entry-points."streamtrain.readers"]
-    weblog = "examples.plugin_reader:make_reader"
+    weblog = "yourpackage.plugin_reader:make_reader"
 
 and write ``"reader": {"type": "plugin", "entry_point": "weblog", "args": {...}}``.
 """

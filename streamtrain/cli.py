@@ -1,4 +1,4 @@
-"""streamtrain run | validate | produce | serve: a streaming online-learning daemon and its tools.
+"""streamtrain run | validate | produce | serve | examples: a streaming online-learning daemon and its tools.
 
 Every option also reads a STREAMTRAIN_* environment variable (shown in each command's --help).
 """
@@ -11,8 +11,10 @@ import sys
 import threading
 
 from . import config as configmod
+from . import shipped
 from .errors import ConfigError, StreamtrainError
 from .produce import add_produce_parser
+from .version import describe
 
 ENV = "STREAMTRAIN_"
 RUN_DESCRIPTION = """\
@@ -53,7 +55,8 @@ def _env_sets() -> list[str]:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", nargs="?", default=_env("CONFIG"),
-                   help="the job's JSON config [env STREAMTRAIN_CONFIG]")
+                   help="the job's JSON config, or the name of a shipped example (lr, fm, synthetic, ...: "
+                        "streamtrain examples lists them) [env STREAMTRAIN_CONFIG]")
     p.add_argument("--set", dest="sets", action="append", default=_env_sets(), metavar="PATH=VALUE",
                    help="override a config value by dotted path, e.g. reader.path=/data/x.tsv.gz, "
                         "layers.emb.dim=16 (repeatable) [env STREAMTRAIN_SET, ';'-separated]")
@@ -68,6 +71,7 @@ def _log_flags(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="streamtrain", description=__doc__)
+    parser.add_argument("--version", action="version", version=describe())
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     run = sub.add_parser("run", help="train on a stream until it ends or a signal asks to stop",
@@ -91,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(val)
 
     add_produce_parser(sub)
+    shipped.add_examples_parser(sub)
     return parser
 
 
@@ -102,7 +107,10 @@ def _int_env(name):
 def load_config(args) -> dict:
     if not args.config:
         raise ConfigError([("", "no config given (argument CONFIG or env STREAMTRAIN_CONFIG)")])
-    cfg, found = configmod.load_listing(args.config, args.sets)
+    path = shipped.resolve(args.config)
+    if not os.path.exists(path):
+        raise ConfigError([("", f"config file not found: {path} {shipped.missing_hint(path)}")])
+    cfg, found = configmod.load_listing(path, args.sets)
     found += configmod.problems(cfg)
     if found:
         raise ConfigError(found, source=args.config)

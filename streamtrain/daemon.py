@@ -27,6 +27,7 @@ from .job import Job
 from .logs import setup_logging
 from .metrics import Metrics
 from .serve.run import attach as attach_serving
+from .version import build_info, describe
 
 log = logging.getLogger("streamtrain")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -96,6 +97,7 @@ def serve(job: Job, cfg: dict) -> tuple[Metrics | None, MetricsServer | None, He
 def run_job(cfg: dict, args) -> int:
     logcfg = cfg.get("log", {})
     setup_logging(args.log_format or logcfg.get("format", "text"), args.log_level or logcfg.get("level", "INFO"))
+    log.info("%s: training job %r", describe(), cfg.get("name", ""), extra={"fields": build_info()})
     restore = resolve_restore(args.restore, cfg)
     job = Job(cfg, max_examples=args.max_examples, restore=restore)
     signals = Signals(job).install()

@@ -14,7 +14,7 @@ import threading
 import time
 
 import numpy as np
-from prometheus_client import (CollectorRegistry, Counter, Enum, Gauge, Histogram, PlatformCollector,
+from prometheus_client import (CollectorRegistry, Counter, Enum, Gauge, Histogram, Info, PlatformCollector,
                                ProcessCollector)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 from .progressive import Window
 from .readers.malformed import REASONS
 from .state import Status
+from .version import build_info
 
 log = logging.getLogger("streamtrain.metrics")
 PHASES = ("pull", "forward", "backward", "push", "update", "commit")
@@ -29,6 +30,13 @@ ROW_STATES = ("live", "admitted", "expired")
 LAYER_STATES = [s.name.lower() for s in Status]
 STEP_BUCKETS = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10)
 FRESHNESS_BUCKETS = (.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 21600, 86400)
+
+
+def register_build_info(registry: CollectorRegistry) -> Info:
+    """``streamtrain_build_info{version, python, numpy, numba} 1``, as Prometheus exporters do."""
+    info = Info("streamtrain_build", "streamtrain's version and the versions it runs on", registry=registry)
+    info.info(build_info())
+    return info
 
 
 class BulkHistogram(Collector):
@@ -70,6 +78,7 @@ class Metrics:
         if process:                      # process_* (start time, memory, fds) and python_info
             ProcessCollector(registry=r)
             PlatformCollector(registry=r)
+        register_build_info(r)
         self.window = Window(int(window))
         self.refresh_seconds = float(refresh_seconds)
         self._next_refresh = 0.0
@@ -317,6 +326,8 @@ class ServeMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None):
         r = self.registry = registry if registry is not None else CollectorRegistry()
+        if registry is None:             # a job's registry (serving beside it) has it already
+            register_build_info(r)
         self.latency = Histogram("streamtrain_serve_request_seconds", "Seconds per prediction request",
                                  ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)
         self.records = Histogram("streamtrain_serve_batch_records", "Records per prediction request",

@@ -7,6 +7,7 @@ import logging
 import sys
 
 from streamtrain.metrics import ServeMetrics
+from streamtrain.version import build_info, describe
 
 from .settings import serve_settings
 
@@ -19,6 +20,7 @@ def serve_forever(config: dict) -> int:
     from .service import Service, StoreModel
 
     settings = serve_settings(config)
+    log.info("%s: serving job %r", describe(), config.get("name", ""), extra={"fields": build_info()})
     # the background refresher holds the GIL in short bursts: hand it back to the event loop
     # after 0.5 ms instead of Python's default 5 ms, or a request arriving meanwhile waits that long
     sys.setswitchinterval(0.0005)

@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 
+from streamtrain import __version__
 from streamtrain.errors import ConfigError, StoreError
 from streamtrain.graph import Graph, Schema
 from streamtrain.readers.formats import split_format_options
@@ -241,6 +242,7 @@ class Service:
     def describe(self) -> dict:
         graph = self.source.graph()
         return {
+            "version": __version__,
             "layers": [{"name": layer.name, "type": layer.kind, "inputs": list(layer.inputs)}
                        for layer in graph.order],
             "parameters": {name: {"table": spec.table, "dim" if spec.table else "shape":
