@@ -127,9 +127,13 @@ def test_full_batches_are_parsed_ahead_and_a_stop_puts_the_next_back(kafka_boots
     import threading
 
     topic = kafka_topic(1)
+    # a keep-alive poll due (a quarter of max_poll_interval_ms since the last poll: 1.25 s with the
+    # test settings, which a loaded machine can spend between two batches) defers the cut of the
+    # batch ahead by one batch; with 60 s none is due within the test
+    consumer = {**kafka_test_consumer, "max_poll_interval_ms": 60_000}
     src = KafkaSource({"type": "kafka", "bootstrap": kafka_bootstrap, "topic": topic,
                        "group": kafka_names("g"), "format": "criteo", "max_wait_ms": 5000,
-                       "consumer": kafka_test_consumer}, batch_size=100)
+                       "consumer": consumer}, batch_size=100)
     prepared = []
     src.prepare.fn = lambda batch: prepared.append((batch.size, threading.current_thread().name))
     produce(_lines(criteo_path)[:1000], kafka_bootstrap, topic)
@@ -141,6 +145,8 @@ def test_full_batches_are_parsed_ahead_and_a_stop_puts_the_next_back(kafka_boots
         second = next(gen)
         assert second.size == 100
         src.commit(second.offsets)
+        assert src._ahead is not None           # batch 3 was cut for the worker before 2 was yielded
+        src._ahead[1].result(timeout=30)        # the worker prepares it while batch 2 "trains"
         assert len(prepared) == 3               # batches 1, 2 and the one ahead
         assert all(n == 100 and name.startswith("streamtrain-kafka-parse") for n, name in prepared)
         src.request_stop()

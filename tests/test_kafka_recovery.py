@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import gzip
+import re
 import threading
 import time
 
@@ -32,6 +33,21 @@ def _wait_for(cond, timeout, what):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
+
+
+def _split(a, b, partitions: int = 4) -> bool:
+    """The partitions each trainer owns now (its log's assignments less its revocations) are
+    disjoint and cover the topic: the rebalance the second one's join started has ended."""
+    owned = []
+    for trainer in (a, b):
+        mine = set()
+        for line in trainer.log().splitlines():
+            if "kafka reader: assigned" in line:
+                mine |= set(re.findall(r", (\d+)\)", line))
+            elif "kafka reader: partitions" in line:           # revoked or lost
+                mine -= set(re.findall(r", (\d+)\)", line))
+        owned.append(mine)
+    return all(owned) and not owned[0] & owned[1] and owned[0] | owned[1] == {str(p) for p in range(partitions)}
 
 
 def _producing(lines, bootstrap, topic, rate):
@@ -86,8 +102,7 @@ def test_two_trainers_split_the_partitions_and_skip_nothing(criteo_path, kafka_b
                                         trace_file=str(tmp_path / f"trace-{name}"))
     a = trainers("a", cfg("a"))
     b = trainers("b", cfg("b"))
-    _wait_for(lambda: "assigned" in a.log() and "assigned" in b.log(), 30, "both trainers to join")
-    time.sleep(1.0)                                                    # let the rebalance settle
+    _wait_for(lambda: _split(a, b), 30, "both trainers to join and split the partitions")
     lines = _lines(criteo_path, 10000)
     _producing(lines, kafka_bootstrap, topic, rate=5000).join()
     sa, sb = a.wait(timeout=60), b.wait(timeout=60)
@@ -110,8 +125,7 @@ def test_a_dead_trainers_partitions_are_taken_over(criteo_path, kafka_bootstrap,
                                         trace_file=str(tmp_path / f"trace-{name}"))
     a = trainers("a", cfg("a"))
     b = trainers("b", cfg("b"))
-    _wait_for(lambda: "assigned" in a.log() and "assigned" in b.log(), 30, "both trainers to join")
-    time.sleep(1.0)
+    _wait_for(lambda: _split(a, b), 30, "both trainers to join and split the partitions")
     lines = _lines(criteo_path, 12000)
     feeder = _producing(lines, kafka_bootstrap, topic, rate=4000)
     _wait_for(lambda: len(read_trace(tmp_path / "trace-a")) >= 1000, 30, "trainer a to train")

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import gzip
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,8 +9,9 @@ import pytest
 from streamtrain.readers import Malformed, make_parser
 from streamtrain.readers.criteo_kernel import parse_clean
 from streamtrain.readers.lines import Chunk
+from tests.conftest import DATA as DATA_DIR
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "criteo_kaggle_head7625.tsv.gz"
+DATA = DATA_DIR / "criteo_kaggle_head7625.tsv.gz"      # STREAMTRAIN_DATA or ../shared/data, as every test
 
 
 def _same(a, b):
