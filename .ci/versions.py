@@ -72,9 +72,10 @@ def pins(which: str) -> list[str]:
 CHECK = """
 import sys
 from importlib import metadata
+from packaging.version import Version
 want = dict(arg.split("=", 1) for arg in sys.argv[1:])
 got = {name: metadata.version(name) for name in want}
-wrong = {n: (got[n], v) for n, v in want.items() if v != "*" and got[n] != v}
+wrong = {n: (got[n], v) for n, v in want.items() if v != "*" and Version(got[n]) != Version(v)}
 print("versions:", ", ".join(f"{n} {v}" for n, v in got.items()))
 import numpy, numba, scipy
 import streamtrain.compiled
