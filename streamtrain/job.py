@@ -20,6 +20,7 @@ from .backoff import STOPPED, Backoff
 from .drift import DriftMonitor
 from .graph import Graph, Schema
 from .graphstore.stream import model_problems, open_graph_input
+from .saved import schema_json
 from .errors import ConfigError, StoreAccessError, StoreError
 from .store import make_store
 from .trainer import Trainer
@@ -353,7 +354,7 @@ class Job:
         try:
             path = checkpoint.write(cfg["dir"], self.store.snapshot(), step=self.trainer.batches,
                                     examples=self.trainer.examples, offsets=self.offsets,
-                                    keep=cfg.get("keep") or None,
+                                    keep=cfg.get("keep") or None, extra={"schema": schema_json(self.graph.schema)},
                                     more_arrays=self._graph_state())
         except BaseException:
             for hook in self.checkpoint_hooks:

@@ -13,8 +13,9 @@ from .settings import serve_settings
 log = logging.getLogger("streamtrain.serve")
 
 
-def serve_forever(config: dict) -> int:
-    """``streamtrain serve``: build the server and run it until SIGTERM/SIGINT."""
+def serve_forever(config: dict, restore: str | None = None) -> int:
+    """``streamtrain serve``: build the server and run it until SIGTERM/SIGINT; with ``restore``
+    (a checkpoint directory, or a ``checkpoint.dir`` for its latest) from that saved model."""
     from .http import Server, make_app
     from .service import Service, StoreModel
 
@@ -22,8 +23,13 @@ def serve_forever(config: dict) -> int:
     # the background refresher holds the GIL in short bursts: hand it back to the event loop
     # after 0.5 ms instead of Python's default 5 ms, or a request arriving meanwhile waits that long
     sys.setswitchinterval(0.0005)
-    source = StoreModel(config, settings)
-    source.built.append(_freeze)
+    if restore:
+        from .saved import CheckpointModel
+        source = CheckpointModel(config, settings, restore)
+        log.info("serving the saved model %s", source.store_name())
+    else:
+        source = StoreModel(config, settings)
+        source.built.append(_freeze)
     _freeze()
     try:
         service = Service(source, settings, config.get("reader", {}))
