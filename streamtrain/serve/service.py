@@ -57,6 +57,8 @@ class JobModel:
         graph_input = self.job.graph_input
         if graph_input is None:
             return
+        if not may_read and graph_input.store.kind != "memory":    # a Redis graph: not on the event loop
+            raise MustWait
         lock = self.job.step_lock
         if not lock.acquire(blocking=may_read):
             raise MustWait
