@@ -136,6 +136,7 @@ def test_streamtrain_serve_samples_the_redis_graph(tmp_path, redis_url, redis_na
     srv = Server(make_app(Service(source, settings, cfg["reader"]), ServeMetrics()), "127.0.0.1", 0).start()
     store = make_store({**cfg["store"], "namespace": redis_namespace})
     graph_input = open_graph_input(cfg["graph"], namespace=redis_namespace)
+    edges = graph_input.stats()["edges"]
     try:
         with http(srv.port) as c:
             r = c.post("/v1/predict", json={"records": RECORDS})
@@ -144,7 +145,7 @@ def test_streamtrain_serve_samples_the_redis_graph(tmp_path, redis_url, redis_na
         want = Evaluator(job.graph, store, graph_input=graph_input).forward(
             records_batch({"records": RECORDS}, job.graph.schema, 10))
         np.testing.assert_allclose(r.json()["predictions"], want, atol=1e-6)
-        assert graph_input.stats()["edges"] == 2 * 2500                      # as trained: nothing added
+        assert graph_input.stats()["edges"] == edges > 0                     # as trained: nothing added
     finally:
         srv.stop()
         source.close()
@@ -198,7 +199,8 @@ def test_eval_scores_a_stream_with_the_checkpoint_and_changes_nothing(tmp_path):
     assert got["examples"] == 700 and got["malformed"] == 0 and got["nonfinite_batches"] == 0
     assert got["logloss"] == pytest.approx(logloss(labels, p), abs=2e-6)
     assert got["auc"] == pytest.approx(auc(labels, p), abs=1e-4)       # 65,536-bin histograms
-    assert got["graph"]["edges"] == 2 * 2500 and got["step"] == 2500 // 64 + 1
+    assert got["graph"]["edges"] == saved.read(str(ckpt)).graph_input(cfg).stats()["edges"] > 0
+    assert got["step"] == 2500 // 64 + 1
     assert set(got) >= {"examples", "batches", "elapsed_s", "examples_per_s", "predicted_ctr", "checkpoint"}
     done = [ln for ln in proc.stderr.splitlines() if " done: " in ln]
     assert len(done) == 1 and "examples=700" in done[0] and f"logloss={got['logloss']}" in done[0]
