@@ -75,101 +75,108 @@ def _response(status: str, kind: str, message: str, extra: bytes = b"") -> bytes
 
 def guarded(base: type, limits: Limits, count: Callable[[str], None] = lambda kind: None) -> type:
     """``base`` (a uvicorn HTTP protocol class) with ``limits`` applied to every connection."""
-    refused = _response("503 Service Unavailable", "too_many_connections",
-                        f"too many open connections (serve.max_connections = {limits.max_connections})",
-                        b"retry-after: 1\r\n")
-    too_big = _response("431 Request Header Fields Too Large", "too_large",
-                        f"request headers over {limits.max_header_bytes} bytes (serve.max_header_bytes)")
-    late = {phase: _response("408 Request Timeout", "timeout", f"request {phase} not received within "
-                                                               f"serve.{phase}_timeout_s = {seconds:g} s")
-            for phase, seconds in (("header", limits.header_timeout_s), ("body", limits.body_timeout_s))}
+    answers = {
+        "refused": _response("503 Service Unavailable", "too_many_connections",
+                             f"too many open connections (serve.max_connections = {limits.max_connections})",
+                             b"retry-after: 1\r\n"),
+        "too_big": _response("431 Request Header Fields Too Large", "too_large",
+                             f"request headers over {limits.max_header_bytes} bytes (serve.max_header_bytes)"),
+        **{phase: _response("408 Request Timeout", "timeout",
+                            f"request {phase} not received within serve.{phase}_timeout_s = {seconds:g} s")
+           for phase, seconds in (("header", limits.header_timeout_s), ("body", limits.body_timeout_s))}}
     timeouts = {"header": limits.header_timeout_s, "body": limits.body_timeout_s,
                 "reading": limits.body_timeout_s, "idle": limits.keep_alive_s + 1.0}
+    return type(f"Guarded{base.__name__}", (_Guard, base),
+                {"limits": limits, "count": staticmethod(count), "answers": answers, "timeouts": timeouts})
 
-    class Guarded(base):
-        _refused = False
-        _phase = None                  # what the connection waits for: header, body, reading, idle, None (the app)
-        _timer = None
-        _header_bytes = 0
-        _requesting = True             # bytes of a request arrived (or the connection opened) since the last response
-        _write_paused = False
 
-        def connection_made(self, transport) -> None:
-            if len(self.server_state.connections) >= limits.max_connections:
-                self._refused = True
-                count("too_many_connections")
-                transport.write(refused)
-                _close(transport)
-                return
-            super().connection_made(transport)
-            self._follow()
+class _Guard:
+    """The deadlines and the cap, placed before a uvicorn protocol class by ``guarded``: it reads
+    the state every uvicorn HTTP protocol keeps (``cycle``, ``transport``, ``server_state``, ``loop``)."""
+    limits: Limits
+    answers: dict
+    timeouts: dict
+    _refused = False
+    _phase = None                  # what the connection waits for: header, body, reading, idle, None (the app)
+    _timer = None
+    _header_bytes = 0
+    _requesting = True             # bytes of a request arrived (or the connection opened) since the last response
+    _write_paused = False
 
-        def connection_lost(self, exc) -> None:
-            if self._refused:
-                return
-            self._arm(None, 0)
-            super().connection_lost(exc)
+    def connection_made(self, transport) -> None:
+        if len(self.server_state.connections) >= self.limits.max_connections:
+            self._refused = True
+            self.count("too_many_connections")
+            transport.write(self.answers["refused"])
+            _close(transport)
+            return
+        super().connection_made(transport)
+        self._follow()
 
-        def data_received(self, data: bytes) -> None:
-            between = self.cycle is None or self.cycle.response_complete
-            if between:
-                self._requesting = True
-                self._header_bytes += len(data)
-            super().data_received(data)
-            if between and (self.cycle is None or self.cycle.response_complete):    # headers not complete yet
-                if self._header_bytes > limits.max_header_bytes and not self.transport.is_closing():
-                    count("too_large")
-                    self.transport.write(too_big)
-                    _close(self.transport)
-                    return
-            self._follow()
+    def connection_lost(self, exc) -> None:
+        if self._refused:
+            return
+        self._arm(None, 0)
+        super().connection_lost(exc)
 
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            self._requesting, self._header_bytes = False, 0
-            self._follow()
-
-        def pause_writing(self) -> None:
-            super().pause_writing()
-            self._write_paused = True
-            self._follow()
-
-        def resume_writing(self) -> None:
-            super().resume_writing()
-            self._write_paused = False
-            self._follow()
-
-        def _follow(self) -> None:
-            """Re-arm the deadline when what the connection waits for changes."""
-            cycle = self.cycle
-            if cycle is None or cycle.response_complete:
-                phase = "header" if self._requesting else "idle"
-            elif cycle.more_body:
-                phase = "body"
-            else:
-                phase = "reading" if self._write_paused else None
-            if phase != self._phase:
-                self._arm(phase, timeouts.get(phase, 0))
-
-        def _arm(self, phase, seconds: float) -> None:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._phase = phase
-            self._timer = self.loop.call_later(seconds, self._expired) if phase is not None else None
-
-        def _expired(self) -> None:
-            self._timer = None
-            if self.transport.is_closing():           # closed, perhaps stuck behind unsent bytes
+    def data_received(self, data: bytes) -> None:
+        between = self.cycle is None or self.cycle.response_complete
+        if between:
+            self._requesting = True
+            self._header_bytes += len(data)
+        super().data_received(data)
+        if between and (self.cycle is None or self.cycle.response_complete):      # headers not complete yet
+            if self._header_bytes > self.limits.max_header_bytes and not self.transport.is_closing():
+                self.count("too_large")
+                self.transport.write(self.answers["too_big"])
                 _close(self.transport)
                 return
-            cycle = self.cycle
-            if self._phase in late and (cycle is None or cycle.response_complete or not cycle.response_started):
-                count("timeout")
-                self.transport.write(late[self._phase])
-            _close(self.transport, abort=self._phase == "reading")
+        self._follow()
 
-    Guarded.__name__ = Guarded.__qualname__ = f"Guarded{base.__name__}"
-    return Guarded
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._requesting, self._header_bytes = False, 0
+        self._follow()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._write_paused = True
+        self._follow()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._write_paused = False
+        self._follow()
+
+    def _follow(self) -> None:
+        """Re-arm the deadline when what the connection waits for changes."""
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete:
+            phase = "header" if self._requesting else "idle"
+        elif cycle.more_body:
+            phase = "body"
+        else:
+            phase = "reading" if self._write_paused else None
+        if phase != self._phase:
+            self._arm(phase, self.timeouts.get(phase, 0))
+
+    def _arm(self, phase, seconds: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._phase = phase
+        self._timer = self.loop.call_later(seconds, self._expired) if phase is not None else None
+
+    def _expired(self) -> None:
+        self._timer = None
+        if self.transport.is_closing():           # closed, perhaps stuck behind unsent bytes
+            _close(self.transport)
+            return
+        cycle = self.cycle
+        if self._phase in ("header", "body") and (cycle is None or cycle.response_complete
+                                                  or not cycle.response_started):
+            self.count("timeout")
+            self.transport.write(self.answers[self._phase])
+        _close(self.transport, abort=self._phase == "reading")
 
 
 def _close(transport, abort: bool = False) -> None:
