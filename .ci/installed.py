@@ -227,36 +227,52 @@ def http_json(url: str, body: dict | None = None):
         return None
 
 
+SERVING = r"serving predictions on (http://[\d.]+:\d+)/"
+TRAINER_METRICS = r"metrics, /healthz and /readyz on (http://[\d.]+:\d+)/"
+
+
 def serving(st: str, env: dict, work: Path, want: str) -> None:
-    log = work / "serve.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([st, "run", "synthetic", "--set", "serve.enabled=true", "--set", "serve.port=0",
-                                 "--set", "metrics.port=0", "--set", f"checkpoint.dir={work / 'ckpt-serve'}"],
-                                stdout=out, stderr=subprocess.STDOUT, env=env, cwd=work)
-    try:
-        def address(pattern):
-            return lambda: (m.group(1) if (m := re.search(pattern, log.read_text())) else None)
-        serve = wait_for(address(r"serving predictions on (http://[\d.]+:\d+)/"), "serving address", proc=proc)
-        metrics = wait_for(address(r"metrics, /healthz and /readyz on (http://[\d.]+:\d+)/"), "metrics address",
-                           proc=proc)
-        model = wait_for(lambda: http_json(serve + "/v1/model"), "GET /v1/model answer", proc=proc)
-        check(model["version"] == want, f"/v1/model says version {model.get('version')!r}")
-        fields = model["fields"]
-        record = {fields["sparse"][0]: "7", fields["dense"][0]: 0.5}
-        got = wait_for(lambda: http_json(serve + "/v1/predict", {"records": [record]}), "prediction", proc=proc)
-        check(len(got["predictions"]) == 1 and 0 < got["predictions"][0] < 1, f"POST /v1/predict: {got}")
-        with urllib.request.urlopen(metrics + "/metrics", timeout=10) as answer:
-            exposition = answer.read().decode()
-        check(re.search(r'streamtrain_build_info\{[^}]*version="%s"[^}]*\} 1\.0' % re.escape(want), exposition),
-              "no streamtrain_build_info with the version on /metrics")
-        proc.send_signal(signal.SIGTERM)
-        check(proc.wait(timeout=60) == 0, f"the daemon exited {proc.returncode} on SIGTERM:\n{log.read_text()[-3000:]}")
-        say(f"served a prediction ({got['predictions'][0]:.4f}, step {got['step']}) while training; "
+    """``streamtrain run`` with serving on (its own parameters while it trains), then
+    ``streamtrain serve --restore`` (the checkpoint the demo run wrote): each answers a
+    prediction, says the version in /v1/model and /metrics, and exits 0 on SIGTERM."""
+    for what, argv, metrics in (
+            ("while training", ["run", "synthetic", "--set", "serve.enabled=true", "--set", "metrics.port=0",
+                                "--set", f"checkpoint.dir={work / 'ckpt-serve'}"], TRAINER_METRICS),
+            ("from the demo's checkpoint", ["serve", "synthetic", "--restore", str(work / "ckpt-synthetic")],
+             SERVING)):
+        log = work / f"serve-{argv[0]}.log"
+        with open(log, "w") as out:
+            proc = subprocess.Popen([st, *argv, "--set", "serve.port=0"], stdout=out, stderr=subprocess.STDOUT,
+                                    env=env, cwd=work)
+        try:
+            got = one_prediction(proc, log, want, metrics)
+            proc.send_signal(signal.SIGTERM)
+            check(proc.wait(timeout=60) == 0, f"streamtrain {argv[0]} exited {proc.returncode} on SIGTERM:\n"
+                                              f"{log.read_text()[-3000:]}")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        say(f"streamtrain {argv[0]} served a prediction {what} ({got['predictions'][0]:.4f}, step {got['step']}); "
             f"/v1/model and streamtrain_build_info say {want}; SIGTERM: exit 0")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+
+
+def one_prediction(proc, log: Path, want: str, metrics_pattern: str) -> dict:
+    def address(pattern):
+        return lambda: (m.group(1) if (m := re.search(pattern, log.read_text())) else None)
+    serve = wait_for(address(SERVING), "serving address", proc=proc)
+    metrics = wait_for(address(metrics_pattern), "metrics address", proc=proc)
+    model = wait_for(lambda: http_json(serve + "/v1/model"), "GET /v1/model answer", proc=proc)
+    check(model["version"] == want, f"/v1/model says version {model.get('version')!r}")
+    fields = model["fields"]
+    record = {fields["sparse"][0]: "7", fields["dense"][0]: 0.5}
+    got = wait_for(lambda: http_json(serve + "/v1/predict", {"records": [record]}), "prediction", proc=proc)
+    check(len(got["predictions"]) == 1 and 0 < got["predictions"][0] < 1, f"POST /v1/predict: {got}")
+    with urllib.request.urlopen(metrics + "/metrics", timeout=10) as answer:
+        exposition = answer.read().decode()
+    check(re.search(r'streamtrain_build_info\{[^}]*version="%s"[^}]*\} 1\.0' % re.escape(want), exposition),
+          "no streamtrain_build_info with the version on /metrics")
+    return got
 
 
 # ---- 3. the systemd units, installed under the scratch root --------------------------------------
