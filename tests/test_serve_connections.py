@@ -1,7 +1,9 @@
 """Issue 24 item 3, the prediction port: connections that never finish a request are closed,
 and open connections are capped (``serve/limits.py``). Real uvicorn on a loopback port, with
 both of its HTTP parsers (h11, and httptools when installed), short limits so each deadline
-is seen within a second or two; the clients are raw sockets that misbehave on purpose."""
+is seen within a few seconds; the clients are raw sockets that misbehave on purpose. Every time
+bound is a share or a multiple of the one limit LIMIT_S, with room for a loaded machine: "at
+once" is under half of it, "closed by the deadline" between half of it and five times it."""
 from __future__ import annotations
 
 import socket
@@ -21,8 +23,10 @@ from streamtrain.serve.http import Server, make_app
 from streamtrain.serve.service import JobModel, Service
 from streamtrain.serve.settings import serve_settings
 
-LIMITS = ["serve.header_timeout_s=0.6", "serve.body_timeout_s=0.6", "serve.keep_alive_s=0.6",
+LIMIT_S = 1.5
+LIMITS = [f"serve.header_timeout_s={LIMIT_S}", f"serve.body_timeout_s={LIMIT_S}", f"serve.keep_alive_s={LIMIT_S}",
           "serve.max_connections=6", "serve.max_header_bytes=2048"]
+AT_ONCE_S, CLOSED_S = LIMIT_S / 2, (LIMIT_S / 2, 5 * LIMIT_S)      # refused at once; closed by a deadline
 RECORD = b'{"records": [{"f0": "1", "d0": 0.5}]}'
 
 
@@ -65,7 +69,7 @@ def connect(srv) -> socket.socket:
     return conn
 
 
-def read_until_closed(conn, limit_s: float = 5.0) -> tuple[bytes, float]:
+def read_until_closed(conn, limit_s: float = 10 * LIMIT_S) -> tuple[bytes, float]:
     """Everything the server sends until it closes the connection, and how long that took."""
     t0, got = time.monotonic(), b""
     conn.settimeout(limit_s)
@@ -83,7 +87,7 @@ def open_connections(srv) -> int:
     return len(srv.uvicorn.server_state.connections)
 
 
-def wait_for(predicate, limit_s: float = 5.0):
+def wait_for(predicate, limit_s: float = 30.0):         # an event that comes: a generous bound
     deadline = time.monotonic() + limit_s
     while not predicate():
         assert time.monotonic() < deadline, "condition not reached in time"
@@ -95,7 +99,7 @@ def test_a_connection_that_sends_nothing_is_closed(served):
     with connect(srv) as conn:
         got, took = read_until_closed(conn)
     assert got.startswith(b"HTTP/1.1 408 ") and b'"where":""' in got and b"header_timeout_s" in got
-    assert 0.5 < took < 3.0
+    assert CLOSED_S[0] < took < CLOSED_S[1]
     assert metrics.registry.get_sample_value("streamtrain_serve_errors_total", {"kind": "timeout"}) == 1
 
 
@@ -106,13 +110,13 @@ def test_headers_sent_a_byte_at_a_time_are_cut_off(served):
         t0 = time.monotonic()
         conn.sendall(b"POST /v1/predict HTTP/1.1\r\nHost: t\r\n")
         try:
-            for _ in range(60):                   # 6 s of dribble at most
+            for _ in range(int(100 * LIMIT_S)):   # 10 limits of dribble at most
                 conn.sendall(b"X")
                 time.sleep(0.1)
         except (BrokenPipeError, ConnectionResetError):
             pass
         got, _ = read_until_closed(conn)
-        assert time.monotonic() - t0 < 3.0, "the dribble was not cut off"
+        assert time.monotonic() - t0 < CLOSED_S[1], "the dribble was not cut off"
     assert got.startswith(b"HTTP/1.1 408 ")
 
 
@@ -122,7 +126,7 @@ def test_a_half_sent_body_is_cut_off_and_the_server_goes_on(served):
         conn.sendall(b"POST /v1/predict HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
                      b"Content-Length: 1000\r\n\r\n" + RECORD[:10])
         got, took = read_until_closed(conn)
-    assert got.startswith(b"HTTP/1.1 408 ") and b"body_timeout_s" in got and 0.5 < took < 3.0
+    assert got.startswith(b"HTTP/1.1 408 ") and b"body_timeout_s" in got and CLOSED_S[0] < took < CLOSED_S[1]
     assert metrics.registry.get_sample_value("streamtrain_serve_errors_total", {"kind": "internal"}) == 0
     r = httpx.post(f"http://127.0.0.1:{srv.port}/v1/predict", content=RECORD,
                    headers={"content-type": "application/json"})
@@ -131,8 +135,8 @@ def test_a_half_sent_body_is_cut_off_and_the_server_goes_on(served):
 
 
 def test_keep_alive_requests_each_get_their_own_header_deadline(served):
-    """Three requests on one connection over ~1.5 s (longer than any one deadline): all answered;
-    then the idle connection is closed after keep_alive_s."""
+    """Three requests on one connection, LIMIT_S / 2 apart (1.5 limits in all: longer than any
+    one deadline): all answered; then the idle connection is closed after keep_alive_s."""
     srv, _ = served
     request = (b"POST /v1/predict HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
                b"Content-Length: %d\r\n\r\n" % len(RECORD)) + RECORD
@@ -143,9 +147,9 @@ def test_keep_alive_requests_each_get_their_own_header_deadline(served):
             while b"predictions" not in got:
                 got += conn.recv(65536)
             assert got.startswith(b"HTTP/1.1 200 ")
-            time.sleep(0.45)
+            time.sleep(LIMIT_S / 2)
         rest, took = read_until_closed(conn)
-    assert rest == b"" and took < 3.0
+    assert rest == b"" and took < CLOSED_S[1]
 
 
 def test_oversized_headers_are_431(served):
@@ -153,7 +157,7 @@ def test_oversized_headers_are_431(served):
     with connect(srv) as conn:
         conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n" + b"X-Pad: " + b"a" * 4000 + b"\r\n")
         got, took = read_until_closed(conn)
-    assert got.startswith(b"HTTP/1.1 431 ") and took < 0.5
+    assert got.startswith(b"HTTP/1.1 431 ") and took < AT_ONCE_S
 
 
 def test_connections_over_the_cap_are_refused_at_once(served):
@@ -163,7 +167,7 @@ def test_connections_over_the_cap_are_refused_at_once(served):
         wait_for(lambda: open_connections(srv) == 6)
         with connect(srv) as extra:
             got, took = read_until_closed(extra)
-        assert got.startswith(b"HTTP/1.1 503 ") and b"too_many_connections" in got and took < 0.5
+        assert got.startswith(b"HTTP/1.1 503 ") and b"too_many_connections" in got and took < AT_ONCE_S
         assert metrics.registry.get_sample_value("streamtrain_serve_errors_total",
                                                  {"kind": "too_many_connections"}) == 1
     finally:
@@ -187,8 +191,8 @@ def test_a_client_that_does_not_read_its_answer_is_dropped(protocol, monkeypatch
         conn.sendall(b"GET /big HTTP/1.1\r\nHost: t\r\n\r\n")
         wait_for(lambda: open_connections(srv) == 1)
         t0 = time.monotonic()
-        wait_for(lambda: open_connections(srv) == 0, limit_s=6.0)
-        assert time.monotonic() - t0 > 0.3
+        wait_for(lambda: open_connections(srv) == 0, limit_s=10 * LIMIT_S)
+        assert time.monotonic() - t0 > CLOSED_S[0]
         conn.close()
     finally:
         srv.stop()
