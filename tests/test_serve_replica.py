@@ -19,7 +19,19 @@ from streamtrain.serve.service import serving_store_config
 from streamtrain.serve.settings import serve_settings
 from streamtrain.store import make_store
 from streamtrain.testing import random_batch
-from tests.test_serve_redis import FIELDS, SCHEMA, clicked, job_config, records, serving, trainer_on
+from tests.test_serve_redis import FIELDS, SCHEMA, clicked, records, serving, trainer_on
+from tests.test_serve_redis import job_config as serve_job_config
+
+# The change feed's retention in these tests (store.feed_s of the trainers, and what the copy is
+# told): the copy is made again when it has not read the feed for half of it, which with the
+# default 2 s a loaded machine can reach between two syncs; a gap is made on purpose below.
+FEED_S = 60.0
+
+
+def job_config(url, namespace, **serve):
+    cfg = serve_job_config(url, namespace, **serve)
+    cfg["store"] = {**cfg["store"], "feed_s": FEED_S}
+    return cfg
 
 
 def server_store(cfg, trainer):
@@ -55,7 +67,7 @@ def test_the_copy_follows_several_trainers_and_a_restore(redis_url, redis_namesp
     a.step(first)                                     # rows before the copy starts
     store = server_store(cfg, a)
     replica = Replica(store)
-    replica.set_feed(2.0)
+    replica.set_feed(FEED_S)
     try:
         replica.sync()                                # bootstrap: SCAN + MGET, then the feed
         assert replica.bootstraps == 1
@@ -75,7 +87,7 @@ def test_the_copy_follows_several_trainers_and_a_restore(redis_url, redis_namesp
         replica.sync()
         assert replica.bootstraps == 2
         assert_copy_equals_store(replica, a.store)
-        replica._last_ok -= 10                        # no poll for longer than half the feed's retention
+        replica._last_ok -= FEED_S                    # no poll for longer than half the feed's retention
         replica.sync()
         assert replica.bootstraps == 3
         assert_copy_equals_store(replica, a.store)
@@ -103,7 +115,7 @@ def test_entries_whose_dense_rows_all_lost_the_compare_and_set(redis_url, redis_
     a.store.flush()
     store = server_store(cfg, a)
     replica = Replica(store)
-    replica.set_feed(2.0)
+    replica.set_feed(FEED_S)
     try:
         replica.sync()
         a.step(random_batch(32, fields=FIELDS, dense=3, cardinality=40, seed=1))
@@ -121,12 +133,12 @@ def test_entries_whose_dense_rows_all_lost_the_compare_and_set(redis_url, redis_
 
 def test_the_copy_of_a_cluster(redis_cluster_url, redis_namespace):
     cfg = job_config(redis_cluster_url, redis_namespace, schema=SCHEMA)
-    cfg["store"] = {"backend": "redis", "cluster": redis_cluster_url, "write_back_s": 0}
+    cfg["store"] = {"backend": "redis", "cluster": redis_cluster_url, "write_back_s": 0, "feed_s": FEED_S}
     a, first = trainer_on(cfg)
     a.step(first)
     store = server_store(cfg, a)
     replica = Replica(store)
-    replica.set_feed(2.0)
+    replica.set_feed(FEED_S)
     try:
         replica.sync()
         for k in range(4):
@@ -145,7 +157,7 @@ def test_ttl_tables_are_not_copied_and_gated_ones_read_absent_rows_as_zeros(redi
     cfg["store"] = {**cfg["store"], "tables": {names[0]: {"ttl_s": 60}, names[1]: {"admit_after": 2}}}
     store = server_store(cfg, a)
     replica = Replica(store)
-    replica.set_feed(2.0)
+    replica.set_feed(FEED_S)
     try:
         a.step(first)
         replica.sync()
@@ -273,7 +285,7 @@ def test_writes_during_the_copy_are_replayed(redis_url, redis_namespace, monkeyp
         a.step(random_batch(32, fields=FIELDS, dense=3, cardinality=40, multivalue=("c",), seed=k))
     store = server_store(cfg, a)
     replica = Replica(store)
-    replica.set_feed(2.0)
+    replica.set_feed(FEED_S)
     monkeypatch.setattr(replica_mod, "SCAN_CHUNK", 7)
     mget, steps = store.io.mget, [0]
 
