@@ -129,6 +129,8 @@ def load_config(args) -> dict:
     if not args.config:
         raise ConfigError([("", "no config given (argument CONFIG or env STREAMTRAIN_CONFIG)")])
     path = shipped.resolve(args.config)
+    if os.path.isdir(path):
+        raise ConfigError([("", f"{path} is a directory, not a config file")])
     if not os.path.exists(path):
         raise ConfigError([("", f"config file not found: {path} {shipped.missing_hint(path)}")])
     cfg, found = configmod.load_listing(path, args.sets)

@@ -48,9 +48,9 @@ def text(name: str) -> str:
 
 
 def resolve(arg: str) -> str:
-    """The config path ``arg`` means: ``arg`` itself when it exists or names no shipped example,
-    else the shipped example's file (``streamtrain run lr``)."""
-    if os.path.exists(arg) or _name_of(arg) is None:
+    """The config path ``arg`` means: ``arg`` itself when it is a file or names no shipped
+    example, else the shipped example's file (``streamtrain run lr``)."""
+    if os.path.isfile(arg) or _name_of(arg) is None:
         return arg
     with resources.as_file(_folder().joinpath(_name_of(arg) + SUFFIX)) as path:
         return str(path)            # a real file: the package is installed unzipped

@@ -31,6 +31,10 @@ def test_a_file_that_exists_wins_over_the_shipped_name(tmp_path, monkeypatch, ca
     assert "batch_size: must be > 0, got -1" in capsys.readouterr().err
     assert main(["validate", "lr"]) == 0                         # no file "lr": the shipped one
     assert shipped.resolve("lr.json") == "lr.json"
+    (tmp_path / "fm").mkdir()                                    # a folder is not a config file
+    assert main(["validate", "fm"]) == 0
+    assert main(["validate", str(tmp_path)]) == 2
+    assert f"{tmp_path} is a directory, not a config file" in capsys.readouterr().err
     assert Path(shipped.resolve("lr")).read_text() == (ROOT / "examples" / "lr.json").read_text()
 
 
