@@ -133,6 +133,12 @@ class Trainer:
         assert rc == 0, f"trainer {self.name} exited {rc}:\n{self.log()[-3000:]}"
         return json.loads(self.summary_path.read_text())
 
+    def drain(self, timeout: float = 60.0) -> dict:
+        """SIGTERM (finish the batch, commit, checkpoint, exit 0), then its summary."""
+        import signal
+        self.proc.send_signal(signal.SIGTERM)
+        return self.wait(timeout)
+
     def kill(self) -> None:
         import signal
         self.proc.send_signal(signal.SIGKILL)

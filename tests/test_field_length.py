@@ -31,9 +31,9 @@ def test_criteo_chunk_with_one_10mb_value_parses_fast_and_counts_it(field):
     p = make_parser("criteo", {})
     p.parse(lines[:10])                                   # compile (or load) the hashing kernel first
     want = make_parser("criteo", {}).parse(lines[:100] + lines[101:])
-    t0 = time.perf_counter()
+    t0 = time.process_time()               # this process's CPU time: what other processes take is not counted
     b = p.parse_buffer(b"\n".join(_with_big(lines, field)) + b"\n")
-    took = time.perf_counter() - t0
+    took = time.process_time() - t0
     assert took < 0.5, f"a 768-line chunk with one 10 MB value took {took:.2f} s"
     assert b.size == 767 and p.malformed.snapshot()["field_length"] == 1 and p.malformed.total == 1
     assert np.array_equal(b.labels, want.labels)
@@ -68,8 +68,8 @@ def test_one_long_number_among_many_decimals_costs_its_bytes():
     csv.set_header("y,a,b,c,d")
     rows = [b"1,0.5,1.25,2.5e3,-0.75"] * 2000
     rows[7] = b"0,0.5,1.25,2.5e3," + b"0" * 60_000 + b"1.5"
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     b = csv.parse(rows)
-    assert time.perf_counter() - t0 < 0.5
+    assert time.process_time() - t0 < 0.5
     assert b.size == 2000 and csv.malformed.total == 0
     assert b.dense[7, 3] == np.float32(1.5) and b.dense[0].tolist() == [0.5, 1.25, 2500.0, -0.75]

@@ -66,9 +66,9 @@ def test_one_long_token_costs_its_bytes_not_bytes_times_tokens():
     rng = np.random.default_rng(1)
     short = [str(x) for x in rng.integers(0, 10**6, 20_000)]
     big = "x" * 10_000_000
-    t0 = time.perf_counter()
+    t0 = time.process_time()               # this process's CPU time: what other processes take is not counted
     ids = hash_values("f", short + [big])
-    took = time.perf_counter() - t0
+    took = time.process_time() - t0
     assert took < 1.0, f"hashing 20k short tokens and one 10 MB token took {took:.2f} s"
     assert np.array_equal(ids[:-1], hash_values("f", short))
     assert ids[-1] == reference_hash_spans(*_as_spans([big]), field_seed("f"))[0]

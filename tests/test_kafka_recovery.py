@@ -98,15 +98,19 @@ def test_two_trainers_split_the_partitions_and_skip_nothing(criteo_path, kafka_b
                                                             kafka_topic, kafka_names,
                                                             kafka_job_config, trainers, tmp_path):
     topic, group = kafka_topic(4), kafka_names("g")
-    cfg = lambda name: kafka_job_config(topic, group, batch_size=128, idle_timeout_s=4,  # noqa: E731
+    # no idle timeout: a trainer that started first must not end (idle) while the second one
+    # starts and joins, which takes seconds on a loaded machine; both are stopped by SIGTERM
+    # once every record is committed
+    cfg = lambda name: kafka_job_config(topic, group, batch_size=128,  # noqa: E731
                                         trace_file=str(tmp_path / f"trace-{name}"))
     a = trainers("a", cfg("a"))
     b = trainers("b", cfg("b"))
-    _wait_for(lambda: _split(a, b), 30, "both trainers to join and split the partitions")
+    _wait_for(lambda: _split(a, b), 60, "both trainers to join and split the partitions")
     lines = _lines(criteo_path, 10000)
     _producing(lines, kafka_bootstrap, topic, rate=5000).join()
-    sa, sb = a.wait(timeout=60), b.wait(timeout=60)
     ends = end_offsets(kafka_bootstrap, topic)
+    _wait_for(lambda: committed_offsets(kafka_bootstrap, topic, group) == ends, 90, "every record committed")
+    sa, sb = a.drain(), b.drain()
     ta, tb = read_trace(tmp_path / "trace-a"), read_trace(tmp_path / "trace-b")
     assert set(ta) | set(tb) == _every_offset(ends)                    # no record skipped
     parts_a, parts_b = {p for p, _ in ta}, {p for p, _ in tb}
@@ -121,18 +125,19 @@ def test_a_dead_trainers_partitions_are_taken_over(criteo_path, kafka_bootstrap,
                                                    kafka_names, kafka_job_config, trainers,
                                                    tmp_path):
     topic, group = kafka_topic(4), kafka_names("g")
-    cfg = lambda name: kafka_job_config(topic, group, batch_size=64, idle_timeout_s=4,  # noqa: E731
+    cfg = lambda name: kafka_job_config(topic, group, batch_size=64,  # noqa: E731
                                         trace_file=str(tmp_path / f"trace-{name}"))
     a = trainers("a", cfg("a"))
     b = trainers("b", cfg("b"))
-    _wait_for(lambda: _split(a, b), 30, "both trainers to join and split the partitions")
+    _wait_for(lambda: _split(a, b), 60, "both trainers to join and split the partitions")
     lines = _lines(criteo_path, 12000)
     feeder = _producing(lines, kafka_bootstrap, topic, rate=4000)
     _wait_for(lambda: len(read_trace(tmp_path / "trace-a")) >= 1000, 30, "trainer a to train")
     a.kill()
     feeder.join()
-    sb = b.wait(timeout=60)
     ends = end_offsets(kafka_bootstrap, topic)
+    _wait_for(lambda: committed_offsets(kafka_bootstrap, topic, group) == ends, 90, "every record committed")
+    sb = b.drain()
     ta, tb = read_trace(tmp_path / "trace-a"), read_trace(tmp_path / "trace-b")
     assert set(ta) | set(tb) == _every_offset(ends)
     assert {p for p, _ in tb} == set(ends), "b should have taken over every partition"

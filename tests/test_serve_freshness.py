@@ -103,6 +103,12 @@ def test_served_predictions_follow_a_label_flip(tmp_path, redis_url, redis_names
             deadline = time.monotonic() + 60        # 1: the trainer publishes and learns "x clicks"
             while (p := served()[0]) is None or p < 0.9:
                 assert time.monotonic() < deadline and trainer.poll() is None, f"never learnt: {p}"
+            # the server's copy of the tables is made before the flip, so the flip is served from
+            # it (a loaded machine can take seconds to make it)
+            deadline = time.monotonic() + 60
+            while client.get("/v1/model").json().get("replica", {}).get("bootstraps", 0) < 1:
+                assert time.monotonic() < deadline, "the server never made its copy of the tables"
+                time.sleep(0.05)
             schema = Schema(("k",), ())
             graph = Graph.from_config(LAYERS, schema)
             truth_store.declare(graph.params, cfg["default_optimizer"])
