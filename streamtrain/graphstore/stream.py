@@ -15,11 +15,11 @@ import time
 import numpy as np
 
 from streamtrain.errors import ConfigError, StoreError
-from streamtrain.hashing import splitmix64
 from streamtrain.schema import REQUIRED, Option, check_options, with_defaults
 
 from . import GRAPH_STORES, make_graph_store
 from .blocks import Subgraph, first_occurrence
+from .nodes import ID_SPACES, id_space, node_ids
 from .sampling import Sampler
 
 ENDPOINTS = ("src", "dst")
@@ -46,6 +46,8 @@ OPTIONS = {
     "fanouts": Option([10, 5], (list,), check=_fanouts, doc="neighbours sampled per node, hop by hop"),
     "features": Option([], (list,), check=_names, doc="numeric fields: the source node's features"),
     "undirected": Option(True, (bool,), doc="an edge also enters the destination's neighbours"),
+    "ids": Option("typed", (str,), ID_SPACES, doc="typed: each endpoint field is a node type (user 5 is "
+                                                  "not item 5); shared: one id space (a follower graph)"),
     "seed": Option(0, (int,), doc="seed of the sampler"),
     "store": Option({"backend": "memory"}, kinds=GRAPH_STORES, tag="backend",
                     doc="graph store backend and its options"),
@@ -62,25 +64,6 @@ def problems(cfg) -> list[tuple[str, str]]:
     if isinstance(cfg.get("seeds"), list) and "dst" in cfg["seeds"] and not cfg.get("dst"):
         found.append(("seeds", "'dst' is a seed but graph.dst names no field"))
     return found
-
-
-def endpoint_ids(batch, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """(uint64 id per example, whether it is usable) for the endpoint field ``name``: a
-    categorical field with exactly one value, or a numeric column holding a non-negative
-    integer (hashed, so numeric ids share one id space)."""
-    field = batch.sparse.get(name)
-    n = batch.size
-    if field is not None:
-        counts = np.diff(field.offsets)
-        ok = counts == 1
-        ids = np.zeros(n, np.uint64)
-        ids[ok] = field.ids[field.offsets[:-1][ok]]
-        return ids, ok
-    if name in batch.dense_names:
-        v = batch.dense[:, batch.dense_names.index(name)].astype(np.float64)
-        ok = np.isfinite(v) & (v >= 0) & (v == np.floor(v)) & (v < 2.0 ** 53)
-        return splitmix64(np.where(ok, v, 0).astype(np.uint64)), ok
-    return np.zeros(n, np.uint64), np.zeros(n, bool)
 
 
 def model_problems(graph, cfg: dict | None) -> list[tuple[str, str]]:
@@ -134,17 +117,19 @@ class GraphInput:
         s = self.sampler
         return s.edges / s.dst_rows if s.dst_rows else 0.0
 
-    def _endpoints(self, batch):
-        src, ok = endpoint_ids(batch, self.cfg["src"])
+    def endpoints(self, batch):
+        """(src node ids, dst node ids or None, whether each example's graph input is usable):
+        the id mapping of ``nodes.py``, the same for training, ``graph load`` and serving."""
+        src, ok = node_ids(batch, self.cfg["src"], id_space(self.cfg, "src"))
         dst = None
         if self.cfg["dst"]:
-            dst, ok_dst = endpoint_ids(batch, self.cfg["dst"])
+            dst, ok_dst = node_ids(batch, self.cfg["dst"], id_space(self.cfg, "dst"))
             ok &= ok_dst & (src != dst)
         return src, dst, ok
 
     def clean(self, batch):
         """The batch without its rows of bad graph input (counted as malformed, reason graph)."""
-        _, _, ok = self._endpoints(batch)
+        _, _, ok = self.endpoints(batch)
         if ok.all():
             return batch
         if self.malformed is not None:
@@ -156,7 +141,7 @@ class GraphInput:
     def attach(self, batch) -> None:
         """Store the source nodes' features, sample the seeds' blocks into ``batch.subgraph``."""
         t0 = time.perf_counter()
-        src, dst, _ = self._endpoints(batch)
+        src, dst, _ = self.endpoints(batch)
         names = self.cfg["features"]
         if names and self.columns is None:
             missing = [f for f in names if f not in batch.dense_names]
@@ -181,7 +166,7 @@ class GraphInput:
         """The batch was predicted and learnt: its edges enter the graph now."""
         if not self.cfg["dst"] or not batch.size:
             return
-        src, dst, _ = self._endpoints(batch)
+        src, dst, _ = self.endpoints(batch)
         if self.cfg["undirected"]:
             src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
         self.store.insert(src, dst)
