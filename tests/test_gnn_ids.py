@@ -92,3 +92,10 @@ def test_a_follower_graph_from_csv_has_one_node_per_user_when_shared(tmp_path, i
     assert summary["examples"] == 4 and summary["graph"]["nodes"] == nodes
     # both directions of 4 edges; shared: 3 -> 1 and 1 -> 3 are one pair, held once
     assert summary["graph"]["edges"] == edges
+
+
+def test_nodes_doctest():
+    import doctest
+    from streamtrain.graphstore import nodes
+    result = doctest.testmod(nodes)
+    assert result.attempted and not result.failed

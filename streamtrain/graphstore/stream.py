@@ -138,10 +138,8 @@ class GraphInput:
         kept.offsets = batch.offsets
         return kept
 
-    def attach(self, batch) -> None:
-        """Store the source nodes' features, sample the seeds' blocks into ``batch.subgraph``."""
-        t0 = time.perf_counter()
-        src, dst, _ = self.endpoints(batch)
+    def store_features(self, batch, src) -> None:
+        """The source nodes' numeric features (``graph.features``) into the graph store."""
         names = self.cfg["features"]
         if names and self.columns is None:
             missing = [f for f in names if f not in batch.dense_names]
@@ -152,6 +150,13 @@ class GraphInput:
             self.columns = np.array([batch.dense_names.index(f) for f in names], np.int64)
         if names and batch.size:
             self.store.set_features(src, batch.dense[:, self.columns])
+
+    def attach(self, batch) -> None:
+        """Store the source nodes' features, sample the seeds' blocks into ``batch.subgraph``."""
+        t0 = time.perf_counter()
+        src, dst, _ = self.endpoints(batch)
+        names = self.cfg["features"]
+        self.store_features(batch, src)
         by_endpoint = {"src": src, "dst": dst}
         seeds = np.concatenate([by_endpoint[e] for e in self.cfg["seeds"]])
         uniq, local = first_occurrence(seeds)
@@ -164,11 +169,21 @@ class GraphInput:
 
     def learnt(self, batch) -> None:
         """The batch was predicted and learnt: its edges enter the graph now."""
-        if not self.cfg["dst"] or not batch.size:
-            return
-        src, dst, _ = self.endpoints(batch)
-        if self.cfg["undirected"]:
-            src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+        if self.cfg["dst"] and batch.size:
+            self._insert(*self.endpoints(batch)[:2])
+
+    def add(self, batch) -> None:
+        """What training leaves in the graph store for a (clean) batch, without sampling or
+        learning: its source nodes' features and its edges (``streamtrain graph load``)."""
+        if batch.size:
+            src, dst, _ = self.endpoints(batch)
+            self.store_features(batch, src)
+            if dst is not None:
+                self._insert(src, dst)
+
+    def _insert(self, src, dst) -> None:
+        if self.cfg["undirected"]:             # both directions, each edge's in stream order
+            src, dst = np.stack([src, dst], axis=1).reshape(-1), np.stack([dst, src], axis=1).reshape(-1)
         self.store.insert(src, dst)
 
     def stats(self) -> dict:
