@@ -2,7 +2,7 @@
 the per-batch work around a training step.
 
 Before the step: rows with bad graph input (an endpoint field missing from the record or
-empty, several values, a numeric id that is not a non-negative integer, a self-loop) are
+empty, several values, a numeric id that is not an integer in [0, 2**24), a self-loop) are
 counted as malformed (reason ``graph``) and dropped; the source node's features are stored;
 the seeds are sampled into blocks (``batch.subgraph``). After the step was predicted and
 learnt, and only then, the batch's own edges enter the graph store: the graph never holds
