@@ -35,6 +35,19 @@ def test_one_nodes_keys_share_a_slot_and_buckets_spread_over_every_node(redis_cl
     store.close()
 
 
+def move_graph_slots(nodes, tags) -> tuple[list, int]:
+    """Node 0's slots of the graph's buckets to node 1, key by key; then 1000 slots from node 2
+    to node 0 by ``redis-cli --cluster reshard``. (The slots moved key by key, keys moved.)"""
+    slots = sorted({key_slot(f"{{{tag}}}".encode()) for tag in tags})
+    mine = [s for s in slots if nodes[0].owns(s)]
+    moved_keys = sum(move_slot(nodes[0], nodes[1], s, nodes[2:]) for s in mine)
+    out = subprocess.run(["redis-cli", "--cluster", "reshard", nodes[0].addr, "--cluster-from", nodes[2].id,
+                          "--cluster-to", nodes[0].id, "--cluster-slots", "1000", "--cluster-yes"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr
+    return mine, moved_keys
+
+
 def test_the_graph_survives_resharding_under_load(redis_factory, redis_namespace, caplog):
     nodes = [Node(a) for a in start_cluster(redis_factory)]
     store = make_graph_store({"backend": "redis", "cluster": f"redis://{nodes[0].addr}", "namespace": redis_namespace,
@@ -43,16 +56,17 @@ def test_the_graph_survives_resharding_under_load(redis_factory, redis_namespace
                                "namespace": redis_namespace, "neighbours": 16})
     rng = np.random.default_rng(3)
     batches = [(rng.integers(1, 2000, 256).astype(np.uint64), rng.integers(1, 2000, 256).astype(np.uint64))
-               for _ in range(400)]
+               for _ in range(200)]
     applied, errors, sampled = [], [], []
     started, moved = threading.Event(), threading.Event()
 
     def write():
         try:
             after = 0
-            while after < 10 and len(applied) < len(batches):
-                store.insert(*batches[len(applied)])
-                applied.append(len(applied))
+            while after < 10:                   # the batches again and again until the moves are over
+                i = len(applied) % len(batches)
+                store.insert(*batches[i])
+                applied.append(i)
                 if len(applied) == 10:
                     started.set()
                 after += moved.is_set()
@@ -74,13 +88,7 @@ def test_the_graph_survives_resharding_under_load(redis_factory, redis_namespace
     for t in threads:
         t.start()
     assert started.wait(60)
-    slots = sorted({key_slot(f"{{{tag}}}".encode()) for tag in store.tags})
-    mine = [s for s in slots if nodes[0].owns(s)]
-    moved_keys = sum(move_slot(nodes[0], nodes[1], s, nodes[2:]) for s in mine)
-    out = subprocess.run(["redis-cli", "--cluster", "reshard", nodes[0].addr, "--cluster-from", nodes[2].id,
-                          "--cluster-to", nodes[0].id, "--cluster-slots", "1000", "--cluster-yes"],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr
+    mine, moved_keys = move_graph_slots(nodes, store.tags)
     moved.set()
     for t in threads:
         t.join(90)
