@@ -99,3 +99,22 @@ def test_nodes_doctest():
     from streamtrain.graphstore import nodes
     result = doctest.testmod(nodes)
     assert result.attempted and not result.failed
+
+
+def test_served_json_records_are_hashed_as_the_csv_reader_hashed_them():
+    """Serving parses a request with the reader's ``hash_as`` (``reader_config``), so a shared-ids
+    model finds the node a csv line gave in training."""
+    from streamtrain.graph import Schema
+    from streamtrain.serve.inputs import records_batch
+    aliases = reader_config({"type": "file", "path": "x", "format": "csv"},
+                            {"src": "follower", "dst": "followee", "ids": "shared"})["hash_as"]
+    line = make_parser("csv", {"hash_as": aliases}).parse(["label,follower,followee", "1,5,7"])
+    schema = Schema(("follower", "followee"), ())
+    for value in ("7", 7):                                 # a string or an integer: one token
+        served = records_batch({"records": [{"follower": 5, "followee": value}]}, schema, 10, aliases)
+        assert served.sparse["followee"].ids.tolist() == hash_values("follower", ["7"]).tolist() \
+            == line.sparse["followee"].ids.tolist()
+    plain = records_batch({"records": [{"follower": 5, "followee": "7"}]}, schema, 10)
+    assert plain.sparse["followee"].ids.tolist() == hash_values("followee", ["7"]).tolist()
+    mixed = records_batch({"records": [{"follower": 5, "followee": ["7", "8"]}]}, schema, 10, aliases)
+    assert mixed.sparse["followee"].ids.tolist() == hash_values("follower", ["7", "8"]).tolist()

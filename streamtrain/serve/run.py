@@ -6,6 +6,7 @@ import gc
 import logging
 import sys
 
+from streamtrain.graphstore.nodes import reader_config
 from streamtrain.metrics import ServeMetrics
 
 from .settings import serve_settings
@@ -13,8 +14,9 @@ from .settings import serve_settings
 log = logging.getLogger("streamtrain.serve")
 
 
-def serve_forever(config: dict) -> int:
-    """``streamtrain serve``: build the server and run it until SIGTERM/SIGINT."""
+def serve_forever(config: dict, restore: str | None = None) -> int:
+    """``streamtrain serve``: build the server and run it until SIGTERM/SIGINT; with ``restore``
+    (a checkpoint directory, or a ``checkpoint.dir`` for its latest) from that saved model."""
     from .http import Server, make_app
     from .service import Service, StoreModel
 
@@ -22,11 +24,16 @@ def serve_forever(config: dict) -> int:
     # the background refresher holds the GIL in short bursts: hand it back to the event loop
     # after 0.5 ms instead of Python's default 5 ms, or a request arriving meanwhile waits that long
     sys.setswitchinterval(0.0005)
-    source = StoreModel(config, settings)
-    source.built.append(_freeze)
+    if restore:
+        from .saved import CheckpointModel
+        source = CheckpointModel(config, settings, restore)
+        log.info("serving the saved model %s", source.store_name())
+    else:
+        source = StoreModel(config, settings)
+        source.built.append(_freeze)
     _freeze()
     try:
-        service = Service(source, settings, config.get("reader", {}))
+        service = Service(source, settings, reader_config(config.get("reader", {}), config.get("graph")))
         ok, reason = service.ready()
         if not ok:
             log.warning("not ready yet (%s): /readyz answers 503 until it is", reason)
@@ -60,7 +67,7 @@ def attach(job, config: dict, registry=None):
     from .http import Server, make_app
     from .service import JobModel, Service
 
-    service = Service(JobModel(job), settings, config.get("reader", {}))
+    service = Service(JobModel(job), settings, reader_config(config.get("reader", {}), config.get("graph")))
     metrics = ServeMetrics(registry)
     server = Server(make_app(service, metrics, expose_metrics=registry is None),
                     settings["host"], settings["port"]).start()
