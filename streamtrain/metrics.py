@@ -334,7 +334,8 @@ def total_lag(source) -> int | None:
     return None if lag is None else int(sum(v for v in lag.values() if v is not None))
 
 
-SERVE_ERRORS = ("bad_request", "too_large", "store_unavailable", "not_ready", "internal")
+SERVE_ERRORS = ("bad_request", "too_large", "store_unavailable", "not_ready", "internal", "timeout",
+                "too_many_connections")
 LATENCY_BUCKETS = (.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5)
 RECORD_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 AGE_BUCKETS = (.01, .05, .1, .25, .5, .75, 1, 1.5, 2, 5, 10, 30, 60)

@@ -37,11 +37,18 @@ def serve_forever(config: dict, restore: str | None = None) -> int:
         ok, reason = service.ready()
         if not ok:
             log.warning("not ready yet (%s): /readyz answers 503 until it is", reason)
-        server = Server(make_app(service, ServeMetrics()), settings["host"], settings["port"])
+        metrics = ServeMetrics()
+        server = Server(make_app(service, metrics), settings["host"], settings["port"], settings,
+                        count=_refusals(metrics))
         server.run()
     finally:
         source.close()
     return 0
+
+
+def _refusals(metrics):
+    """What counts the connections and requests the server's limits refused (``limits.py``)."""
+    return lambda kind: metrics.errors.labels(kind).inc()
 
 
 def _freeze() -> None:
@@ -70,6 +77,6 @@ def attach(job, config: dict, registry=None):
     service = Service(JobModel(job), settings, reader_config(config.get("reader", {}), config.get("graph")))
     metrics = ServeMetrics(registry)
     server = Server(make_app(service, metrics, expose_metrics=registry is None),
-                    settings["host"], settings["port"]).start()
+                    settings["host"], settings["port"], settings, count=_refusals(metrics)).start()
     job.serve_port = server.port
     return server.stop
