@@ -206,6 +206,19 @@ def test_the_cap_leaves_file_descriptors_for_the_rest(monkeypatch):
     assert connection_cap(10**9, 10**9) == 1
 
 
+def test_an_accept_burst_past_the_cap_stays_under_the_limit():
+    """asyncio's loop accepts up to its backlog before refusing any: the backlog is half of
+    what is left above the cap (8 to 2048), so a burst never reaches RLIMIT_NOFILE."""
+    import os
+    import resource
+    from streamtrain.serve.limits import accept_burst
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    left = soft - len(os.listdir("/proc/self/fd"))
+    assert accept_burst(left - 100) in range(49, 52)
+    assert accept_burst(left) == 8
+    assert accept_burst(0, most=2048) == min(2048, max(8, left // 2))
+
+
 FD_LIMIT = 192
 
 
