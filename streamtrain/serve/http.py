@@ -36,7 +36,7 @@ from streamtrain.errors import StoreError
 
 from .cache import MustWait
 from .inputs import BadRequest, TooLarge, encode_json
-from .limits import Limits, connection_cap, guarded
+from .limits import Limits, accept_burst, connection_cap, guarded
 from .service import NotReady, Service
 
 log = logging.getLogger("streamtrain.serve")
@@ -190,7 +190,8 @@ class Server:
         self.uvicorn = uvicorn.Server(uvicorn.Config(
             app, log_level="warning", access_log=False, proxy_headers=False, timeout_graceful_shutdown=5,
             http=guarded(AutoHTTPProtocol, self.limits, count), timeout_keep_alive=self.limits.keep_alive_s,
-            h11_max_incomplete_event_size=2 * self.limits.max_header_bytes))   # the guard's 431 comes first
+            h11_max_incomplete_event_size=2 * self.limits.max_header_bytes,   # the guard's 431 comes first
+            backlog=accept_burst(self.limits.max_connections)))
         self._thread = None
 
     def run(self) -> None:

@@ -20,6 +20,10 @@ open for ever). Each refusal is counted through ``count(kind)``.
 
 ``connection_cap`` keeps ``max_connections`` below the process's file descriptor limit
 (``RLIMIT_NOFILE``) less the descriptors open now and ``reserve_fds`` kept for everything else.
+``accept_burst`` bounds how many connections the event loop accepts in one go (asyncio's own
+loop accepts up to its listen backlog per wake-up, and closes a refused one two wake-ups later,
+so up to three bursts are open at once): a quarter of the descriptors left above the cap, so a
+flood past the cap never reaches the limit.
 """
 from __future__ import annotations
 
@@ -47,17 +51,36 @@ class Limits(NamedTuple):
                    float(settings["keep_alive_s"]), settings["max_header_bytes"])
 
 
-def connection_cap(wanted: int, reserve: int) -> int:
-    """``wanted``, lowered (with a warning) so that the connections, the descriptors open now and
-    ``reserve`` fit under the soft ``RLIMIT_NOFILE``; 1 at least."""
+def _fd_room() -> int | None:
+    """Descriptors that can still be opened under the soft ``RLIMIT_NOFILE`` (None: no limit)."""
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
-        return wanted
+        return None
     try:
         open_now = len(os.listdir("/proc/self/fd"))
     except OSError:                    # not Linux: count nothing open
         open_now = 0
-    room = soft - open_now - reserve
+    return soft - open_now
+
+
+def accept_burst(cap: int, most: int = 2048) -> int:
+    """The listen backlog (and so asyncio's accepts per wake-up) for a server capped at ``cap``
+    connections: a quarter of the descriptors left above the cap, between 8 and ``most``."""
+    room = _fd_room()
+    if room is None:
+        return most
+    return max(8, min(most, (room - cap) // 4))
+
+
+def connection_cap(wanted: int, reserve: int) -> int:
+    """``wanted``, lowered (with a warning) so that the connections, the descriptors open now and
+    ``reserve`` fit under the soft ``RLIMIT_NOFILE``; 1 at least."""
+    free = _fd_room()
+    if free is None:
+        return wanted
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    open_now = soft - free
+    room = free - reserve
     if room >= wanted:
         return wanted
     cap = max(1, room)
