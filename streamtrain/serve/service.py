@@ -40,6 +40,14 @@ log = logging.getLogger("streamtrain.serve")
 class NotReady(RuntimeError):
     """503: the model cannot answer yet (no fields known, no batch trained)."""
 
+    kind = "not_ready"
+
+
+class NonFinite(NotReady):
+    """503: the model's output for a request is NaN or infinite (never answered as ``null``)."""
+
+    kind = "nonfinite"
+
 
 class JobModel:
     def __init__(self, job):
@@ -230,6 +238,7 @@ class Service:
             graph.forward(ctx)
             age = max(0.0, time.monotonic() - fetched)
             preds = np.asarray(ctx.predictions, np.float64)
+            _check_finite(preds)
         except MustWait as wait:
             wait.resume = functools.partial(self._answer, graph, batch, True)
             raise
@@ -263,6 +272,14 @@ class Service:
         if store is not None and not store.ready():
             return False, "parameter store not reachable"
         return True, "ok"
+
+
+def _check_finite(preds: np.ndarray) -> None:
+    bad = np.flatnonzero(~np.isfinite(preds.reshape(len(preds), -1)).all(axis=1))
+    if len(bad):
+        where = ", ".join(f"records[{i}]" for i in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise NonFinite(f"the model's output for {where} is not finite (NaN or infinite): "
+                        f"the parameters it used are not, or the input overflows the model")
 
 
 def stream_format(reader_cfg: dict) -> tuple[str | None, dict]:
