@@ -60,7 +60,7 @@ def attach(job, config: dict, registry=None):
     from .http import Server, make_app
     from .service import JobModel, Service
 
-    service = Service(JobModel(job), settings, config.get("reader", {}))
+    service = Service(JobModel(job, settings["store_give_up_s"]), settings, config.get("reader", {}))
     metrics = ServeMetrics(registry)
     server = Server(make_app(service, metrics, expose_metrics=registry is None),
                     settings["host"], settings["port"]).start()

@@ -50,8 +50,8 @@ class NonFinite(NotReady):
 
 
 class JobModel:
-    def __init__(self, job):
-        self.job, self.params = job, LiveParams(job)
+    def __init__(self, job, give_up_s: float = 2.0):
+        self.job, self.params = job, LiveParams(job, give_up_s)
 
     def graph(self, may_read: bool = True) -> Graph:
         if self.job.graph is None:
