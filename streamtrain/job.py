@@ -65,6 +65,8 @@ class Job:
         self.store_down = False     # stopped while the store was unreachable: no final checkpoint
         self.received_at = None
         self.first_step = None   # (monotonic time, examples) once the first batch is applied
+        self.restored_examples = 0  # examples a restored checkpoint had trained (not this run's)
+        self.final: dict | None = None   # the summary, made once when the run ends
         self.drift = DriftMonitor.from_config(config.get("drift"))    # alarms over the progressive loss
         self.hooks = [self.drift.on_step] if self.drift else []   # callables(job, batch, result) after every step
         self.step_lock = threading.Lock()   # held for a whole step: a server reads between steps
@@ -123,7 +125,7 @@ class Job:
         if self.graph_input is not None and "graph" in meta["arrays"]:
             self.graph_input.store.restore(meta["arrays"]["graph"])
         self.trainer.batches = meta.get("step", 0)
-        self.trainer.examples = meta.get("examples", 0)
+        self.trainer.examples = self.restored_examples = meta.get("examples", 0)
         if meta.get("offsets") and hasattr(self.source, "seek"):
             self.source.seek(meta["offsets"])
             self.sought = True
@@ -179,7 +181,8 @@ class Job:
                     break
         finally:
             self.finish()
-        return self.summary()
+        self.final = self.summary()      # the figures of the summary and of the `done` line
+        return self.final
 
     def _applied(self, offsets) -> None:
         """A batch's update was applied: commit its offsets, or, with a write-back store, hold
@@ -206,7 +209,8 @@ class Job:
         except StoreError as err:
             if isinstance(err, StoreAccessError):
                 raise
-            log.warning("background flush failed, flushing again: %s", err)
+            self.store_failures += 1        # the store gave up on it: counted as a step would be
+            log.error("background flush failed (nothing committed), flushing again: %s", err)
             self.held[:0], self.flying = self.flying, []
             return self._flush()
         if done is not None:
@@ -291,15 +295,16 @@ class Job:
             self.waiting_for_store = None
 
     def _reached_limit(self, coming: int = 0) -> bool:
-        """The example limit is reached (or will be, after ``coming`` more examples)."""
+        """The example limit is reached (or will be, after ``coming`` more examples; skipped
+        non-finite ones count: they were read)."""
         return self.max_examples is not None and self.trainer is not None \
-            and self.trainer.examples + coming >= self.max_examples
+            and self.trainer.stepped + coming >= self.max_examples
 
     def _limit(self, batch):
         """Cut the batch at ``max_examples``; a cut batch is trained but its offsets not committed."""
         if self.max_examples is None:
             return batch, True
-        left = self.max_examples - self.trainer.examples
+        left = self.max_examples - self.trainer.stepped
         if left <= 0:
             return None, False
         if batch.size <= left:
@@ -371,15 +376,20 @@ class Job:
 
     # ---- reporting -------------------------------------------------------------------------
     def progress(self, whole_run: bool = False) -> dict:
-        """The figures of the progress line: totals, rate since the last line (or, with
-        ``whole_run``, over the whole run as in the summary), loss, AUC, lag."""
+        """The figures of the progress line: totals, rate since the last line (examples trained
+        by this run: restored ones are not), loss, AUC, lag. ``whole_run``: the summary's
+        figures (the `done` line), with ``elapsed_s``."""
         from .metrics import total_lag
         t, now = self.trainer, time.monotonic()
         if t is None:
             return {}
-        last_t, last_n = (self.started, 0) if whole_run else getattr(self, "_last_progress", (self.started, 0))
-        if not whole_run:
-            self._last_progress = (now, t.examples)
+        if whole_run:
+            s = self.final or self.summary()
+            return {"examples": s["examples"], "batches": s["batches"], "examples_per_s": s["examples_per_s"],
+                    "logloss": s["logloss"], "auc": s["auc"], "lag": total_lag(self.source),
+                    "malformed": s["malformed"], "nonfinite": s["nonfinite_batches"], "elapsed_s": s["elapsed_s"]}
+        last_t, last_n = getattr(self, "_last_progress", (self.started, self.restored_examples))
+        self._last_progress = (now, t.examples)
         p = t.progressive
         return {"examples": t.examples, "batches": t.batches,
                 "examples_per_s": round((t.examples - last_n) / max(now - last_t, 1e-9), 1),
@@ -411,9 +421,11 @@ class Job:
             "malformed": self.malformed.total,
             "malformed_by_reason": dict(self.malformed.counts),
             "nonfinite_batches": t.nonfinite if t else 0,
+            "nonfinite_examples": t.skipped_examples if t else 0,
+            "restored_examples": self.restored_examples,
             "store_failures": self.store_failures,
             "elapsed_s": round(elapsed, 3),
-            "examples_per_s": round((t.examples if t else 0) / max(elapsed, 1e-9), 1),
+            "examples_per_s": round(((t.examples if t else 0) - self.restored_examples) / max(elapsed, 1e-9), 1),
             "steady_examples_per_s": self._steady_rate(),
             "logloss": _num(p.logloss) if p else None,
             "auc": _num(p.auc) if p else None,

@@ -78,8 +78,9 @@ class Metrics:
         self._seen: dict = {}
         self.source = None                 # whose lag() the scrape reads (set by on_step / attach)
         self.job = None                    # whose store failures the scrape reads (set by on_step / attach)
-        self.examples = Counter("streamtrain_examples_total", "Examples trained on (skipped batches included)", registry=r)
-        self.batches = Counter("streamtrain_batches_total", "Mini-batches stepped", registry=r)
+        self.examples = Counter("streamtrain_examples_total", "Examples trained on (not those of skipped batches)",
+                                registry=r)
+        self.batches = Counter("streamtrain_batches_total", "Mini-batches trained on (not skipped ones)", registry=r)
         self.step_seconds = Histogram("streamtrain_step_seconds", "Seconds per phase of one step", ["phase"],
                                       buckets=STEP_BUCKETS, registry=r)
         self.logloss = Gauge("streamtrain_progressive_logloss", "Predict-then-learn logloss over the sliding window", registry=r)
@@ -139,8 +140,9 @@ class Metrics:
 
     def _on_step(self, job, batch, result) -> None:
         self.source, self.job = job.source, job
-        self.batches.inc()
-        self.examples.inc(batch.size)
+        if result.applied:
+            self.batches.inc()
+            self.examples.inc(batch.size)
         self.last_batch_ts.set_to_current_time()
         for phase, seconds in result.seconds.items():
             if phase in PHASES:
