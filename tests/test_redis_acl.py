@@ -135,3 +135,18 @@ def test_a_url_whose_scheme_does_not_fit_the_port_ends_the_daemon_at_once(server
     assert last_line(proc) == f"streamtrain: redis store: rediss://127.0.0.1:{plain.port} answers in plain text, " \
                               "not TLS: use redis:// (or the server's tls-port)"
     assert "s3cret" not in proc.stderr
+
+
+def test_the_recipe_with_cluster_slots_on_a_cluster(redis_factory, tmp_path):
+    """A Cluster also needs ``+cluster|slots`` (the slot map), as the README says."""
+    from tests.fixtures_redis import start_cluster
+    addrs = start_cluster(redis_factory)
+    for server in redis_factory.started:
+        acl_user(server, "+cluster|slots")
+    url = f"redis://trainer:{PW}@{addrs[0]}"
+    cfg = configmod.load(ROOT / "examples" / "synthetic.json", ["metrics.enabled=false", f"checkpoint.dir={tmp_path}"])
+    cfg["store"] = {"backend": "redis", "cluster": url, "retry": {"give_up_s": 5.0}}
+    job = Job(configmod.validate(cfg), max_examples=4000)
+    summary = job.run()
+    assert summary["examples"] == 4000 and summary["store_failures"] == 0 and job.store.stats.errors == 0
+    assert summary["checkpoint"] and len(job.store.shards.names) == 3
