@@ -78,7 +78,10 @@ class RowLayout:
 
     def finite(self, values: np.ndarray) -> np.ndarray:
         """Per row of ``encode``'s output: every weight and slot finite (no NaN, no inf)."""
-        floats = np.ascontiguousarray(values[:, TAG:]).view("<f4")
+        if values.flags.c_contiguous:           # the tag is two floats' width: a view, no copy
+            floats = values.view("<f4")[:, TAG // 4:]
+        else:
+            floats = np.ascontiguousarray(values[:, TAG:]).view("<f4")
         return np.isfinite(floats).all(axis=1)
 
     def unpack(self, mat: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
