@@ -13,7 +13,9 @@ After an alarm a detector starts afresh (River's convention).
 
 The defaults are set for per-example logloss (standard deviation around 0.5-1): with them a
 stationary stream of 1M examples raises no alarm and a change of the mean loss by 0.5 is
-caught within a few thousand examples (``tests/test_drift.py`` states the figures).
+caught within a few thousand examples (``tests/test_drift.py`` states the figures). The loss
+is the model's own: logloss, ``softmax_ce``'s ``-log p[y]``, ``mse``'s squared error (whose
+scale is the label's: tune ``threshold`` to it).
 
 >>> ph = PageHinkley(min_instances=1, delta=0.0, threshold=2.5)
 >>> ph.update_many(np.array([0.0, 0.0, 0.0, 4.0])).tolist()
@@ -212,5 +214,5 @@ class DriftMonitor:
         return out
 
     def on_step(self, job, batch, result) -> None:
-        if result.applied and getattr(job.trainer, "binary", False) and result.predictions is not None:
-            self.update(result.losses)        # the progressive figures' per-example losses
+        if result.applied and result.losses is not None:
+            self.update(result.losses)        # the progressive figures' per-example losses, any loss kind

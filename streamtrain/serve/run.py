@@ -13,8 +13,9 @@ from .settings import serve_settings
 log = logging.getLogger("streamtrain.serve")
 
 
-def serve_forever(config: dict) -> int:
-    """``streamtrain serve``: build the server and run it until SIGTERM/SIGINT."""
+def serve_forever(config: dict, restore: str | None = None) -> int:
+    """``streamtrain serve``: build the server and run it until SIGTERM/SIGINT; with ``restore``
+    (a checkpoint directory, or a ``checkpoint.dir`` for its latest) from that saved model."""
     from .http import Server, make_app
     from .service import Service, StoreModel
 
@@ -22,19 +23,31 @@ def serve_forever(config: dict) -> int:
     # the background refresher holds the GIL in short bursts: hand it back to the event loop
     # after 0.5 ms instead of Python's default 5 ms, or a request arriving meanwhile waits that long
     sys.setswitchinterval(0.0005)
-    source = StoreModel(config, settings)
-    source.built.append(_freeze)
+    if restore:
+        from .saved import CheckpointModel
+        source = CheckpointModel(config, settings, restore)
+        log.info("serving the saved model %s", source.store_name())
+    else:
+        source = StoreModel(config, settings)
+        source.built.append(_freeze)
     _freeze()
     try:
         service = Service(source, settings, config.get("reader", {}))
         ok, reason = service.ready()
         if not ok:
             log.warning("not ready yet (%s): /readyz answers 503 until it is", reason)
-        server = Server(make_app(service, ServeMetrics()), settings["host"], settings["port"])
+        metrics = ServeMetrics()
+        server = Server(make_app(service, metrics), settings["host"], settings["port"], settings,
+                        count=_refusals(metrics))
         server.run()
     finally:
         source.close()
     return 0
+
+
+def _refusals(metrics):
+    """What counts the connections and requests the server's limits refused (``limits.py``)."""
+    return lambda kind: metrics.errors.labels(kind).inc()
 
 
 def _freeze() -> None:
@@ -63,6 +76,6 @@ def attach(job, config: dict, registry=None):
     service = Service(JobModel(job, settings["store_give_up_s"]), settings, config.get("reader", {}))
     metrics = ServeMetrics(registry)
     server = Server(make_app(service, metrics, expose_metrics=registry is None),
-                    settings["host"], settings["port"]).start()
+                    settings["host"], settings["port"], settings, count=_refusals(metrics)).start()
     job.serve_port = server.port
     return server.stop
