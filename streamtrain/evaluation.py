@@ -19,6 +19,7 @@ import numpy as np
 from . import report, saved
 from .evaluator import Evaluator
 from .graph import Schema
+from .graphstore.nodes import reader_config
 from .progressive import tracker_class
 from .store.memory import MemoryStore
 
@@ -43,7 +44,8 @@ class Evaluation:
         self.saved = saved.read(restore)
         self.malformed = Malformed()
         self.graph_input = self.saved.graph_input(config, self.malformed)
-        self.source = open_reader(config["reader"], config["batch_size"], self.malformed)
+        self.source = open_reader(reader_config(config["reader"], config.get("graph")), config["batch_size"],
+                                  self.malformed)
         self.store = MemoryStore()               # the checkpoint's values once the model is built
         self.evaluator: Evaluator | None = None
         self.trainer: Scored | None = None

@@ -19,6 +19,7 @@ from . import checkpoint, report
 from .backoff import STOPPED, Backoff
 from .drift import DriftMonitor
 from .graph import Graph, Schema
+from .graphstore.nodes import reader_config
 from .graphstore.stream import model_problems, open_graph_input
 from .saved import schema_json
 from .errors import ConfigError, StoreAccessError, StoreError
@@ -40,7 +41,8 @@ class Job:
         self.max_examples = max_examples
         self.restore_from = restore
         self.malformed = Malformed()
-        self.source = open_reader(config["reader"], config["batch_size"], self.malformed)
+        self.source = open_reader(reader_config(config["reader"], config.get("graph")), config["batch_size"],
+                                  self.malformed)
         store_cfg = dict(config["store"])
         if store_cfg.get("backend") == "redis":     # several models can share one Redis
             store_cfg.setdefault("namespace", config.get("name") or "default")

@@ -269,7 +269,8 @@ class Service:
                                                  f"{self.reader_cfg.get('type')!r} reader has none: "
                                                  "send application/json records")
             return lines_batch(body, fmt, options, schema, limit)
-        return records_batch(decode_json(body), schema, limit)
+        # hashed as the reader hashes (a csv reader's hash_as: a graph's shared ids)
+        return records_batch(decode_json(body), schema, limit, self.reader_cfg.get("hash_as"))
 
     def predict(self, body: bytes, content_type: str, may_read: bool = True) -> dict:
         """The answer to one request; ``may_read=False``: ``MustWait`` instead of waiting for

@@ -112,7 +112,10 @@ class Shards:
     """
 
     def __init__(self, *, urls=None, cluster=None, timeout_s=5.0, retry: Retry | None = None, stats=None,
-                 placement: str = "modulo", connect=_default_connection):
+                 placement: str = "modulo", connect=_default_connection, label: str = "redis store",
+                 hint=None):
+        self.label = label                      # how messages name the client ("redis graph store")
+        self.hint = hint or refusal_hint        # hint(refused): what to check after a refusal
         self.cluster = bool(cluster)
         self.urls = [redact(u) for u in ([cluster] if cluster else urls)]      # for messages
         self.placement = placement
@@ -263,30 +266,30 @@ class Shards:
             self._count_error()
             self._stale = self.cluster
             self._check_protocol(err)
-            log.warning("redis store: %s failed (%s: %s); retry %d in %.2f s, giving up after %.0f s",
-                        what, type(err).__name__, redact(err), attempt, pause, retry.give_up_s)
+            log.warning("%s: %s failed (%s: %s); retry %d in %.2f s, giving up after %.0f s",
+                        self.label, what, type(err).__name__, redact(err), attempt, pause, retry.give_up_s)
 
         def give_up(err, attempt, waited):
             self._count_error()
             self._check_protocol(err)
-            log.error("redis store: %s failed after %d attempts in %.1f s: %s", what, attempt, waited,
+            log.error("%s: %s failed after %d attempts in %.1f s: %s", self.label, what, attempt, waited,
                       redact(err))
-            raise StoreError(f"redis store: {what} failed after {attempt} attempts in {waited:.1f} s "
+            raise StoreError(f"{self.label}: {what} failed after {attempt} attempts in {waited:.1f} s "
                              f"({', '.join(self.names) or self._where()}): {redact(err)}") from err
 
         try:
             return retry.retry(attempt, transient=_transient, on_retry=failed, on_give_up=give_up,
-                                    on_recovered=lambda n: log.warning("redis store: %s succeeded after %d "
-                                                                       "retries", what, n))
+                               on_recovered=lambda n: log.warning("%s: %s succeeded after %d retries",
+                                                                  self.label, what, n))
         except (redis.RedisError, OSError) as err:
             refused = refusal(err)
             if refused is not None:
                 self._count_error()
-                raise StoreAccessError(f"redis store: {self._where()} refused {what}: {redact(refused)} "
-                                       f"({refusal_hint(refused)})") from None
+                raise StoreAccessError(f"{self.label}: {self._where()} refused {what}: {redact(refused)} "
+                                       f"({self.hint(refused)})") from None
             if isinstance(err, ResponseError):       # (out of memory, a read-only replica...)
                 self._count_error()
-                raise StoreError(f"redis store: {what}: {redact(err)}") from err
+                raise StoreError(f"{self.label}: {what}: {redact(err)}") from err
             raise
 
     def _check_protocol(self, err: BaseException) -> None:
@@ -297,7 +300,7 @@ class Shards:
         for url, kw in zip(self.urls, self._seeds):
             found = protocol_mismatch(kw, min(1.0, self.timeout_s))
             if found:
-                raise StoreAccessError(f"redis store: {url} {found}") from None
+                raise StoreAccessError(f"{self.label}: {url} {found}") from None
 
     def _count_error(self) -> None:
         if self.stats is not None:
