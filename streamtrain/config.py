@@ -92,33 +92,33 @@ class _Outline:
 SCHEMA = {
     "name": Option(None, (str, type(None)), doc="the job's name (the redis namespace by default)"),
     "description": Option(None, (str, type(None)), doc="free text"),
-    "reader": Option({"type": "synthetic"}, kinds=READERS, doc="where examples come from ([Readers](#readers))"),
+    "reader": Option({"type": "synthetic"}, kinds=READERS, doc="where examples come from ([Readers](readers.md))"),
     "batch_size": Option(256, (int,), check=positive, doc="examples per mini-batch"),
     "store": Option({"backend": "memory"}, kinds=STORES, tag="backend",
-                    doc="where parameters live ([Parameter store](#parameter-store))"),
+                    doc="where parameters live ([Parameter store](redis.md))"),
     "default_optimizer": Option({"type": "adagrad", "lr": 0.05}, kinds=OPTIMIZERS,
-                                doc="the update rule of every parameter without its own ([Optimizers](#optimizers))"),
+                                doc="the update rule of every parameter without its own ([Optimizers](layers.md#optimizers))"),
     "layers": Option(REQUIRED, (list,), nested=layer_problems,
                      doc='the graph: `{"name", "type", "inputs", options…, "optimizer"?, "param"?}` '
-                         '([Layer kinds](#layer-kinds))'),
+                         '([Layer kinds](layers.md))'),
     "metrics": Option(fields=METRICS,
-                      doc="Prometheus and health endpoints ([Running as a daemon](#running-as-a-daemon))"),
-    "checkpoint": Option(fields=CHECKPOINT, doc="periodic atomic checkpoints ([Checkpoints](#checkpoints))"),
+                      doc="Prometheus and health endpoints ([Operations](operations.md#endpoints))"),
+    "checkpoint": Option(fields=CHECKPOINT, doc="periodic atomic checkpoints ([Checkpoints](checkpoints.md))"),
     "log": Option(fields=LOG, doc="progress lines"),
     "graph": Option(None, (dict, type(None)), nested=graph_problems,
-                    doc="graph learning: endpoint fields, fanouts, graph store ([Graph learning](#graph-learning))"),
+                    doc="graph learning: endpoint fields, fanouts, graph store ([Graph learning](graph.md))"),
     "seed": Option(0, (int,), doc="dropout and other randomness in the trainer"),
     "switch_interval_ms": Option(1.0, NUMBER, check=positive,
                                  doc="Python's thread switch interval while `streamtrain run` runs "
                                      "(`sys.setswitchinterval`; Python's default is 5): how soon the "
                                      "parse thread gets the GIL back from the trainer"),
-    "drift": Option(fields=DRIFT_OPTIONS, doc="drift alarms over the progressive loss ([Drift alarms](#drift-alarms))"),
-    "serve": Option(fields=SERVE_OPTIONS, doc="the prediction server ([Serving](#serving))"),
+    "drift": Option(fields=DRIFT_OPTIONS, doc="drift alarms over the progressive loss ([Drift alarms](drift.md))"),
+    "serve": Option(fields=SERVE_OPTIONS, doc="the prediction server ([Serving](serving.md))"),
 }
 
 
 def markdown(schema: dict[str, Option]) -> str:
-    """The README table of a schema: key, default, meaning (``python -m streamtrain.config``)."""
+    """The docs' table of a schema: key, default, meaning (``python -m streamtrain.config``)."""
     rows = ["| key | default | meaning |", "|---|---|---|"]
     for key, opt in schema.items():
         default = ("required" if opt.default is REQUIRED else "see below" if opt.fields is not None
@@ -128,7 +128,7 @@ def markdown(schema: dict[str, Option]) -> str:
 
 
 def tables() -> dict[str, str]:
-    """The README's config tables by heading: the top level, then each section."""
+    """The config tables by heading: the top level, then each section."""
     out = {"the job config": markdown(SCHEMA)}
     out.update({f"`{key}`": markdown(opt.fields) for key, opt in SCHEMA.items() if opt.fields is not None})
     return out
