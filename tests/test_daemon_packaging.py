@@ -1,4 +1,4 @@
-"""deploy/ and docker-compose.yml: compose accepts the file, the unit and image are what the README says."""
+"""deploy/ and docker-compose.yml: compose accepts the file, the unit and image are what docs/operations.md says."""
 from __future__ import annotations
 
 import configparser

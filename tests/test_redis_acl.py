@@ -1,4 +1,4 @@
-"""The README's ACL recipe, run as written against a real redis-server, and the connection
+"""The docs' ACL recipe (docs/redis.md), run as written against a real redis-server, and the connection
 mistakes that are not outages (issue 24, item 2): a permission refused inside the update
 script, a database number the server does not have, ``redis://`` on a TLS port and
 ``rediss://`` on a plain one each end the daemon at once with exit 1 and a last line naming
@@ -31,17 +31,17 @@ PW = "tr41ner-Pw"
 
 
 def readme_recipe() -> str:
-    found = re.findall(r"^ACL SETUSER .*$", (ROOT / "README.md").read_text(), re.M)
+    found = re.findall(r"^ACL SETUSER .*$", (ROOT / "docs" / "redis.md").read_text(), re.M)
     assert len(found) == 1, found
     return found[0]
 
 
-def test_the_readme_recipe_is_the_one_the_code_names():
+def test_the_documented_recipe_is_the_one_the_code_names():
     assert readme_recipe() == ACL_RECIPE
 
 
 def acl_user(server, *extra: str) -> None:
-    """Run the README's command (its PASSWORD ours) on ``server``, plus ``extra`` rules."""
+    """Run the documented command (its PASSWORD ours) on ``server``, plus ``extra`` rules."""
     words = readme_recipe().replace(">PASSWORD", f">{PW}").split()
     redis.Redis(port=server.port).execute_command(*words, *extra)
 
@@ -138,7 +138,7 @@ def test_a_url_whose_scheme_does_not_fit_the_port_ends_the_daemon_at_once(server
 
 
 def test_the_recipe_with_cluster_slots_on_a_cluster(redis_factory, tmp_path):
-    """A Cluster also needs ``+cluster|slots`` (the slot map), as the README says."""
+    """A Cluster also needs ``+cluster|slots`` (the slot map), as docs/redis.md says."""
     from tests.fixtures_redis import start_cluster
     addrs = start_cluster(redis_factory)
     for server in redis_factory.started:
