@@ -118,22 +118,34 @@ def redis(targets: dict | None, store: dict | None, out: Path) -> None:
 
 def quality(data: dict, out: Path) -> None:
     sets = list(data["data"])
-    fig, axes = plt.subplots(1, len(sets), figsize=(4.6 * len(sets), 4.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(sets), figsize=(5.2 * len(sets), 4.8), squeeze=False)
+    blues = plt.cm.Blues(np.linspace(0.45, 0.95, 7))
+    peers = {"vw": "#d62728", "vw-q": "#ff7f0e", "river-sgd": "#2ca02c", "river-ftrl": "#9467bd", "river-fm": "#8c564b"}
     for ax, name in zip(axes[0], sets):
         rows = [r for r in data["data"][name] if "curve" in r]
-        finals = sorted(r["logloss"] for r in rows)
+        best = min(r["logloss"] for r in rows)
+        shown, lows, k = [], [], 0
         for r in rows:
             c = r["curve"]
+            x, y = np.asarray(c["examples"]), np.asarray(c["logloss"])
+            keep = x >= 0.1 * x[-1]                     # the first tenth is a handful of examples
             ours = r["kind"] == "streamtrain"
-            label = f"{'streamtrain ' if ours else ''}{r['learner']} {r['logloss']:.4f}"
-            ax.plot(c["examples"], c["logloss"], lw=1.4 if ours else 1.1, ls="-" if ours else "--", label=label)
-        # the interesting range: from the best final figure to a little above the median
-        lo, mid = finals[0], finals[len(finals) // 2]
-        ax.set_ylim(lo - 0.4 * (mid - lo) - 1e-6, mid + 1.5 * (mid - lo) + 1e-6)
+            if not ours and r["logloss"] > 1.5 * best:  # off the scale (river-fm on Criteo): named only
+                ax.plot([], [], ls="--", color=peers.get(r["learner"], PEER),
+                        label=f"{r['learner']} {r['logloss']:.4f} (off the scale)")
+                continue
+            colour = blues[k % len(blues)] if ours else peers.get(r["learner"], PEER)
+            k += ours
+            ax.plot(x[keep], y[keep], lw=1.3 if ours else 1.6, ls="-" if ours else "--", color=colour,
+                    label=f"{'st ' if ours else ''}{r['learner']} {r['logloss']:.4f}")
+            shown.append(y[keep].max())
+            lows.append(y[keep].min())
+        lo, hi = min(lows), max(shown)
+        ax.set_ylim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
         ax.set_title(f"{name}: progressive logloss (lower is better)", fontsize=10)
-        ax.set_xlabel("examples seen")
-        ax.legend(fontsize=6.5, ncol=2)
-    fig.subplots_adjust(bottom=0.2, wspace=0.25, left=0.05, right=0.98)
+        ax.set_xlabel("examples seen (from a tenth of the stream)")
+        ax.legend(fontsize=6.5, ncol=2, loc="upper right")
+    fig.subplots_adjust(bottom=0.2, wspace=0.22, left=0.05, right=0.99)
     caption(fig, data)
     save(fig, out / "quality.png")
 
