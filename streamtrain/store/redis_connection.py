@@ -22,7 +22,7 @@ from streamtrain.errors import StoreError
 from streamtrain.schema import Option
 
 SCHEMES = ("redis://", "rediss://")
-# what an ACL user of the parameter store needs (README "URLs, users, passwords, TLS"; tested as
+# what an ACL user of the parameter store needs (docs/redis.md "URLs, users, passwords, TLS"; tested as
 # written in tests/test_redis_acl.py): keys st:*, reads, writes, the compare-and-set script,
 # PING (readiness) and INFO (the prediction server's replica)
 ACL_RECIPE = "ACL SETUSER trainer on >PASSWORD ~st:* +@read +@write +@scripting +ping +info"
