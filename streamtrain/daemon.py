@@ -134,13 +134,17 @@ def run_job(cfg: dict, args) -> int:
 
 def resolve_restore(restore: str | None, cfg: dict) -> str | None:
     """``latest`` = the newest checkpoint under ``checkpoint.dir`` if there is one (a first start
-    under systemd or in a container has none yet and starts fresh); a directory must exist."""
+    under systemd or in a container has none yet and starts fresh); a directory must exist. A
+    checkpoint that is missing or whose ``meta.json`` is damaged is a ``CheckpointError`` (exit 2)."""
     if restore != "latest":
+        if restore:
+            checkpoint.read_meta(restore)      # a missing or damaged checkpoint: exit 2 before anything opens
         return restore or None
     root = cfg.get("checkpoint", {}).get("dir")
     if not root or not (Path(root) / checkpoint.LATEST).exists():
         log.info("--restore latest: no checkpoint under %s yet, starting fresh", root)
         return None
+    checkpoint.read_meta(root)
     return root
 
 

@@ -13,6 +13,7 @@ Bound to ``metrics.host`` (127.0.0.1 by default; ``0.0.0.0`` in containers) and
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import threading
 import time
@@ -20,6 +21,8 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
+
+from .errors import ConfigError
 
 log = logging.getLogger("streamtrain.http")
 
@@ -92,8 +95,11 @@ class MetricsServer:
         self._thread = None
 
     def start(self) -> "MetricsServer":
-        self._httpd = make_server(self.host, self.port, self.app, ThreadingWSGIServer,
-                                  handler_class=_QuietHandler)
+        try:
+            self._httpd = make_server(self.host, self.port, self.app, ThreadingWSGIServer,
+                                      handler_class=_QuietHandler)
+        except OSError as err:
+            raise address_error("metrics", self.host, self.port, err) from None
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="metrics-http", daemon=True)
         self._thread.start()
@@ -119,6 +125,13 @@ class MetricsServer:
             self._httpd.shutdown()
             self._httpd.server_close()
             self._httpd = None
+
+
+def address_error(section: str, host: str, port: int, err: OSError) -> ConfigError:
+    """The config error of a listening address that cannot be bound (in use, not local, ...)."""
+    why = ("is already in use by another process (pick another port, or 0 for any free one)"
+           if err.errno == errno.EADDRINUSE else f"cannot be listened on: {err.strerror or err}")
+    return ConfigError([(f"{section}.port", f"{host}:{port} {why}")])
 
 
 class _QuietHandler(WSGIRequestHandler):

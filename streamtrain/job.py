@@ -20,7 +20,7 @@ from .backoff import STOPPED, Backoff
 from .drift import DriftMonitor
 from .graph import Graph, Schema
 from .graphstore.stream import model_problems, open_graph_input
-from .errors import ConfigError, StoreAccessError, StoreError
+from .errors import CheckpointError, ConfigError, StoreAccessError, StoreError
 from .store import make_store
 from .trainer import Trainer
 
@@ -115,10 +115,15 @@ class Job:
                             "linear fc or reduced fm reaching it through add/sum_pooling, trained by sgd, "
                             "adagrad or ftrl): every layer learns per batch", self.graph.loss.name)
         if self.restore_from:
-            self._until_store_answers("restore the checkpoint", lambda: self.restore(self.restore_from))
+            try:
+                self._until_store_answers("restore the checkpoint", lambda: self.restore(self.restore_from))
+            except CheckpointError:
+                self.trainer = None          # nothing trained: no final checkpoint over the good ones
+                raise
 
     def restore(self, where) -> dict:
         snap, meta = checkpoint.read(where)
+        checkpoint.check_fits(snap, self.graph.params, checkpoint.resolve(where))
         self.store.restore(snap)
         if self.graph_input is not None and "graph" in meta["arrays"]:
             self.graph_input.store.restore(meta["arrays"]["graph"])

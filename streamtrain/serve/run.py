@@ -6,6 +6,7 @@ import gc
 import logging
 import sys
 
+from streamtrain.health import address_error
 from streamtrain.metrics import ServeMetrics
 
 from .settings import serve_settings
@@ -30,11 +31,20 @@ def serve_forever(config: dict) -> int:
         ok, reason = service.ready()
         if not ok:
             log.warning("not ready yet (%s): /readyz answers 503 until it is", reason)
-        server = Server(make_app(service, ServeMetrics()), settings["host"], settings["port"])
+        server = _bound(lambda: Server(make_app(service, ServeMetrics()), settings["host"], settings["port"]),
+                        settings)
         server.run()
     finally:
         source.close()
     return 0
+
+
+def _bound(make, settings):
+    """``make()`` (a server that binds its port); a port in use is a config error (exit 2)."""
+    try:
+        return make()
+    except OSError as err:
+        raise address_error("serve", settings["host"], settings["port"], err) from None
 
 
 def _freeze() -> None:
@@ -62,7 +72,7 @@ def attach(job, config: dict, registry=None):
 
     service = Service(JobModel(job), settings, config.get("reader", {}))
     metrics = ServeMetrics(registry)
-    server = Server(make_app(service, metrics, expose_metrics=registry is None),
-                    settings["host"], settings["port"]).start()
+    server = _bound(lambda: Server(make_app(service, metrics, expose_metrics=registry is None),
+                                   settings["host"], settings["port"]), settings).start()
     job.serve_port = server.port
     return server.stop
