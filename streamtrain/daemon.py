@@ -30,6 +30,7 @@ from .serve.run import attach as attach_serving
 
 log = logging.getLogger("streamtrain")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+EXIT_NO_CHECKPOINT = 3      # the run ended, offsets committed, but the final checkpoint failed
 
 
 class Signals:
@@ -78,7 +79,7 @@ def serve(job: Job, cfg: dict) -> tuple[Metrics | None, MetricsServer | None, He
     """Wire metrics and the heartbeat into the job's hooks; start the HTTP server if enabled."""
     mcfg = cfg.get("metrics", {})
     health = Health(stall_seconds=mcfg.get("stall_seconds", 300.0), ready=job_readiness(job),
-                    idle=lambda: caught_up(job.source), waiting=lambda: job.waiting_for_store)
+                    idle=lambda: caught_up(job.source), waiting=lambda: _waiting(job))
     job.hooks.append(health.beat)
     if not mcfg.get("enabled", True):
         return None, None, health
@@ -129,7 +130,7 @@ def run_job(cfg: dict, args) -> int:
     if args.summary:
         with open(args.summary, "w") as fh:
             json.dump(summary, fh, indent=2)
-    return 0
+    return EXIT_NO_CHECKPOINT if job.checkpoint_error else 0
 
 
 def resolve_restore(restore: str | None, cfg: dict) -> str | None:
@@ -146,6 +147,14 @@ def resolve_restore(restore: str | None, cfg: dict) -> str | None:
         return None
     checkpoint.read_meta(root)
     return root
+
+
+def _waiting(job: Job) -> str | None:
+    """What the job waits for that a restart would not bring: the store, or the reader's
+    brokers at start-up (/healthz stays 200 meanwhile)."""
+    if job.waiting_for_store:
+        return f"the store to answer ({job.waiting_for_store})"
+    return getattr(job.source, "waiting", None)
 
 
 def _status(job: Job) -> str:

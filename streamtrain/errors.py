@@ -50,6 +50,11 @@ class StoreError(StreamtrainError):
     """The parameter store could not do what was asked (after its retries)."""
 
 
+class StoreInterrupted(StoreError):
+    """A stop was asked while the store was retrying an unreachable server: the operation was
+    not done (the job stops at once instead of waiting out ``retry.give_up_s``)."""
+
+
 class StoreAccessError(StoreError):
     """The store refuses this client (wrong password, unknown user, missing permission, TLS
     rejected): retrying cannot help, so the job stops at once."""

@@ -35,7 +35,7 @@ class Health:
         self.last_beat = time.monotonic()
         self.ready_check = ready
         self.idle = idle              # callable: True when the source has nothing left to train
-        self.waiting = waiting        # callable: what waits for an unreachable store, or None
+        self.waiting = waiting        # callable: what waits for an unreachable store or broker, or None
 
     def beat(self, *_args) -> None:
         self.last_beat = time.monotonic()
@@ -44,7 +44,7 @@ class Health:
         idle = time.monotonic() - self.last_beat
         waiting = self.waiting() if self.waiting is not None else None
         if waiting:
-            return True, f"ok: waiting for the store to answer ({waiting}); last step {idle:.0f}s ago"
+            return True, f"ok: waiting for {waiting}; last step {idle:.0f}s ago"
         if 0 < self.stall_seconds < idle and not self._caught_up():   # 0: never called stalled
             return False, f"stalled: no step for {idle:.0f}s (limit {self.stall_seconds:.0f}s)"
         return True, f"ok: last step {idle:.1f}s ago"

@@ -42,6 +42,7 @@ from ..malformed import Malformed
 from .batching import Parsed
 from .clients import consumer_settings, producer_settings, quiet_library_logs
 from .config import normalized
+from .connect import connect, coordinator_known
 from .deadletter import DeadLetter
 from .fastpath import FastPath
 from .lag import StreamHealth
@@ -109,6 +110,8 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
         self._gen = None
         self._polled = time.monotonic()      # when the loop last called poll()
         self._keep_alive_s = 0.0             # set from max_poll_interval_ms when the consumer opens
+        self._connected = False              # the last poll knew the group coordinator (``ready``)
+        self.waiting = None                  # what the reader waits for at start-up (/healthz)
 
     @property
     def fast(self) -> bool:
@@ -125,6 +128,14 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
     def batches(self):
         self._gen = self._batches()
         return self._gen
+
+    def ready(self) -> bool:
+        """Connected: the consumer is made and its last poll knew the group's coordinator (a
+        broker that went away makes it unknown: ``/readyz`` answers 503 until it is back)."""
+        return self.consumer is not None and self._connected
+
+    def _wait(self, what: str | None) -> None:
+        self.waiting = what
 
     def request_stop(self) -> None:
         """End ``batches()`` at the next safe point (queued, untrained messages are abandoned)."""
@@ -174,10 +185,9 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
             # kafka-python 2.3-3.0 refuse a network frame over 1 MB by default: let a fetch through
             settings.setdefault("receive_message_max_bytes", settings["fetch_max_bytes"] + (1 << 20))
         self._keep_alive_s = KEEP_ALIVE_SHARE * settings["max_poll_interval_ms"] / 1000
-        try:
-            consumer = KafkaConsumer(**settings)
-        except KafkaError as err:
-            raise ReaderError(f"kafka reader: cannot reach {','.join(self.cfg['bootstrap'])}: {err}") from err
+        consumer = connect(lambda: KafkaConsumer(**settings), self.cfg["bootstrap"], lambda: self._stop, self._wait)
+        if consumer is None:                # asked to stop before a broker answered
+            return None
         if fast:
             self.fastpath.install(consumer)
         consumer.subscribe(topics=self.cfg["topic"], listener=Listener(self))
@@ -196,6 +206,7 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
         ``poll_errors``) until the broker answers or the reader is asked to stop (then ``{}``);
         any other error propagates."""
         def failed(err, attempt, pause):
+            self._connected = False
             self.stats["poll_errors"] = self.stats.get("poll_errors", 0) + 1
             (log.warning if attempt == 1 or attempt % 20 == 0 else log.debug)(
                 "kafka reader: poll failed (%s, attempt %d); retrying in %.1f s", err, attempt, pause)
@@ -207,10 +218,13 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
 
     def _batches(self):
         consumer = self.consumer or self._open()
+        if consumer is None:
+            return
         self._loop_thread = threading.current_thread()
         while not self._stop:
             got = self._poll(consumer, self._poll_timeout_ms())
             now = self._polled = time.monotonic()
+            self._connected = coordinator_known(consumer)
             if got:
                 self._take(got, now)
             if now >= self._next_health:

@@ -14,6 +14,7 @@ import inspect
 import logging
 import ssl
 import threading
+import time
 
 import redis
 import redis.retry
@@ -22,8 +23,8 @@ from redis.crc import key_slot
 from redis.exceptions import (AskError, AuthenticationError, BusyLoadingError, ClusterDownError, MovedError,
                               NoPermissionError, ResponseError, TryAgainError)
 
-from streamtrain.backoff import Backoff
-from streamtrain.errors import StoreAccessError, StoreError
+from streamtrain.backoff import STOPPED, Backoff
+from streamtrain.errors import StoreAccessError, StoreError, StoreInterrupted
 
 from . import redis_keys, redis_resp
 from .redis_connection import redact, section
@@ -46,6 +47,7 @@ TRANSIENT = (redis.ConnectionError, redis.TimeoutError, BusyLoadingError, Connec
 RETRY_REPLIES = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "MASTERDOWN")
 RETRY_ERRORS = (MovedError, AskError, TryAgainError, ClusterDownError)
 REFUSED = (AuthenticationError, NoPermissionError, ssl.SSLCertVerificationError)
+STOP_AFTER_S = 2.0      # a stop asked ends the retries once they have run this long (a blip is retried)
 
 
 def get_connection_args(get_connection) -> tuple:
@@ -110,6 +112,8 @@ class Shards:
         # slot map read and the error count are made one thread at a time
         self._lock = threading.Lock()
         self.epoch = 0                  # +1 at each slot map read: routing caches compare it
+        self.stopped = None             # the job's "a stop was asked" (``watch``): ends a retry
+        self.on_wait = None             # told what waits for the servers while a retry runs
         if not self.cluster:
             self.clients = [new_client(kw, timeout_s) for kw in self._seeds]
             self.names = [f"{kw['host']}:{kw['port']}" for kw in self._seeds]
@@ -219,11 +223,20 @@ class Shards:
                 self.refresh()
             return fn()
 
+        started, waits = time.monotonic(), []
+
         def failed(err, attempt, pause):
             self._count_error()
             self._stale = self.cluster
             log.warning("redis store: %s failed (%s: %s); retry %d in %.2f s, giving up after %.0f s",
                         what, type(err).__name__, redact(err), attempt, pause, self.retry.give_up_s)
+            if self.on_wait is not None:
+                waits.append(attempt)
+                self.on_wait(f"redis store: {what}")
+
+        def stopped():                          # a stop ends the retries (not a one-off blip's)
+            return (self.stopped is not None and self.stopped()
+                    and time.monotonic() - started >= STOP_AFTER_S)
 
         def give_up(err, attempt, waited):
             self._count_error()
@@ -233,9 +246,9 @@ class Shards:
                              f"({', '.join(self.names) or self._where()}): {redact(err)}") from err
 
         try:
-            return self.retry.retry(attempt, transient=_transient, on_retry=failed, on_give_up=give_up,
+            done = self.retry.retry(attempt, transient=_transient, on_retry=failed, on_give_up=give_up,
                                     on_recovered=lambda n: log.warning("redis store: %s succeeded after %d "
-                                                                       "retries", what, n))
+                                                                       "retries", what, n), stopped=stopped)
         except (redis.RedisError, OSError) as err:
             refused = refusal(err)
             if refused is not None:
@@ -245,6 +258,13 @@ class Shards:
             if isinstance(err, ResponseError):
                 raise StoreError(f"redis store: {what}: {redact(err)}") from err
             raise
+        finally:
+            if waits and self.on_wait is not None:
+                self.on_wait(None)
+        if done is STOPPED:
+            raise StoreInterrupted(f"redis store: {what}: stopped while {', '.join(self.names) or self._where()} "
+                                   "did not answer")
+        return done
 
     def _count_error(self) -> None:
         if self.stats is not None:
