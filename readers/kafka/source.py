@@ -47,6 +47,7 @@ from .deadletter import DeadLetter
 from .fastpath import FastPath
 from .lag import StreamHealth
 from .offsets import OffsetsMixin
+from .oversize import OversizeSearch, skip_too_large
 from .pending import Pending
 from .rebalance import Listener, RebalanceMixin
 from .segment import Segment
@@ -75,9 +76,10 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
         self.health = StreamHealth()
         self.stats = {k: 0 for k in ("messages", "lines", "batches", "empty_batches", "commits",
                                      "commit_failures", "commits_skipped", "revocations",
-                                     "abandoned_messages", "dead_lettered", "keep_alive_polls")}
+                                     "abandoned_messages", "dead_lettered", "keep_alive_polls", "too_large")}
         self.consumer = None
         self.fastpath = FastPath()
+        self.oversize = None                # finds records too large to fetch (oversize.py)
         self.dead = None
         self._trace = None
         self._lock = threading.RLock()
@@ -190,6 +192,7 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
             return None
         if fast:
             self.fastpath.install(consumer)
+        self.oversize = OversizeSearch.install(consumer)
         consumer.subscribe(topics=self.cfg["topic"], listener=Listener(self))
         self.consumer = consumer
         if self.cfg["dead_letter"]:
@@ -227,6 +230,7 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
             self._connected = coordinator_known(consumer)
             if got:
                 self._take(got, now)
+            self._check_oversize(consumer)
             if now >= self._next_health:
                 self._update_health()
                 self._next_health = now + HEALTH_EVERY_S
@@ -302,16 +306,17 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
         poll brings is handled as at the loop's own poll (``rebalance.py``)."""
         if not self._keep_alive_due():
             return
-        owned = consumer.assignment()
+        owned, paused = consumer.assignment(), consumer.paused()
         consumer.pause(*owned)
         try:
             got = self._poll(consumer, 0)
-        finally:
-            consumer.resume(*(owned & consumer.assignment()))
+        finally:                         # (partitions the oversize search paused stay paused)
+            consumer.resume(*((owned - paused) & consumer.assignment()))
         self._polled = time.monotonic()
         self.stats["keep_alive_polls"] += 1
         if got:                          # paused partitions return nothing; kept if one did
             self._take(got, self._polled)
+        self._check_oversize(consumer)
 
     def _poll_timeout_ms(self) -> int:
         if not self._pending:
@@ -343,7 +348,19 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
                     self._fetched[tp] = seg.next_offset
                     self.stats["messages"] += len(seg)
                     self.stats["lines"] += seg.n_lines
+                    if self.oversize is not None:
+                        self.oversize.took(tp, len(seg.buf))
             self._last_message = now
+
+    def _check_oversize(self, consumer) -> None:
+        """Step the search for a record too large to fetch; skip it once found."""
+        if self.oversize is None or not (self.oversize.active or self.oversize.events):
+            return
+        with self._lock:
+            owned = set(self._assigned)
+        found = self.oversize.step(owned, self._fetched.get)
+        if found is not None:
+            skip_too_large(self, consumer, *found)
 
     def _emit(self, limit: int):
         """A batch of what is queued, parsed in this thread (the deadline's and the end's)."""
