@@ -50,6 +50,9 @@ class Layer:
     arity: ClassVar[tuple[int, int | None]] = (1, 1)   # (min, max) inputs; max None = any
     reads_batch: ClassVar[bool] = False                  # input layers
     is_loss: ClassVar[bool] = False
+    # a loss: what its predictions are scored as (progressive figures, drift): "binary",
+    # "multiclass" or "regression" (streamtrain/progressive.py); None: not scored
+    quality: ClassVar[str | None] = None
 
     def __init__(self, name: str, inputs=(), *, param: str | None = None,
                  optimizer: dict | None = None, **options):

@@ -31,6 +31,7 @@ class LogLoss(Layer):
 
     kind = "logloss"
     is_loss = True
+    quality = "binary"
     options = {
         "reduction": REDUCTION,
         "sequential": Option(False, (bool,), doc="per-example updates of the linear and FM terms inside a batch"),
@@ -88,6 +89,7 @@ class SoftmaxCE(Layer):
 
     kind = "softmax_ce"
     is_loss = True
+    quality = "multiclass"
     options = {"reduction": REDUCTION}
 
     @classmethod
@@ -143,6 +145,7 @@ class MSE(Layer):
 
     kind = "mse"
     is_loss = True
+    quality = "regression"
     options = {"reduction": REDUCTION}
 
     @classmethod

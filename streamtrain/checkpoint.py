@@ -10,7 +10,9 @@ Layout of one checkpoint directory (format 1)::
 
 A checkpoint is written into a temporary sibling directory, every file fsynced, then renamed
 into place, and only then is ``LATEST`` (a one-line file) replaced atomically; a crash or a
-full disk at any point leaves the previous checkpoint intact and ``LATEST`` pointing at it.
+full disk at any point leaves the previous checkpoint intact and ``LATEST`` pointing at it. A
+write that fails removes what it made, by name (so even when it failed for want of file
+descriptors, no temporary directory is left behind).
 """
 from __future__ import annotations
 
@@ -61,47 +63,81 @@ def write(root, snapshot: Snapshot, *, step: int = 0, examples: int = 0, offsets
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     name = f"ckpt-{step:012d}-{time.time_ns() // 1_000_000}"
-    tmp = root / f".{name}.tmp"
+    tmp, final, pointer = root / f".{name}.tmp", root / name, root / f".{LATEST}.tmp"
     if tmp.exists():
         shutil.rmtree(tmp)
+    made = ["tables"]                 # what this write creates, relative to its directory
+    written = tmp
     try:
         (tmp / "tables").mkdir(parents=True)
         dense = {f"{p}::{k}": a for p, arrays in snapshot.dense.items() for k, a in arrays.items()}
-        np.savez(tmp / "dense.npz", **dense)
         files = {"dense": "dense.npz", "tables": {}}
+        made.append("dense.npz")
+        np.savez(tmp / "dense.npz", **dense)
         for i, (pname, arrays) in enumerate(sorted(snapshot.tables.items())):
-            rel = f"tables/{i}.npz"
+            rel = files["tables"][pname] = f"tables/{i}.npz"
+            made.append(rel)
             np.savez(tmp / rel, **arrays)
-            files["tables"][pname] = rel
         for aname, part in (more_arrays or {}).items():
-            np.savez(tmp / f"{aname}.npz", **part)
-            files.setdefault("arrays", {})[aname] = f"{aname}.npz"
+            rel = files.setdefault("arrays", {})[aname] = f"{aname}.npz"
+            made.append(rel)
+            np.savez(tmp / rel, **part)
         meta = {
             "format": FORMAT, "step": step, "examples": examples, "created": time.time(),
             "offsets": _offsets_json(offsets or {}),
             "params": {n: _spec_json(s) for n, s in snapshot.specs.items()},
             "optimizers": snapshot.optimizers, "files": files, **(extra or {}),
         }
+        made.append("meta.json")
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
-        for path in tmp.rglob("*"):
-            if path.is_file():
-                _fsync_file(path)
+        for rel in made[1:]:
+            _fsync_file(tmp / rel)
         _fsync_dir(tmp / "tables")
         _fsync_dir(tmp)
-        final = root / name
         os.rename(tmp, final)
+        written = final
         _fsync_dir(root)
-        pointer = root / f".{LATEST}.tmp"
         pointer.write_text(name + "\n")
         _fsync_file(pointer)
         os.replace(pointer, root / LATEST)
+        written = None                # LATEST names it: it stays, whatever happens next
         _fsync_dir(root)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if written is not None:
+            _remove(written, made)
+        _remove_file(pointer)
         raise
     if keep:
         prune(root, keep)
     return final
+
+
+def _remove(directory: Path, made: list) -> None:
+    """Undo a failed write: its files and directories by name, which needs no file descriptor
+    (a write that failed for want of descriptors would fail to list its directory, and
+    ``shutil.rmtree`` lists it); anything else in it, by ``rmtree`` as a last resort."""
+    for rel in reversed(made):
+        path = directory / rel
+        _remove_file(path) if rel.endswith((".npz", ".json")) else _remove_dir(path)
+    if not _remove_dir(directory):
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _remove_file(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _remove_dir(path: Path) -> bool:
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    return True
 
 
 def prune(root, keep: int) -> None:
@@ -180,15 +216,21 @@ def read(path) -> tuple[Snapshot, dict]:
     return snap, meta
 
 
-def check_fits(snapshot: Snapshot, params: dict, where) -> None:
-    """Refuse a checkpoint of another model: a parameter of another shape (named, with both
-    shapes), or parameters that only one of the two has."""
+def shape_problems(snapshot: Snapshot, params: dict) -> list[str]:
+    """The parameters both have with another shape, each named with both shapes."""
     found = []
     for name in sorted(set(params) & set(snapshot.specs)):
         ours, theirs = params[name], snapshot.specs[name]
         if (tuple(ours.shape), ours.table) != (tuple(theirs.shape), theirs.table):
             found.append(f"parameter '{name}' is {_shape(theirs)} in the checkpoint but {_shape(ours)} "
                          "in this model")
+    return found
+
+
+def check_fits(snapshot: Snapshot, params: dict, where) -> None:
+    """Refuse a checkpoint of another model: a parameter of another shape (named, with both
+    shapes), or parameters that only one of the two has."""
+    found = shape_problems(snapshot, params)
     only_model, only_ckpt = sorted(set(params) - set(snapshot.specs)), sorted(set(snapshot.specs) - set(params))
     if only_model:
         found.append(f"this model's parameter(s) {', '.join(only_model)} are not in the checkpoint")

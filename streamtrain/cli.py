@@ -1,4 +1,4 @@
-"""streamtrain run | validate | produce | serve: a streaming online-learning daemon and its tools.
+"""streamtrain run | eval | validate | produce | serve: a streaming online-learning daemon and its tools.
 
 Every option also reads a STREAMTRAIN_* environment variable (shown in each command's --help).
 """
@@ -33,6 +33,12 @@ exit codes:
   3  the run ended and its offsets were committed, but the final checkpoint could not be
      written (disk full, read-only); the previous checkpoint stays
   a second SIGTERM/SIGINT kills the process with that signal (shell status 128+N)"""
+
+
+EVAL_DESCRIPTION = """\
+Score CONFIG's reader stream with the parameters (and graph) of a checkpoint, without updating
+them (no store, no graph, no Kafka offset is written): each batch is predicted and scored by
+the loss's progressive figures. Prints the same done line and --summary as run."""
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -87,9 +93,24 @@ def build_parser() -> argparse.ArgumentParser:
                           "[env STREAMTRAIN_RESTORE]")
     _log_flags(run)
 
+    ev = sub.add_parser("eval", help="score a stream with a checkpoint's parameters (and graph), learning nothing",
+                        description=EVAL_DESCRIPTION)
+    _common(ev)
+    ev.add_argument("--restore", default=_env("RESTORE"), metavar="DIR",
+                    help="required: the checkpoint, a checkpoint directory or a checkpoint.dir (its latest) "
+                         "[env STREAMTRAIN_RESTORE]")
+    ev.add_argument("--max-examples", type=_count, default=_env("MAX_EXAMPLES"), metavar="N",
+                    help="stop after N examples [env STREAMTRAIN_MAX_EXAMPLES]")
+    ev.add_argument("--summary", default=_env("SUMMARY"), metavar="FILE.json",
+                    help="write the JSON summary (the keys of run's) on exit [env STREAMTRAIN_SUMMARY]")
+    _log_flags(ev)
+
     srv = sub.add_parser("serve", help="answer predictions over HTTP from the live parameters "
-                                       "(serve.host, serve.port; store.backend=redis)")
+                                       "(serve.host, serve.port; store.backend=redis), or from a checkpoint")
     _common(srv)
+    srv.add_argument("--restore", default=_env("SERVE_RESTORE"), metavar="DIR",
+                     help="serve this checkpoint (a directory, or a checkpoint.dir: its latest) instead of "
+                          "the live Redis parameters; any store's checkpoint [env STREAMTRAIN_SERVE_RESTORE]")
     _log_flags(srv)
 
     val = sub.add_parser("validate", help="check a config; exit 0, or 2 with every problem listed")
@@ -144,13 +165,19 @@ def main(argv=None) -> int:
             from .daemon import run_job
             cfg = load_config(args)
             return run_job(cfg, args)
+        if args.command == "eval":
+            from .evaluation import run_eval
+            cfg = load_config(args)
+            if not args.restore:
+                raise ConfigError([("--restore", "eval needs the checkpoint to score with (--restore DIR)")])
+            return run_eval(cfg, args)
         if args.command == "serve":
             from .logs import setup_logging
             from .serve.run import serve_forever
             cfg = load_config(args)
             logcfg = cfg.get("log", {})
             setup_logging(args.log_format or logcfg.get("format", "text"), args.log_level or logcfg.get("level", "INFO"))
-            return serve_forever(cfg)
+            return serve_forever(cfg, args.restore)
         return args.func(args)
     except ConfigError as err:
         print(str(err), file=sys.stderr)

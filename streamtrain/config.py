@@ -42,6 +42,10 @@ METRICS = {
                             doc="/healthz fails after this long without a step (0 = never)"),
     "refresh_seconds": Option(1.0, NUMBER, check=positive, doc="how often the costlier gauges are refreshed"),
     "lifecycle_seconds": Option(60.0, NUMBER, check=positive, doc="how often the store's rows are counted"),
+    "max_connections": Option(32, (int,), check=positive,
+                              doc="open connections at most (a thread each); one more is answered 503 at once"),
+    "timeout_s": Option(10.0, NUMBER, check=positive,
+                        doc="a request must arrive whole within this long (else 408 and closed)"),
 }
 CHECKPOINT = {
     "dir": Option(None, (str, type(None)), doc="where checkpoints go (null = none)"),

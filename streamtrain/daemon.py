@@ -89,7 +89,8 @@ def serve(job: Job, cfg: dict) -> tuple[Metrics | None, MetricsServer | None, He
     job.hooks.append(metrics.on_step)
     job.checkpoint_hooks.append(metrics.on_checkpoint)
     server = MetricsServer(metrics.registry, health, mcfg.get("host", "127.0.0.1"), mcfg.get("port", 9464),
-                           lock=metrics.lock)
+                           lock=metrics.lock, max_connections=mcfg.get("max_connections", 32),
+                           timeout_s=mcfg.get("timeout_s", 10.0))
     server.start()
     return metrics, server, health
 

@@ -18,6 +18,8 @@ loss) significant. With them a stationary stream raises no alarm in 20M examples
 whose log-odds wander by 0.1 none in 200M (0.005 and no ``min_change``: 3 and 1 in 100M), and a
 change of the mean loss by 0.35 is caught within 2,000 examples (``tests/test_drift.py``).
 The log says so at most once per detector per ``log_every_seconds``; metrics count every alarm.
+The loss is the model's own: logloss, ``softmax_ce``'s ``-log p[y]``, ``mse``'s squared error
+(whose scale is the label's: tune ``threshold``, ``delta`` and ``min_change`` to it).
 
 >>> ph = PageHinkley(min_instances=1, delta=0.0, threshold=2.5)
 >>> ph.update_many(np.array([0.0, 0.0, 0.0, 4.0])).tolist()
@@ -238,5 +240,5 @@ class DriftMonitor:
         return out
 
     def on_step(self, job, batch, result) -> None:
-        if result.applied and getattr(job.trainer, "binary", False) and result.predictions is not None:
-            self.update(result.losses)        # the progressive figures' per-example losses
+        if result.applied and result.losses is not None:
+            self.update(result.losses)        # the progressive figures' per-example losses, any loss kind

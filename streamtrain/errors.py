@@ -60,6 +60,15 @@ class StoreAccessError(StoreError):
     rejected): retrying cannot help, so the job stops at once."""
 
 
+class GraphInputError(StreamtrainError, ValueError):
+    """A record to predict whose graph endpoint cannot be used (missing, several values, not a
+    node id): ``row`` is the record's position in its batch, ``field`` the endpoint field."""
+
+    def __init__(self, row: int, field: str, message: str):
+        self.row, self.field, self.message = row, field, message
+        super().__init__(f"record {row}, field {field!r}: {message}")
+
+
 class ReaderError(StreamtrainError):
     """A reader could not be opened or configured (bad records are counted, not raised)."""
 

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from . import checkpoint
+from . import checkpoint, report
 from .backoff import STOPPED, Backoff
 from .drift import DriftMonitor
 from .graph import Graph, Schema
 from .graphstore.stream import model_problems, open_graph_input
+from .saved import schema_json
 from .errors import CheckpointError, ConfigError, StoreAccessError, StoreError, StoreInterrupted
 from .store import make_store
 from .trainer import Trainer
@@ -391,7 +392,7 @@ class Job:
         try:
             path = checkpoint.write(cfg["dir"], self.store.snapshot(), step=self.trainer.batches,
                                     examples=self.trainer.examples, offsets=self.offsets,
-                                    keep=cfg.get("keep") or None,
+                                    keep=cfg.get("keep") or None, extra={"schema": schema_json(self.graph.schema)},
                                     more_arrays=self._graph_state())
         except BaseException:
             for hook in self.checkpoint_hooks:
@@ -407,72 +408,13 @@ class Job:
         """The graph store's arrays for a checkpoint (None without a graph section)."""
         return {"graph": self.graph_input.store.snapshot()} if self.graph_input is not None else None
 
-    # ---- reporting -------------------------------------------------------------------------
+    # ---- reporting (report.py) ---------------------------------------------------------------
     def progress(self, whole_run: bool = False) -> dict:
-        """The figures of the progress line: totals, rate since the last line (or, with
-        ``whole_run``, over the whole run as in the summary), loss, AUC, lag."""
-        from .metrics import total_lag
-        t, now = self.trainer, time.monotonic()
-        if t is None:
-            return {}
-        last_t, last_n = (self.started, 0) if whole_run else getattr(self, "_last_progress", (self.started, 0))
-        if not whole_run:
-            self._last_progress = (now, t.examples)
-        p = t.progressive
-        return {"examples": t.examples, "batches": t.batches,
-                "examples_per_s": round((t.examples - last_n) / max(now - last_t, 1e-9), 1),
-                "logloss": _num(p.logloss), "auc": _num(p.auc), "lag": total_lag(self.source),
-                "malformed": self.malformed.total, "nonfinite": t.nonfinite}
+        return report.progress(self, whole_run)
 
     def progress_line(self, fields: dict | None = None) -> str:
-        f = fields if fields is not None else self.progress()
-        if not f:
-            return "waiting for the first batch"
-        return (f"examples={f['examples']} batches={f['batches']} ex/s={f['examples_per_s']:.0f} "
-                f"logloss={f['logloss']} auc={f['auc']} lag={f['lag'] if f['lag'] is not None else '-'} "
-                f"malformed={f['malformed']} nonfinite={f['nonfinite']}")
-
-    def _steady_rate(self) -> float | None:
-        """Examples/s after the first batch (start-up, graph build and warm-up excluded)."""
-        if self.first_step is None or self.trainer is None:
-            return None
-        at, n = self.first_step
-        return round((self.trainer.examples - n) / max(time.monotonic() - at, 1e-9), 1)
+        names = self.trainer.progressive.names if self.trainer is not None else ()
+        return report.progress_line(fields if fields is not None else self.progress(), names)
 
     def summary(self) -> dict:
-        elapsed = time.monotonic() - self.started
-        t = self.trainer
-        p = t.progressive if t else None
-        out = {
-            "examples": t.examples if t else 0,
-            "batches": t.batches if t else 0,
-            "malformed": self.malformed.total,
-            "malformed_by_reason": dict(self.malformed.counts),
-            "nonfinite_batches": t.nonfinite if t else 0,
-            "store_failures": self.store_failures,
-            "elapsed_s": round(elapsed, 3),
-            "examples_per_s": round((t.examples if t else 0) / max(elapsed, 1e-9), 1),
-            "steady_examples_per_s": self._steady_rate(),
-            "logloss": _num(p.logloss) if p else None,
-            "auc": _num(p.auc) if p else None,
-            "predicted_ctr": _num(p.predicted_ctr) if p else None,
-            "observed_ctr": _num(p.observed_ctr) if p else None,
-            "reader": self.source.describe(),
-            "store": self.store.describe(),
-            "checkpoint": self.last_checkpoint,
-            "checkpoint_error": self.checkpoint_error,
-            "drift_alarms": dict(self.drift.alarms) if self.drift else {},
-        }
-        if t is not None and not t.binary and t.examples:
-            out["accuracy"] = round(t.hits / t.examples, 6)
-        if self.graph_input is not None:
-            out["graph"] = self.graph_input.stats()
-        truth = getattr(self.source, "truth", None)
-        if truth is not None:
-            out["planted_auc"] = _num(truth.auc())
-            out["planted_logloss"] = _num(truth.logloss())
-        return out
-
-
-def _num(x):
-    return None if x is None or not np.isfinite(x) else round(float(x), 6)
+        return report.summary(self)

@@ -82,10 +82,8 @@ class Metrics:
         self.batches = Counter("streamtrain_batches_total", "Mini-batches stepped", registry=r)
         self.step_seconds = Histogram("streamtrain_step_seconds", "Seconds per phase of one step", ["phase"],
                                       buckets=STEP_BUCKETS, registry=r)
-        self.logloss = Gauge("streamtrain_progressive_logloss", "Predict-then-learn logloss over the sliding window", registry=r)
-        self.auc = Gauge("streamtrain_progressive_auc", "Predict-then-learn AUC over the sliding window", registry=r)
-        self.predicted_ctr = Gauge("streamtrain_predicted_ctr", "Mean prediction over the sliding window", registry=r)
-        self.observed_ctr = Gauge("streamtrain_observed_ctr", "Mean label over the sliding window", registry=r)
+        self.quality: dict = {}            # the window's figures that apply to the model (QUALITY names)
+        r.register(_QualityCollector(self))
         self.window_examples = Gauge("streamtrain_window_examples", "Examples in the sliding window", registry=r)
         r.register(_LagCollector(self))
         self.freshness = BulkHistogram("streamtrain_event_to_update_seconds",
@@ -141,7 +139,9 @@ class Metrics:
                 self.step_seconds.labels(phase).observe(seconds)
         if not result.applied:
             self.nonfinite.inc()
-        elif getattr(job.trainer, "binary", False) and result.predictions is not None:
+        elif result.losses is not None:           # a loss with progressive figures (any kind)
+            if self.window.tracker is not type(job.trainer.progressive):
+                self.window = Window(self.window.size, type(job.trainer.progressive))
             self.window.update(batch.labels, result.predictions)
         if result.applied:
             self._freshness(job, batch)
@@ -196,10 +196,7 @@ class Metrics:
         figures = self.window.figures()
         self.window_examples.set(figures.count)
         if figures.count:
-            for gauge, value in ((self.logloss, figures.logloss), (self.auc, figures.auc),
-                                 (self.predicted_ctr, figures.predicted_ctr),
-                                 (self.observed_ctr, figures.observed_ctr)):
-                gauge.set(value)
+            self.quality = {k: float(v) for k, v in figures.figures().items() if np.isfinite(v)}
         self._store_rows(job.store)
         graph = getattr(job, "graph_input", None)
         if graph is not None:
@@ -232,6 +229,37 @@ class Metrics:
             for state, n in by_state.items():
                 if state in ROW_STATES:
                     self.embedding_rows.labels(table, state).set(n)
+
+
+QUALITY = {   # figure of progressive.py's trackers -> (gauge, help); each exported only when it applies
+    "logloss": ("streamtrain_progressive_logloss", "Predict-then-learn logloss over the sliding window "
+                                                   "(binary, or multi-class: -log p[label])"),
+    "auc": ("streamtrain_progressive_auc", "Predict-then-learn AUC over the sliding window (binary)"),
+    "predicted_ctr": ("streamtrain_predicted_ctr", "Mean prediction over the sliding window (binary)"),
+    "observed_ctr": ("streamtrain_observed_ctr", "Mean label over the sliding window (binary)"),
+    "accuracy": ("streamtrain_progressive_accuracy",
+                 "Predict-then-learn top-1 accuracy over the sliding window (multi-class)"),
+    "rmse": ("streamtrain_progressive_rmse", "Predict-then-learn root mean squared error over the sliding "
+                                             "window (mse)"),
+    "mae": ("streamtrain_progressive_mae", "Predict-then-learn mean absolute error over the sliding window (mse)"),
+}
+
+
+class _QualityCollector(Collector):
+    """The window's quality gauges: only those of the model's loss kind, and only once the
+    window has a finite value for them (a binary model exports no accuracy, no model reads 0
+    before its first batch)."""
+
+    def __init__(self, metrics: Metrics):
+        self.metrics = metrics
+
+    def describe(self):
+        return [GaugeMetricFamily(name, doc) for name, doc in QUALITY.values()]
+
+    def collect(self):
+        for key, value in self.metrics.quality.items():
+            name, doc = QUALITY[key]
+            yield GaugeMetricFamily(name, doc, value=value)
 
 
 class _LagCollector(Collector):
@@ -306,7 +334,8 @@ def total_lag(source) -> int | None:
     return None if lag is None else int(sum(v for v in lag.values() if v is not None))
 
 
-SERVE_ERRORS = ("bad_request", "too_large", "store_unavailable", "not_ready", "internal")
+SERVE_ERRORS = ("bad_request", "too_large", "store_unavailable", "not_ready", "internal", "timeout",
+                "too_many_connections")
 LATENCY_BUCKETS = (.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5)
 RECORD_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 AGE_BUCKETS = (.01, .05, .1, .25, .5, .75, 1, 1.5, 2, 5, 10, 30, 60)

@@ -1,5 +1,11 @@
 """Progressive validation: predict each batch before learning from it, score the predictions.
 
+One tracker per kind of loss, chosen by what the loss layer declares (``quality``):
+``Progressive`` (binary: logloss, AUC, calibration), ``MultiClass`` (``softmax_ce``: logloss,
+top-1 accuracy), ``Regression`` (``mse``: RMSE, MAE). Each ``update`` returns the batch's
+per-example losses (the drift monitor's input, computed once); ``figures()`` holds only the
+figures that apply to the model, and ``names`` the two of the progress line.
+
 Logloss is a running sum. AUC comes from two histograms of the predicted log-odds (positives
 and negatives, 2^16 bins over [-30, 30]), so memory stays constant over a months-long stream;
 pairs that share a bin count half, which moves the AUC by well under 1e-4 in practice.
@@ -8,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .scores import log_losses
+from .scores import class_log_losses, log_losses, squared_errors
 
 BINS = 1 << 16
 LIMIT = 30.0
@@ -30,6 +36,8 @@ def auc_from_hist(pos: np.ndarray, neg: np.ndarray) -> float:
 
 class Progressive:
     """Running logloss / AUC / calibration over every example seen (binary labels)."""
+
+    names = ("logloss", "auc")
 
     def __init__(self):
         self.pos = np.zeros(BINS, np.int64)
@@ -70,25 +78,114 @@ class Progressive:
     def predicted_ctr(self) -> float:
         return self.pred_sum / self.count if self.count else float("nan")
 
+    def figures(self) -> dict:
+        return {"logloss": self.logloss, "auc": self.auc, "predicted_ctr": self.predicted_ctr,
+                "observed_ctr": self.observed_ctr}
+
+
+class MultiClass:
+    """Running multi-class logloss (``-log p[y]``, mean) and top-1 accuracy (ties: the lowest
+    class) over every example seen; predictions ``[n, K]`` class probabilities, labels class indices."""
+
+    names = ("logloss", "accuracy")
+
+    def __init__(self):
+        self.count = 0
+        self.loss_sum = 0.0
+        self.hits = 0
+
+    def update(self, labels: np.ndarray, p: np.ndarray) -> np.ndarray:
+        labels = np.asarray(labels).reshape(-1)
+        p = np.asarray(p).reshape(len(labels), -1)
+        losses = class_log_losses(labels, p)
+        self.count += len(labels)
+        self.loss_sum += float(losses.sum())
+        self.hits += int((p.argmax(axis=1) == labels.astype(np.int64)).sum())
+        return losses
+
+    @property
+    def logloss(self) -> float:
+        return self.loss_sum / self.count if self.count else float("nan")
+
+    @property
+    def accuracy(self) -> float:
+        return self.hits / self.count if self.count else float("nan")
+
+    def figures(self) -> dict:
+        return {"logloss": self.logloss, "accuracy": self.accuracy}
+
+
+class Regression:
+    """Running RMSE and MAE of the outputs against the labels over every example seen."""
+
+    names = ("rmse", "mae")
+
+    def __init__(self):
+        self.count = 0
+        self.sq_sum = 0.0
+        self.abs_sum = 0.0
+
+    def update(self, labels: np.ndarray, outputs: np.ndarray) -> np.ndarray:
+        losses = squared_errors(labels, outputs)
+        self.count += len(losses)
+        self.sq_sum += float(losses.sum())
+        self.abs_sum += float(np.sqrt(losses).sum())
+        return losses
+
+    @property
+    def rmse(self) -> float:
+        return float(np.sqrt(self.sq_sum / self.count)) if self.count else float("nan")
+
+    @property
+    def mae(self) -> float:
+        return self.abs_sum / self.count if self.count else float("nan")
+
+    def figures(self) -> dict:
+        return {"rmse": self.rmse, "mae": self.mae}
+
+
+class Unscored:
+    """A loss that declares no ``quality`` (a plug-in's): no figures, no per-example losses."""
+
+    names = ()
+    count = 0
+
+    def update(self, labels, p) -> None:
+        return None
+
+    def figures(self) -> dict:
+        return {}
+
+
+TRACKERS = {"binary": Progressive, "multiclass": MultiClass, "regression": Regression}
+
+
+def tracker_class(loss_layer):
+    """The tracker class for a loss layer's declared ``quality`` (``Unscored`` without one)."""
+    return TRACKERS.get(getattr(loss_layer, "quality", None), Unscored)
+
 
 class Window:
-    """The same figures over the last ``size`` examples (kept as recent batches)."""
+    """The same figures over the last ``size`` examples (kept as recent batches), by a tracker
+    of class ``tracker`` (binary by default)."""
 
-    def __init__(self, size: int = 100_000):
+    def __init__(self, size: int = 100_000, tracker=Progressive):
         self.size = size
+        self.tracker = tracker
         self._parts: list[tuple[np.ndarray, np.ndarray]] = []
         self._n = 0
 
     def update(self, labels, p) -> None:
         labels = np.asarray(labels, np.float32).reshape(-1)
-        p = np.asarray(p, np.float64).reshape(-1)
+        p = np.asarray(p, np.float64)
+        p = p.reshape(len(labels), -1) if p.ndim > 1 else p.reshape(-1)
         self._parts.append((labels, p))
         self._n += len(labels)
         while self._parts and self._n - len(self._parts[0][0]) >= self.size:
             self._n -= len(self._parts.pop(0)[0])
 
-    def figures(self) -> Progressive:
-        prog = Progressive()
+    def figures(self):
+        prog = self.tracker()
         if self._parts:
             prog.update(np.concatenate([a for a, _ in self._parts]),
                         np.concatenate([b for _, b in self._parts]))

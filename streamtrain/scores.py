@@ -1,4 +1,5 @@
-"""Logloss and AUC, written once: per-example losses, their mean, and the exact AUC.
+"""Logloss and AUC, written once: per-example losses, their mean, and the exact AUC; the
+per-example losses of the other loss kinds (multi-class logloss, squared error).
 
 The trainer's progressive figures (``progressive.py``), the synthetic stream's grade of its
 planted model (``readers/synthetic.py``) and the benchmarks all use these.
@@ -18,6 +19,25 @@ def log_losses(labels, probs, eps: float = EPS) -> np.ndarray:
     p = np.clip(np.asarray(probs, np.float64), eps, 1 - eps)
     y = np.asarray(labels, np.float64)
     return -(y * np.log(p) + (1 - y) * np.log1p(-p))
+
+
+def class_log_losses(labels, probs, eps: float = EPS) -> np.ndarray:
+    """``-log p[y]`` of each example: ``probs [n, K]`` class probabilities, ``labels`` class
+    indices (float64; the probability clipped to at least ``eps``).
+
+    >>> class_log_losses([0, 2], [[0.5, 0.25, 0.25], [0.5, 0.25, 0.25]]).round(4)
+    array([0.6931, 1.3863])
+    """
+    p = np.asarray(probs, np.float64)
+    p = p.reshape(len(p), -1)
+    y = np.asarray(labels).astype(np.int64).reshape(-1)
+    return -np.log(np.maximum(p[np.arange(len(y)), y], eps))
+
+
+def squared_errors(labels, outputs) -> np.ndarray:
+    """``(output - label)²`` of each example (float64): the ``mse`` loss per example."""
+    d = np.asarray(outputs, np.float64).reshape(-1) - np.asarray(labels, np.float64).reshape(-1)
+    return d * d
 
 
 def logloss(labels, probs, eps: float = EPS) -> float:

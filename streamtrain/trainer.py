@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .graph import Graph
-from .progressive import Progressive
+from .progressive import tracker_class
 from .store.base import ParamStore
 
 
@@ -22,7 +22,7 @@ class StepResult:
     applied: bool                  # False: skipped (non-finite); its offsets may still be committed
     reason: str = ""
     seconds: dict = field(default_factory=dict)
-    losses: np.ndarray | None = None   # binary: each example's progressive loss (the drift monitor's)
+    losses: np.ndarray | None = None   # each example's progressive loss (the drift monitor's); None: unscored
 
 
 class Trainer:
@@ -40,14 +40,18 @@ class Trainer:
         self.ctx.optimizers = store.optimizers
         self.engine = self._engine(graph, store)
         self.ctx.engine = self.engine if self.engine is not None and self.engine.layers else None
-        self.progressive = Progressive()
+        self.progressive = tracker_class(graph.loss)()   # figures of the loss's kind (progressive.py)
         self.batches = 0
         self.examples = 0
         self.nonfinite = 0
-        self.binary = graph.loss.kind == "logloss"
+        self.binary = graph.loss.quality == "binary"
         self._ahead_ctx = None     # a context to find the next batch's rows in (read-ahead stores)
         self._ahead = None         # (dense, tables) the store reads while the next step computes
-        self.hits = 0                      # multi-class losses: progressive top-1 hits
+
+    @property
+    def hits(self) -> int:
+        """Multi-class losses: progressive top-1 hits (0 for other losses)."""
+        return getattr(self.progressive, "hits", 0)
 
     @staticmethod
     def _engine(graph, store):
@@ -82,11 +86,7 @@ class Trainer:
         t.update(pull=t1 - t0, forward=t2 - t1)
         if not np.isfinite(ctx.loss):
             return self._skip(batch, predictions, "loss", t)
-        losses = None
-        if self.binary:
-            losses = self.progressive.update(batch.labels, predictions)
-        elif predictions is not None and predictions.ndim == 2:
-            self.hits += int((predictions.argmax(axis=1) == batch.labels).sum())
+        losses = self.progressive.update(batch.labels, predictions) if predictions is not None else None
         g.backward(ctx)
         assigned = ctx.engine.push(ctx) if ctx.engine is not None else {}
         grads = g.gradients(ctx)

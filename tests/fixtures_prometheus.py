@@ -207,15 +207,17 @@ def prometheus_bin() -> str:
 
 @pytest.fixture
 def run_prometheus(prometheus_bin, tmp_path):
-    """``start(target_port, rule_files)`` → base URL of a Prometheus scraping 127.0.0.1:target every 1 s."""
+    """``start(target_port, rule_files)`` → base URL of a Prometheus scraping 127.0.0.1:target
+    (or each of a list of ports) every 1 s."""
     procs = []
 
-    def start(target_port: int, rule_files=()):
+    def start(target_port, rule_files=()):
         port = pick_port()
+        ports = target_port if isinstance(target_port, (list, tuple)) else [target_port]
         conf = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
                 "rule_files": [str(p) for p in rule_files],
                 "scrape_configs": [{"job_name": "streamtrain",
-                                    "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}]}]}
+                                    "static_configs": [{"targets": [f"127.0.0.1:{p}" for p in ports]}]}]}
         (tmp_path / "prometheus.yml").write_text(json.dumps(conf))   # JSON is YAML
         logf = open(tmp_path / "prometheus.log", "wb")
         procs.append(subprocess.Popen(

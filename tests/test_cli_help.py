@@ -15,7 +15,7 @@ from streamtrain.cli import build_parser, main
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("argv", [[], ["run"], ["validate"], ["produce"]])
+@pytest.mark.parametrize("argv", [[], ["run"], ["eval"], ["serve"], ["validate"], ["produce"]])
 def test_help_has_no_rst_quotes(argv, capsys):
     with pytest.raises(SystemExit) as stop:
         build_parser().parse_args([*argv, "--help"])
@@ -42,6 +42,13 @@ def test_exit_code_2_for_an_invalid_config_and_a_bad_command_line(tmp_path, caps
     with pytest.raises(SystemExit) as stop:
         main(["run", "--max-examples", "many"])
     assert stop.value.code == 2
+
+
+def test_eval_without_a_checkpoint_is_a_command_line_error(tmp_path, capsys):
+    assert main(["eval", str(ROOT / "examples" / "synthetic.json")]) == 2
+    assert "--restore" in capsys.readouterr().err
+    assert main(["eval", str(ROOT / "examples" / "synthetic.json"), "--restore", str(tmp_path / "none")]) == 2
+    assert f"cannot read checkpoint {tmp_path / 'none'}" in capsys.readouterr().err
 
 
 def test_done_line_reports_the_whole_runs_rate(tmp_path):

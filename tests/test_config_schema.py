@@ -44,8 +44,8 @@ def test_every_section_is_checked_with_its_path_and_known_keys():
                       "log": {"format": "xml", "level": "LOUD", "every_second": 3},
                       "checkpoint": {"keep": 1.5}, "seed": "x", "name": 3})
     assert found == {
-        "metrics.colour": "unknown key for metrics (known: enabled, host, lifecycle_seconds, port, "
-                          "refresh_seconds, stall_seconds, window)",
+        "metrics.colour": "unknown key for metrics (known: enabled, host, lifecycle_seconds, max_connections, "
+                          "port, refresh_seconds, stall_seconds, timeout_s, window)",
         "metrics.stall_seconds": "must be >= 0, got -1",
         "metrics.refresh_seconds": "expected int/float, got str '1'",
         "metrics.lifecycle_seconds": "must be > 0, got 0",

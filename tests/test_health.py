@@ -37,3 +37,56 @@ def test_probes_metrics_and_not_found():
         assert http_get(base + "/nope") == (404, "not found: try /metrics, /healthz, /readyz\n")
     finally:
         server.stop()
+
+
+def _read_until_closed(conn, limit_s: float = 6.0) -> tuple[bytes, float]:
+    import socket
+    import time
+    t0, got = time.monotonic(), b""
+    conn.settimeout(limit_s)
+    try:
+        while chunk := conn.recv(65536):
+            got += chunk
+    except ConnectionResetError:
+        pass
+    except socket.timeout:
+        raise AssertionError(f"the metrics port kept the connection open over {limit_s} s (got {got[:200]!r})")
+    return got, time.monotonic() - t0
+
+
+def test_slow_and_surplus_connections_do_not_hold_the_metrics_port():
+    """Issue 24 item 3: a request that never completes (slowloris) is cut off after timeout_s,
+    even one sent a byte at a time; connections over max_connections are answered 503 at once;
+    a probe answers again as soon as the slow ones are gone."""
+    import socket
+    import time
+    server = MetricsServer(CollectorRegistry(), Health(), port=0, max_connections=4, timeout_s=0.6).start()
+    addr = ("127.0.0.1", server.port)
+    try:
+        held = [socket.create_connection(addr) for _ in range(4)]
+        for conn in held:
+            conn.sendall(b"GET /healthz HTTP/1.1\r\n")                    # never finished
+        time.sleep(0.1)
+        with socket.create_connection(addr) as extra:
+            got, took = _read_until_closed(extra)
+        assert got.startswith(b"HTTP/1.0 503 ") and b"max_connections" in got and took < 0.5
+        t0 = time.monotonic()
+        for conn in held:
+            got, _ = _read_until_closed(conn)
+            assert got.startswith(b"HTTP/1.0 408 ")
+            conn.close()
+        assert time.monotonic() - t0 < 3.0
+        with socket.create_connection(addr) as dribble:
+            t0 = time.monotonic()
+            dribble.sendall(b"GET /healthz HTTP/1.1\r\n")
+            try:
+                for _ in range(60):
+                    dribble.sendall(b"X")
+                    time.sleep(0.1)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            _read_until_closed(dribble)
+            assert time.monotonic() - t0 < 3.0, "a byte at a time kept the request open"
+        assert http_get(f"http://127.0.0.1:{server.port}/healthz")[0] == 200
+    finally:
+        server.stop()

@@ -1,8 +1,10 @@
-"""A real Prometheus scrapes a running daemon; every dashboard and alert expression evaluates and has data.
+"""A real Prometheus scrapes running daemons; every dashboard and alert expression evaluates and has data.
 
-The daemon is the real wiring (``daemon.serve``: metrics, HTTP server, heartbeat) around a Job
+Each daemon is the real wiring (``daemon.serve``: metrics, HTTP server, heartbeat) around a Job
 in a thread, fed by an in-process source that reports Kafka-style lag, so every metric —
-``streamtrain_kafka_lag`` included — has samples.
+``streamtrain_kafka_lag`` included — has samples. Three daemons, one per loss kind (logloss,
+softmax_ce, mse), so every quality panel and alert has a model it applies to; each exports
+only its own kind's quality gauges.
 """
 from __future__ import annotations
 
@@ -38,17 +40,34 @@ def alert_rules() -> list[dict]:
     return rules
 
 
+QUALITY = {"logloss": {"streamtrain_progressive_logloss", "streamtrain_progressive_auc", "streamtrain_predicted_ctr",
+                       "streamtrain_observed_ctr"},
+           "softmax_ce": {"streamtrain_progressive_logloss", "streamtrain_progressive_accuracy"},
+           "mse": {"streamtrain_progressive_rmse", "streamtrain_progressive_mae"}}
+
+
+def start_daemons(tmp_path, fake_stream) -> dict:
+    """One daemon per loss kind: {loss: (port, job, server, thread)}."""
+    from tests.test_quality import MODELS
+    out = {}
+    for loss in QUALITY:
+        fake_stream(batch_size=64, delay=0.01)
+        port = pick_port()
+        over = {} if loss == "logloss" else {"layers": MODELS[loss]}
+        cfg = job_config(tmp_path / loss, metrics={"port": port, "refresh_seconds": 0.2},
+                         checkpoint={"dir": str(tmp_path / loss / "ckpt"), "every_seconds": 1}, **over)
+        job = Job(cfg)
+        _, server, _ = serve(job, cfg)
+        worker = threading.Thread(target=job.run, daemon=True)
+        worker.start()
+        out[loss] = (port, job, server, worker)
+    return out
+
+
 def test_dashboard_and_alert_expressions_return_data(tmp_path, fake_stream, run_prometheus):
-    fake_stream(batch_size=64, delay=0.01)
-    port = pick_port()
-    cfg = job_config(tmp_path, metrics={"port": port, "refresh_seconds": 0.2},
-                     checkpoint={"dir": str(tmp_path / "ckpt"), "every_seconds": 1})
-    job = Job(cfg)
-    _, server, _ = serve(job, cfg)
-    worker = threading.Thread(target=job.run, daemon=True)
-    worker.start()
+    daemons = start_daemons(tmp_path, fake_stream)
     try:
-        base = run_prometheus(port, [DEPLOY / "prometheus" / "alerts.yml"])
+        base = run_prometheus([d[0] for d in daemons.values()], [DEPLOY / "prometheus" / "alerts.yml"])
         rules = alert_rules()
         # what must have data: every dashboard query, and every alert condition without its threshold
         signals = dashboard_exprs() + [THRESHOLD.sub("", r["expr"]) for r in rules]
@@ -61,9 +80,14 @@ def test_dashboard_and_alert_expressions_return_data(tmp_path, fake_stream, run_
         wait_for(lambda: all(r["health"] == "ok" for g in json.loads(http_get(f"{base}/api/v1/rules")[1])
                              ["data"]["groups"] for r in g["rules"]), 10, "every rule evaluated ok")
         up = query(base, 'up{job="streamtrain"}')
-        assert up and up[0]["value"][1] == "1"
+        assert len(up) == 3 and all(x["value"][1] == "1" for x in up)
+        for loss, (port, *_) in daemons.items():      # each kind's gauges, and no other kind's
+            have = {x["metric"]["__name__"] for x in query(base, f'{{instance="127.0.0.1:{port}", '
+                                                                 f'__name__=~"streamtrain_(progressive_.*|.*_ctr)"}}')}
+            assert have == QUALITY[loss], loss
     finally:
-        job.stop_requested = True
-        worker.join(20)
-        server.stop()
-    assert not worker.is_alive()
+        for _, job, server, worker in daemons.values():
+            job.stop_requested = True
+            worker.join(20)
+            server.stop()
+    assert not any(worker.is_alive() for *_, worker in daemons.values())

@@ -37,16 +37,19 @@ class Sampler:
         self.edges = 0              # sampled edges so far
         self.dst_rows = 0           # destination rows they were sampled for
 
-    def sample(self, seeds: np.ndarray) -> tuple[list, np.ndarray]:
-        """(blocks outermost first, the outermost source node ids); ``seeds`` unique."""
+    def sample(self, seeds: np.ndarray, rng=None) -> tuple[list, np.ndarray]:
+        """(blocks outermost first, the outermost source node ids); ``seeds`` unique. With
+        ``rng`` (serving, evaluation: a generator of the caller's own) the sampler's generator
+        and its counts are left alone, so predictions never move the training's samples."""
         nodes = np.asarray(seeds, np.uint64)
         blocks = []
         for fanout in self.fanouts:
             lists, counts = self.store.neighbours(nodes)
-            dst, picked = sample_hop(lists, counts, fanout, self.rng)
+            dst, picked = sample_hop(lists, counts, fanout, self.rng if rng is None else rng)
             all_nodes, local = first_occurrence(np.concatenate([nodes, picked]))
             blocks.append(Block(len(all_nodes), len(nodes), local[len(nodes):], dst))
-            self.edges += len(dst)
-            self.dst_rows += len(nodes)
+            if rng is None:
+                self.edges += len(dst)
+                self.dst_rows += len(nodes)
             nodes = all_nodes
         return blocks[::-1], nodes

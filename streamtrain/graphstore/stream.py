@@ -7,6 +7,9 @@ counted as malformed (reason ``graph``) and dropped; the source node's features 
 the seeds are sampled into blocks (``batch.subgraph``). After the step was predicted and
 learnt, and only then, the batch's own edges enter the graph store: the graph never holds
 the edge of the example being predicted.
+
+Serving and evaluation (``GraphInput.sample``) read the graph without writing to it: a
+request's edge is never inserted, its features never stored.
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import time
 
 import numpy as np
 
-from streamtrain.errors import ConfigError, StoreError
+from streamtrain.errors import ConfigError, GraphInputError, StoreError
 from streamtrain.hashing import splitmix64
 from streamtrain.schema import REQUIRED, Option, check_options, with_defaults
 
@@ -107,6 +110,15 @@ def model_problems(graph, cfg: dict | None) -> list[tuple[str, str]]:
     return found
 
 
+def overlay_features(feats: np.ndarray, node_ids: np.ndarray, ids: np.ndarray, values: np.ndarray) -> None:
+    """``feats[i] = values[j]`` where ``node_ids[i] == ids[j]`` (a repeated id: its last row)."""
+    rev_ids, rev_first = np.unique(ids[::-1], return_index=True)
+    last = len(ids) - 1 - rev_first
+    pos = np.minimum(np.searchsorted(rev_ids, node_ids), len(rev_ids) - 1)
+    hit = rev_ids[pos] == node_ids
+    feats[hit] = values[last[pos[hit]]]
+
+
 def open_graph_input(cfg, malformed=None, *, namespace: str = "default"):
     """The job's graph input, or None when the config has no ``graph`` section."""
     return None if cfg is None else GraphInput(cfg, malformed, namespace=namespace)
@@ -134,11 +146,16 @@ class GraphInput:
         s = self.sampler
         return s.edges / s.dst_rows if s.dst_rows else 0.0
 
+    def _endpoint(self, batch, which: str):
+        """(uint64 node id per example, usable) of endpoint ``which`` (``src`` / ``dst``): the one
+        place where a record's field becomes a node id, for training, serving and evaluation."""
+        return endpoint_ids(batch, self.cfg[which])
+
     def _endpoints(self, batch):
-        src, ok = endpoint_ids(batch, self.cfg["src"])
+        src, ok = self._endpoint(batch, "src")
         dst = None
         if self.cfg["dst"]:
-            dst, ok_dst = endpoint_ids(batch, self.cfg["dst"])
+            dst, ok_dst = self._endpoint(batch, "dst")
             ok &= ok_dst & (src != dst)
         return src, dst, ok
 
@@ -157,25 +174,53 @@ class GraphInput:
         """Store the source nodes' features, sample the seeds' blocks into ``batch.subgraph``."""
         t0 = time.perf_counter()
         src, dst, _ = self._endpoints(batch)
+        if self.cfg["features"] and batch.size:
+            self.store.set_features(src, batch.dense[:, self._feature_columns(batch)])
+        self._sample(batch, {"src": src, "dst": dst})
+        self.last_sample_s = time.perf_counter() - t0
+
+    def sample(self, batch) -> None:
+        """Serving and evaluation: the seeds' blocks into ``batch.subgraph`` from the graph as it
+        is, writing nothing (no edge, no feature). A record's own numeric features stand for its
+        source node's stored ones, as in training (where they are stored before sampling). The
+        generator is a new one seeded with ``graph.seed`` per call: the same records on the same
+        graph get the same blocks, and the training's own samples are not moved. Raises
+        ``GraphInputError`` naming the first record whose seed endpoint is unusable."""
+        ends = {}
+        for which in self.cfg["seeds"]:
+            ids, ok = self._endpoint(batch, which)
+            if not ok.all():
+                row = int(np.flatnonzero(~ok)[0])
+                raise GraphInputError(row, self.cfg[which], f"the graph's {which} endpoint: expected one "
+                                      f"node id (a categorical value, or a non-negative integer)")
+            ends[which] = ids
+        own = None
+        if self.cfg["features"] and batch.size:
+            src, ok = (ends["src"], np.ones(batch.size, bool)) if "src" in ends else self._endpoint(batch, "src")
+            own = (src[ok], batch.dense[ok][:, self._feature_columns(batch)])
+        self._sample(batch, ends, np.random.default_rng(self.cfg["seed"]), own)
+
+    def _feature_columns(self, batch) -> np.ndarray:
         names = self.cfg["features"]
-        if names and self.columns is None:
+        if self.columns is None:
             missing = [f for f in names if f not in batch.dense_names]
             if missing:
                 known = ", ".join(batch.dense_names) or "none"
                 raise ConfigError([("graph.features", f"fields {missing} are not numeric fields of the data "
                                                       f"(the reader reports: {known})")])
             self.columns = np.array([batch.dense_names.index(f) for f in names], np.int64)
-        if names and batch.size:
-            self.store.set_features(src, batch.dense[:, self.columns])
-        by_endpoint = {"src": src, "dst": dst}
-        seeds = np.concatenate([by_endpoint[e] for e in self.cfg["seeds"]])
+        return self.columns
+
+    def _sample(self, batch, ends: dict, rng=None, own=None) -> None:
+        seeds = np.concatenate([ends[e] for e in self.cfg["seeds"]])
         uniq, local = first_occurrence(seeds)
-        blocks, node_ids = self.sampler.sample(uniq)
-        feats = self.store.features(node_ids, len(names))
+        blocks, node_ids = self.sampler.sample(uniq, rng)
+        feats = self.store.features(node_ids, len(self.cfg["features"]))
+        if own is not None and len(own[0]):
+            overlay_features(feats, node_ids, *own)
         n = batch.size
         rows = {e: local[i * n:(i + 1) * n] for i, e in enumerate(self.cfg["seeds"])}
         batch.subgraph = Subgraph(blocks, node_ids, feats, rows)
-        self.last_sample_s = time.perf_counter() - t0
 
     def learnt(self, batch) -> None:
         """The batch was predicted and learnt: its edges enter the graph now."""

@@ -26,6 +26,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import uvicorn
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse, Response
@@ -35,6 +36,7 @@ from streamtrain.errors import StoreError
 
 from .cache import MustWait
 from .inputs import BadRequest, TooLarge, encode_json
+from .limits import Limits, accept_burst, connection_cap, guarded
 from .service import NotReady, Service
 
 log = logging.getLogger("streamtrain.serve")
@@ -169,9 +171,11 @@ def _stopped(signum, frame) -> None:
 
 
 class Server:
-    """uvicorn on a socket bound here (port 0 picks a free one: ``server.port``)."""
+    """uvicorn on a socket bound here (port 0 picks a free one: ``server.port``), its HTTP
+    protocol guarded by the ``serve`` settings' connection limits (``limits.py``; the defaults
+    without ``settings``); ``count(kind)`` is called for each connection or request refused."""
 
-    def __init__(self, app, host: str, port: int):
+    def __init__(self, app, host: str, port: int, settings: dict | None = None, count=lambda kind: None):
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         # IPPROTO_TCP said explicitly: asyncio turns Nagle off (TCP_NODELAY) only on connections
         # whose socket says so, and an accepted one inherits the listener's protocol number; with
@@ -180,8 +184,14 @@ class Server:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port))
         self.host, self.port = host, self.sock.getsockname()[1]
-        self.uvicorn = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, proxy_headers=False,
-                                                     timeout_graceful_shutdown=5))
+        wanted = Limits.of(settings) if settings is not None else Limits()
+        reserve = settings["reserve_fds"] if settings is not None else 64
+        self.limits = wanted._replace(max_connections=connection_cap(wanted.max_connections, reserve))
+        self.uvicorn = uvicorn.Server(uvicorn.Config(
+            app, log_level="warning", access_log=False, proxy_headers=False, timeout_graceful_shutdown=5,
+            http=guarded(AutoHTTPProtocol, self.limits, count), timeout_keep_alive=self.limits.keep_alive_s,
+            h11_max_incomplete_event_size=2 * self.limits.max_header_bytes,   # the guard's 431 comes first
+            backlog=accept_burst(self.limits.max_connections)))
         self._thread = None
 
     def run(self) -> None:

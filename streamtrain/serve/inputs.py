@@ -11,15 +11,9 @@ the record (or line) and the field that was wrong.
 from __future__ import annotations
 
 import functools
-import json
 import operator
 
 import numpy as np
-
-try:
-    import orjson
-except ImportError:            # the `serve` extra installs it; the standard library does the same, slower
-    orjson = None
 
 from streamtrain.batch import Batch, SparseField
 from streamtrain.compiled import njit
@@ -27,11 +21,15 @@ from streamtrain.graph import Schema
 from streamtrain.readers import Malformed, make_parser
 from streamtrain.readers.ids import byte_words, field_seed, hash_spans, joined
 
+from . import json_body
+from .json_body import encode as encode_json, printable, shown
+
 
 class BadRequest(ValueError):
     """400: the client sent something this model cannot read; ``where`` locates it."""
 
     def __init__(self, where: str, message: str, status: int = 400, kind: str = "bad_request"):
+        where, message = printable(where), printable(message, 2000)     # quoted client text: valid UTF-8
         super().__init__(f"{where}: {message}" if where else message)
         self.where, self.message, self.status, self.kind = where, message, status, kind
 
@@ -46,6 +44,8 @@ class TooLarge(BadRequest):
 
 _NUMBER = {int, float, type(None)}
 _CATEGORY = {str, int, bool, type(None)}
+FLOAT32_BOUND = 2.0 ** 128 - 2.0 ** 103     # the smallest magnitude float32 rounds to infinity
+_FINITE = "expected a finite number within float32's range (±3.4028235e38)"
 
 
 def records_batch(payload, schema: Schema, max_records: int):
@@ -79,7 +79,10 @@ def records_batch(payload, schema: Schema, max_records: int):
     sparse = _single_tokens(schema.sparse, cols[:n_sparse], n) if n_sparse else {}
     if sparse is None:
         parts = [_categorical(name, list(col)) for name, col in zip(schema.sparse, cols)]
-        sparse = _fields_csr(schema.sparse, parts, n)
+        try:
+            sparse = _fields_csr(schema.sparse, parts, n)
+        except UnicodeEncodeError:
+            _name_unencodable(schema.sparse, cols)
     return Batch(labels=np.full(n, np.nan, np.float32), sparse=sparse, dense=dense,
                  dense_names=tuple(schema.dense))
 
@@ -119,19 +122,21 @@ def _dense_block(cols, n) -> np.ndarray | None:
         arr = np.array(flat, np.float64)
     except OverflowError:               # an integer beyond float64
         return None
+    with np.errstate(over="ignore", invalid="ignore"):
+        arr = arr.astype(np.float32)    # beyond float32's range: inf, named by the caller
     if not np.isfinite(arr).all():
         return None
-    return np.ascontiguousarray(arr.reshape(len(cols), n).T, np.float32)
+    return np.ascontiguousarray(arr.reshape(len(cols), n).T)
 
 
 def _dense_columns(records, schema: Schema) -> np.ndarray:
-    """Column by column, naming the first record whose value is not a finite number."""
+    """Column by column, naming the first record whose value is not a finite float32."""
     dense = np.zeros((len(records), len(schema.dense)), np.float32)
     for j, name in enumerate(schema.dense):
         col = [r.get(name) for r in records]
         bad = next((i for i, v in enumerate(col) if not _finite_number(v)), None)
         if bad is not None:
-            raise BadRequest(f"records[{bad}].{name}", f"numeric field: expected a finite number, got {col[bad]!r}")
+            raise BadRequest(f"records[{bad}].{name}", f"numeric field: {_FINITE}, got {shown(col[bad])}")
         dense[:, j] = np.array([0.0 if v is None else v for v in col], np.float64)
     return dense
 
@@ -153,7 +158,10 @@ def _single_tokens(names, cols, n) -> dict | None:
             return None
         if "" in tokens:
             return None
-        spans = _text_spans(tokens)
+        try:
+            spans = _text_spans(tokens)
+        except UnicodeEncodeError:      # a lone surrogate: the field-by-field path names it
+            return None
     buf, starts, lengths = spans
     ids = hash_spans(byte_words(buf + bytes(16)), starts, lengths, np.repeat(_seeds(tuple(names)), n))
     offsets = np.arange(n + 1, dtype=np.int64)       # one id per record: every field's offsets, shared
@@ -230,7 +238,23 @@ def _fields_csr(names, parts, n) -> dict:
 
 
 def _finite_number(v) -> bool:
-    return v is None or (type(v) in _NUMBER and np.isfinite(v))
+    """None, or an int or float that float32 holds as a finite number (any size of int: Python
+    compares ints and floats exactly)."""
+    return v is None or (type(v) in (int, float) and -FLOAT32_BOUND < v < FLOAT32_BOUND)
+
+
+def _name_unencodable(names, cols) -> None:
+    """Only on the error path: the first categorical string that is not valid Unicode (a lone
+    surrogate, which JSON's escapes can carry and UTF-8 cannot)."""
+    for name, col in zip(names, cols):
+        for i, v in enumerate(col):
+            for x in (v if type(v) is list else (v,)):
+                try:
+                    x.encode("utf-8") if type(x) is str else None
+                except UnicodeEncodeError:
+                    raise BadRequest(f"records[{i}].{name}", f"categorical field: {shown(x)} is not valid "
+                                                             "Unicode text (a lone surrogate)") from None
+    raise BadRequest("records", "a categorical value is not valid Unicode text")
 
 
 @functools.lru_cache(maxsize=64)
@@ -266,7 +290,7 @@ def _categorical(name: str, col: list) -> tuple[np.ndarray, list]:
             for x in (v if type(v) is list else () if v is None else (v,)):
                 if type(x) not in _CATEGORY or x is None:
                     raise BadRequest(f"records[{i}].{name}", "categorical field: expected a string, integer, "
-                                                             f"boolean or a list of them, got {x!r}")
+                                                             f"boolean or a list of them, got {shown(x)}")
                 rows.append(i)
                 tokens.append(("1" if x else "0") if type(x) is bool else str(x))
     if "" in tokens:
@@ -328,28 +352,8 @@ def on_schema(batch, schema: Schema):
 
 
 def decode_json(body: bytes):
-    """The request's JSON (orjson when the ``serve`` extra installed it: several times faster;
-    what it refuses and the standard library reads, such as integers beyond 64 bits, is read
-    by the standard library, which also words the error)."""
-    if orjson is not None:
-        try:
-            return orjson.loads(body)
-        except orjson.JSONDecodeError:
-            pass
-    try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError) as err:
-        raise BadRequest("body", f"not valid JSON: {err}") from None
-
-
-def encode_json(obj) -> bytes:
-    """A response body: compact, no NaN."""
-    if orjson is not None:
-        return orjson.dumps(obj)
-    return _dumps(obj).encode()
-
-
-_dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+    """The request's JSON, or a ``BadRequest`` (``json_body.decode``)."""
+    return json_body.decode(body, BadRequest)
 
 
 def _fields(schema: Schema) -> str:

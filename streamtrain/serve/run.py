@@ -14,8 +14,9 @@ from .settings import serve_settings
 log = logging.getLogger("streamtrain.serve")
 
 
-def serve_forever(config: dict) -> int:
-    """``streamtrain serve``: build the server and run it until SIGTERM/SIGINT."""
+def serve_forever(config: dict, restore: str | None = None) -> int:
+    """``streamtrain serve``: build the server and run it until SIGTERM/SIGINT; with ``restore``
+    (a checkpoint directory, or a ``checkpoint.dir`` for its latest) from that saved model."""
     from .http import Server, make_app
     from .service import Service, StoreModel
 
@@ -23,16 +24,22 @@ def serve_forever(config: dict) -> int:
     # the background refresher holds the GIL in short bursts: hand it back to the event loop
     # after 0.5 ms instead of Python's default 5 ms, or a request arriving meanwhile waits that long
     sys.setswitchinterval(0.0005)
-    source = StoreModel(config, settings)
-    source.built.append(_freeze)
+    if restore:
+        from .saved import CheckpointModel
+        source = CheckpointModel(config, settings, restore)
+        log.info("serving the saved model %s", source.store_name())
+    else:
+        source = StoreModel(config, settings)
+        source.built.append(_freeze)
     _freeze()
     try:
         service = Service(source, settings, config.get("reader", {}))
         ok, reason = service.ready()
         if not ok:
             log.warning("not ready yet (%s): /readyz answers 503 until it is", reason)
-        server = _bound(lambda: Server(make_app(service, ServeMetrics()), settings["host"], settings["port"]),
-                        settings)
+        metrics = ServeMetrics()
+        server = _bound(lambda: Server(make_app(service, metrics), settings["host"], settings["port"], settings,
+                                       count=_refusals(metrics)), settings)
         server.run()
     finally:
         source.close()
@@ -45,6 +52,11 @@ def _bound(make, settings):
         return make()
     except OSError as err:
         raise address_error("serve", settings["host"], settings["port"], err) from None
+
+
+def _refusals(metrics):
+    """What counts the connections and requests the server's limits refused (``limits.py``)."""
+    return lambda kind: metrics.errors.labels(kind).inc()
 
 
 def _freeze() -> None:
@@ -73,6 +85,7 @@ def attach(job, config: dict, registry=None):
     service = Service(JobModel(job), settings, config.get("reader", {}))
     metrics = ServeMetrics(registry)
     server = _bound(lambda: Server(make_app(service, metrics, expose_metrics=registry is None),
-                                   settings["host"], settings["port"]), settings).start()
+                                   settings["host"], settings["port"], settings, count=_refusals(metrics)),
+                    settings).start()
     job.serve_port = server.port
     return server.stop

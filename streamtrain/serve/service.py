@@ -9,6 +9,11 @@ Two sources of a model:
 * ``JobModel`` (``streamtrain run`` with ``serve.enabled``): the job's own graph and store,
   read between steps; ready once the first batch has built the graph.
 
+A graph model's request is sampled first (``sample``): the record's neighbourhood read from
+the graph the trainer writes (``run``: its own graph store, between two steps; ``serve``: the
+Redis graph store), with the job's fanouts, never inserting the record's own edge. A third
+source, ``serve/saved.py``, answers from a checkpoint (``serve --restore``).
+
 Each request has its own activations (a ``graph.context`` taken from a free list, whichever
 thread answers it); graph and cache are shared. ``predict(..., may_read=False)`` answers only
 what needs no waiting (the event loop's fast path) and raises ``MustWait`` otherwise.
@@ -22,8 +27,10 @@ import time
 
 import numpy as np
 
-from streamtrain.errors import ConfigError, StoreError
+from streamtrain.errors import ConfigError, GraphInputError, StoreError
 from streamtrain.graph import Graph, Schema
+from streamtrain.graphstore.stream import open_graph_input
+from streamtrain.readers import make_parser
 from streamtrain.readers.formats import split_format_options
 from streamtrain.readers.kafka.config import DEFAULTS as KAFKA_DEFAULTS, split_options
 from streamtrain.readers.source import FileReader
@@ -44,6 +51,21 @@ class NotReady(RuntimeError):
 class JobModel:
     def __init__(self, job):
         self.job, self.params = job, LiveParams(job)
+
+    def sample(self, batch, may_read: bool = True) -> None:
+        """A graph model's blocks from the job's own graph store, read while no step runs."""
+        graph_input = self.job.graph_input
+        if graph_input is None:
+            return
+        if not may_read and graph_input.store.kind != "memory":    # a Redis graph: not on the event loop
+            raise MustWait
+        lock = self.job.step_lock
+        if not lock.acquire(blocking=may_read):
+            raise MustWait
+        try:
+            graph_input.sample(batch)
+        finally:
+            lock.release()
 
     def graph(self, may_read: bool = True) -> Graph:
         if self.job.graph is None:
@@ -79,6 +101,22 @@ def serving_store_config(config: dict, settings: dict) -> dict:
     return cfg
 
 
+def serving_graph_input(config: dict, settings: dict):
+    """A graph model's graph input on the Redis graph store the trainers write (None without a
+    ``graph`` section); its requests fail within ``store_give_up_s`` like the parameters'."""
+    cfg = config.get("graph")
+    if cfg is None:
+        return None
+    store = dict(cfg.get("store") or {})
+    if store.get("backend", "memory") != "redis":
+        raise ConfigError([("graph.store", "streamtrain serve samples the graph the trainers write: it needs "
+                                           "graph.store.backend=redis (a memory graph is served by "
+                                           "`streamtrain run` with serve.enabled=true, or from a checkpoint "
+                                           "with --restore)")])
+    store["timeout_s"] = min(float(store.get("timeout_s", 5.0)), float(settings["store_give_up_s"]))
+    return open_graph_input({**cfg, "store": store}, namespace=config.get("name") or "default")
+
+
 class StoreModel:
     def __init__(self, config: dict, settings: dict, store=None):
         self.config, self.settings = config, settings
@@ -96,6 +134,15 @@ class StoreModel:
         self.replicator: Refresher | None = None
         self.built: list = []                # called once the model is built, and after each copy of
                                              # the replica (serve/run.py: gc.freeze)
+        self.graph_input = serving_graph_input(config, settings)
+
+    def sample(self, batch, may_read: bool = True) -> None:
+        """A graph model's blocks from the Redis graph store: a read, so never on the event loop."""
+        if self.graph_input is None:
+            return
+        if not may_read:
+            raise MustWait
+        self.graph_input.sample(batch)
 
     def graph(self, may_read: bool = True) -> Graph:
         if self._graph is not None:
@@ -182,6 +229,8 @@ class StoreModel:
             self.refresher.stop()
         if self.refresh_store is not None:
             self.refresh_store.close()
+        if self.graph_input is not None:
+            self.graph_input.close()
         self.store.close()
 
 
@@ -219,11 +268,20 @@ class Service:
         the store (or a trainer's step), with ``resume``, the rest of the work (the body already
         read), when it got that far."""
         graph = self.source.graph(may_read)
-        return self._answer(graph, self.batch(body, content_type, graph.schema), may_read)
+        where = self._line_name if content_type.startswith("text/plain") else _record_name
+        return self._answer(graph, self.batch(body, content_type, graph.schema), may_read, where)
 
-    def _answer(self, graph, batch, may_read: bool) -> dict:
+    def _line_name(self, row: int, field: str) -> str:
+        fmt, options = stream_format(self.reader_cfg)
+        return f"line {row + 1 + int(make_parser(fmt, options).needs_header)}"
+
+    def _answer(self, graph, batch, may_read: bool, where=None) -> dict:
         ctx = self._context(graph)
         try:
+            try:
+                self.source.sample(batch, may_read)   # a graph model's neighbourhoods
+            except GraphInputError as err:
+                raise BadRequest((where or _record_name)(err.row, err.field), err.message) from None
             graph.feed(ctx, batch)
             dense, tables = graph.needs(ctx)
             ctx.values, fetched = self.source.params.pull(dense, tables, may_read)
@@ -231,7 +289,7 @@ class Service:
             age = max(0.0, time.monotonic() - fetched)
             preds = np.asarray(ctx.predictions, np.float64)
         except MustWait as wait:
-            wait.resume = functools.partial(self._answer, graph, batch, True)
+            wait.resume = functools.partial(self._answer, graph, batch, True, where)
             raise
         finally:
             self._free.append((graph, ctx))
@@ -263,6 +321,10 @@ class Service:
         if store is not None and not store.ready():
             return False, "parameter store not reachable"
         return True, "ok"
+
+
+def _record_name(row: int, field: str) -> str:
+    return f"records[{row}].{field}"
 
 
 def stream_format(reader_cfg: dict) -> tuple[str | None, dict]:

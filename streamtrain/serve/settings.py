@@ -42,6 +42,21 @@ SERVE_OPTIONS = {
                               doc="how long a request retries an unreachable store before its 503 "
                                   "(then every request gets its 503 at once for 0.25 s)"),
     "retry_after_s": Option(1, (int,), check=positive, doc="the `Retry-After` of a 503"),
+    "max_connections": Option(1024, (int,), check=positive,
+                              doc="open connections at most; one more is answered 503 and closed at once "
+                                  "(lowered at start, with a warning, to fit the file descriptor limit less "
+                                  "`reserve_fds`)"),
+    "reserve_fds": Option(64, (int,), check=non_negative,
+                          doc="file descriptors kept free of connections for everything else in the process "
+                              "(a trainer's checkpoints, store and Kafka clients, the metrics port)"),
+    "header_timeout_s": Option(10.0, NUMBER, check=positive,
+                               doc="a request's headers must arrive within this long of the connection's "
+                                   "opening (or its first byte after a response); else 408 and closed"),
+    "body_timeout_s": Option(30.0, NUMBER, check=positive,
+                             doc="a request's body must arrive within this long of its headers (else 408 and "
+                                 "closed); a response the client stops reading is dropped after as long"),
+    "keep_alive_s": Option(5.0, NUMBER, check=positive, doc="an idle keep-alive connection is closed after this long"),
+    "max_header_bytes": Option(65536, (int,), check=positive, doc="request line and headers at most; more: 431"),
 }
 
 

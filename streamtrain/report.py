@@ -1,0 +1,87 @@
+"""What a run (or an evaluation) reports: the progress line's fields and the ``--summary`` object.
+
+Both read a job-like object: ``trainer`` (``examples``, ``batches``, ``nonfinite`` and the
+progressive tracker ``progressive``, or None before the first batch), ``source``, ``store``,
+``malformed``, ``started``, ``first_step``, ``drift``, ``graph_input``, ``last_checkpoint``,
+``checkpoint_error`` (a failed final checkpoint), ``store_failures``. The quality figures are those of the model's loss kind
+(``progressive.py``): ``logloss``/``auc`` (binary), ``logloss``/``accuracy`` (``softmax_ce``),
+``rmse``/``mae`` (``mse``); a figure that does not apply is absent from the progress line and
+``null`` in the summary's fixed keys (``logloss``, ``auc``, ``predicted_ctr``, ``observed_ctr``).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+FIXED = ("logloss", "auc", "predicted_ctr", "observed_ctr")     # in every summary (null: not this loss)
+
+
+def num(x):
+    return None if x is None or not np.isfinite(x) else round(float(x), 6)
+
+
+def progress(job, whole_run: bool = False) -> dict:
+    """The figures of the progress line: totals, rate since the last line (or, with
+    ``whole_run``, over the whole run as in the summary), the loss kind's two figures, lag."""
+    from .metrics import total_lag
+    t, now = job.trainer, time.monotonic()
+    if t is None:
+        return {}
+    last_t, last_n = (job.started, 0) if whole_run else getattr(job, "_last_progress", (job.started, 0))
+    if not whole_run:
+        job._last_progress = (now, t.examples)
+    figures = t.progressive.figures()
+    return {"examples": t.examples, "batches": t.batches,
+            "examples_per_s": round((t.examples - last_n) / max(now - last_t, 1e-9), 1),
+            **{name: num(figures[name]) for name in t.progressive.names},
+            "lag": total_lag(job.source), "malformed": job.malformed.total, "nonfinite": t.nonfinite}
+
+
+def progress_line(fields: dict, names=("logloss", "auc")) -> str:
+    if not fields:
+        return "waiting for the first batch"
+    quality = " ".join(f"{name}={fields[name]}" for name in names if name in fields)
+    lag = fields["lag"] if fields["lag"] is not None else "-"
+    return (f"examples={fields['examples']} batches={fields['batches']} ex/s={fields['examples_per_s']:.0f} "
+            f"{quality}{' ' if quality else ''}lag={lag} malformed={fields['malformed']} "
+            f"nonfinite={fields['nonfinite']}")
+
+
+def steady_rate(job) -> float | None:
+    """Examples/s after the first batch (start-up, graph build and warm-up excluded)."""
+    if job.first_step is None or job.trainer is None:
+        return None
+    at, n = job.first_step
+    return round((job.trainer.examples - n) / max(time.monotonic() - at, 1e-9), 1)
+
+
+def summary(job) -> dict:
+    elapsed = time.monotonic() - job.started
+    t = job.trainer
+    figures = t.progressive.figures() if t is not None else {}
+    out = {
+        "examples": t.examples if t else 0,
+        "batches": t.batches if t else 0,
+        "malformed": job.malformed.total,
+        "malformed_by_reason": dict(job.malformed.counts),
+        "nonfinite_batches": t.nonfinite if t else 0,
+        "store_failures": job.store_failures,
+        "elapsed_s": round(elapsed, 3),
+        "examples_per_s": round((t.examples if t else 0) / max(elapsed, 1e-9), 1),
+        "steady_examples_per_s": steady_rate(job),
+        **{name: num(figures.get(name)) for name in FIXED},
+        **{name: num(value) for name, value in figures.items() if name not in FIXED},
+        "reader": job.source.describe(),
+        "store": job.store.describe(),
+        "checkpoint": job.last_checkpoint,
+        "checkpoint_error": getattr(job, "checkpoint_error", None),
+        "drift_alarms": dict(job.drift.alarms) if job.drift else {},
+    }
+    if job.graph_input is not None:
+        out["graph"] = job.graph_input.stats()
+    truth = getattr(job.source, "truth", None)
+    if truth is not None:
+        out["planted_auc"] = num(truth.auc())
+        out["planted_logloss"] = num(truth.logloss())
+    return out
