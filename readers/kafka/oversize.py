@@ -73,8 +73,10 @@ class OversizeSearch:
         create, failed = fetcher._create_fetch_requests, fetcher._handle_fetch_error
 
         def create_fetch_requests():              # kafka-python 3: on its I/O thread
-            requests = create()
             limit = fetcher.config["max_partition_fetch_bytes"]
+            requests = create()
+            if fetcher.config["max_partition_fetch_bytes"] != limit:
+                limit = None                      # changed meanwhile: which one it used is unknown
             for node, (_, offsets) in requests.items():
                 search.requests[node] = (dict(offsets), limit)
             return requests
@@ -113,7 +115,7 @@ class OversizeSearch:
                 continue
             if self.current is None:
                 self._start(size, offsets)
-            elif set(offsets) == {self.current} and limit == self.limit:
+            elif set(offsets) == {self.current} and limit is not None and limit == self.limit:
                 if limit <= 1:                     # one batch, and still too large: found
                     found = (self.current, offsets[self.current], size)
                     self._end()
@@ -160,14 +162,14 @@ class OversizeSearch:
             self.consumer.resume(self.current)
 
     def _set_limit(self, limit: int) -> None:
-        self.limit = limit
-        self.fetcher.config["max_partition_fetch_bytes"] = limit
+        self.limit = limit                        # (the partition limit last: it is what requests record)
         self.fetcher.config["fetch_max_bytes"] = min(self.normal[1], max(limit, 1))
+        self.fetcher.config["max_partition_fetch_bytes"] = limit
 
     def _end(self) -> None:
         self.current, self.suspects, self.delivered = None, [], 0
-        self.fetcher.config["max_partition_fetch_bytes"], self.fetcher.config["fetch_max_bytes"] = self.normal
-        self.limit = self.normal[0]
+        self._set_limit(self.normal[0])
+        self.fetcher.config["fetch_max_bytes"] = self.normal[1]
         paused = self.consumer.paused()
         if paused:
             self.consumer.resume(*paused)
