@@ -3,7 +3,9 @@
 The header comes from ``set_header(line)`` (the file reader passes each file's first line),
 from the ``columns`` option (streams without a header), or else from the first line parsed.
 Quoting is not interpreted: a quoted field that contains the delimiter changes the field
-count, so that line is counted as ``field_count``.
+count, so that line is counted as ``field_count``. ``hash_as: {column: other}`` gives a
+column's values the ids they have in ``other`` (one id space for both: a graph job with
+``graph.ids: shared`` sets it for its ``dst`` column).
 """
 from __future__ import annotations
 
@@ -27,6 +29,12 @@ def _names(v) -> str | None:
     return f"expected a list of column names, got {v!r}"
 
 
+def _aliases(v) -> str | None:
+    if all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()):
+        return None
+    return f"expected {{column: column}}, got {v!r}"
+
+
 def _one_byte(d) -> str | None:
     if len(d.encode()) == 1 and d not in "\r\n":
         return None
@@ -45,6 +53,8 @@ class CsvParser(Parser):
         "drop": Option([], (list,), check=_names, doc="columns left out"),
         "delimiter": Option(",", (str,), check=_one_byte, doc="the column separator"),
         "numeric_transform": TRANSFORM,
+        "hash_as": Option({}, (dict,), check=_aliases,
+                          doc="{column: other column}: the column's values get the ids they have in the other"),
     }
 
     def __init__(self, options=None, malformed=None):
@@ -55,6 +65,7 @@ class CsvParser(Parser):
         self.numeric = list(o.get("numeric", []))
         self.multivalue = dict(o.get("multivalue", {}))
         self.drop = set(o.get("drop", []))
+        self.hash_as = dict(o.get("hash_as", {}))
         self.transform = o.get("numeric_transform", "log1p")
         self.columns: list[str] | None = None
         if o.get("columns") is not None:
@@ -98,7 +109,7 @@ class CsvParser(Parser):
         taken = {self.label_col, *self.numeric, *self.multivalue, *self.drop}
         self.cat = [c for c in cols if c not in taken]
         self.cat_idx = [idx[c] for c in self.cat]
-        self.cat_seeds = np.array([field_seed(c) for c in self.cat], dtype=np.uint64)
+        self.cat_seeds = np.array([field_seed(self.hash_as.get(c, c)) for c in self.cat], dtype=np.uint64)
 
     def parse(self, lines) -> Batch:
         lines = list(lines)
@@ -131,14 +142,15 @@ class CsvParser(Parser):
             present = (clen > 0).T
             sparse = dict(zip(self.cat, fields_from_columns(ids, present)))
         for name, j, sep in self.mv:
-            sparse[name] = _multivalue_field(chunk, name, st[:, j], en[:, j], sep)
+            sparse[name] = _multivalue_field(chunk, self.hash_as.get(name, name), st[:, j], en[:, j], sep)
         self._finish(chunk)
         return Batch(labels=labels, sparse=sparse, dense=vals.astype(np.float32),
                      dense_names=tuple(self.numeric))
 
 
 def _multivalue_field(chunk: Chunk, name: str, st: np.ndarray, en: np.ndarray, sep: int):
-    """Split each row's span at ``sep``; empty parts are dropped (an empty cell = no ids)."""
+    """Split each row's span at ``sep``; empty parts are dropped (an empty cell = no ids);
+    the parts are hashed as values of column ``name``."""
     q = np.flatnonzero(chunk.arr == sep)
     if len(st) and len(q):
         r = np.searchsorted(st, q, side="right") - 1

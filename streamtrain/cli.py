@@ -13,6 +13,7 @@ import threading
 
 from . import config as configmod
 from .errors import ConfigError, StreamtrainError
+from .graphload import add_graph_parser
 from .produce import add_produce_parser
 
 ENV = "STREAMTRAIN_"
@@ -116,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     val = sub.add_parser("validate", help="check a config; exit 0, or 2 with every problem listed")
     _common(val)
 
+    add_graph_parser(sub, _common, load_config)
     add_produce_parser(sub)
     return parser
 

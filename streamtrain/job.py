@@ -19,6 +19,7 @@ from . import checkpoint, report
 from .backoff import STOPPED, Backoff
 from .drift import DriftMonitor
 from .graph import Graph, Schema
+from .graphstore.nodes import reader_config
 from .graphstore.stream import model_problems, open_graph_input
 from .saved import schema_json
 from .errors import CheckpointError, ConfigError, StoreAccessError, StoreError, StoreInterrupted
@@ -40,7 +41,8 @@ class Job:
         self.max_examples = max_examples
         self.restore_from = restore
         self.malformed = Malformed()
-        self.source = open_reader(config["reader"], config["batch_size"], self.malformed)
+        self.source = open_reader(reader_config(config["reader"], config.get("graph")), config["batch_size"],
+                                  self.malformed)
         store_cfg = dict(config["store"])
         if store_cfg.get("backend") == "redis":     # several models can share one Redis
             store_cfg.setdefault("namespace", config.get("name") or "default")
@@ -70,6 +72,8 @@ class Job:
         self.store_down = False     # stopped while the store was unreachable: no final checkpoint
         self.received_at = None
         self.first_step = None   # (monotonic time, examples) once the first batch is applied
+        self.restored_examples = 0  # examples a restored checkpoint had trained (not this run's)
+        self.final: dict | None = None   # the summary, made once when the run ends
         self.drift = DriftMonitor.from_config(config.get("drift"))    # alarms over the progressive loss
         self.hooks = [self.drift.on_step] if self.drift else []   # callables(job, batch, result) after every step
         self.step_lock = threading.Lock()   # held for a whole step: a server reads between steps
@@ -142,7 +146,7 @@ class Job:
         if self.graph_input is not None and "graph" in meta["arrays"]:
             self.graph_input.store.restore(meta["arrays"]["graph"])
         self.trainer.batches = meta.get("step", 0)
-        self.trainer.examples = meta.get("examples", 0)
+        self.trainer.examples = self.restored_examples = meta.get("examples", 0)
         if meta.get("offsets") and hasattr(self.source, "seek"):
             self.source.seek(meta["offsets"])
             self.sought = True
@@ -198,7 +202,8 @@ class Job:
                     break
         finally:
             self.finish()
-        return self.summary()
+        self.final = self.summary()      # the figures of the summary and of the `done` line
+        return self.final
 
     def _applied(self, offsets) -> None:
         """A batch's update was applied: commit its offsets, or, with a write-back store, hold
@@ -225,7 +230,8 @@ class Job:
         except StoreError as err:
             if isinstance(err, StoreAccessError):
                 raise
-            log.warning("background flush failed, flushing again: %s", err)
+            self.store_failures += 1        # the store gave up on it: counted as a step would be
+            log.error("background flush failed (nothing committed), flushing again: %s", err)
             self.held[:0], self.flying = self.flying, []
             return self._flush()
         if done is not None:
@@ -314,15 +320,16 @@ class Job:
             self._waiting = None
 
     def _reached_limit(self, coming: int = 0) -> bool:
-        """The example limit is reached (or will be, after ``coming`` more examples)."""
+        """The example limit is reached (or will be, after ``coming`` more examples; skipped
+        non-finite ones count: they were read)."""
         return self.max_examples is not None and self.trainer is not None \
-            and self.trainer.examples + coming >= self.max_examples
+            and self.trainer.stepped + coming >= self.max_examples
 
     def _limit(self, batch):
         """Cut the batch at ``max_examples``; a cut batch is trained but its offsets not committed."""
         if self.max_examples is None:
             return batch, True
-        left = self.max_examples - self.trainer.examples
+        left = self.max_examples - self.trainer.stepped
         if left <= 0:
             return None, False
         if batch.size <= left:

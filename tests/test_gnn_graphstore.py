@@ -1,4 +1,5 @@
-"""The graph store, both backends (Redis: a real server): recent-K neighbours, features,
+"""The graph store, both backends (Redis: a real server and a real 3-node Cluster): recent-K
+distinct neighbours in one order on every backend, idempotent inserts, features,
 snapshot/restore across backends, TTL; sampling: fanouts, determinism, the block layout."""
 from __future__ import annotations
 
@@ -12,15 +13,19 @@ from streamtrain.graphstore import GRAPH_STORES, make_graph_store
 from streamtrain.graphstore.sampling import Sampler, sample_hop
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 def make_store(request):
     made = []
 
     def make(**opts):
-        cfg = {"backend": request.param, **GRAPH_STORES.get(request.param).test_params(), **opts}
+        backend = "memory" if request.param == "memory" else "redis"
+        cfg = {"backend": backend, **GRAPH_STORES.get(backend).test_params(), **opts}
         if request.param == "redis":
-            url = request.getfixturevalue("redis_url")
-            cfg = {"url": url, "namespace": request.getfixturevalue("redis_namespace"), **cfg}
+            cfg = {"url": request.getfixturevalue("redis_url"), **cfg}
+        if request.param == "cluster":
+            cfg = {"cluster": request.getfixturevalue("redis_cluster_url"), **cfg}
+        if backend == "redis":
+            cfg = {"namespace": request.getfixturevalue("redis_namespace"), **cfg}
         store = make_graph_store(cfg)
         made.append(store)
         return store
@@ -39,15 +44,50 @@ def neighbour_sets(store, nodes):
     return [sorted(row[:c].tolist()) for row, c in zip(lists, counts)]
 
 
+def lists(store, nodes):
+    """Each node's neighbours in the store's order (oldest first)."""
+    got, counts = store.neighbours(ids(*nodes))
+    return [row[:c].tolist() for row, c in zip(got, counts)]
+
+
 def test_keeps_the_k_most_recent_neighbours(make_store):
     store = make_store(neighbours=3)
     store.insert(ids(1, 1, 2), ids(10, 11, 20))
     store.insert(ids(1, 1, 1), ids(12, 13, 14))          # node 1 now had 5: keeps 12, 13, 14
     assert neighbour_sets(store, [1, 2, 99]) == [[12, 13, 14], [20], []]
     store.insert(ids(*[5] * 7), ids(*range(50, 57)))      # more than K in one batch: the newest K
-    assert neighbour_sets(store, [5]) == [[54, 55, 56]]
-    assert store.stats() == {"nodes": 3, "edges": 7} if store.kind == "memory" else \
-        store.stats()["nodes"] == 3
+    assert lists(store, [5]) == [[54, 55, 56]]
+    assert store.stats() == {"nodes": 3, "edges": 7}
+
+
+def test_a_neighbour_held_moves_to_the_newest_end_and_inserting_again_changes_nothing(make_store):
+    store = make_store(neighbours=3)
+    store.insert(ids(1, 1, 1, 1), ids(10, 11, 10, 12))    # 10 again: moved, not held twice
+    assert lists(store, [1]) == [[11, 10, 12]]
+    store.insert(ids(1), ids(13))                         # full: the oldest (11) falls out
+    assert lists(store, [1]) == [[10, 12, 13]]
+    rng = np.random.default_rng(7)
+    src, dst = rng.integers(1, 40, 400).astype(np.uint64), rng.integers(1, 40, 400).astype(np.uint64)
+    store.insert(src, dst)
+    once, stats = lists(store, range(1, 40)), store.stats()
+    assert all(len(set(x)) == len(x) for x in once) and stats["edges"] == sum(map(len, once))
+    store.insert(src, dst)                                # the same edges again (a replay, a reload)
+    assert lists(store, range(1, 40)) == once and store.stats() == stats
+
+
+def test_every_backend_holds_the_same_lists_in_the_same_order_and_samples_the_same_blocks(make_store):
+    store, memory = make_store(neighbours=8), make_graph_store({"backend": "memory", "neighbours": 8})
+    rng = np.random.default_rng(5)
+    for _ in range(5):
+        src, dst = rng.integers(1, 120, 300).astype(np.uint64), rng.integers(1, 120, 300).astype(np.uint64)
+        store.insert(src, dst)
+        memory.insert(src, dst)
+    assert lists(store, range(1, 125)) == lists(memory, range(1, 125))
+    assert store.stats() == memory.stats()
+    a, nodes_a = Sampler(store, [4, 3], seed=2).sample(ids(3, 9, 27))
+    b, nodes_b = Sampler(memory, [4, 3], seed=2).sample(ids(3, 9, 27))
+    np.testing.assert_array_equal(nodes_a, nodes_b)
+    assert [(x.src.tolist(), x.dst.tolist()) for x in a] == [(x.src.tolist(), x.dst.tolist()) for x in b]
 
 
 def test_features_latest_row_and_zeros_when_unknown(make_store):
@@ -68,6 +108,16 @@ def test_snapshot_restores_into_either_backend(make_store):
         np.testing.assert_array_equal(b.features(ids(1, 2, 3), 2), [[1, 1], [0, 0], [1, 1]])
 
 
+def test_a_server_that_forgot_the_insert_script_is_given_it_again(redis_url, redis_namespace):
+    import redis
+    store = make_graph_store({"backend": "redis", "url": redis_url, "namespace": redis_namespace})
+    store.insert(ids(1), ids(2))
+    redis.Redis.from_url(redis_url).script_flush()        # what a restarted server has
+    store.insert(ids(1), ids(3))
+    assert lists(store, [1]) == [[2, 3]]
+    store.close()
+
+
 def test_redis_lists_expire_after_ttl(redis_url, redis_namespace):
     store = make_graph_store({"backend": "redis", "url": redis_url, "namespace": redis_namespace,
                               "ttl_s": 0.2})
@@ -79,16 +129,19 @@ def test_redis_lists_expire_after_ttl(redis_url, redis_namespace):
     assert neighbour_sets(store, [1]) == [[]]
 
 
-def test_redis_sampling_is_one_round_trip_per_hop(redis_url, redis_namespace, monkeypatch):
-    store = make_graph_store({"backend": "redis", "url": redis_url, "namespace": redis_namespace})
+@pytest.mark.parametrize("where", ["redis_url", "redis_cluster_url"])
+def test_redis_sampling_is_one_round_trip_per_hop(request, where, redis_namespace, monkeypatch):
+    key = "url" if where == "redis_url" else "cluster"
+    store = make_graph_store({"backend": "redis", key: request.getfixturevalue(where), "namespace": redis_namespace})
     rng = np.random.default_rng(0)
     store.insert(rng.integers(1, 200, 3000).astype(np.uint64), rng.integers(1, 200, 3000).astype(np.uint64))
     calls = []
-    real = type(store.client.pipeline(transaction=False)).execute
-    monkeypatch.setattr(type(store.client.pipeline(transaction=False)), "execute",
-                        lambda self, *a, **k: calls.append(len(self.command_stack)) or real(self, *a, **k))
+    real = store.shards.run
+    monkeypatch.setattr(store.shards, "run", lambda groups: calls.append(sorted(groups)) or real(groups))
     blocks, _ = Sampler(store, [10, 5, 3]).sample(ids(*range(1, 60)))
     assert len(calls) == 3 and len(blocks) == 3
+    assert all(len(c) == (1 if key == "url" else 3) for c in calls)   # every Cluster node in each round trip
+    store.close()
 
 
 def test_sample_hop_fanout_and_uniformity():
@@ -130,13 +183,17 @@ def test_unknown_backend_names_the_known_ones():
         make_graph_store({"backend": "disk"})
 
 
-def test_an_unreachable_redis_is_a_store_error(redis_factory):
+def test_an_unreachable_redis_is_a_store_error_after_the_retries(redis_factory):
     from streamtrain.errors import StoreError
     server = redis_factory.start()
-    store = make_graph_store({"backend": "redis", "url": server.url, "timeout_s": 1.0})
+    store = make_graph_store({"backend": "redis", "url": server.url, "timeout_s": 1.0,
+                              "retry": {"initial_s": 0.05, "give_up_s": 0.5}})
     store.insert(ids(1), ids(2))
     server.stop()
-    with pytest.raises(StoreError, match="graph store redis://.*neighbours failed"):
+    t0 = time.monotonic()
+    with pytest.raises(StoreError, match=r"redis graph store: read the graph's neighbour lists failed after \d+ "
+                                         r"attempts .*127\.0\.0\.1"):
         store.neighbours(ids(1))
-    with pytest.raises(StoreError, match="insert failed"):
+    assert time.monotonic() - t0 < 5
+    with pytest.raises(StoreError, match="insert edges into the graph failed"):
         store.insert(ids(1), ids(3))

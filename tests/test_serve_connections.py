@@ -207,16 +207,16 @@ def test_the_cap_leaves_file_descriptors_for_the_rest(monkeypatch):
 
 
 def test_an_accept_burst_past_the_cap_stays_under_the_limit():
-    """asyncio's loop accepts up to its backlog before refusing any: the backlog is half of
-    what is left above the cap (8 to 2048), so a burst never reaches RLIMIT_NOFILE."""
+    """asyncio's loop accepts up to its backlog before refusing any: the backlog is a quarter
+    of what is left above the cap (8 to 2048), so a flood never reaches RLIMIT_NOFILE."""
     import os
     import resource
     from streamtrain.serve.limits import accept_burst
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     left = soft - len(os.listdir("/proc/self/fd"))
-    assert accept_burst(left - 100) in range(49, 52)
+    assert accept_burst(left - 100) in range(24, 27)
     assert accept_burst(left) == 8
-    assert accept_burst(0, most=2048) == min(2048, max(8, left // 2))
+    assert accept_burst(0, most=2048) == min(2048, max(8, left // 4))
 
 
 FD_LIMIT = 192
@@ -285,7 +285,6 @@ def test_a_flood_under_a_low_fd_limit_starves_neither_checkpoints_nor_probes(tmp
                 pass
         assert 400 - FD_LIMIT < refused < 400 - 8      # the cap: under the limit, less reserve_fds
         assert not [line for line in lines if "checkpoint failed" in line or "Too many open files" in line]
-        assert not list(ckpt.glob(".*.tmp"))
     finally:
         for conn in flood:
             conn.close()
@@ -294,4 +293,5 @@ def test_a_flood_under_a_low_fd_limit_starves_neither_checkpoints_nor_probes(tmp
         reader.join(timeout=5)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert proc.returncode == 0, "".join(lines[-30:])
+    assert not list(ckpt.glob(".*.tmp"))        # once it has stopped (one may be in writing before)
     assert any("at most" in line and "serve.reserve_fds=64" in line for line in lines)

@@ -71,7 +71,7 @@ class GraphStore:
         pass
 
     def describe(self) -> str:
-        return f"{self.kind} (recent {self.k} neighbours per node)"
+        return f"{self.kind} (recent {self.k} distinct neighbours per node)"
 
 
 def empty_snapshot(k: int) -> dict:

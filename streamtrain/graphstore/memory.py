@@ -1,7 +1,9 @@
-"""The in-process graph store: per node a ring of its K most recent neighbours, in numpy.
+"""The in-process graph store: per node its K most recent distinct neighbours, oldest first.
 
 Rows are found with ``store.idindex.IdIndex`` (vectorised lookups); the arrays grow by half
-when full. Inserting a batch of edges and reading a frontier's lists are a few numpy calls.
+when full. Reading a frontier's lists is a few numpy calls; inserting a batch of edges is one
+compiled pass (``_adjacency_kernels``): a neighbour already held moves to the newest end, so
+inserting the same edges again changes nothing.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ class MemoryGraphStore(GraphStore):
         super().__init__(neighbours)
         self.index = IdIndex()
         self.nbr = np.zeros((0, self.k), np.uint64)
-        self.count = np.zeros(0, np.int64)            # neighbours ever added (ring position)
+        self.count = np.zeros(0, np.int64)            # neighbours held (at most K)
         self.feat_index = IdIndex()
         self.feats = np.zeros((0, 0), np.float32)
 
@@ -51,14 +53,8 @@ class MemoryGraphStore(GraphStore):
             return
         rows = self._rows(self.index, src)
         self._grow(len(self.index))
-        order = np.argsort(rows, kind="stable")           # per node, in stream order
-        r, d = rows[order], dst[order]
-        uniq, first, n = np.unique(r, return_index=True, return_counts=True)
-        rank = np.arange(len(r)) - np.repeat(first, n)
-        keep = rank >= np.repeat(n, n) - self.k           # only the newest K of a long group
-        slot = (self.count[r] + rank) % self.k
-        self.nbr[r[keep], slot[keep]] = d[keep]
-        self.count[uniq] += n
+        from ._adjacency_kernels import insert_edges     # numba: imported by the first graph job only
+        insert_edges(self.nbr, self.count, rows, dst)
 
     def neighbours(self, ids):
         ids = np.asarray(ids, np.uint64)
@@ -67,7 +63,7 @@ class MemoryGraphStore(GraphStore):
         out = np.zeros((len(ids), self.k), np.uint64)
         counts = np.zeros(len(ids), np.int64)
         out[known] = self.nbr[rows[known]]
-        counts[known] = np.minimum(self.count[rows[known]], self.k)
+        counts[known] = self.count[rows[known]]
         return out, counts
 
     def set_features(self, ids, features) -> None:
@@ -91,12 +87,12 @@ class MemoryGraphStore(GraphStore):
 
     def stats(self):
         n = len(self.index)
-        return {"nodes": n, "edges": int(np.minimum(self.count[:n], self.k).sum())}
+        return {"nodes": n, "edges": int(self.count[:n].sum())}
 
     def snapshot(self):
         ids, rows = self.index.items()
         fids, frows = self.feat_index.items()
-        return {"ids": ids, "neighbours": self.nbr[rows], "counts": np.minimum(self.count[rows], self.k),
+        return {"ids": ids, "neighbours": self.nbr[rows], "counts": self.count[rows],
                 "feature_ids": fids, "features": self.feats[frows] if len(fids) else np.zeros((0, 0), np.float32)}
 
     def restore(self, arrays) -> None:

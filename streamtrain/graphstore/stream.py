@@ -2,7 +2,7 @@
 the per-batch work around a training step.
 
 Before the step: rows with bad graph input (an endpoint field missing from the record or
-empty, several values, a numeric id that is not a non-negative integer, a self-loop) are
+empty, several values, a numeric id that is not an integer in [0, 2**24), a self-loop) are
 counted as malformed (reason ``graph``) and dropped; the source node's features are stored;
 the seeds are sampled into blocks (``batch.subgraph``). After the step was predicted and
 learnt, and only then, the batch's own edges enter the graph store: the graph never holds
@@ -18,11 +18,11 @@ import time
 import numpy as np
 
 from streamtrain.errors import ConfigError, GraphInputError, StoreError
-from streamtrain.hashing import splitmix64
 from streamtrain.schema import REQUIRED, Option, check_options, with_defaults
 
 from . import GRAPH_STORES, make_graph_store
 from .blocks import Subgraph, first_occurrence
+from .nodes import ID_SPACES, id_space, node_ids
 from .sampling import Sampler
 
 ENDPOINTS = ("src", "dst")
@@ -49,6 +49,8 @@ OPTIONS = {
     "fanouts": Option([10, 5], (list,), check=_fanouts, doc="neighbours sampled per node, hop by hop"),
     "features": Option([], (list,), check=_names, doc="numeric fields: the source node's features"),
     "undirected": Option(True, (bool,), doc="an edge also enters the destination's neighbours"),
+    "ids": Option("typed", (str,), ID_SPACES, doc="typed: each endpoint field is a node type (user 5 is "
+                                                  "not item 5); shared: one id space (a follower graph)"),
     "seed": Option(0, (int,), doc="seed of the sampler"),
     "store": Option({"backend": "memory"}, kinds=GRAPH_STORES, tag="backend",
                     doc="graph store backend and its options"),
@@ -65,25 +67,6 @@ def problems(cfg) -> list[tuple[str, str]]:
     if isinstance(cfg.get("seeds"), list) and "dst" in cfg["seeds"] and not cfg.get("dst"):
         found.append(("seeds", "'dst' is a seed but graph.dst names no field"))
     return found
-
-
-def endpoint_ids(batch, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """(uint64 id per example, whether it is usable) for the endpoint field ``name``: a
-    categorical field with exactly one value, or a numeric column holding a non-negative
-    integer (hashed, so numeric ids share one id space)."""
-    field = batch.sparse.get(name)
-    n = batch.size
-    if field is not None:
-        counts = np.diff(field.offsets)
-        ok = counts == 1
-        ids = np.zeros(n, np.uint64)
-        ids[ok] = field.ids[field.offsets[:-1][ok]]
-        return ids, ok
-    if name in batch.dense_names:
-        v = batch.dense[:, batch.dense_names.index(name)].astype(np.float64)
-        ok = np.isfinite(v) & (v >= 0) & (v == np.floor(v)) & (v < 2.0 ** 53)
-        return splitmix64(np.where(ok, v, 0).astype(np.uint64)), ok
-    return np.zeros(n, np.uint64), np.zeros(n, bool)
 
 
 def model_problems(graph, cfg: dict | None) -> list[tuple[str, str]]:
@@ -148,10 +131,12 @@ class GraphInput:
 
     def _endpoint(self, batch, which: str):
         """(uint64 node id per example, usable) of endpoint ``which`` (``src`` / ``dst``): the one
-        place where a record's field becomes a node id, for training, serving and evaluation."""
-        return endpoint_ids(batch, self.cfg[which])
+        place where a record's field becomes a node id (``nodes.py``), for training, ``graph
+        load``, serving and evaluation."""
+        return node_ids(batch, self.cfg[which], id_space(self.cfg, which))
 
-    def _endpoints(self, batch):
+    def endpoints(self, batch):
+        """(src node ids, dst node ids or None, whether each example's graph input is usable)."""
         src, ok = self._endpoint(batch, "src")
         dst = None
         if self.cfg["dst"]:
@@ -161,7 +146,7 @@ class GraphInput:
 
     def clean(self, batch):
         """The batch without its rows of bad graph input (counted as malformed, reason graph)."""
-        _, _, ok = self._endpoints(batch)
+        _, _, ok = self.endpoints(batch)
         if ok.all():
             return batch
         if self.malformed is not None:
@@ -173,9 +158,8 @@ class GraphInput:
     def attach(self, batch) -> None:
         """Store the source nodes' features, sample the seeds' blocks into ``batch.subgraph``."""
         t0 = time.perf_counter()
-        src, dst, _ = self._endpoints(batch)
-        if self.cfg["features"] and batch.size:
-            self.store.set_features(src, batch.dense[:, self._feature_columns(batch)])
+        src, dst, _ = self.endpoints(batch)
+        self.store_features(batch, src)
         self._sample(batch, {"src": src, "dst": dst})
         self.last_sample_s = time.perf_counter() - t0
 
@@ -192,13 +176,18 @@ class GraphInput:
             if not ok.all():
                 row = int(np.flatnonzero(~ok)[0])
                 raise GraphInputError(row, self.cfg[which], f"the graph's {which} endpoint: expected one "
-                                      f"node id (a categorical value, or a non-negative integer)")
+                                      f"node id (a categorical value, or an integer in [0, 2**24))")
             ends[which] = ids
         own = None
         if self.cfg["features"] and batch.size:
             src, ok = (ends["src"], np.ones(batch.size, bool)) if "src" in ends else self._endpoint(batch, "src")
             own = (src[ok], batch.dense[ok][:, self._feature_columns(batch)])
         self._sample(batch, ends, np.random.default_rng(self.cfg["seed"]), own)
+
+    def store_features(self, batch, src) -> None:
+        """The source nodes' numeric features (``graph.features``) into the graph store."""
+        if self.cfg["features"] and batch.size:
+            self.store.set_features(src, batch.dense[:, self._feature_columns(batch)])
 
     def _feature_columns(self, batch) -> np.ndarray:
         names = self.cfg["features"]
@@ -224,11 +213,21 @@ class GraphInput:
 
     def learnt(self, batch) -> None:
         """The batch was predicted and learnt: its edges enter the graph now."""
-        if not self.cfg["dst"] or not batch.size:
-            return
-        src, dst, _ = self._endpoints(batch)
-        if self.cfg["undirected"]:
-            src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+        if self.cfg["dst"] and batch.size:
+            self._insert(*self.endpoints(batch)[:2])
+
+    def add(self, batch) -> None:
+        """What training leaves in the graph store for a (clean) batch, without sampling or
+        learning: its source nodes' features and its edges (``streamtrain graph load``)."""
+        if batch.size:
+            src, dst, _ = self.endpoints(batch)
+            self.store_features(batch, src)
+            if dst is not None:
+                self._insert(src, dst)
+
+    def _insert(self, src, dst) -> None:
+        if self.cfg["undirected"]:             # both directions, each edge's in stream order
+            src, dst = np.stack([src, dst], axis=1).reshape(-1), np.stack([dst, src], axis=1).reshape(-1)
         self.store.insert(src, dst)
 
     def stats(self) -> dict:

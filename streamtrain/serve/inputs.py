@@ -48,9 +48,10 @@ FLOAT32_BOUND = 2.0 ** 128 - 2.0 ** 103     # the smallest magnitude float32 rou
 _FINITE = "expected a finite number within float32's range (±3.4028235e38)"
 
 
-def records_batch(payload, schema: Schema, max_records: int):
+def records_batch(payload, schema: Schema, max_records: int, hash_as: dict | None = None):
     """The batch of a JSON payload (already decoded), built column by column: the same ids as
-    ``records_to_batch`` (the plug-in readers' path) gives for the same records.
+    ``records_to_batch`` (the plug-in readers' path) gives for the same records, or, with
+    ``hash_as`` ``{field: other}``, as the csv reader's option of that name gives them.
 
     Every record's values are gathered in one pass (``map(record.get, names)``); the common
     case, every categorical value one string or integer and every numeric one a number, is then
@@ -76,11 +77,12 @@ def records_batch(payload, schema: Schema, max_records: int):
     dense = _dense_block(cols[n_sparse:], n) if schema.dense else np.zeros((n, 0), np.float32)
     if dense is None:
         dense = _dense_columns(records, schema)
-    sparse = _single_tokens(schema.sparse, cols[:n_sparse], n) if n_sparse else {}
+    hashed = tuple((hash_as or {}).get(f, f) for f in schema.sparse)      # the name each is hashed as
+    sparse = _single_tokens(schema.sparse, cols[:n_sparse], n, hashed) if n_sparse else {}
     if sparse is None:
         parts = [_categorical(name, list(col)) for name, col in zip(schema.sparse, cols)]
         try:
-            sparse = _fields_csr(schema.sparse, parts, n)
+            sparse = _fields_csr(schema.sparse, parts, n, hashed)
         except UnicodeEncodeError:
             _name_unencodable(schema.sparse, cols)
     return Batch(labels=np.full(n, np.nan, np.float32), sparse=sparse, dense=dense,
@@ -141,7 +143,7 @@ def _dense_columns(records, schema: Schema) -> np.ndarray:
     return dense
 
 
-def _single_tokens(names, cols, n) -> dict | None:
+def _single_tokens(names, cols, n, hashed) -> dict | None:
     """Every categorical field's CSR pair when each value is one non-empty string or integer
     (one id per record and field), else None."""
     flat = [v for col in cols for v in col]
@@ -163,7 +165,7 @@ def _single_tokens(names, cols, n) -> dict | None:
         except UnicodeEncodeError:      # a lone surrogate: the field-by-field path names it
             return None
     buf, starts, lengths = spans
-    ids = hash_spans(byte_words(buf + bytes(16)), starts, lengths, np.repeat(_seeds(tuple(names)), n))
+    ids = hash_spans(byte_words(buf + bytes(16)), starts, lengths, np.repeat(_seeds(hashed), n))
     offsets = np.arange(n + 1, dtype=np.int64)       # one id per record: every field's offsets, shared
     offsets.flags.writeable = False
     return {name: SparseField(ids[f * n:(f + 1) * n], offsets) for f, name in enumerate(names)}
@@ -222,12 +224,13 @@ def _decimal_bytes(v):
     return out, starts, lengths
 
 
-def _fields_csr(names, parts, n) -> dict:
-    """Every categorical field's CSR pair from its (rows, tokens), hashed and counted in one pass."""
+def _fields_csr(names, parts, n, hashed) -> dict:
+    """Every categorical field's CSR pair from its (rows, tokens), hashed (as the fields
+    ``hashed``) and counted in one pass."""
     if not names:
         return {}
     lens = [len(tokens) for _, tokens in parts]
-    ids = hash_fields(tuple(names), [tokens for _, tokens in parts])
+    ids = hash_fields(hashed, [tokens for _, tokens in parts])
     rows = np.concatenate([r for r, _ in parts]) if sum(lens) else np.zeros(0, np.int64)
     which = np.repeat(np.arange(len(names)), lens)
     offsets = np.zeros((len(names), n + 1), np.int64)

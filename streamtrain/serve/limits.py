@@ -21,8 +21,9 @@ open for ever). Each refusal is counted through ``count(kind)``.
 ``connection_cap`` keeps ``max_connections`` below the process's file descriptor limit
 (``RLIMIT_NOFILE``) less the descriptors open now and ``reserve_fds`` kept for everything else.
 ``accept_burst`` bounds how many connections the event loop accepts in one go (asyncio's own
-loop accepts up to its listen backlog before any of them is refused and closed): at most half
-of the descriptors left above the cap, so a burst past the cap never reaches the limit.
+loop accepts up to its listen backlog per wake-up, and closes a refused one two wake-ups later,
+so up to three bursts are open at once): a quarter of the descriptors left above the cap, so a
+flood past the cap never reaches the limit.
 """
 from __future__ import annotations
 
@@ -64,11 +65,11 @@ def _fd_room() -> int | None:
 
 def accept_burst(cap: int, most: int = 2048) -> int:
     """The listen backlog (and so asyncio's accepts per wake-up) for a server capped at ``cap``
-    connections: half of the descriptors left above the cap, between 8 and ``most``."""
+    connections: a quarter of the descriptors left above the cap, between 8 and ``most``."""
     room = _fd_room()
     if room is None:
         return most
-    return max(8, min(most, (room - cap) // 2))
+    return max(8, min(most, (room - cap) // 4))
 
 
 def connection_cap(wanted: int, reserve: int) -> int:

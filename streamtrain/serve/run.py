@@ -6,6 +6,7 @@ import gc
 import logging
 import sys
 
+from streamtrain.graphstore.nodes import reader_config
 from streamtrain.health import address_error
 from streamtrain.metrics import ServeMetrics
 
@@ -33,7 +34,7 @@ def serve_forever(config: dict, restore: str | None = None) -> int:
         source.built.append(_freeze)
     _freeze()
     try:
-        service = Service(source, settings, config.get("reader", {}))
+        service = Service(source, settings, reader_config(config.get("reader", {}), config.get("graph")))
         ok, reason = service.ready()
         if not ok:
             log.warning("not ready yet (%s): /readyz answers 503 until it is", reason)
@@ -82,7 +83,8 @@ def attach(job, config: dict, registry=None):
     from .http import Server, make_app
     from .service import JobModel, Service
 
-    service = Service(JobModel(job), settings, config.get("reader", {}))
+    service = Service(JobModel(job, settings["store_give_up_s"]), settings,
+                      reader_config(config.get("reader", {}), config.get("graph")))
     metrics = ServeMetrics(registry)
     server = _bound(lambda: Server(make_app(service, metrics, expose_metrics=registry is None),
                                    settings["host"], settings["port"], settings, count=_refusals(metrics)),
