@@ -229,7 +229,10 @@ def shape_problems(snapshot: Snapshot, params: dict) -> list[str]:
 
 def check_fits(snapshot: Snapshot, params: dict, where) -> None:
     """Refuse a checkpoint of another model: a parameter of another shape (named, with both
-    shapes), or parameters that only one of the two has."""
+    shapes), or parameters that only one of the two has. A checkpoint without any parameter
+    (``streamtrain graph load``'s first: a graph only) fits every model."""
+    if not snapshot.specs:
+        return
     found = shape_problems(snapshot, params)
     only_model, only_ckpt = sorted(set(params) - set(snapshot.specs)), sorted(set(snapshot.specs) - set(params))
     if only_model:
