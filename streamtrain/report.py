@@ -3,9 +3,10 @@
 Both read a job-like object: ``trainer`` (``examples``, ``batches``, ``nonfinite`` and the
 progressive tracker ``progressive``, or None before the first batch), ``source``, ``store``,
 ``malformed``, ``started``, ``first_step``, ``drift``, ``graph_input``, ``last_checkpoint``,
-``store_failures``, and if it has them ``restored_examples`` (a restored checkpoint's, not this
-run's: left out of the rates), ``final`` (the summary made when the run ended: the `done`
-line's figures are its) and the trainer's ``skipped_examples``. The quality figures are those of the model's loss kind
+``store_failures``, ``checkpoint_error`` (a failed final checkpoint), and if it has them
+``restored_examples`` (a restored checkpoint's, not this run's: left out of the rates), ``final``
+(the summary made when the run ended: the `done` line's figures are its) and the trainer's
+``skipped_examples``. The quality figures are those of the model's loss kind
 (``progressive.py``): ``logloss``/``auc`` (binary), ``logloss``/``accuracy`` (``softmax_ce``),
 ``rmse``/``mae`` (``mse``); a figure that does not apply is absent from the progress line and
 ``null`` in the summary's fixed keys (``logloss``, ``auc``, ``predicted_ctr``, ``observed_ctr``).
@@ -87,6 +88,7 @@ def summary(job) -> dict:
         "reader": job.source.describe(),
         "store": job.store.describe(),
         "checkpoint": job.last_checkpoint,
+        "checkpoint_error": getattr(job, "checkpoint_error", None),
         "drift_alarms": dict(job.drift.alarms) if job.drift else {},
     }
     if job.graph_input is not None:

@@ -61,7 +61,7 @@ def test_lines_are_parsed_by_the_format_and_bad_ones_counted():
                        "args": {"lines": lines}, "format": "libsvm"}, 100, m)
     (batch,) = list(src.batches())
     assert batch.size == 2
-    assert m.snapshot() == {"decode": 1, "field_count": 0, "number": 1, "label": 1, "field_length": 0, "graph": 0}
+    assert m.snapshot() == {"decode": 1, "field_count": 0, "number": 1, "label": 1, "field_length": 0, "graph": 0, "too_large": 0}
 
 
 def test_ready_batches_pass_through_and_commit_reaches_the_plugin():

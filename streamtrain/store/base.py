@@ -198,6 +198,11 @@ class ParamStore(abc.ABC):
     def ready(self) -> bool:
         return True
 
+    def watch(self, stopped, waiting) -> None:
+        """Called by the job: a store that retries unreachable servers ends its retries once
+        ``stopped()`` is true (raising ``StoreInterrupted``) and calls ``waiting(what)`` while
+        it retries (``waiting(None)`` when it no longer does). The default does nothing."""
+
     def close(self) -> None:
         pass
 

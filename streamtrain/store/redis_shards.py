@@ -18,6 +18,7 @@ import inspect
 import logging
 import ssl
 import threading
+import time
 
 import redis
 import redis.retry
@@ -26,8 +27,8 @@ from redis.crc import key_slot
 from redis.exceptions import (AskError, AuthenticationError, BusyLoadingError, ClusterDownError, MovedError,
                               NoPermissionError, ResponseError, TryAgainError)
 
-from streamtrain.backoff import Backoff
-from streamtrain.errors import StoreAccessError, StoreError
+from streamtrain.backoff import STOPPED, Backoff
+from streamtrain.errors import StoreAccessError, StoreError, StoreInterrupted
 
 from . import redis_keys, redis_resp
 from .redis_connection import ACL_NEEDS, protocol_mismatch, redact, section
@@ -54,6 +55,7 @@ REFUSED = (AuthenticationError, NoPermissionError, ssl.SSLCertVerificationError)
 # ... can't run this command"), and a database number the server does not have
 REFUSED_REPLIES = ("NOPERM", "can't run this command", "no permissions to", "DB index is out of range",
                    "invalid DB index")
+STOP_AFTER_S = 2.0      # a stop asked ends the retries once they have run this long (a blip is retried)
 
 
 def get_connection_args(get_connection) -> tuple:
@@ -133,6 +135,8 @@ class Shards:
         self.epoch = 0                  # +1 at each slot map read: routing caches compare it
         self.answered = False           # an operation succeeded (a protocol mismatch is ruled out)
         self._local = threading.local()     # ``give_up_within``: this thread's bound on retries
+        self.stopped = None             # the job's "a stop was asked" (``watch``): ends a retry
+        self.on_wait = None             # told what waits for the servers while a retry runs
         if not self.cluster:
             self.clients = [new_client(kw, timeout_s) for kw in self._seeds]
             self.names = [f"{kw['host']}:{kw['port']}" for kw in self._seeds]
@@ -262,12 +266,21 @@ class Shards:
             self.answered = True
             return out
 
+        started, waits = time.monotonic(), []
+
         def failed(err, attempt, pause):
             self._count_error()
             self._stale = self.cluster
             self._check_protocol(err)
             log.warning("%s: %s failed (%s: %s); retry %d in %.2f s, giving up after %.0f s",
                         self.label, what, type(err).__name__, redact(err), attempt, pause, retry.give_up_s)
+            if self.on_wait is not None:
+                waits.append(attempt)
+                self.on_wait(f"{self.label}: {what}")
+
+        def stopped():                          # a stop ends the retries (not a one-off blip's)
+            return (self.stopped is not None and self.stopped()
+                    and time.monotonic() - started >= STOP_AFTER_S)
 
         def give_up(err, attempt, waited):
             self._count_error()
@@ -278,9 +291,9 @@ class Shards:
                              f"({', '.join(self.names) or self._where()}): {redact(err)}") from err
 
         try:
-            return retry.retry(attempt, transient=_transient, on_retry=failed, on_give_up=give_up,
+            done = retry.retry(attempt, transient=_transient, on_retry=failed, on_give_up=give_up,
                                on_recovered=lambda n: log.warning("%s: %s succeeded after %d retries",
-                                                                  self.label, what, n))
+                                                                  self.label, what, n), stopped=stopped)
         except (redis.RedisError, OSError) as err:
             refused = refusal(err)
             if refused is not None:
@@ -291,6 +304,13 @@ class Shards:
                 self._count_error()
                 raise StoreError(f"{self.label}: {what}: {redact(err)}") from err
             raise
+        finally:
+            if waits and self.on_wait is not None:
+                self.on_wait(None)
+        if done is STOPPED:
+            raise StoreInterrupted(f"{self.label}: {what}: stopped while {', '.join(self.names) or self._where()} "
+                                   "did not answer")
+        return done
 
     def _check_protocol(self, err: BaseException) -> None:
         """Before any answer, a failure that is not a refused connection may be a URL whose

@@ -390,6 +390,9 @@ class RedisStore(ParamStore):
         redis_snapshot.restore(self, snapshot)
 
     # ---- the rest ------------------------------------------------------------------------------
+    def watch(self, stopped, waiting) -> None:
+        self.shards.stopped, self.shards.on_wait = stopped, waiting
+
     def ready(self) -> bool:
         return self.shards.ready()
 
