@@ -27,6 +27,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
+import report  # noqa: E402
+
 FANOUTS, SEEDS, FEATURES, CLASSES = [10, 5], 512, 64, 4
 
 
@@ -223,7 +225,7 @@ def movielens() -> dict:
                                 ["graph.store.neighbours=1"])):
         r = compare.run_streamtrain(model, s, None, sets)
         out[label] = {"logloss": compare.logloss(r["y"], r["p"]), "auc": compare.auc(r["y"], r["p"]),
-                      "examples_per_s": r["examples"] / r["seconds"]}
+                      "examples_per_s": r["examples"] / r["seconds"], "curve": report.curve(r["y"], r["p"])}
     return out
 
 
@@ -231,26 +233,34 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("parts", nargs="*", default=["speed", "sampling", "synthetic", "movielens"])
     ap.add_argument("--batches", type=int, default=20, help="batches per speed round")
+    ap.add_argument("--json", metavar="FILE", help="also write every figure (and the MovieLens learning "
+                    "curves) to FILE, for bench/plots.py")
     args = ap.parse_args(argv)
+    got: dict = {}
     print(f"# bench_graph on {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
     if {"speed", "sampling"} & set(args.parts):
         stream, store = filled_store()
         print(f"graph: {store.stats()['nodes']} nodes, {store.stats()['edges']} neighbour entries")
         if "sampling" in args.parts:
-            print(f"sampling (memory store, {SEEDS} seeds, fanouts {FANOUTS}): {sampling(stream, store):,.0f} edges/s")
+            got["sampling_edges_per_s"] = sampling(stream, store)
+            print(f"sampling (memory store, {SEEDS} seeds, fanouts {FANOUTS}): {got['sampling_edges_per_s']:,.0f} edges/s")
         if "speed" in args.parts:
             batches = sampled_batches(stream, store, args.batches)
-            print(f"forward max |streamtrain - PyG| with the same weights: {forward_difference(batches[0]):.2e}")
-            r = speed(batches)
+            got["forward_max_abs_difference"] = forward_difference(batches[0])
+            print(f"forward max |streamtrain - PyG| with the same weights: {got['forward_max_abs_difference']:.2e}")
+            r = got["train_seeds_per_s"] = speed(batches)
             print(f"train seeds/s: streamtrain {r['streamtrain']:,.0f}, PyG SAGEConv {r['pyg']:,.0f} "
                   f"(ratio {r['streamtrain'] / r['pyg']:.2f})")
     if "synthetic" in args.parts:
-        r = synthetic()
+        r = got["synthetic"] = synthetic()
         print(f"synthetic SBM, one progressive pass of {r['examples']}: GraphSAGE accuracy {r['graphsage']:.4f} "
               f"({r['examples_per_s']:,.0f} ex/s), oracle told the neighbours' communities {r['oracle']:.4f}")
     if "movielens" in args.parts:
-        for label, r in movielens().items():
+        got["movielens"] = movielens()
+        for label, r in got["movielens"].items():
             print(f"movielens {label}: logloss {r['logloss']:.4f} auc {r['auc']:.4f} ({r['examples_per_s']:,.0f} ex/s)")
+    if args.json:
+        report.write(args.json, {**report.meta("bench/bench_graph.py", argv), **got})
     return 0
 
 

@@ -26,7 +26,9 @@ import argparse
 import os
 import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import redis
@@ -36,6 +38,9 @@ from streamtrain.params import ParamSpec
 from streamtrain.store import redis_keys, redis_scripts
 from streamtrain.store.redis_server import RedisServer
 from streamtrain.store.redis_store import RedisStore
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import report  # noqa: E402
 
 
 def timed(fn, repeat: int) -> float:
@@ -59,7 +64,9 @@ def bench_dim(url: str, dim: int, n: int, repeat: int, optimizer: str) -> dict:
     t_mset = timed(lambda: client.mset(mapping), repeat)
     t_mget = timed(lambda: client.mget(keys), repeat)
 
-    store = RedisStore({"urls": [url], "namespace": f"bench{dim}"})
+    # write through (write_back_s 0): with the write-back default a pull after the first is
+    # answered from the trainer's local copy and a push touches no Redis, which times nothing here
+    store = RedisStore({"urls": [url], "namespace": f"bench{dim}", "write_back_s": 0})
     store.declare({"t": ParamSpec("t", (dim,), table=True)}, {"type": optimizer})
     ids = np.unique(rng.integers(0, 2**63, n * 2, dtype=np.uint64))[:n]
     grads = Gradients(tables={"t": (ids, rng.standard_normal((n, dim)).astype(np.float32) * 0.01)})
@@ -149,6 +156,7 @@ def main(argv=None) -> None:
     ap.add_argument("--rows", type=int, default=10_000)
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--optimizer", default="adagrad")
+    ap.add_argument("--json", metavar="FILE", help="also write the rows/s of every dim, with the run's provenance, to FILE")
     ap.add_argument("--server-cpu", action="store_true", help="issue 11: redis-server CPU per id of the CAS script")
     ap.add_argument("--chunks", type=int, nargs="+", default=[125, 250, 500, 1000, 2000])
     ap.add_argument("--rounds", type=int, default=7)
@@ -178,13 +186,19 @@ def main(argv=None) -> None:
               f"python {platform.python_version()}; {args.rows} rows per call; optimizer {args.optimizer}")
         print(f"{'dim':>4} {'MGET/s':>10} {'MSET/s':>10} {'pull/s':>10} {'push/s':>10} {'push*/s':>10}"
               f" {'step/s':>10} {'pull/MGET':>10} {'push/MSET':>10} {'push*/MSET':>11}")
+        dims = {}
         for dim in args.dims:
-            r = bench_dim(url, dim, args.rows, args.repeat, args.optimizer)
+            r = dims[dim] = bench_dim(url, dim, args.rows, args.repeat, args.optimizer)
             print(f"{dim:>4} {r['mget']:>10,.0f} {r['mset']:>10,.0f} {r['pull']:>10,.0f} {r['push']:>10,.0f}"
                   f" {r['warm']:>10,.0f} {r['step']:>10,.0f} {r['pull'] / r['mget']:>10.2f}"
                   f" {r['push'] / r['mset']:>10.2f} {r['warm'] / r['mset']:>11.2f}")
         print("push: read + numpy rule + CAS script (no pull before it); push*: the push of a training "
               "step, reusing the rows its pull read; step: pull + push")
+        if args.json:
+            report.write(args.json, {**report.meta("bench/bench_redis_store.py", argv),
+                                     "redis_server": info["redis_version"], "rows": args.rows,
+                                     "optimizer": args.optimizer, "repeat": args.repeat,
+                                     "dims": {str(d): r for d, r in dims.items()}})
     finally:
         if server is not None:
             server.stop()

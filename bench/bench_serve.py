@@ -42,6 +42,9 @@ import numpy as np
 
 from streamtrain.store.redis_server import RedisServer
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import report  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 FIELDS, DENSE, CARD = 26, 13, 10_000
 
@@ -156,6 +159,8 @@ def main() -> None:
     ap.add_argument("--no-trainer", action="store_true", help="serve a store nobody writes to")
     ap.add_argument("--trainer-nice", type=int, default=0,
                     help="start the trainer at this nice value (default 0: the same priority as the server)")
+    ap.add_argument("--json", metavar="FILE",
+                    help="also write the figures, the run's provenance and every single-record latency to FILE")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
                     help="a serve setting for the server, e.g. refresh_window_s=0 (repeatable)")
     args = ap.parse_args()
@@ -212,7 +217,7 @@ def main() -> None:
         redis_server.stop()
     summary = json.loads((tmp / "summary.json").read_text()) if (tmp / "summary.json").exists() else {}
     hits, lookups = k1["hit"] - k0["hit"], k1["hit"] + k1["miss"] - k0["hit"] - k0["miss"]
-    print(json.dumps({
+    result = {
         "machine": f"{platform.machine()} {os.cpu_count()} cpu, {platform.python_implementation()} {platform.python_version()}",
         "load": os.getloadavg(),
         "model": "deepfm", "fields": FIELDS, "dense": DENSE, "trainer": not args.no_trainer,
@@ -229,7 +234,11 @@ def main() -> None:
         "replica": model.get("replica"),
         "param_age_s": {"p50": round(float(np.percentile(ages, 50)), 3), "p99": round(float(np.percentile(ages, 99)), 3),
                         "max_staleness_s": 1.0},
-    }, indent=2))
+    }
+    print(json.dumps(result, indent=2))
+    if args.json:
+        report.write(args.json, {**report.meta("bench/bench_serve.py"), **result,
+                                 "single_latency_ms": [round(1000 * float(v), 3) for v in lat]})
 
 
 if __name__ == "__main__":

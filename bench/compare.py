@@ -43,6 +43,7 @@ from streamtrain.scores import auc, logloss
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers as peermod  # noqa: E402
+import report  # noqa: E402
 import streams  # noqa: E402
 import targets  # noqa: E402
 
@@ -109,6 +110,8 @@ def bench(data: str, args) -> list[dict]:
             rounds.setdefault(name, []).append(res["rate"])
             if name not in first:
                 res["logloss"], res["auc"] = logloss(res["y"], res["p"]), auc(res["y"], res["p"])
+                if args.json:
+                    res["curve"] = report.curve(res["y"], res["p"])
                 if args.segments:
                     cuts = np.linspace(0, len(res["y"]), args.segments + 1).astype(int)
                     res["segments"] = [logloss(res["y"][a:b], res["p"][a:b]) for a, b in zip(cuts, cuts[1:])]
@@ -197,6 +200,8 @@ def main(argv=None) -> int:
                     help="also print each learner's progressive logloss over K consecutive parts of the stream")
     ap.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
                     help="extra config override for every streamtrain model (experiments only)")
+    ap.add_argument("--json", metavar="FILE", help="also write every figure (and each learner's "
+                    "progressive-logloss curve) to FILE, for bench/plots.py")
     ap.add_argument("--targets", action="store_true", help="issue 11's speed targets (bench/targets.py)")
     ap.add_argument("--rows", type=int, default=1_000_000, help="with --targets: Criteo rows")
     ap.add_argument("--learners", nargs="*", default=list(targets.LEARNERS), choices=targets.LEARNERS,
@@ -211,10 +216,19 @@ def main(argv=None) -> int:
     if args.targets:
         got = targets.run_targets(args.rows, args.repeat, args.learners, args.threads)
         targets.print_targets(args.rows, args.repeat, got, args.threads)
+        if args.json:
+            report.write(args.json, {**report.meta("bench/compare.py", argv), "kind": "targets",
+                                     "rows": args.rows, "repeat": args.repeat, "learners": got,
+                                     "ratios": targets.ratios(got)})
         return 0
+    out = {}
     for data in args.data:
         rows = bench(data, args)
         print_tables(data, rows, args)
+        out[data] = rows
+    if args.json:
+        report.write(args.json, {**report.meta("bench/compare.py", argv), "kind": "quality",
+                                 "examples": args.examples, "repeat": args.repeat, "data": out})
     return 0
 
 

@@ -142,6 +142,14 @@ def _batch(name: str) -> int:
     return batch_size(name.split("-")[1])
 
 
+def ratios(got: dict) -> list[dict]:
+    """Each target ratio of examples/s the run can tell (whole process and steady state)."""
+    return [{"learner": a, "against": b, "target": target,
+             "whole": got[a]["whole_rate"] / got[b]["whole_rate"],
+             "steady": got[a]["steady_rate"] / got[b]["steady_rate"]}
+            for a, b, target in TARGETS if a in got and b in got]
+
+
 def print_targets(rows: int, repeat: int, got: dict, threads: int) -> None:
     print(f"\n### {rows} Criteo rows (cycled, uncompressed), whole process per learner, "
           f"median of {repeat}; torch threads {threads}\n")

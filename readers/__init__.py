@@ -2,8 +2,8 @@
 
 Entry point: ``open_reader(cfg, batch_size, malformed) -> Source``. Line formats are
 registered in ``FORMATS`` (``formats.py``), reader types in ``READERS`` (``source.py``); the
-package's modules are all imported here, so a kind added as a new file is registered. See ``README``
-section "Readers" for the formats and options.
+package's modules are all imported here, so a kind added as a new file is registered. See
+``docs/readers.md`` for the formats and options.
 """
 from streamtrain.movielens import write_movielens_csv  # a data-set converter, kept importable here
 from streamtrain.registry import import_modules

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import stat
 import zlib
 from collections import deque
 from pathlib import Path
@@ -35,11 +36,32 @@ GZ_FIRST_BYTES = 1 << 15   # ... after a ramp from this: the reader's first line
 PARSE_AHEAD = 2            # batches parsed ahead on the other core while the trainer runs
 
 
+class TruncatedInput(ReaderError):
+    """A gzip file that ends before its end-of-stream marker (a copy cut short, a disk full)."""
+
+
+def not_a_file(path: str | os.PathLike) -> str | None:
+    """Why ``path`` cannot be read as a line file (None: it is a regular file)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as err:
+        return f"cannot read it ({err.strerror or err})"
+    if stat.S_ISREG(mode):
+        return None
+    kinds = [(stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket")]
+    what = next((name for test, name in kinds if test(mode)), "not a regular file")
+    return f"it is {what}, not a regular file (plain or gzip)"
+
+
 def open_binary(path: str | os.PathLike):
     """Open a file for binary reading, gunzipping when it is gzip (by suffix or magic bytes)."""
     p = Path(path)
-    if not p.is_file():
-        raise ReaderError(f"cannot open {str(path)!r}: no such file")
+    why = not_a_file(p)
+    if why:
+        raise ReaderError(f"cannot open {str(path)!r}: {why}")
     with open(p, "rb") as f:
         magic = f.read(2)
     if p.suffix == ".gz" or magic == GZIP_MAGIC:
@@ -51,7 +73,10 @@ def iter_blocks(f, block_bytes: int = BLOCK_BYTES):
     """Yield buffers of whole lines (each ending with '\\n') from a binary file object."""
     rest = b""
     while True:
-        data = f.read(block_bytes)
+        try:
+            data = f.read(block_bytes)
+        except EOFError as err:             # gzip.GzipFile: the stream ends before its end
+            raise TruncatedInput(f"{getattr(f, 'name', 'the input')} is truncated: {err}") from None
         if not data:
             break
         data = rest + data if rest else data
@@ -130,31 +155,40 @@ def file_reader(path, fmt: str, options: dict | None = None, batch_size: int = 1
     malformed = malformed if malformed is not None else Malformed()
     make_parser(fmt, options, malformed)            # fail fast on bad options
     path = str(path)
-    if not Path(path).is_file():
-        raise ReaderError(f"cannot open {path!r}: no such file")
+    why = not_a_file(path)
+    if why:
+        raise ReaderError(f"cannot open {path!r}: {why}")
 
     def reader():
         parser = make_parser(fmt, options, malformed)
         out = _Rebatcher(batch_size)
         emitted, line = 0, 0
+        truncated = None
         while True:
             pass_examples = 0
-            for piece, nlines in _parsed_pieces(path, parser, block_bytes, out, prefetch):
-                line += nlines
-                out.add(piece)
-                pass_examples += piece.size
-                while out.rows >= batch_size:
-                    n = batch_size if limit is None else min(batch_size, limit - emitted)
-                    yield out.take(n, {"file": path, "line": line})
-                    emitted += n
-                    if limit is not None and emitted >= limit:
-                        return
-            if not loop or pass_examples == 0:
+            try:
+                for piece, nlines in _parsed_pieces(path, parser, block_bytes, out, prefetch):
+                    line += nlines
+                    out.add(piece)
+                    pass_examples += piece.size
+                    while out.rows >= batch_size:
+                        n = batch_size if limit is None else min(batch_size, limit - emitted)
+                        yield out.take(n, {"file": path, "line": line})
+                        emitted += n
+                        if limit is not None and emitted >= limit:
+                            return
+            except TruncatedInput as err:
+                truncated = err
+            if truncated is not None or not loop or pass_examples == 0:
                 break
         if out.rows:
             n = out.rows if limit is None else min(out.rows, limit - emitted)
             if n > 0:
                 yield out.take(n, {"file": path, "line": line})
+                emitted += n
+        if truncated is not None:           # the lines before the cut are trained first
+            raise TruncatedInput(f"{truncated}; the {line} lines before it were read "
+                                 f"({emitted} examples, {malformed.total} bad lines in all)")
 
     return buffered(reader, parse_ahead, prepare) if parse_ahead else reader
 
@@ -187,6 +221,7 @@ def _gunzip_blocks(raw, block_bytes: int):
     d = zlib.decompressobj(wbits=31)
     rest = b""
     size = GZ_FIRST_BYTES           # the first batches should not wait for a whole MiB
+    fed = False                     # the current member has been given bytes
     while True:
         data = raw.read(size)
         size = min(2 * size, GZ_READ_BYTES)
@@ -195,15 +230,19 @@ def _gunzip_blocks(raw, block_bytes: int):
         out = []
         while data:
             out.append(d.decompress(data))
+            fed = True
             data = d.unused_data if d.eof else b""
             if d.eof:
-                d = zlib.decompressobj(wbits=31)
+                d, fed = zlib.decompressobj(wbits=31), False
         buf = rest + b"".join(out)
         cut = buf.rfind(b"\n") + 1
         rest = buf[cut:]
         if cut:
             yield buf[:cut]
     rest += d.flush()
+    if not d.eof and fed:           # cut short: its last line may be too (not read: never half a line)
+        raise TruncatedInput(f"{getattr(raw, 'name', 'the input')} is truncated: the gzip stream ends "
+                             f"before its end-of-stream marker (its last, incomplete {len(rest)} bytes dropped)")
     if rest:
         yield rest if rest.endswith(b"\n") else rest + b"\n"
 
@@ -237,16 +276,21 @@ def _parsed_pieces(path: str, parser: Parser, block_bytes: int, out: "_Rebatcher
                 return
             parser.set_header(header)
             yield parser.parse_buffer(b""), 1
-        pending, have = [], 0
-        for buf in blocks:
-            pending.append((buf, line_ends(np.frombuffer(buf, dtype=np.uint8))))
-            have += len(pending[-1][1])
-            if have < min(out.size - out.rows % out.size, piece):
-                continue
-            rest = yield from _cut(*joined(pending), parser, out, piece, final=False)
-            pending = [rest] if rest[0] else []
-            have = len(rest[1])
+        pending, have, truncated = [], 0, None
+        try:
+            for buf in blocks:
+                pending.append((buf, line_ends(np.frombuffer(buf, dtype=np.uint8))))
+                have += len(pending[-1][1])
+                if have < min(out.size - out.rows % out.size, piece):
+                    continue
+                rest = yield from _cut(*joined(pending), parser, out, piece, final=False)
+                pending = [rest] if rest[0] else []
+                have = len(rest[1])
+        except TruncatedInput as err:       # the whole lines before the cut are parsed first
+            truncated = err
         yield from _cut(*joined(pending), parser, out, piece, final=True)
+        if truncated is not None:
+            raise truncated
     finally:
         close = getattr(blocks, "close", None)
         if close:

@@ -16,8 +16,9 @@ LABEL = "label"              # label missing, not a number, or not in the allowe
 FIELD_LENGTH = "field_length"  # a field longer than the format's ``field_length`` (not hashed)
 
 GRAPH = "graph"              # an edge's endpoint missing or unparseable, or a self-loop (graph section)
+TOO_LARGE = "too_large"      # a Kafka record larger than the consumer can fetch (skipped by reference)
 
-REASONS = (DECODE, FIELD_COUNT, NUMBER, LABEL, FIELD_LENGTH, GRAPH)
+REASONS = (DECODE, FIELD_COUNT, NUMBER, LABEL, FIELD_LENGTH, GRAPH, TOO_LARGE)
 
 
 class Malformed:

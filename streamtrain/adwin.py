@@ -7,8 +7,9 @@ boundary, oldest first; a cut whose two sides' means differ by more than
 
     eps = sqrt(2 m v d') + 2/3 d' m,   m = 1/(n0-L+1) + 1/(n1-L+1),   d' = ln(2 ln(W) / delta)
 
-(v the window's variance per value, L ``min_window_length``) drops the oldest bucket and
-raises the alarm. As in River's ``drift.ADWIN``, the value after an alarm starts a new, empty
+(v the window's variance per value, L ``min_window_length``) drops the oldest bucket, and
+raises the alarm when the means differ by ``min_change`` at least (a window of millions of
+values finds changes of a thousandth of a loss significant: a learner's own wander). As in River's ``drift.ADWIN``, the value after an alarm starts a new, empty
 window. One difference from River 0.2x: the scan also considers the cut before the newest
 bucket of each row (MOA's original loop; River's stops one bucket short in every row).
 
@@ -111,9 +112,10 @@ def _cut(n0, n1, diff, v, d, min_len):
 
 
 @njit()
-def _detect(sc, tot, var, cnt, delta, min_len, direction):
+def _detect(sc, tot, var, cnt, delta, min_len, direction, min_change):
     """Cut the window where its two sides differ; True when a cut was a change in ``direction``
-    (1: the newer side higher, -1: lower, 0: either). Every cut shrinks the window."""
+    (1: the newer side higher, -1: lower, 0: either) of at least ``min_change``. Every cut
+    shrinks the window."""
     found = False
     again = True
     while again:
@@ -137,7 +139,7 @@ def _detect(sc, tot, var, cnt, delta, min_len, direction):
                 diff = u0 / n0 - u1 / n1                  # older side's mean minus newer side's
                 if n0 >= min_len and n1 >= min_len and _cut(n0, n1, diff, v, d, min_len):
                     again = True
-                    if direction == 0 or (direction > 0) == (diff < 0):
+                    if (direction == 0 or (direction > 0) == (diff < 0)) and abs(diff) >= min_change:
                         found = True
                     if sc[WIDTH] > 0:
                         _delete_oldest(sc, tot, var, cnt)
@@ -147,7 +149,7 @@ def _detect(sc, tot, var, cnt, delta, min_len, direction):
 
 
 @njit(nogil=True)
-def run(x, sc, tot, var, cnt, delta, clock, max_buckets, min_len, grace, direction):
+def run(x, sc, tot, var, cnt, delta, clock, max_buckets, min_len, grace, direction, min_change=0.0):
     """Feed ``x`` in order; return the positions (in ``x``) of the values that raised an alarm.
     It does not hold the GIL (the reader's parse thread runs meanwhile)."""
     alarms = np.empty(len(x), np.int64)
@@ -160,7 +162,7 @@ def run(x, sc, tot, var, cnt, delta, clock, max_buckets, min_len, grace, directi
         _insert(sc, tot, var, cnt, x[i], max_buckets)
         sc[TICK] += 1
         if sc[TICK] % clock == 0 and sc[WIDTH] > grace:
-            if _detect(sc, tot, var, cnt, delta, min_len, direction):
+            if _detect(sc, tot, var, cnt, delta, min_len, direction, min_change):
                 alarms[n_alarms] = i
                 n_alarms += 1
                 fresh = True

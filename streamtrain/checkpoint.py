@@ -20,10 +20,12 @@ import json
 import os
 import shutil
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
+from .errors import CheckpointError
 from .params import ParamSpec
 from .store.base import Snapshot
 
@@ -149,39 +151,100 @@ def prune(root, keep: int) -> None:
 
 
 def resolve(root_or_dir, which: str = "latest") -> Path:
-    """The checkpoint directory meant by ``root`` + ``latest``, or a checkpoint directory itself."""
+    """The checkpoint directory meant by ``root`` + ``latest``, or a checkpoint directory itself;
+    a ``CheckpointError`` saying what is there instead."""
     path = Path(root_or_dir)
     if (path / "meta.json").exists():
         return path
-    if which == "latest":
-        pointer = path / LATEST
-        if not pointer.exists():
-            raise FileNotFoundError(f"no checkpoint in {path} (no {LATEST} file)")
-        return path / pointer.read_text().strip()
-    return path / which
+    if not path.exists():
+        raise CheckpointError(f"no checkpoint at {path}: no such directory")
+    if not path.is_dir():
+        raise CheckpointError(f"no checkpoint at {path}: it is a file, not a checkpoint directory")
+    if which != "latest":
+        return path / which
+    pointer = path / LATEST
+    if not pointer.exists():
+        raise CheckpointError(f"no checkpoint in {path} (no meta.json, no {LATEST} file)")
+    target = path / pointer.read_text().strip()
+    if not (target / "meta.json").exists():
+        raise CheckpointError(f"{pointer} names {target.name}, which is not a complete checkpoint in {path} "
+                              f"(deleted or damaged); point {LATEST} at another ckpt-* directory or "
+                              "restore one by its path")
+    return target
+
+
+def read_meta(path) -> tuple[Path, dict]:
+    """The checkpoint directory meant by ``path`` (see ``resolve``) and its ``meta.json``,
+    checked: what ``streamtrain run --restore`` reads before it opens anything."""
+    path = resolve(path)
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"checkpoint {path}: meta.json is damaged ({type(err).__name__}: {err})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        got = meta.get("format") if isinstance(meta, dict) else meta
+        raise CheckpointError(f"checkpoint {path}: format {got!r}, this version reads {FORMAT}")
+    files = meta.get("files")
+    if not isinstance(meta.get("params"), dict) or not isinstance(files, dict) \
+            or not isinstance(files.get("tables"), dict) or "dense" not in files:
+        raise CheckpointError(f"checkpoint {path}: meta.json is damaged (no params or files)")
+    return path, meta
+
+
+def _arrays(path: Path, rel: str) -> dict:
+    """The arrays of one ``.npz`` of a checkpoint (a ``CheckpointError`` if it is damaged)."""
+    try:
+        with np.load(path / rel) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as err:
+        raise CheckpointError(f"checkpoint {path}: {rel} is damaged ({type(err).__name__}: {err}); "
+                              "restore an older checkpoint by its path") from None
 
 
 def read(path) -> tuple[Snapshot, dict]:
     """Load a checkpoint directory (or ``root`` → its latest) into a Snapshot and its meta."""
-    path = resolve(path)
-    meta = json.loads((path / "meta.json").read_text())
-    if meta.get("format") != FORMAT:
-        raise ValueError(f"checkpoint {path}: format {meta.get('format')!r}, this version reads {FORMAT}")
+    path, meta = read_meta(path)
     specs = {n: _spec_from(n, d) for n, d in meta["params"].items()}
     snap = Snapshot(specs=specs, optimizers=meta["optimizers"])
-    with np.load(path / meta["files"]["dense"]) as z:
-        for key in z.files:
-            pname, slot = key.rsplit("::", 1)
-            snap.dense.setdefault(pname, {})[slot] = z[key]
+    for key, value in _arrays(path, meta["files"]["dense"]).items():
+        pname, slot = key.rsplit("::", 1)
+        snap.dense.setdefault(pname, {})[slot] = value
     for pname, rel in meta["files"]["tables"].items():
-        with np.load(path / rel) as z:
-            snap.tables[pname] = {k: z[k] for k in z.files}
-    meta["arrays"] = {}
-    for aname, rel in meta["files"].get("arrays", {}).items():
-        with np.load(path / rel) as z:
-            meta["arrays"][aname] = {k: z[k] for k in z.files}
+        snap.tables[pname] = _arrays(path, rel)
+    meta["arrays"] = {aname: _arrays(path, rel) for aname, rel in meta["files"].get("arrays", {}).items()}
     meta["offsets"] = _offsets_from(meta.get("offsets", []))
     return snap, meta
+
+
+def shape_problems(snapshot: Snapshot, params: dict) -> list[str]:
+    """The parameters both have with another shape, each named with both shapes."""
+    found = []
+    for name in sorted(set(params) & set(snapshot.specs)):
+        ours, theirs = params[name], snapshot.specs[name]
+        if (tuple(ours.shape), ours.table) != (tuple(theirs.shape), theirs.table):
+            found.append(f"parameter '{name}' is {_shape(theirs)} in the checkpoint but {_shape(ours)} "
+                         "in this model")
+    return found
+
+
+def check_fits(snapshot: Snapshot, params: dict, where) -> None:
+    """Refuse a checkpoint of another model: a parameter of another shape (named, with both
+    shapes), or parameters that only one of the two has. A checkpoint without any parameter
+    (``streamtrain graph load``'s first: a graph only) fits every model."""
+    if not snapshot.specs:
+        return
+    found = shape_problems(snapshot, params)
+    only_model, only_ckpt = sorted(set(params) - set(snapshot.specs)), sorted(set(snapshot.specs) - set(params))
+    if only_model:
+        found.append(f"this model's parameter(s) {', '.join(only_model)} are not in the checkpoint")
+    if only_ckpt:
+        found.append(f"the checkpoint's parameter(s) {', '.join(only_ckpt)} are not in this model")
+    if found:
+        raise CheckpointError(f"checkpoint {where} is of another model: " + "; ".join(found))
+
+
+def _shape(spec: ParamSpec) -> str:
+    return f"a table of rows {list(spec.shape)}" if spec.table else f"{list(spec.shape)}"
 
 
 def _offsets_json(offsets: dict) -> list:

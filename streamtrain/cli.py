@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import logging
 import os
 import sys
 import threading
@@ -28,8 +29,12 @@ RUN_EXIT_CODES = """\
 exit codes:
   0  the run ended: stream over, --max-examples reached, or stopped by a first SIGTERM/SIGINT
   1  the run failed; the reason is the last line on stderr (e.g. the store refused the
-     password, a reader cannot open its input)
-  2  the config is invalid (every problem is listed), or the command line is wrong
+     password, a reader cannot open its input, a gzip file ends before its end)
+  2  nothing was trained: the config is invalid (every problem is listed), the command line
+     or a STREAMTRAIN_* variable is wrong, a port is in use, or --restore names a checkpoint
+     that is missing, unreadable or of another model
+  3  the run ended and its offsets were committed, but the final checkpoint could not be
+     written (disk full, read-only); the previous checkpoint stays
   a second SIGTERM/SIGINT kills the process with that signal (shell status 128+N)"""
 
 
@@ -84,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="train on a stream until it ends or a signal asks to stop",
                          description=RUN_DESCRIPTION, epilog=RUN_EXIT_CODES)
     _common(run)
-    run.add_argument("--max-examples", type=int, default=_int_env("MAX_EXAMPLES"), metavar="N",
+    run.add_argument("--max-examples", type=_count, default=_env("MAX_EXAMPLES"), metavar="N",
                      help="stop after N examples, drain, exit 0 [env STREAMTRAIN_MAX_EXAMPLES]")
     run.add_argument("--summary", default=_env("SUMMARY"), metavar="FILE.json",
                      help="write a JSON summary on exit [env STREAMTRAIN_SUMMARY]")
@@ -99,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--restore", default=_env("RESTORE"), metavar="DIR",
                     help="required: the checkpoint, a checkpoint directory or a checkpoint.dir (its latest) "
                          "[env STREAMTRAIN_RESTORE]")
-    ev.add_argument("--max-examples", type=int, default=_int_env("MAX_EXAMPLES"), metavar="N",
+    ev.add_argument("--max-examples", type=_count, default=_env("MAX_EXAMPLES"), metavar="N",
                     help="stop after N examples [env STREAMTRAIN_MAX_EXAMPLES]")
     ev.add_argument("--summary", default=_env("SUMMARY"), metavar="FILE.json",
                     help="write the JSON summary (the keys of run's) on exit [env STREAMTRAIN_SUMMARY]")
@@ -122,9 +127,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _int_env(name):
-    v = _env(name)
-    return int(v) if v not in (None, "") else None
+def _count(text: str) -> int:
+    """A whole number >= 1 (argparse converts a default from the environment with it too)."""
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1 (flag or env STREAMTRAIN_MAX_EXAMPLES), "
+                                         f"got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value} (flag or env STREAMTRAIN_MAX_EXAMPLES)")
+    return value
+
+
+def _check_log_flags(parser: argparse.ArgumentParser, args) -> None:
+    """argparse checks ``choices`` of a flag, not of a default read from the environment."""
+    fmt, level = getattr(args, "log_format", None), getattr(args, "log_level", None)
+    if fmt not in (None, "text", "json"):
+        parser.error(f"--log-format / env STREAMTRAIN_LOG_FORMAT: expected text or json, got {fmt!r}")
+    if level is not None and not isinstance(logging.getLevelName(str(level).upper()), int):
+        parser.error(f"--log-level / env STREAMTRAIN_LOG_LEVEL: expected DEBUG, INFO, WARNING or ERROR, "
+                     f"got {level!r}")
 
 
 def load_config(args) -> dict:
@@ -143,7 +165,9 @@ def load_config(args) -> dict:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _check_log_flags(parser, args)
     try:
         if args.command == "validate":
             load_config(args)
@@ -169,10 +193,10 @@ def main(argv=None) -> int:
         return args.func(args)
     except ConfigError as err:
         print(str(err), file=sys.stderr)
-        return 2
+        return err.exit_code
     except StreamtrainError as err:
         print(f"streamtrain: {err}", file=sys.stderr)
-        return 1
+        return err.exit_code
 
 
 def entry() -> None:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import sys
 from pathlib import Path
 
+from . import footprint
 from .drift import DRIFT_OPTIONS
 from .errors import ConfigError
 from .graph import layers_from_config, topology_problems
@@ -92,33 +94,33 @@ class _Outline:
 SCHEMA = {
     "name": Option(None, (str, type(None)), doc="the job's name (the redis namespace by default)"),
     "description": Option(None, (str, type(None)), doc="free text"),
-    "reader": Option({"type": "synthetic"}, kinds=READERS, doc="where examples come from ([Readers](#readers))"),
+    "reader": Option({"type": "synthetic"}, kinds=READERS, doc="where examples come from ([Readers](readers.md))"),
     "batch_size": Option(256, (int,), check=positive, doc="examples per mini-batch"),
     "store": Option({"backend": "memory"}, kinds=STORES, tag="backend",
-                    doc="where parameters live ([Parameter store](#parameter-store))"),
+                    doc="where parameters live ([Parameter store](redis.md))"),
     "default_optimizer": Option({"type": "adagrad", "lr": 0.05}, kinds=OPTIMIZERS,
-                                doc="the update rule of every parameter without its own ([Optimizers](#optimizers))"),
+                                doc="the update rule of every parameter without its own ([Optimizers](layers.md#optimizers))"),
     "layers": Option(REQUIRED, (list,), nested=layer_problems,
                      doc='the graph: `{"name", "type", "inputs", options…, "optimizer"?, "param"?}` '
-                         '([Layer kinds](#layer-kinds))'),
+                         '([Layer kinds](layers.md))'),
     "metrics": Option(fields=METRICS,
-                      doc="Prometheus and health endpoints ([Running as a daemon](#running-as-a-daemon))"),
-    "checkpoint": Option(fields=CHECKPOINT, doc="periodic atomic checkpoints ([Checkpoints](#checkpoints))"),
+                      doc="Prometheus and health endpoints ([Operations](operations.md#endpoints))"),
+    "checkpoint": Option(fields=CHECKPOINT, doc="periodic atomic checkpoints ([Checkpoints](checkpoints.md))"),
     "log": Option(fields=LOG, doc="progress lines"),
     "graph": Option(None, (dict, type(None)), nested=graph_problems,
-                    doc="graph learning: endpoint fields, fanouts, graph store ([Graph learning](#graph-learning))"),
+                    doc="graph learning: endpoint fields, fanouts, graph store ([Graph learning](graph.md))"),
     "seed": Option(0, (int,), doc="dropout and other randomness in the trainer"),
     "switch_interval_ms": Option(1.0, NUMBER, check=positive,
                                  doc="Python's thread switch interval while `streamtrain run` runs "
                                      "(`sys.setswitchinterval`; Python's default is 5): how soon the "
                                      "parse thread gets the GIL back from the trainer"),
-    "drift": Option(fields=DRIFT_OPTIONS, doc="drift alarms over the progressive loss ([Drift alarms](#drift-alarms))"),
-    "serve": Option(fields=SERVE_OPTIONS, doc="the prediction server ([Serving](#serving))"),
+    "drift": Option(fields=DRIFT_OPTIONS, doc="drift alarms over the progressive loss ([Drift alarms](drift.md))"),
+    "serve": Option(fields=SERVE_OPTIONS, doc="the prediction server ([Serving](serving.md))"),
 }
 
 
 def markdown(schema: dict[str, Option]) -> str:
-    """The README table of a schema: key, default, meaning (``python -m streamtrain.config``)."""
+    """The docs' table of a schema: key, default, meaning (``python -m streamtrain.config``)."""
     rows = ["| key | default | meaning |", "|---|---|---|"]
     for key, opt in schema.items():
         default = ("required" if opt.default is REQUIRED else "see below" if opt.fields is not None
@@ -128,7 +130,7 @@ def markdown(schema: dict[str, Option]) -> str:
 
 
 def tables() -> dict[str, str]:
-    """The README's config tables by heading: the top level, then each section."""
+    """The config tables by heading: the top level, then each section."""
     out = {"the job config": markdown(SCHEMA)}
     out.update({f"`{key}`": markdown(opt.fields) for key, opt in SCHEMA.items() if opt.fields is not None})
     return out
@@ -197,17 +199,34 @@ def load(path, sets=()) -> dict:
 def load_listing(path, sets=()) -> tuple[dict, list]:
     """``load`` that returns the problems of the ``--set`` overrides instead of raising, so
     ``validate`` lists them with the config's own (an unreadable file still raises)."""
-    path = Path(path)
-    try:
-        raw = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError([("", f"config file not found: {path}")]) from None
-    except json.JSONDecodeError as err:
-        raise ConfigError([("", f"{path}: not valid JSON: {err.msg} at line {err.lineno} column {err.colno}")]) from None
+    raw = read_json(Path(path))
     if not isinstance(raw, dict):
         raise ConfigError([("", f"{path}: expected a JSON object at the top, got {type(raw).__name__}")])
     config = with_defaults(SCHEMA, raw)
     return config, set_problems(config, sets)
+
+
+def read_json(path: Path):
+    """The JSON document in ``path``; a ``ConfigError`` saying what is wrong with the file
+    otherwise (missing, not a file, unreadable, not UTF-8, not JSON, nested too deep)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError([("", f"config file not found: {path}")]) from None
+    except OSError as err:
+        raise ConfigError([("", f"cannot read the config file {path}: {err.strerror or err}")]) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError([("", f"{path}: not UTF-8 text: byte 0x{data[err.start]:02x} at byte offset {err.start}")]) \
+            from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError([("", f"{path}: not valid JSON: {err.msg} at line {err.lineno} column {err.colno}")]) from None
+    except RecursionError:
+        raise ConfigError([("", f"{path}: JSON nested too deeply (more than about {sys.getrecursionlimit()} "
+                                "levels of arrays or objects)")]) from None
 
 
 def apply_sets(config: dict, sets) -> None:
@@ -236,7 +255,24 @@ def problems(config: dict) -> list[tuple[str, str]]:
     found = check_options(SCHEMA, config, what="the job config")
     if isinstance(config.get("layers"), list) and not config["layers"]:
         found.append(("layers", "required: a non-empty list of layers"))
+    if not found:                       # across sections, once each section is sound
+        found += label_problems(config) + footprint.problems(config)
     return found
+
+
+def label_problems(config: dict) -> list[tuple[str, str]]:
+    """A ``logloss`` loss needs labels in {0, 1}: a reader's ``labels`` (inline or under
+    ``options``; the format's default is [0, 1]) that lets other values through is an error."""
+    losses = [c for c in config["layers"] if isinstance(c, dict) and c.get("type") == "logloss"]
+    reader = config.get("reader") or {}
+    nested = reader.get("options") if isinstance(reader.get("options"), dict) else {}
+    path = "reader.options.labels" if "labels" in nested else "reader.labels"
+    labels = nested.get("labels", reader.get("labels", [0, 1]))
+    if not losses or (isinstance(labels, list) and set(labels) <= {0, 1}):
+        return []
+    got = "null (any number)" if labels is None else json.dumps(labels)
+    return [(path, f"loss '{losses[0].get('name')}' is a logloss, which needs labels 0 and 1, but the reader "
+                   f"accepts {got}: give [0, 1] (with label_map for other values, e.g. {{\"-1\": 0}})")]
 
 
 def validate(config: dict, *, source: str | None = None) -> dict:

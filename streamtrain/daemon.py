@@ -31,6 +31,7 @@ from .version import build_info, describe
 
 log = logging.getLogger("streamtrain")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+EXIT_NO_CHECKPOINT = 3      # the run ended, offsets committed, but the final checkpoint failed
 
 
 class Signals:
@@ -79,7 +80,7 @@ def serve(job: Job, cfg: dict) -> tuple[Metrics | None, MetricsServer | None, He
     """Wire metrics and the heartbeat into the job's hooks; start the HTTP server if enabled."""
     mcfg = cfg.get("metrics", {})
     health = Health(stall_seconds=mcfg.get("stall_seconds", 300.0), ready=job_readiness(job),
-                    idle=lambda: caught_up(job.source), waiting=lambda: job.waiting_for_store)
+                    idle=lambda: caught_up(job.source), waiting=lambda: _waiting(job))
     job.hooks.append(health.beat)
     if not mcfg.get("enabled", True):
         return None, None, health
@@ -126,25 +127,37 @@ def run_job(cfg: dict, args) -> int:
             server.stop()
         signals.restore()
         sys.setswitchinterval(switch_interval)
-    fields = job.progress(whole_run=True)     # ex/s over the whole run, as in --summary
-    log.info("done: %s elapsed=%.1fs", job.progress_line(fields), time.monotonic() - job.started,
+    fields = job.progress(whole_run=True)     # the summary's figures: one measure of the run
+    log.info("done: %s elapsed=%.3fs", job.progress_line(fields), fields.get("elapsed_s", 0.0),
              extra={"fields": fields})
     if args.summary:
         with open(args.summary, "w") as fh:
             json.dump(summary, fh, indent=2)
-    return 0
+    return EXIT_NO_CHECKPOINT if job.checkpoint_error else 0
 
 
 def resolve_restore(restore: str | None, cfg: dict) -> str | None:
     """``latest`` = the newest checkpoint under ``checkpoint.dir`` if there is one (a first start
-    under systemd or in a container has none yet and starts fresh); a directory must exist."""
+    under systemd or in a container has none yet and starts fresh); a directory must exist. A
+    checkpoint that is missing or whose ``meta.json`` is damaged is a ``CheckpointError`` (exit 2)."""
     if restore != "latest":
+        if restore:
+            checkpoint.read_meta(restore)      # a missing or damaged checkpoint: exit 2 before anything opens
         return restore or None
     root = cfg.get("checkpoint", {}).get("dir")
     if not root or not (Path(root) / checkpoint.LATEST).exists():
         log.info("--restore latest: no checkpoint under %s yet, starting fresh", root)
         return None
+    checkpoint.read_meta(root)
     return root
+
+
+def _waiting(job: Job) -> str | None:
+    """What the job waits for that a restart would not bring: the store, or the reader's
+    brokers at start-up (/healthz stays 200 meanwhile)."""
+    if job.waiting_for_store:
+        return f"the store to answer ({job.waiting_for_store})"
+    return getattr(job.source, "waiting", None)
 
 
 def _status(job: Job) -> str:

@@ -11,11 +11,15 @@ After an alarm a detector starts afresh (River's convention).
   Per value by nature, compiled (one pass over the batch, River's arithmetic).
 * ``adwin`` — ADWIN, per value by nature, compiled (``streamtrain.adwin``).
 
-The defaults are set for per-example logloss (standard deviation around 0.5-1): with them a
-stationary stream of 1M examples raises no alarm and a change of the mean loss by 0.5 is
-caught within a few thousand examples (``tests/test_drift.py`` states the figures). The loss
-is the model's own: logloss, ``softmax_ce``'s ``-log p[y]``, ``mse``'s squared error (whose
-scale is the label's: tune ``threshold`` to it).
+The defaults are set for per-example logloss (standard deviation around 0.5-1) and ignore
+changes of the mean loss below 0.02 (Page-Hinkley's ``delta``, ADWIN's ``min_change``): a
+window of millions of examples otherwise finds the learner's own wander (a thousandth of a
+loss) significant. With them a stationary stream raises no alarm in 20M examples, a learner
+whose log-odds wander by 0.1 none in 200M (0.005 and no ``min_change``: 3 and 1 in 100M), and a
+change of the mean loss by 0.35 is caught within 2,000 examples (``tests/test_drift.py``).
+The log says so at most once per detector per ``log_every_seconds``; metrics count every alarm.
+The loss is the model's own: logloss, ``softmax_ce``'s ``-log p[y]``, ``mse``'s squared error
+(whose scale is the label's: tune ``threshold``, ``delta`` and ``min_change`` to it).
 
 >>> ph = PageHinkley(min_instances=1, delta=0.0, threshold=2.5)
 >>> ph.update_many(np.array([0.0, 0.0, 0.0, 4.0])).tolist()
@@ -72,7 +76,7 @@ class PageHinkley(Detector):
     kind = "page_hinkley"
     options = {
         "min_instances": Option(1000, (int,), check=positive, doc="values before an alarm may fire"),
-        "delta": Option(0.005, (int, float), check=non_negative, doc="tolerated change of the mean"),
+        "delta": Option(0.02, (int, float), check=non_negative, doc="tolerated change of the mean"),
         "threshold": Option(300.0, (int, float), check=positive, doc="lambda: the alarm level"),
         "alpha": Option(1.0, (int, float), check=_unit_interval, doc="fading factor of the sum (1: none)"),
         "mode": Option("up", (str,), choices=("up", "down", "both"), doc="which change to watch"),
@@ -129,6 +133,8 @@ class Adwin(Detector):
         "grace_period": Option(1000, (int,), check=non_negative, doc="values before a check"),
         "mode": Option("up", (str,), choices=tuple(DIRECTIONS),
                        doc="which change raises the alarm (every change still shrinks the window)"),
+        "min_change": Option(0.02, (int, float), check=non_negative,
+                             doc="the least change of the mean that raises the alarm"),
     }
 
     def reset(self) -> None:
@@ -147,7 +153,7 @@ class Adwin(Detector):
         o = self.opts
         return kernel.run(np.ascontiguousarray(x, np.float64).reshape(-1), *self.state, float(o["delta"]),
                           o["clock"], o["max_buckets"], float(o["min_window_length"]), float(o["grace_period"]),
-                          DIRECTIONS[o["mode"]])
+                          DIRECTIONS[o["mode"]], float(o["min_change"]))
 
     @classmethod
     def test_params(cls) -> dict:
@@ -170,7 +176,11 @@ DRIFT_OPTIONS = {
     "enabled": Option(True, (bool,), doc="run the detectors over the progressive loss"),
     "detectors": Option(None, (list, type(None)), nested=_detector_problems,
                         doc='`[{"type": "page_hinkley" or "adwin", options…}]`; null = both, with their defaults'),
+    "log_every_seconds": Option(300.0, (int, float), check=non_negative,
+                                doc="at most one alarm line per detector this often (the others are "
+                                    "counted in the next line and in the metrics; 0 = every alarm)"),
 }
+CHANGE = {"up": "rose", "down": "fell", "both": "changed"}
 
 
 class DriftMonitor:
@@ -180,12 +190,15 @@ class DriftMonitor:
     ``last_example[kind]`` the stream position (examples trained before it) where it fired.
     """
 
-    def __init__(self, detectors: list[Detector]):
+    def __init__(self, detectors: list[Detector], log_every_s: float = 300.0, clock=time.monotonic):
         self.detectors = detectors
         self.alarms = {d.kind: 0 for d in detectors}
         self.last_alarm: dict[str, float] = {}
         self.last_example: dict[str, int] = {}
         self.examples = 0
+        self.log_every_s, self.clock = float(log_every_s), clock
+        self._unlogged = {d.kind: 0 for d in detectors}     # alarms since the detector's last line
+        self._next_line: dict[str, float] = {}
 
     @classmethod
     def from_config(cls, cfg: dict | None) -> "DriftMonitor | None":
@@ -195,7 +208,21 @@ class DriftMonitor:
         specs = cfg.get("detectors")
         if specs is None:
             specs = [{"type": "page_hinkley"}, {"type": "adwin"}]
-        return cls([DETECTORS.get(s["type"])(**{k: v for k, v in s.items() if k != "type"}) for s in specs])
+        return cls([DETECTORS.get(s["type"])(**{k: v for k, v in s.items() if k != "type"}) for s in specs],
+                   log_every_s=cfg.get("log_every_seconds", 300.0))
+
+    def _say(self, d: Detector, n: int) -> None:
+        """One WARNING line per detector per ``log_every_s`` at most, with the alarms since the last."""
+        self._unlogged[d.kind] += n
+        now = self.clock()
+        if now < self._next_line.get(d.kind, now):
+            return
+        more, self._unlogged[d.kind] = self._unlogged[d.kind] - 1, 0
+        self._next_line[d.kind] = now + self.log_every_s
+        log.warning("drift alarm (%s) at example %d: the progressive loss %s%s", d.kind, self.last_example[d.kind],
+                    CHANGE.get(d.opts.get("mode"), "changed"),
+                    f" ({more} more alarm(s) of it since its last line, {self.log_every_s:.0f} s ago at most)"
+                    if more else "")
 
     def update(self, losses) -> dict[str, np.ndarray]:
         losses = np.asarray(losses, np.float64)
@@ -208,8 +235,7 @@ class DriftMonitor:
                 self.alarms[d.kind] += len(hits)
                 self.last_alarm[d.kind] = time.time()
                 self.last_example[d.kind] = self.examples + int(hits[-1])
-                log.warning("drift alarm (%s) at example %d: the progressive loss changed",
-                            d.kind, self.last_example[d.kind])
+                self._say(d, len(hits))
         self.examples += len(losses)
         return out
 

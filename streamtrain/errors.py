@@ -6,7 +6,10 @@ from __future__ import annotations
 
 
 class StreamtrainError(Exception):
-    """Base class of streamtrain's own errors."""
+    """Base class of streamtrain's own errors. ``exit_code``: what ``streamtrain`` exits with
+    when one ends a command (README, "Exit codes")."""
+
+    exit_code = 1
 
 
 class ConfigError(StreamtrainError, ValueError):
@@ -15,6 +18,8 @@ class ConfigError(StreamtrainError, ValueError):
     >>> str(ConfigError([("layers[2].inputs", "unknown layer 'fc9'")]))
     "invalid config:\\n  layers[2].inputs: unknown layer 'fc9'"
     """
+
+    exit_code = 2
 
     def __init__(self, problems, *, source: str | None = None):
         if isinstance(problems, str):
@@ -45,6 +50,11 @@ class StoreError(StreamtrainError):
     """The parameter store could not do what was asked (after its retries)."""
 
 
+class StoreInterrupted(StoreError):
+    """A stop was asked while the store was retrying an unreachable server: the operation was
+    not done (the job stops at once instead of waiting out ``retry.give_up_s``)."""
+
+
 class StoreAccessError(StoreError):
     """The store refuses this client (wrong password, unknown user, missing permission, TLS
     rejected): retrying cannot help, so the job stops at once."""
@@ -65,3 +75,10 @@ class ReaderError(StreamtrainError):
 
 class NonFiniteError(StreamtrainError, FloatingPointError):
     """A loss or gradient was NaN or infinite; the batch is skipped, parameters untouched."""
+
+
+class CheckpointError(StreamtrainError):
+    """A checkpoint to restore is missing, unreadable, or of another model: nothing is trained
+    (exit 2)."""
+
+    exit_code = 2

@@ -52,6 +52,7 @@ class Evaluation:
         self.started, self.first_step = time.monotonic(), None
         self.last_checkpoint, self.store_failures, self.drift = self.saved.path, 0, None
         self.stop_requested = self.checkpoint_requested = False     # set by daemon.Signals
+        self.final: dict | None = None           # the summary, made once when the run ends
 
     def run(self) -> dict:
         every = float(self.config.get("log", {}).get("every_seconds", 10.0))
@@ -76,7 +77,8 @@ class Evaluation:
                     break
         finally:
             self.source.close()
-        return self.summary()
+        self.final = self.summary()        # the `done` line's figures too (report.progress)
+        return self.final
 
     def _build(self, batch) -> None:
         graph, self.store = self.saved.build(self.config, self.saved.schema or Schema.of(batch))
@@ -125,7 +127,7 @@ def run_eval(config: dict, args) -> int:
     finally:
         signals.restore()
     fields = evaluation.progress(whole_run=True)
-    log.info("done: %s elapsed=%.1fs", evaluation.progress_line(fields), time.monotonic() - evaluation.started,
+    log.info("done: %s elapsed=%.3fs", evaluation.progress_line(fields), fields.get("elapsed_s", 0.0),
              extra={"fields": fields})
     if args.summary:
         with open(args.summary, "w") as fh:

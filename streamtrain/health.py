@@ -16,6 +16,7 @@ hold neither threads nor file descriptors for long.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import logging
 import threading
@@ -24,6 +25,8 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
+
+from .errors import ConfigError
 
 log = logging.getLogger("streamtrain.http")
 
@@ -36,7 +39,7 @@ class Health:
         self.last_beat = time.monotonic()
         self.ready_check = ready
         self.idle = idle              # callable: True when the source has nothing left to train
-        self.waiting = waiting        # callable: what waits for an unreachable store, or None
+        self.waiting = waiting        # callable: what waits for an unreachable store or broker, or None
 
     def beat(self, *_args) -> None:
         self.last_beat = time.monotonic()
@@ -45,7 +48,7 @@ class Health:
         idle = time.monotonic() - self.last_beat
         waiting = self.waiting() if self.waiting is not None else None
         if waiting:
-            return True, f"ok: waiting for the store to answer ({waiting}); last step {idle:.0f}s ago"
+            return True, f"ok: waiting for {waiting}; last step {idle:.0f}s ago"
         if 0 < self.stall_seconds < idle and not self._caught_up():   # 0: never called stalled
             return False, f"stalled: no step for {idle:.0f}s (limit {self.stall_seconds:.0f}s)"
         return True, f"ok: last step {idle:.1f}s ago"
@@ -98,7 +101,10 @@ class MetricsServer:
         self._thread = None
 
     def start(self) -> "MetricsServer":
-        self._httpd = make_server(self.host, self.port, self.app, _BoundedServer, handler_class=_QuietHandler)
+        try:
+            self._httpd = make_server(self.host, self.port, self.app, _BoundedServer, handler_class=_QuietHandler)
+        except OSError as err:
+            raise address_error("metrics", self.host, self.port, err) from None
         self._httpd.max_connections, self._httpd.timeout_s = self.max_connections, self.timeout_s
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="metrics-http", daemon=True)
@@ -125,6 +131,13 @@ class MetricsServer:
             self._httpd.shutdown()
             self._httpd.server_close()
             self._httpd = None
+
+
+def address_error(section: str, host: str, port: int, err: OSError) -> ConfigError:
+    """The config error of a listening address that cannot be bound (in use, not local, ...)."""
+    why = ("is already in use by another process (pick another port, or 0 for any free one)"
+           if err.errno == errno.EADDRINUSE else f"cannot be listened on: {err.strerror or err}")
+    return ConfigError([(f"{section}.port", f"{host}:{port} {why}")])
 
 
 def _status_line(status: str, text: str) -> bytes:

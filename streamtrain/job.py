@@ -22,7 +22,7 @@ from .graph import Graph, Schema
 from .graphstore.nodes import reader_config
 from .graphstore.stream import model_problems, open_graph_input
 from .saved import schema_json
-from .errors import ConfigError, StoreAccessError, StoreError
+from .errors import CheckpointError, ConfigError, StoreAccessError, StoreError, StoreInterrupted
 from .store import make_store
 from .trainer import Trainer
 
@@ -47,6 +47,8 @@ class Job:
         if store_cfg.get("backend") == "redis":     # several models can share one Redis
             store_cfg.setdefault("namespace", config.get("name") or "default")
         self.store = make_store(store_cfg)
+        # a stop ends the store's own retries at once; what they wait for shows as store_waiting
+        self.store.watch(lambda: self.stop_requested, self._store_waits)
         self.graph_input = open_graph_input(config.get("graph"), self.malformed,
                                             namespace=config.get("name") or "default")
         self.graph: Graph | None = None
@@ -63,11 +65,15 @@ class Job:
             if hasattr(self.source, "before_poll"):     # Kafka: a quiet topic, its end, a rebalance
                 self.source.before_poll = self._before_poll
         self.last_checkpoint: str | None = None
+        self.checkpoint_error: str | None = None   # why the final checkpoint failed (exit 3)
         self.store_failures = 0     # steps that failed because the store gave up (then retried)
-        self.waiting_for_store: str | None = None   # what is waiting for the store to answer again
+        self._waiting: str | None = None        # what the job retries while the store is unreachable
+        self._store_waiting: str | None = None  # ... what the store itself retries (``watch``)
         self.store_down = False     # stopped while the store was unreachable: no final checkpoint
         self.received_at = None
         self.first_step = None   # (monotonic time, examples) once the first batch is applied
+        self.restored_examples = 0  # examples a restored checkpoint had trained (not this run's)
+        self.final: dict | None = None   # the summary, made once when the run ends
         self.drift = DriftMonitor.from_config(config.get("drift"))    # alarms over the progressive loss
         self.hooks = [self.drift.on_step] if self.drift else []   # callables(job, batch, result) after every step
         self.step_lock = threading.Lock()   # held for a whole step: a server reads between steps
@@ -75,6 +81,15 @@ class Job:
         self.checkpoint_requested = False   # set by SIGHUP: write one at the next safe point
         self._ckpt_batches = 0
         self._ckpt_time = time.monotonic()
+
+    @property
+    def waiting_for_store(self) -> str | None:
+        """What waits for an unreachable store now (the job's retry of a step, or the store's
+        own retries of an operation), or None."""
+        return self._waiting or self._store_waiting
+
+    def _store_waits(self, what: str | None) -> None:
+        self._store_waiting = what
 
     @property
     def stop_requested(self) -> bool:
@@ -118,15 +133,20 @@ class Job:
                             "linear fc or reduced fm reaching it through add/sum_pooling, trained by sgd, "
                             "adagrad or ftrl): every layer learns per batch", self.graph.loss.name)
         if self.restore_from:
-            self._until_store_answers("restore the checkpoint", lambda: self.restore(self.restore_from))
+            try:
+                self._until_store_answers("restore the checkpoint", lambda: self.restore(self.restore_from))
+            except CheckpointError:
+                self.trainer = None          # nothing trained: no final checkpoint over the good ones
+                raise
 
     def restore(self, where) -> dict:
         snap, meta = checkpoint.read(where)
+        checkpoint.check_fits(snap, self.graph.params, checkpoint.resolve(where))
         self.store.restore(snap)
         if self.graph_input is not None and "graph" in meta["arrays"]:
             self.graph_input.store.restore(meta["arrays"]["graph"])
         self.trainer.batches = meta.get("step", 0)
-        self.trainer.examples = meta.get("examples", 0)
+        self.trainer.examples = self.restored_examples = meta.get("examples", 0)
         if meta.get("offsets") and hasattr(self.source, "seek"):
             self.source.seek(meta["offsets"])
             self.sought = True
@@ -182,7 +202,8 @@ class Job:
                     break
         finally:
             self.finish()
-        return self.summary()
+        self.final = self.summary()      # the figures of the summary and of the `done` line
+        return self.final
 
     def _applied(self, offsets) -> None:
         """A batch's update was applied: commit its offsets, or, with a write-back store, hold
@@ -209,7 +230,8 @@ class Job:
         except StoreError as err:
             if isinstance(err, StoreAccessError):
                 raise
-            log.warning("background flush failed, flushing again: %s", err)
+            self.store_failures += 1        # the store gave up on it: counted as a step would be
+            log.error("background flush failed (nothing committed), flushing again: %s", err)
             self.held[:0], self.flying = self.flying, []
             return self._flush()
         if done is not None:
@@ -282,27 +304,32 @@ class Job:
         if a stop was asked meanwhile."""
         def failed(err, attempt, pause):
             self.store_failures += 1
-            self.waiting_for_store = what
+            self._waiting = what
             log.error("%s failed (nothing applied, no offset committed); retrying in %.0f s: %s",
                       what, pause, err)
         try:
             return STORE_BACKOFF.retry(
-                fn, transient=lambda err: isinstance(err, StoreError) and not isinstance(err, StoreAccessError),
+                fn, transient=lambda err: isinstance(err, StoreError) and not isinstance(
+                    err, (StoreAccessError, StoreInterrupted)),
                 on_retry=failed, stopped=lambda: self.stop_requested,
                 on_recovered=lambda n: log.warning("%s succeeded after %d failures", what, n))
+        except StoreInterrupted as err:         # the store's own retries ended by the stop
+            log.warning("%s: %s", what, err)
+            return STOPPED
         finally:
-            self.waiting_for_store = None
+            self._waiting = None
 
     def _reached_limit(self, coming: int = 0) -> bool:
-        """The example limit is reached (or will be, after ``coming`` more examples)."""
+        """The example limit is reached (or will be, after ``coming`` more examples; skipped
+        non-finite ones count: they were read)."""
         return self.max_examples is not None and self.trainer is not None \
-            and self.trainer.examples + coming >= self.max_examples
+            and self.trainer.stepped + coming >= self.max_examples
 
     def _limit(self, batch):
         """Cut the batch at ``max_examples``; a cut batch is trained but its offsets not committed."""
         if self.max_examples is None:
             return batch, True
-        left = self.max_examples - self.trainer.examples
+        left = self.max_examples - self.trainer.stepped
         if left <= 0:
             return None, False
         if batch.size <= left:
@@ -311,15 +338,17 @@ class Job:
 
     def finish(self) -> None:
         """Teardown: final checkpoint when configured (not when stopped during a store outage: it
-        could only fail after the store's retries; the previous one stays), then close reader and store."""
-        if self.store_down:
-            log.warning("stopped while the store was unreachable: no final checkpoint (the previous one stays)")
+        could only fail after the store's retries; the previous one stays), then close reader and
+        store. A final checkpoint that fails (disk full, read-only) is logged and kept in
+        ``checkpoint_error`` (``streamtrain run`` exits 3); the previous one stays."""
         try:
             if self.writes_back and self.trainer is not None and not self.store_down \
                     and self._flush() is STOPPED:       # drain: the rows, then their offsets
                 self.store_down = True
             if self.trainer is not None and self.config.get("checkpoint", {}).get("dir") and not self.store_down:
-                self.write_checkpoint()
+                self._final_checkpoint()
+            if self.store_down:
+                log.warning("stopped while the store was unreachable: no final checkpoint (the previous one stays)")
         finally:
             try:
                 self.source.close()
@@ -327,6 +356,20 @@ class Job:
                 self.store.close()
                 if self.graph_input is not None:
                     self.graph_input.close()
+
+    def _final_checkpoint(self) -> None:
+        try:
+            self.write_checkpoint()
+        except StoreInterrupted:
+            self.store_down = True
+        except (OSError, StoreError) as err:
+            self.checkpoint_error = f"{type(err).__name__}: {err}"
+            try:
+                kept = checkpoint.resolve(self.config["checkpoint"]["dir"])
+            except (OSError, CheckpointError):
+                kept = "none"
+            log.error("final checkpoint failed: %s; the newest checkpoint stays %s (exit code 3)",
+                      self.checkpoint_error, kept)
 
     def _maybe_checkpoint(self) -> None:
         """Periodic checkpoints (every N batches / N seconds) and SIGHUP's; a failure is logged

@@ -87,8 +87,9 @@ class Metrics:
         self._seen: dict = {}
         self.source = None                 # whose lag() the scrape reads (set by on_step / attach)
         self.job = None                    # whose store failures the scrape reads (set by on_step / attach)
-        self.examples = Counter("streamtrain_examples_total", "Examples trained on (skipped batches included)", registry=r)
-        self.batches = Counter("streamtrain_batches_total", "Mini-batches stepped", registry=r)
+        self.examples = Counter("streamtrain_examples_total", "Examples trained on (not those of skipped batches)",
+                                registry=r)
+        self.batches = Counter("streamtrain_batches_total", "Mini-batches trained on (not skipped ones)", registry=r)
         self.step_seconds = Histogram("streamtrain_step_seconds", "Seconds per phase of one step", ["phase"],
                                       buckets=STEP_BUCKETS, registry=r)
         self.quality: dict = {}            # the window's figures that apply to the model (QUALITY names)
@@ -106,6 +107,12 @@ class Metrics:
         self.flush_conflicts = Counter("streamtrain_store_flush_conflicts_total",
                                        "Rows a flush found written by another trainer and merged", registry=r)
         self.flush_seconds = Counter("streamtrain_store_flush_seconds_total", "Seconds spent flushing", registry=r)
+        self.nonfinite_rows = Counter("streamtrain_store_nonfinite_rows_total",
+                                      "Rows with a NaN or infinite value: not written (the stored row is kept), "
+                                      "or read from the store (taken as the initial row)", registry=r)
+        self.rows_vanished = Counter("streamtrain_store_rows_vanished_total",
+                                     "Rows this trainer held that Redis had lost (written again from its copy)",
+                                     registry=r)
         r.register(_LiveCounts(self))
         self.embedding_rows = Gauge("streamtrain_embedding_rows", "Rows of each embedding table, by state",
                                     ["table", "state"], registry=r)
@@ -140,8 +147,9 @@ class Metrics:
 
     def _on_step(self, job, batch, result) -> None:
         self.source, self.job = job.source, job
-        self.batches.inc()
-        self.examples.inc(batch.size)
+        if result.applied:
+            self.batches.inc()
+            self.examples.inc(batch.size)
         self.last_batch_ts.set_to_current_time()
         for phase, seconds in result.seconds.items():
             if phase in PHASES:
@@ -189,7 +197,8 @@ class Metrics:
         if stats is not None:
             self.rows_pulled.inc(self._delta("pulled", stats.rows_pulled))
             self.rows_pushed.inc(self._delta("pushed", stats.rows_pushed))
-            for name in ("flushes", "rows_flushed", "flush_conflicts", "flush_seconds"):
+            for name in ("flushes", "rows_flushed", "flush_conflicts", "flush_seconds", "nonfinite_rows",
+                         "rows_vanished"):
                 getattr(self, name).inc(self._delta(name, getattr(stats, name)))
 
     def _sync_drift(self, drift) -> None:
@@ -343,7 +352,7 @@ def total_lag(source) -> int | None:
     return None if lag is None else int(sum(v for v in lag.values() if v is not None))
 
 
-SERVE_ERRORS = ("bad_request", "too_large", "store_unavailable", "not_ready", "internal", "timeout",
+SERVE_ERRORS = ("bad_request", "too_large", "store_unavailable", "not_ready", "nonfinite", "internal", "timeout",
                 "too_many_connections")
 LATENCY_BUCKETS = (.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5)
 RECORD_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)

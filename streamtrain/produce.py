@@ -100,6 +100,8 @@ def _env(name, default=None):
     return os.environ.get("STREAMTRAIN_" + name, default)
 
 
+# (a default read from the environment is a string: argparse converts it with the flag's
+# ``type``, so a bad value is a usage error, exit 2, like a bad flag)
 def add_produce_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("produce", help="replay a log file into a Kafka topic",
                               description=__doc__)
@@ -108,16 +110,16 @@ def add_produce_parser(subparsers) -> argparse.ArgumentParser:
                    metavar="HOST:PORT", help="Kafka bootstrap servers [env STREAMTRAIN_BOOTSTRAP]")
     p.add_argument("--topic", default=_env("TOPIC"), required=_env("TOPIC") is None,
                    help="topic to write to [env STREAMTRAIN_TOPIC]")
-    p.add_argument("--rate", type=float, default=_float(_env("RATE")), metavar="R",
+    p.add_argument("--rate", type=float, default=_env("RATE") or None, metavar="R",
                    help="at most R lines per second (default: as fast as possible) [env STREAMTRAIN_RATE]")
     p.add_argument("--loop", action="store_true", default=_env("LOOP", "") not in ("", "0", "false"),
                    help="replay the file forever (until interrupted or --limit) [env STREAMTRAIN_LOOP]")
-    p.add_argument("--lines-per-message", type=int, default=int(_env("LINES_PER_MESSAGE", "1")),
+    p.add_argument("--lines-per-message", type=int, default=_env("LINES_PER_MESSAGE") or "1",
                    metavar="K", help="newline-joined lines per Kafka message (default 1) "
                                      "[env STREAMTRAIN_LINES_PER_MESSAGE]")
-    p.add_argument("--limit", type=int, default=_int(_env("LIMIT")), metavar="N",
+    p.add_argument("--limit", type=int, default=_env("LIMIT") or None, metavar="N",
                    help="stop after N lines [env STREAMTRAIN_LIMIT]")
-    p.add_argument("--partitions", type=int, default=_int(_env("PARTITIONS")), metavar="P",
+    p.add_argument("--partitions", type=int, default=_env("PARTITIONS") or None, metavar="P",
                    help="create the topic with P partitions if it does not exist "
                         "[env STREAMTRAIN_PARTITIONS]")
     p.add_argument("--skip-header", action="store_true",
@@ -150,14 +152,6 @@ def security_of_args(args) -> dict | None:
     if _env("KAFKA_SASL_PASSWORD") and "sasl_plain_password_file" not in sec:
         sec["sasl_plain_password_env"] = "STREAMTRAIN_KAFKA_SASL_PASSWORD"
     return sec or None
-
-
-def _int(v):
-    return int(v) if v not in (None, "") else None
-
-
-def _float(v):
-    return float(v) if v not in (None, "") else None
 
 
 def run_produce(args) -> int:

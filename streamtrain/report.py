@@ -3,7 +3,10 @@
 Both read a job-like object: ``trainer`` (``examples``, ``batches``, ``nonfinite`` and the
 progressive tracker ``progressive``, or None before the first batch), ``source``, ``store``,
 ``malformed``, ``started``, ``first_step``, ``drift``, ``graph_input``, ``last_checkpoint``,
-``store_failures``. The quality figures are those of the model's loss kind
+``store_failures``, ``checkpoint_error`` (a failed final checkpoint), and if it has them
+``restored_examples`` (a restored checkpoint's, not this run's: left out of the rates), ``final``
+(the summary made when the run ended: the `done` line's figures are its) and the trainer's
+``skipped_examples``. The quality figures are those of the model's loss kind
 (``progressive.py``): ``logloss``/``auc`` (binary), ``logloss``/``accuracy`` (``softmax_ce``),
 ``rmse``/``mae`` (``mse``); a figure that does not apply is absent from the progress line and
 ``null`` in the summary's fixed keys (``logloss``, ``auc``, ``predicted_ctr``, ``observed_ctr``).
@@ -22,15 +25,22 @@ def num(x):
 
 
 def progress(job, whole_run: bool = False) -> dict:
-    """The figures of the progress line: totals, rate since the last line (or, with
-    ``whole_run``, over the whole run as in the summary), the loss kind's two figures, lag."""
+    """The figures of the progress line: totals, rate since the last line (examples this run
+    trained), the loss kind's two figures, lag. ``whole_run``: the summary's figures (the job's
+    ``final`` one when it has it), with ``elapsed_s``: one measure for the `done` line and
+    ``--summary``."""
     from .metrics import total_lag
     t, now = job.trainer, time.monotonic()
     if t is None:
         return {}
-    last_t, last_n = (job.started, 0) if whole_run else getattr(job, "_last_progress", (job.started, 0))
-    if not whole_run:
-        job._last_progress = (now, t.examples)
+    if whole_run:
+        s = getattr(job, "final", None) or summary(job)
+        return {"examples": s["examples"], "batches": s["batches"], "examples_per_s": s["examples_per_s"],
+                **{name: s.get(name) for name in t.progressive.names},
+                "lag": total_lag(job.source), "malformed": s["malformed"], "nonfinite": s["nonfinite_batches"],
+                "elapsed_s": s["elapsed_s"]}
+    last_t, last_n = getattr(job, "_last_progress", (job.started, getattr(job, "restored_examples", 0)))
+    job._last_progress = (now, t.examples)
     figures = t.progressive.figures()
     return {"examples": t.examples, "batches": t.batches,
             "examples_per_s": round((t.examples - last_n) / max(now - last_t, 1e-9), 1),
@@ -60,21 +70,25 @@ def summary(job) -> dict:
     elapsed = time.monotonic() - job.started
     t = job.trainer
     figures = t.progressive.figures() if t is not None else {}
+    restored = getattr(job, "restored_examples", 0)
     out = {
         "examples": t.examples if t else 0,
         "batches": t.batches if t else 0,
         "malformed": job.malformed.total,
         "malformed_by_reason": dict(job.malformed.counts),
         "nonfinite_batches": t.nonfinite if t else 0,
+        "nonfinite_examples": getattr(t, "skipped_examples", 0) if t else 0,
+        "restored_examples": restored,
         "store_failures": job.store_failures,
         "elapsed_s": round(elapsed, 3),
-        "examples_per_s": round((t.examples if t else 0) / max(elapsed, 1e-9), 1),
+        "examples_per_s": round(((t.examples if t else 0) - restored) / max(elapsed, 1e-9), 1),
         "steady_examples_per_s": steady_rate(job),
         **{name: num(figures.get(name)) for name in FIXED},
         **{name: num(value) for name, value in figures.items() if name not in FIXED},
         "reader": job.source.describe(),
         "store": job.store.describe(),
         "checkpoint": job.last_checkpoint,
+        "checkpoint_error": getattr(job, "checkpoint_error", None),
         "drift_alarms": dict(job.drift.alarms) if job.drift else {},
     }
     if job.graph_input is not None:

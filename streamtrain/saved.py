@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 
 from . import checkpoint
-from .errors import ConfigError
+from .errors import CheckpointError, ConfigError
 from .graph import Graph, Schema
 from .graphstore.stream import GraphInput, model_problems
 from .store.memory import MemoryStore
@@ -46,6 +46,8 @@ class Saved:
         missing = sorted(set(graph.params) - set(self.snapshot.specs))
         found += [("layers", f"checkpoint {self.path} has no parameter {name!r} (written by another model?)")
                   for name in missing]
+        found += [("layers", f"checkpoint {self.path}: {msg}") for msg in checkpoint.shape_problems(self.snapshot,
+                                                                                                   graph.params)]
         if found:
             raise ConfigError(found)
         store = MemoryStore()
@@ -74,7 +76,7 @@ def read(where: str) -> Saved:
     try:
         path = checkpoint.resolve(where)
         snapshot, meta = checkpoint.read(path)
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, CheckpointError) as err:
         raise ConfigError([("--restore", f"cannot read checkpoint {where}: {err}")]) from None
     return Saved(str(path), snapshot, meta)
 

@@ -1,7 +1,8 @@
 """One training step (DESIGN.md): feed, pull, forward, backward, push, update.
 
 Predictions are made before the batch updates the parameters (progressive validation).
-A batch whose loss or gradient is not finite is skipped: nothing is pushed, it is counted.
+A batch whose loss or gradient is not finite is skipped: nothing is pushed, it is counted
+(``nonfinite``, ``skipped_examples``), not among the batches and examples trained.
 """
 from __future__ import annotations
 
@@ -41,9 +42,10 @@ class Trainer:
         self.engine = self._engine(graph, store)
         self.ctx.engine = self.engine if self.engine is not None and self.engine.layers else None
         self.progressive = tracker_class(graph.loss)()   # figures of the loss's kind (progressive.py)
-        self.batches = 0
+        self.batches = 0                   # batches (and examples) whose update was applied
         self.examples = 0
-        self.nonfinite = 0
+        self.nonfinite = 0                 # batches (and examples) skipped: a loss or gradient not finite
+        self.skipped_examples = 0
         self.binary = graph.loss.quality == "binary"
         self._ahead_ctx = None     # a context to find the next batch's rows in (read-ahead stores)
         self._ahead = None         # (dense, tables) the store reads while the next step computes
@@ -108,6 +110,11 @@ class Trainer:
         self.examples += batch.size
         return StepResult(ctx.loss, predictions, True, seconds=t, losses=losses)
 
+    @property
+    def stepped(self) -> int:
+        """Examples stepped: trained, or skipped for a loss or gradient not finite."""
+        return self.examples + self.skipped_examples
+
     def prepare(self, batch) -> None:
         """Each batch's work that depends on the batch alone, done ahead (the file reader's parse
         thread calls it) and kept on the batch for its step: ``Graph.prepare`` and the
@@ -138,6 +145,5 @@ class Trainer:
         if self.graph_input is not None:
             self.graph_input.learnt(batch)
         self.nonfinite += 1
-        self.batches += 1
-        self.examples += batch.size
+        self.skipped_examples += batch.size
         return StepResult(float("nan"), predictions, False, reason=f"non-finite {reason}", seconds=t)

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from streamtrain import checkpoint
+from streamtrain.errors import CheckpointError
 from streamtrain.context import Gradients
 from streamtrain.params import ParamSpec
 from streamtrain.store.memory import MemoryStore
@@ -67,7 +68,7 @@ def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
 
 
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+    with pytest.raises(CheckpointError, match="no checkpoint"):
         checkpoint.read(tmp_path)
 
 

@@ -1,21 +1,18 @@
 """The job config's one schema: every section checked, unknown keys named with their path, the
-README's tables generated from it, and ``validate`` listing every problem at once (issue 15,
-defect 7)."""
+docs' tables generated from it (``tests/test_docs.py`` holds the pages to them), and ``validate``
+listing every problem at once (issue 15, defect 7)."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 
 from streamtrain import config as cfgmod
 from streamtrain.cli import main
-from streamtrain.ops import LAYERS
-from streamtrain.optim import OPTIMIZERS
 from streamtrain.schema import Option
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+DOCS = Path(__file__).resolve().parents[1] / "docs"
 MODEL = [{"name": "x", "type": "dense_input"}, {"name": "loss", "type": "mse", "inputs": ["x"]}]
 
 
@@ -23,19 +20,10 @@ def problems(raw: dict) -> dict:
     return dict(cfgmod.problems(cfgmod.with_defaults(cfgmod.SCHEMA, {"layers": MODEL, **raw})))
 
 
-def readme_section(title: str) -> str:
-    start = README.index(f"\n{title}\n")
-    end = README.index("\n#", start + len(title) + 2)
-    return README[start:end]
-
-
-def table_keys(section: str) -> list[str]:
-    return [m.group(1) for m in re.finditer(r"^\| `([^`]+)`", section, re.M)]
-
-
-def test_readme_tables_are_the_schema():
+def test_the_docs_show_every_table_of_the_schema():
+    pages = "".join(page.read_text() for page in DOCS.glob("*.md"))
     for heading, table in cfgmod.tables().items():
-        assert table in README, f"README's table for {heading} differs from `python -m streamtrain.config`"
+        assert table in pages, f"the docs' table for {heading} differs from `python -m streamtrain.reference`"
 
 
 def test_every_section_is_checked_with_its_path_and_known_keys():
@@ -83,7 +71,7 @@ def test_a_section_is_one_schema_entry(monkeypatch):
 
 
 def test_validate_lists_option_and_graph_errors_together(tmp_path, capsys, monkeypatch):
-    """Issue 15 defect 7: the README's example shows all three of its errors."""
+    """Issue 15 defect 7: all three errors at once (the docs' example: tests/test_docs.py)."""
     (tmp_path / "job.json").write_text(json.dumps({"batch_size": -1, "layers": [
         {"name": "sparse", "type": "sparse_input"},
         {"name": "emb", "type": "embedding", "inputs": ["sparse"], "dim": 0},
@@ -92,8 +80,6 @@ def test_validate_lists_option_and_graph_errors_together(tmp_path, capsys, monke
     monkeypatch.chdir(tmp_path)
     assert main(["validate", "job.json"]) == 2
     err = capsys.readouterr().err
-    shown = README[README.index("invalid config job.json:"):]
-    assert err.strip() == shown[:shown.index("```")].strip()
     assert err.count("\n  ") == 3
 
 
@@ -117,18 +103,6 @@ def test_a_file_reader_without_a_path_fails_validate(tmp_path, reader, capsys):
     assert main(["validate", str(path)]) == 2
     assert "reader.path: " in capsys.readouterr().err
     assert main(["validate", str(path), "--set", "reader.path=/data/x.tsv"]) == 0
-
-
-def test_layer_kinds_and_optimizers_tables_list_every_registered_kind():
-    rows = re.findall(r"^\| (`[^|]+)\|", readme_section("### Layer kinds"), re.M)
-    assert sorted(k for row in rows for k in re.findall(r"`([a-z_]+)`", row)) == LAYERS.names()
-    optim = readme_section("### Optimizers")
-    assert sorted(table_keys(optim)) == OPTIMIZERS.names()
-    for kind in OPTIMIZERS.names():
-        row = next(line for line in optim.splitlines() if line.startswith(f"| `{kind}`"))
-        for key, opt in OPTIMIZERS[kind].options.items():
-            shown = re.search(rf"`{key}` \(([^)]+)\)", row)
-            assert shown and float(shown.group(1)) == opt.default, (kind, key)
 
 
 def test_validate_lists_bad_overrides_with_the_config_problems(tmp_path, capsys):

@@ -1,6 +1,7 @@
-"""deploy/ and docker-compose.yml: compose accepts the file, the unit and image are what the README
-says, hadolint passes the Dockerfile, and its shape is the one .ci/installed.py reproduces (the
-files the wheel stage copies are every file the distribution is built from)."""
+"""deploy/ and docker-compose.yml: compose accepts the file, the unit and image are what
+docs/operations.md says, hadolint passes the Dockerfile, and its shape is the one
+.ci/installed.py reproduces (the files the wheel stage copies are every file the distribution is
+built from)."""
 from __future__ import annotations
 
 import configparser

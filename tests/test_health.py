@@ -22,7 +22,7 @@ def test_probes_metrics_and_not_found():
         assert http_get(base + "/readyz") == (503, "store not connected\n")
         code, text = http_get(base + "/healthz")
         assert code == 503 and text.startswith("stalled")               # no step within 1 ms
-        state.update(ready=(True, "ok"), waiting="step")
+        state.update(ready=(True, "ok"), waiting="the store to answer (step)")
         assert http_get(base + "/readyz") == (200, "ok\n")
         code, text = http_get(base + "/healthz")
         assert code == 200 and "waiting for the store" in text           # an outage is not a stall

@@ -73,7 +73,7 @@ def test_one_percent_malformed_of_each_kind(criteo_path, kafka_bootstrap, kafka_
         src.close()
     assert trained == n_good                                   # all good records train
     assert m.snapshot() == {"decode": n_bad, "field_count": n_bad, "number": n_bad, "label": n_bad,
-                            "field_length": 0, "graph": 0}
+                            "field_length": 0, "graph": 0, "too_large": 0}
     assert committed == len(stream)                            # bad lines never block commits
 
     letters = _dead_letters(kafka_bootstrap, dead, 4 * n_bad)
@@ -102,4 +102,4 @@ def test_bad_lines_inside_multi_line_messages(kafka_bootstrap, kafka_topic, kafk
     finally:
         src.close()
     assert sum(b.size for b in batches) == 4
-    assert m.snapshot() == {"decode": 1, "field_count": 0, "number": 1, "label": 1, "field_length": 0, "graph": 0}
+    assert m.snapshot() == {"decode": 1, "field_count": 0, "number": 1, "label": 1, "field_length": 0, "graph": 0, "too_large": 0}

@@ -61,7 +61,7 @@ def test_lines_are_parsed_by_the_format_and_bad_ones_counted():
                        "args": {"lines": lines}, "format": "libsvm"}, 100, m)
     (batch,) = list(src.batches())
     assert batch.size == 2
-    assert m.snapshot() == {"decode": 1, "field_count": 0, "number": 1, "label": 1, "field_length": 0, "graph": 0}
+    assert m.snapshot() == {"decode": 1, "field_count": 0, "number": 1, "label": 1, "field_length": 0, "graph": 0, "too_large": 0}
 
 
 def test_ready_batches_pass_through_and_commit_reaches_the_plugin():
@@ -120,7 +120,7 @@ def test_entry_point_plugin(entry_point_dist):
 
 
 def test_worked_example_trains_from_the_cli(tmp_path):
-    """examples/plugin_reader.json (the README's example) runs and learns its planted rule."""
+    """examples/plugin_reader.json (docs/plugins.md's example) runs and learns its planted rule."""
     summary = tmp_path / "s.json"
     out = subprocess.run([sys.executable, "-m", "streamtrain", "run", "examples/plugin_reader.json",
                           "--set", "metrics.enabled=false", "--summary", str(summary)],
@@ -131,7 +131,7 @@ def test_worked_example_trains_from_the_cli(tmp_path):
 
 
 def test_worked_example_runs_through_the_console_script(tmp_path):
-    """Issue 15 defect 3: the README's command, as a user types it (the ``streamtrain`` script
+    """Issue 15 defect 3: docs/plugins.md's command, as a user types it (the ``streamtrain`` script
     does not put the current directory on the path; ``python -m`` did, hiding the bug)."""
     script = Path(sys.executable).with_name("streamtrain")
     out = subprocess.run([str(script), "run", "examples/plugin_reader.json", "--set", "metrics.enabled=false",

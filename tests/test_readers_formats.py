@@ -116,7 +116,8 @@ def test_malformed_lines_counted_by_reason_and_good_lines_kept():
     m = Malformed(on_bad=lambda line, reason: seen.append((line, reason)))
     p = make_parser("criteo", {}, m)
     b = p.parse(mixed)
-    assert m.counts == {"decode": 1, "field_count": 1, "number": 2, "label": 2, "field_length": 0, "graph": 0}
+    assert m.counts == {"decode": 1, "field_count": 1, "number": 2, "label": 2, "field_length": 0, "graph": 0,
+                        "too_large": 0}
     assert m.total == 6
     assert sorted(r for _, r in seen) == ["decode", "field_count", "label", "label", "number",
                                           "number"]
@@ -155,7 +156,8 @@ def test_csv_numeric_multivalue_drop_and_quotes():
     p.set_header("y;user;n;tags;junk\r\n")
     b = p.parse(["1;u1;3;a|b|c;z", "0;;-2.5;;z", "1;u2;;b;z", '0;"x;y";1;a;z', "1;u3;n/a;a;z"])
     assert b.labels.tolist() == [1, 0, 1]
-    assert p.malformed.counts == {"decode": 0, "field_count": 1, "number": 1, "label": 0, "field_length": 0, "graph": 0}
+    assert p.malformed.counts == {"decode": 0, "field_count": 1, "number": 1, "label": 0, "field_length": 0, "graph": 0,
+                        "too_large": 0}
     np.testing.assert_allclose(b.dense[:, 0], [np.log1p(3), -np.log1p(2.5), 0.0], rtol=1e-6)
     assert b.dense_names == ("n",)
     assert list(b.sparse) == ["user", "tags"]
@@ -205,7 +207,8 @@ def test_libsvm():
     assert f.offsets.tolist() == [0, 2, 3, 3]
     assert f.ids.tolist() == hash_values("features", ["3", "17", "4"]).tolist()
     np.testing.assert_allclose(f.values, [0.5, 2, 0.1])
-    assert p.malformed.counts == {"decode": 0, "field_count": 0, "number": 3, "label": 1, "field_length": 0, "graph": 0}
+    assert p.malformed.counts == {"decode": 0, "field_count": 0, "number": 3, "label": 1, "field_length": 0, "graph": 0,
+                        "too_large": 0}
 
 
 # -- files ----------------------------------------------------------------------------------

@@ -212,7 +212,7 @@ def test_the_graph_store_takes_the_parameter_stores_connection_options(servers, 
     srv = servers("--requirepass", PW)
     admin = redis.Redis(port=srv.port, password=PW)
     admin.acl_setuser("grapher", enabled=True, passwords=["+gpw"], keys=["st:graph:*"],
-                      commands=["+@read", "+@write", "+@scripting", "+select"])   # the README's list
+                      commands=["+@read", "+@write", "+@scripting", "+select"])   # the documented list (docs/redis.md)
     secret = tmp_path / "pw"
     secret.write_text("gpw\n")
     monkeypatch.setenv("ST_TEST_REDIS_PW", PW)
@@ -290,7 +290,7 @@ def test_migrate_logs_in_with_a_user_and_password_on_every_server(servers, tmp_p
     for s in (a, b):
         redis.Redis(port=s.port, password=PW).acl_setuser("mover", enabled=True, passwords=["+mpw"],
                                                           keys=["st:*"], commands=["+scan", "+migrate", "+restore",
-                                                                                   "+select"])  # the README's list
+                                                                                   "+select"])  # the documented list (docs/redis.md)
     monkeypatch.setenv("ST_TEST_REDIS_PW", PW)
     urls = [f"redis://127.0.0.1:{a.port}", f"redis://127.0.0.1:{b.port}"]
     before = pull_all(urls[:1], "mig")

@@ -1,7 +1,8 @@
-"""Issue 24 item 12 (the README's serving example): the README's ``curl`` request, taken from the
-README itself, is answered by the command the README shows it with (``streamtrain run
-examples/synthetic.json`` serving its own model), with the answer's shape the README shows. It
-was a 400 (``unknown field 'user'``: a request for another model's fields)."""
+"""Issue 24 item 12 (the serving example of the README and of docs/serving.md): the ``curl``
+request, taken from the page itself, is answered by the command the page shows it with
+(``streamtrain run examples/synthetic.json`` serving its own model), with the answer's shape the
+page shows. It was a 400 (``unknown field 'user'``: a request for another model's fields).
+Every page's commands are checked without running them in ``tests/test_docs.py``."""
 from __future__ import annotations
 
 import json
@@ -13,20 +14,23 @@ import sys
 import time
 
 import httpx
+import pytest
 
 from tests.conftest import ROOT
 from tests.test_serve_freshness import served_port
 
-README = (ROOT / "README.md").read_text()
+PAGES = {"README.md": "**Serve predictions**", "docs/serving.md": "# Serving"}
 
 
-def serving_section() -> str:
-    start = README.index("\n## Serving\n")
-    return README[start:README.index("\n## ", start + 5)]
+def serving_section(page: str) -> str:
+    text = (ROOT / page).read_text()
+    start = text.index(PAGES[page])
+    return text[start:text.index("```\n\n", text.index("curl -s", start))]
 
 
-def test_the_readme_curl_request_is_answered_by_the_model_it_is_shown_with(tmp_path):
-    section = serving_section()
+@pytest.mark.parametrize("page", PAGES)
+def test_the_curl_request_is_answered_by_the_model_it_is_shown_with(tmp_path, page):
+    section = serving_section(page)
     command = next(line for line in section.splitlines() if line.startswith("streamtrain run "))
     args = shlex.split(command)[1:]
     assert args[1] == "examples/synthetic.json" and "serve.port=8080" in args
@@ -54,11 +58,3 @@ def test_the_readme_curl_request_is_answered_by_the_model_it_is_shown_with(tmp_p
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
     assert proc.returncode == 0
-
-
-def test_the_readme_names_no_standard_port_in_a_command():
-    """Commands would write into whatever Redis or Kafka already listens on 6379 / 9092."""
-    blocks = re.findall(r"```sh\n(.*?)```", README, re.S)
-    assert blocks
-    for block in blocks:
-        assert "127.0.0.1:6379" not in block and "127.0.0.1:9092" not in block, block

@@ -9,7 +9,8 @@ offsets committed only after the update.
     segment.py     ``Segment``: messages as one line buffer decode.py   v2 record-batch bodies
     fastpath.py    kafka-python's fetcher handing out Segments (guarded; falls back)
     lag.py         consumer lag and freshness              trace.py     debug trace of applied rows
-    admin.py       topic creation
+    admin.py       topic creation                          connect.py   the consumer made, waiting for a broker
+    oversize.py    records too large to fetch: found, skipped, dead-lettered by reference
 
 The reader type ``kafka`` is ``KafkaReader`` below, registered in ``readers.source.READERS``:
 its keys are ``config.OPTIONS``.

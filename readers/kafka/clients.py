@@ -13,7 +13,8 @@ environment variable (``<key>_env``) or a file (``<key>_file``, one trailing new
 dropped). No secret is ever put in a message: problems name the key, never its value.
 
 ``quiet_library_logs()`` sets kafka-python's loggers to WARNING unless the root level is
-DEBUG (a start or a rebalance otherwise logs ~40 INFO lines).
+DEBUG (a start or a rebalance otherwise logs ~40 INFO lines), and drops their lines about a
+frame refused as too large (the reader says it once).
 """
 from __future__ import annotations
 
@@ -148,7 +149,29 @@ def producer_settings(cfg: dict) -> dict:
     }
 
 
+class _RefusedFrames(logging.Filter):
+    """Drops kafka-python's lines about a network frame refused as too large (three or four
+    ERROR lines per refused fetch, which it repeats): the reader's search for the record that
+    makes it so says it once (``oversize.py``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            text = record.getMessage()
+        except Exception:                   # a record that does not format: let it through
+            return True
+        if record.exc_info and record.exc_info[1] is not None:
+            text += str(record.exc_info[1])
+        return "Invalid frame length" not in text
+
+
+REFUSED_FRAMES = _RefusedFrames()
+
+
 def quiet_library_logs() -> None:
-    """kafka-python's loggers at WARNING unless the root logger is at DEBUG (then they follow it)."""
+    """kafka-python's loggers at WARNING unless the root logger is at DEBUG (then they follow it);
+    their lines about frames refused as too large dropped (said once by the reader instead)."""
     debug = logging.getLogger().getEffectiveLevel() <= logging.DEBUG
     logging.getLogger("kafka").setLevel(logging.NOTSET if debug else logging.WARNING)
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        if name.startswith("kafka") and isinstance(logger, logging.Logger) and REFUSED_FRAMES not in logger.filters:
+            logger.addFilter(REFUSED_FRAMES)

@@ -97,9 +97,22 @@ def validate(cfg: dict) -> list[tuple[str, str]]:
     own = {k: v for k, v in cfg.items() if k in OPTIONS}
     problems = check_options(OPTIONS, own, what="reader type 'kafka'")
     problems += format_problems(cfg, KAFKA_KEYS, DEFAULTS["format"])
+    problems += _dead_letter_problems(cfg)
     if cfg.get("format", DEFAULTS["format"]) == "csv":
         options, _ = split_options(cfg)
         if options.get("columns") is None:
             problems.append(("columns", "csv over Kafka has no header line: give the column "
                                         "names in option 'columns'"))
     return problems
+
+
+def _dead_letter_problems(cfg: dict) -> list[tuple[str, str]]:
+    """A dead-letter topic that is also a source topic would feed every bad line back to the
+    reader, which sends it there again, for ever."""
+    dead = cfg.get("dead_letter")
+    if not isinstance(dead, str) or _names(cfg.get("topic")):
+        return []
+    if dead.strip() in _as_list(cfg.get("topic")):
+        return [("dead_letter", f"{dead!r} is also a topic this reader reads: every bad line would "
+                                "come back and be sent there again, for ever (give another topic)")]
+    return []

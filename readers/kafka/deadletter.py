@@ -2,7 +2,8 @@
 
 Each message's value is the raw line (undecodable bytes included); its headers are
 ``reason`` (one of ``readers.malformed.REASONS``) and, when known, ``source_topic``,
-``source_partition``, ``source_offset``. The Kafka reader flushes the dead-letter producer
+``source_partition``, ``source_offset``. A record too large to fetch (``too_large``) is sent by
+reference: an empty value, the source headers and ``size``. The Kafka reader flushes the dead-letter producer
 before it commits the offsets the bad lines came from, so a committed bad line is in the
 topic — whole, or cut:
 
@@ -52,6 +53,16 @@ class DeadLetter:
 
     def send(self, line: bytes, reason: str, source: tuple | None = None) -> None:
         self._send(bytes(line), reason, source, None)
+
+    def send_reference(self, reason: str, source: tuple, size: int) -> None:
+        """A record that could not be read at all: an empty value, its source headers and
+        ``size`` (the bytes of the fetch that held it alone)."""
+        try:
+            fut = self._producer.send(self.topic, value=b"", headers=[*_headers(reason, source, None),
+                                                                       ("size", str(int(size)).encode())])
+        except KafkaError as err:
+            return self._lost(b"", source, err)
+        self._unflushed.append((fut, b"", reason, source, None))
 
     def _send(self, line: bytes, reason: str, source, cut: int | None) -> None:
         value = line if cut is None else line[:cut]

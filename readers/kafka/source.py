@@ -42,10 +42,12 @@ from ..malformed import Malformed
 from .batching import Parsed
 from .clients import consumer_settings, producer_settings, quiet_library_logs
 from .config import normalized
+from .connect import connect, coordinator_known
 from .deadletter import DeadLetter
 from .fastpath import FastPath
 from .lag import StreamHealth
 from .offsets import OffsetsMixin
+from .oversize import OversizeSearch, skip_too_large
 from .pending import Pending
 from .rebalance import Listener, RebalanceMixin
 from .segment import Segment
@@ -74,9 +76,10 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
         self.health = StreamHealth()
         self.stats = {k: 0 for k in ("messages", "lines", "batches", "empty_batches", "commits",
                                      "commit_failures", "commits_skipped", "revocations",
-                                     "abandoned_messages", "dead_lettered", "keep_alive_polls")}
+                                     "abandoned_messages", "dead_lettered", "keep_alive_polls", "too_large")}
         self.consumer = None
         self.fastpath = FastPath()
+        self.oversize = None                # finds records too large to fetch (oversize.py)
         self.dead = None
         self._trace = None
         self._lock = threading.RLock()
@@ -109,6 +112,8 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
         self._gen = None
         self._polled = time.monotonic()      # when the loop last called poll()
         self._keep_alive_s = 0.0             # set from max_poll_interval_ms when the consumer opens
+        self._connected = False              # the last poll knew the group coordinator (``ready``)
+        self.waiting = None                  # what the reader waits for at start-up (/healthz)
 
     @property
     def fast(self) -> bool:
@@ -125,6 +130,14 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
     def batches(self):
         self._gen = self._batches()
         return self._gen
+
+    def ready(self) -> bool:
+        """Connected: the consumer is made and its last poll knew the group's coordinator (a
+        broker that went away makes it unknown: ``/readyz`` answers 503 until it is back)."""
+        return self.consumer is not None and self._connected
+
+    def _wait(self, what: str | None) -> None:
+        self.waiting = what
 
     def request_stop(self) -> None:
         """End ``batches()`` at the next safe point (queued, untrained messages are abandoned)."""
@@ -174,12 +187,12 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
             # kafka-python 2.3-3.0 refuse a network frame over 1 MB by default: let a fetch through
             settings.setdefault("receive_message_max_bytes", settings["fetch_max_bytes"] + (1 << 20))
         self._keep_alive_s = KEEP_ALIVE_SHARE * settings["max_poll_interval_ms"] / 1000
-        try:
-            consumer = KafkaConsumer(**settings)
-        except KafkaError as err:
-            raise ReaderError(f"kafka reader: cannot reach {','.join(self.cfg['bootstrap'])}: {err}") from err
+        consumer = connect(lambda: KafkaConsumer(**settings), self.cfg["bootstrap"], lambda: self._stop, self._wait)
+        if consumer is None:                # asked to stop before a broker answered
+            return None
         if fast:
             self.fastpath.install(consumer)
+        self.oversize = OversizeSearch.install(consumer)
         consumer.subscribe(topics=self.cfg["topic"], listener=Listener(self))
         self.consumer = consumer
         if self.cfg["dead_letter"]:
@@ -196,6 +209,7 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
         ``poll_errors``) until the broker answers or the reader is asked to stop (then ``{}``);
         any other error propagates."""
         def failed(err, attempt, pause):
+            self._connected = False
             self.stats["poll_errors"] = self.stats.get("poll_errors", 0) + 1
             (log.warning if attempt == 1 or attempt % 20 == 0 else log.debug)(
                 "kafka reader: poll failed (%s, attempt %d); retrying in %.1f s", err, attempt, pause)
@@ -207,12 +221,16 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
 
     def _batches(self):
         consumer = self.consumer or self._open()
+        if consumer is None:
+            return
         self._loop_thread = threading.current_thread()
         while not self._stop:
             got = self._poll(consumer, self._poll_timeout_ms())
             now = self._polled = time.monotonic()
+            self._connected = coordinator_known(consumer)
             if got:
                 self._take(got, now)
+            self._check_oversize(consumer)
             if now >= self._next_health:
                 self._update_health()
                 self._next_health = now + HEALTH_EVERY_S
@@ -288,16 +306,17 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
         poll brings is handled as at the loop's own poll (``rebalance.py``)."""
         if not self._keep_alive_due():
             return
-        owned = consumer.assignment()
+        owned, paused = consumer.assignment(), consumer.paused()
         consumer.pause(*owned)
         try:
             got = self._poll(consumer, 0)
-        finally:
-            consumer.resume(*(owned & consumer.assignment()))
+        finally:                         # (partitions the oversize search paused stay paused)
+            consumer.resume(*((owned - paused) & consumer.assignment()))
         self._polled = time.monotonic()
         self.stats["keep_alive_polls"] += 1
         if got:                          # paused partitions return nothing; kept if one did
             self._take(got, self._polled)
+        self._check_oversize(consumer)
 
     def _poll_timeout_ms(self) -> int:
         if not self._pending:
@@ -329,7 +348,19 @@ class KafkaSource(OffsetsMixin, RebalanceMixin):
                     self._fetched[tp] = seg.next_offset
                     self.stats["messages"] += len(seg)
                     self.stats["lines"] += seg.n_lines
+                    if self.oversize is not None:
+                        self.oversize.took(tp, len(seg.buf))
             self._last_message = now
+
+    def _check_oversize(self, consumer) -> None:
+        """Step the search for a record too large to fetch; skip it once found."""
+        if self.oversize is None or not (self.oversize.active or self.oversize.events):
+            return
+        with self._lock:
+            owned = set(self._assigned)
+        found = self.oversize.step(owned, self._fetched.get)
+        if found is not None:
+            skip_too_large(self, consumer, *found)
 
     def _emit(self, limit: int):
         """A batch of what is queued, parsed in this thread (the deadline's and the end's)."""

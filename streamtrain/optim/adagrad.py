@@ -16,6 +16,7 @@ class Adagrad(Optimizer):
     options = {"lr": hyper(0.05, "step size"), "eps": hyper(1e-7, "added to sqrt(n)"),
                "initial_accumulator": hyper(0.0, "n of a new row")}
     slots = {"n": "full"}
+    nonnegative = ("n",)
 
     @classmethod
     def test_params(cls):

@@ -14,6 +14,7 @@ class Adam(Optimizer):
     options = {"lr": hyper(0.001, "step size"), "beta1": hyper(0.9, "decay of the mean"),
                "beta2": hyper(0.999, "decay of the second moment"), "eps": hyper(1e-8, "added to sqrt(v)")}
     slots = {"m": "full", "v": "full", "t": "row"}
+    nonnegative = ("v", "t")
 
     @classmethod
     def test_params(cls):

@@ -31,6 +31,9 @@ class Optimizer:
     options: dict[str, Option] = {}
     slots: dict = {}            # slot name -> "full" | "row"
     zero_init = False           # rows start at zero whatever the initializer (FTRL)
+    #: slots that are never negative (sums or moving averages of squares, step counts): a store
+    #: that merges several trainers' changes keeps them so
+    nonnegative: tuple = ()
 
     def __init__(self, **values):
         problems = check_options(self.options, values, what=f"optimizer '{self.kind}'")

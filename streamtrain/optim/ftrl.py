@@ -17,6 +17,7 @@ class FTRL(Optimizer):
     options = {"alpha": hyper(0.05, "learning rate"), "beta": hyper(1.0, "smoothing of the rate"),
                "l1": hyper(0.0, "L1 strength"), "l2": hyper(0.0, "L2 strength")}
     slots = {"z": "full", "n": "full"}
+    nonnegative = ("n",)
     zero_init = True
 
     squares = True

@@ -17,6 +17,7 @@ than the bound). The bound itself is checked on every request: a row older than
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -282,17 +283,42 @@ class Refresher:
 
 class LiveParams:
     """A running job's own store, read while it holds no step (``job.step_lock``): never half
-    an update. The values are the current ones: their age is 0."""
+    an update. The values are the current ones: their age is 0.
 
-    def __init__(self, job):
-        self.job = job
+    A request waits for the store at most ``give_up_s`` (``serve.store_give_up_s``), as from
+    ``streamtrain serve``: for the step in progress (which holds the lock while it retries an
+    unreachable store) and for its own reads, which retry for that long only; then
+    ``StoreError`` (a 503). While the job itself waits for the store, and for ``pause_s`` after
+    a failed read, requests get it at once."""
+
+    def __init__(self, job, give_up_s: float = 2.0):
+        self.job, self.give_up_s = job, float(give_up_s)
+        self.pause_s, self.down_until, self.last_error = 0.25, 0.0, None
 
     def pull(self, dense, tables, may_read: bool = True):
+        waiting = self.job.waiting_for_store
+        if waiting:
+            raise StoreError(f"the trainer is waiting for its store ({waiting} failed)")
+        if time.monotonic() < self.down_until:
+            raise StoreError(f"parameter store unreachable (last attempt failed: {self.last_error})")
         lock = self.job.step_lock
-        if not lock.acquire(blocking=may_read):
-            raise MustWait
+        if not (lock.acquire(timeout=self.give_up_s) if may_read else lock.acquire(blocking=False)):
+            if not may_read:
+                raise MustWait
+            raise StoreError(f"the trainer's step held the parameters for over {self.give_up_s:g} s "
+                             f"(serve.store_give_up_s): its store is slow or unreachable")
         try:
-            values = self.job.store.pull(dense, tables, create=False)
+            with _bounded(self.job.store, self.give_up_s):
+                values = self.job.store.pull(dense, tables, create=False)
+        except StoreError as err:
+            self.down_until, self.last_error = time.monotonic() + self.pause_s, err
+            raise
         finally:
             lock.release()
         return values, time.monotonic()
+
+
+def _bounded(store, seconds: float):
+    """The store's retries bounded to ``seconds`` in this thread (a store without retries: as is)."""
+    shards = getattr(store, "shards", None)
+    return shards.give_up_within(seconds) if shards is not None else contextlib.nullcontext()

@@ -69,8 +69,8 @@ def make_app(service: Service, metrics, *, expose_metrics: bool = True):
             return await work()
         except BadRequest as err:
             return error(err.status, err.kind, err.where, err.message)
-        except NotReady as err:
-            return error(503, "not_ready", "", str(err))
+        except NotReady as err:         # (NonFinite: the model's output is NaN or infinite)
+            return error(503, err.kind, "", str(err))
         except StoreError as err:
             log.warning("parameter store unavailable: %s", err)
             return error(503, "store_unavailable", "", f"parameter store unavailable: {err}")

@@ -7,6 +7,7 @@ import logging
 import sys
 
 from streamtrain.graphstore.nodes import reader_config
+from streamtrain.health import address_error
 from streamtrain.metrics import ServeMetrics
 from streamtrain.version import build_info, describe
 
@@ -40,12 +41,20 @@ def serve_forever(config: dict, restore: str | None = None) -> int:
         if not ok:
             log.warning("not ready yet (%s): /readyz answers 503 until it is", reason)
         metrics = ServeMetrics()
-        server = Server(make_app(service, metrics), settings["host"], settings["port"], settings,
-                        count=_refusals(metrics))
+        server = _bound(lambda: Server(make_app(service, metrics), settings["host"], settings["port"], settings,
+                                       count=_refusals(metrics)), settings)
         server.run()
     finally:
         source.close()
     return 0
+
+
+def _bound(make, settings):
+    """``make()`` (a server that binds its port); a port in use is a config error (exit 2)."""
+    try:
+        return make()
+    except OSError as err:
+        raise address_error("serve", settings["host"], settings["port"], err) from None
 
 
 def _refusals(metrics):
@@ -76,9 +85,11 @@ def attach(job, config: dict, registry=None):
     from .http import Server, make_app
     from .service import JobModel, Service
 
-    service = Service(JobModel(job), settings, reader_config(config.get("reader", {}), config.get("graph")))
+    service = Service(JobModel(job, settings["store_give_up_s"]), settings,
+                      reader_config(config.get("reader", {}), config.get("graph")))
     metrics = ServeMetrics(registry)
-    server = Server(make_app(service, metrics, expose_metrics=registry is None),
-                    settings["host"], settings["port"], settings, count=_refusals(metrics)).start()
+    server = _bound(lambda: Server(make_app(service, metrics, expose_metrics=registry is None),
+                                   settings["host"], settings["port"], settings, count=_refusals(metrics)),
+                    settings).start()
     job.serve_port = server.port
     return server.stop

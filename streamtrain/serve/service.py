@@ -48,10 +48,18 @@ log = logging.getLogger("streamtrain.serve")
 class NotReady(RuntimeError):
     """503: the model cannot answer yet (no fields known, no batch trained)."""
 
+    kind = "not_ready"
+
+
+class NonFinite(NotReady):
+    """503: the model's output for a request is NaN or infinite (never answered as ``null``)."""
+
+    kind = "nonfinite"
+
 
 class JobModel:
-    def __init__(self, job):
-        self.job, self.params = job, LiveParams(job)
+    def __init__(self, job, give_up_s: float = 2.0):
+        self.job, self.params = job, LiveParams(job, give_up_s)
 
     def sample(self, batch, may_read: bool = True) -> None:
         """A graph model's blocks from the job's own graph store, read while no step runs."""
@@ -290,6 +298,7 @@ class Service:
             graph.forward(ctx)
             age = max(0.0, time.monotonic() - fetched)
             preds = np.asarray(ctx.predictions, np.float64)
+            _check_finite(preds, where or _record_name)
         except MustWait as wait:
             wait.resume = functools.partial(self._answer, graph, batch, True, where)
             raise
@@ -324,6 +333,16 @@ class Service:
         if store is not None and not store.ready():
             return False, "parameter store not reachable"
         return True, "ok"
+
+
+def _check_finite(preds: np.ndarray, name) -> None:
+    """``NonFinite`` naming the records (``name(row, "")``) whose prediction is NaN or infinite."""
+    bad = np.flatnonzero(~np.isfinite(preds.reshape(len(preds), -1)).all(axis=1))
+    if len(bad):
+        where = ", ".join(name(int(i), "").rstrip(".") for i in bad[:5]) + \
+            (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise NonFinite(f"the model's output for {where} is not finite (NaN or infinite): "
+                        f"the parameters it used are not, or the input overflows the model")
 
 
 def _record_name(row: int, field: str) -> str:

@@ -39,8 +39,8 @@ SERVE_OPTIONS = {
     "schema": Option(None, (dict, type(None)), check=_schema,
                      doc='the model\'s fields `{"sparse": [...], "dense": [...]}`; null = what the trainers published'),
     "store_give_up_s": Option(2.0, NUMBER, check=positive,
-                              doc="how long a request retries an unreachable store before its 503 "
-                                  "(then every request gets its 503 at once for 0.25 s)"),
+                              doc="how long a request waits for an unreachable store before its 503 (then every "
+                                  "request gets its 503 at once for 0.25 s); also under `streamtrain run`"),
     "retry_after_s": Option(1, (int,), check=positive, doc="the `Retry-After` of a 503"),
     "max_connections": Option(1024, (int,), check=positive,
                               doc="open connections at most; one more is answered 503 and closed at once "

@@ -34,6 +34,8 @@ class StoreStats:
     rows_flushed: int = 0
     flush_conflicts: int = 0
     flush_seconds: float = 0.0
+    nonfinite_rows: int = 0      # redis: rows not written because a value was NaN or infinite
+    rows_vanished: int = 0       # redis: rows this trainer held that Redis had lost (written again)
     table_rows: dict = field(default_factory=dict)   # table -> live rows
     lifecycle: dict = field(default_factory=dict)    # table -> {created, admitted, expired, live, ...} (redis)
 
@@ -195,6 +197,11 @@ class ParamStore(abc.ABC):
 
     def ready(self) -> bool:
         return True
+
+    def watch(self, stopped, waiting) -> None:
+        """Called by the job: a store that retries unreachable servers ends its retries once
+        ``stopped()`` is true (raising ``StoreInterrupted``) and calls ``waiting(what)`` while
+        it retries (``waiting(None)`` when it no longer does). The default does nothing."""
 
     def close(self) -> None:
         pass

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import re
+import socket
+import ssl
 from typing import Callable
 from urllib.parse import unquote, urlsplit
 
@@ -20,6 +22,12 @@ from streamtrain.errors import StoreError
 from streamtrain.schema import Option
 
 SCHEMES = ("redis://", "rediss://")
+# what an ACL user of the parameter store needs (docs/redis.md "URLs, users, passwords, TLS"; tested as
+# written in tests/test_redis_acl.py): keys st:*, reads, writes, the compare-and-set script,
+# PING (readiness) and INFO (the prediction server's replica)
+ACL_RECIPE = "ACL SETUSER trainer on >PASSWORD ~st:* +@read +@write +@scripting +ping +info"
+ACL_NEEDS = ("keys ~st:*, commands +@read +@write +@scripting +ping +info; +select for a database other "
+             "than 0; +cluster|slots on a Cluster")
 CERT_REQS = ("required", "optional", "none")
 _STR = (str, type(None))
 TLS_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
@@ -112,3 +120,22 @@ def connection_kwargs(url: str, opts: dict, name: Callable[[str], str] = section
         kw.update(ssl=True, ssl_cert_reqs=reqs, ssl_check_hostname=reqs == "required",
                   **{k: opts.get(k) for k in TLS_FILES})
     return kw
+
+
+def protocol_mismatch(kw: dict, timeout_s: float = 1.0) -> str | None:
+    """Whether the server at ``kw``'s address talks the other protocol than ``kw`` asks for
+    (plain text where TLS is asked for, or TLS where plain text is): what to say, else None
+    (it does not answer the other protocol either: down, slow, or something else)."""
+    try:
+        with socket.create_connection((kw["host"], kw["port"]), timeout=timeout_s) as sock:
+            if kw.get("ssl"):
+                sock.sendall(b"PING\r\n")
+                if sock.recv(64)[:1] in (b"+", b"-"):        # a Redis reply: PONG, or NOAUTH...
+                    return "answers in plain text, not TLS: use redis:// (or the server's tls-port)"
+                return None
+            tls = ssl.create_default_context()
+            tls.check_hostname, tls.verify_mode = False, ssl.CERT_NONE     # only: does it speak TLS?
+            with tls.wrap_socket(sock, server_hostname=kw["host"]):
+                return "speaks TLS: use rediss:// (with ssl_ca_certs for a private CA)"
+    except (OSError, ValueError):
+        return None

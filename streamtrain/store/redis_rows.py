@@ -76,6 +76,14 @@ class RowLayout:
                 mat[present] = flat
         return (present, *self.unpack(mat))
 
+    def finite(self, values: np.ndarray) -> np.ndarray:
+        """Per row of ``encode``'s output: every weight and slot finite (no NaN, no inf)."""
+        if values.flags.c_contiguous:           # the tag is two floats' width: a view, no copy
+            floats = values.view("<f4")[:, TAG // 4:]
+        else:
+            floats = np.ascontiguousarray(values[:, TAG:]).view("<f4")
+        return np.isfinite(floats).all(axis=1)
+
     def unpack(self, mat: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
         """``uint8[n, nbytes]`` (``encode``'s output) → tags, weights, state."""
         n = len(mat)
@@ -111,6 +119,7 @@ class Rows:
         self.name, self.ids = name, ids
         self.layout: RowLayout = store.layouts[name]
         self.policy = store.cfg.policy(name) if ids is not None else None
+        self.integrity = store.integrity   # counts rows read with a NaN or an infinity
         self.present = None             # not read yet
         if ids is None:
             self.keys = np.array([redis_keys.dense_key(store.ns, name)])
@@ -121,6 +130,16 @@ class Rows:
 
     def set_values(self, values, where: str, rows=None) -> None:
         present, tags, w, state = self.layout.decode(list(values), where)
+        bad = ~np.isfinite(w).all(axis=1)
+        for a in state.values():
+            bad |= ~np.isfinite(a).all(axis=1)
+        if bad.any():       # written by an older version: read as the initial row; its tag is kept,
+            at = np.flatnonzero(bad)                      # so the next write replaces it
+            ids = None if self.ids is None else (self.ids if rows is None else self.ids[rows])[at]
+            w[at], fresh = self.layout.initial(ids)
+            for k in state:
+                state[k][at] = fresh[k]
+            self.integrity.corrupt(self.name, len(at))
         if rows is None:
             self.present, self.tags, self.w, self.state = present, tags, w, state
             return

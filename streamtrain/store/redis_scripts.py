@@ -9,8 +9,9 @@ the call cheap to send and to unpack.
 With ``feed_ms > 0`` the script also appends what it wrote to the stream ``feed`` (the change
 feed that prediction servers replicate the tables from, ``serve/replica.py``): one entry per
 call, fields ``x`` (the answer's failed rows) then ``n``, ``i``, ``v`` (name, ids, values) per
-segment, the strings it was sent, no copy row by row; entries older than ``feed_ms`` are
-trimmed (``MINID ~``). Being in the script, an entry is appended in the same atomic step as
+segment, the strings it was sent, no copy row by row; entries more than ``feed_ms`` older than
+the new one are trimmed (``XTRIM MINID ~``; the new entry's id is the server's clock, so the
+script needs no ``TIME``, which the ACL recipe's ``+@read +@write +@scripting`` do not grant). Being in the script, an entry is appended in the same atomic step as
 its writes: a stream's order is the order of the writes to every row it covers.
 
 For each row, the new value is written only if the row's current 8-byte tag equals the
@@ -68,11 +69,10 @@ end
 if m > 0 then redis.call('MSET', unpack(sets)) end
 local answer = 'ok:' .. table.concat(failed, ',')
 if feed_ms > 0 and nf < n then
-  local t = redis.call('TIME')
   fields[2] = answer
-  local cutoff = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - feed_ms)
-  redis.call('XADD', KEYS[2], 'MINID', '~', cutoff,
-             '*', unpack(fields))
+  local id = redis.call('XADD', KEYS[2], '*', unpack(fields))
+  local cutoff = tonumber(string.match(id, '^%d+')) - feed_ms
+  redis.call('XTRIM', KEYS[2], 'MINID', '~', string.format('%.0f', cutoff))
 end
 redis.call('SET', KEYS[1], answer, 'PX', ARGV[1])
 return answer

@@ -4,16 +4,21 @@
 a multi-shard pull costs one round trip, not one per shard. ``retrying(what, fn)`` re-runs an
 operation on connection errors, a loading or restarting server, and Cluster redirections, with
 exponential backoff (``streamtrain.backoff``) and one log line per attempt, and raises
-``StoreError`` when it gives up. A refusal (wrong password, unknown user, no permission, a
-certificate rejected) raises ``StoreAccessError`` at once: retrying cannot help. No message
-carries a password (``redact``).
+``StoreError`` when it gives up. A refusal (wrong password, unknown user, no permission, also
+for a command a script runs, a certificate rejected, a database number the server does not
+have) raises ``StoreAccessError`` at once: retrying cannot help. So does a URL whose scheme does
+not match the port (``redis://`` on a TLS port, ``rediss://`` on a plain one), found by trying
+the other protocol when the first attempts fail before any answer. No message carries a
+password (``redact``).
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import ssl
 import threading
+import time
 
 import redis
 import redis.retry
@@ -22,11 +27,11 @@ from redis.crc import key_slot
 from redis.exceptions import (AskError, AuthenticationError, BusyLoadingError, ClusterDownError, MovedError,
                               NoPermissionError, ResponseError, TryAgainError)
 
-from streamtrain.backoff import Backoff
-from streamtrain.errors import StoreAccessError, StoreError
+from streamtrain.backoff import STOPPED, Backoff
+from streamtrain.errors import StoreAccessError, StoreError, StoreInterrupted
 
 from . import redis_keys, redis_resp
-from .redis_connection import redact, section
+from .redis_connection import ACL_NEEDS, protocol_mismatch, redact, section
 
 try:
     from hiredis import pack_command as _pack_one
@@ -46,6 +51,11 @@ TRANSIENT = (redis.ConnectionError, redis.TimeoutError, BusyLoadingError, Connec
 RETRY_REPLIES = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "MASTERDOWN")
 RETRY_ERRORS = (MovedError, AskError, TryAgainError, ClusterDownError)
 REFUSED = (AuthenticationError, NoPermissionError, ssl.SSLCertVerificationError)
+# error replies that say the same, also from a command a script runs (Redis 7.0 words those "ERR
+# ... can't run this command"), and a database number the server does not have
+REFUSED_REPLIES = ("NOPERM", "can't run this command", "no permissions to", "DB index is out of range",
+                   "invalid DB index")
+STOP_AFTER_S = 2.0      # a stop asked ends the retries once they have run this long (a blip is retried)
 
 
 def get_connection_args(get_connection) -> tuple:
@@ -75,10 +85,19 @@ def new_client(conn: dict, timeout_s) -> redis.Redis:
 def refusal(err: BaseException) -> BaseException | None:
     """The error (or its cause) that says the server refuses us, if it is one."""
     while err is not None:
-        if isinstance(err, REFUSED) or "CERTIFICATE_VERIFY_FAILED" in str(err):
+        if isinstance(err, REFUSED) or "CERTIFICATE_VERIFY_FAILED" in str(err) or (
+                isinstance(err, ResponseError) and any(r in str(err) for r in REFUSED_REPLIES)):
             return err
         err = err.__cause__ or err.__context__
     return None
+
+
+def _connection_refused(err: BaseException) -> bool:
+    while err is not None:
+        if isinstance(err, ConnectionRefusedError) or "Connection refused" in str(err):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
 
 
 def _default_connection(url: str) -> dict:
@@ -100,6 +119,7 @@ class Shards:
         self.label = label                      # how messages name the client ("redis graph store")
         self.hint = hint or refusal_hint        # hint(refused): what to check after a refusal
         self.cluster = bool(cluster)
+        self.urls = [redact(u) for u in ([cluster] if cluster else urls)]      # for messages
         self.placement = placement
         self.timeout_s = timeout_s
         self.retry = retry or Retry()
@@ -113,6 +133,10 @@ class Shards:
         # slot map read and the error count are made one thread at a time
         self._lock = threading.Lock()
         self.epoch = 0                  # +1 at each slot map read: routing caches compare it
+        self.answered = False           # an operation succeeded (a protocol mismatch is ruled out)
+        self._local = threading.local()     # ``give_up_within``: this thread's bound on retries
+        self.stopped = None             # the job's "a stop was asked" (``watch``): ends a retry
+        self.on_wait = None             # told what waits for the servers while a retry runs
         if not self.cluster:
             self.clients = [new_client(kw, timeout_s) for kw in self._seeds]
             self.names = [f"{kw['host']}:{kw['port']}" for kw in self._seeds]
@@ -214,40 +238,89 @@ class Shards:
     def call(self, shard: int, *command):
         return self.run({shard: [command]})[shard][0]
 
+    @contextlib.contextmanager
+    def give_up_within(self, seconds: float):
+        """Operations this thread runs inside retry for at most ``seconds`` (a request waits)."""
+        before = getattr(self._local, "give_up_s", None)
+        self._local.give_up_s = seconds
+        try:
+            yield
+        finally:
+            self._local.give_up_s = before
+
+    def _retry(self) -> Retry:
+        limit = getattr(self._local, "give_up_s", None)
+        if limit is None or limit >= self.retry.give_up_s:
+            return self.retry
+        return Retry(self.retry.initial_s, max(self.retry.initial_s, min(self.retry.max_s, limit / 4)), limit)
+
     def retrying(self, what: str, fn):
         """Run ``fn()``; on a transient failure wait and run it again, until ``give_up_s``."""
+        retry = self._retry()
+
         def attempt():
             if self._stale:                     # a Cluster may have moved slots meanwhile
                 self._stale = False
                 self.refresh()
-            return fn()
+            out = fn()
+            self.answered = True
+            return out
+
+        started, waits = time.monotonic(), []
 
         def failed(err, attempt, pause):
             self._count_error()
             self._stale = self.cluster
+            self._check_protocol(err)
             log.warning("%s: %s failed (%s: %s); retry %d in %.2f s, giving up after %.0f s",
-                        self.label, what, type(err).__name__, redact(err), attempt, pause, self.retry.give_up_s)
+                        self.label, what, type(err).__name__, redact(err), attempt, pause, retry.give_up_s)
+            if self.on_wait is not None:
+                waits.append(attempt)
+                self.on_wait(f"{self.label}: {what}")
+
+        def stopped():                          # a stop ends the retries (not a one-off blip's)
+            return (self.stopped is not None and self.stopped()
+                    and time.monotonic() - started >= STOP_AFTER_S)
 
         def give_up(err, attempt, waited):
             self._count_error()
+            self._check_protocol(err)
             log.error("%s: %s failed after %d attempts in %.1f s: %s", self.label, what, attempt, waited,
                       redact(err))
             raise StoreError(f"{self.label}: {what} failed after {attempt} attempts in {waited:.1f} s "
                              f"({', '.join(self.names) or self._where()}): {redact(err)}") from err
 
         try:
-            return self.retry.retry(attempt, transient=_transient, on_retry=failed, on_give_up=give_up,
-                                    on_recovered=lambda n: log.warning("%s: %s succeeded after %d retries",
-                                                                       self.label, what, n))
+            done = retry.retry(attempt, transient=_transient, on_retry=failed, on_give_up=give_up,
+                               on_recovered=lambda n: log.warning("%s: %s succeeded after %d retries",
+                                                                  self.label, what, n), stopped=stopped)
         except (redis.RedisError, OSError) as err:
             refused = refusal(err)
             if refused is not None:
                 self._count_error()
                 raise StoreAccessError(f"{self.label}: {self._where()} refused {what}: {redact(refused)} "
                                        f"({self.hint(refused)})") from None
-            if isinstance(err, ResponseError):
+            if isinstance(err, ResponseError):       # (out of memory, a read-only replica...)
+                self._count_error()
                 raise StoreError(f"{self.label}: {what}: {redact(err)}") from err
             raise
+        finally:
+            if waits and self.on_wait is not None:
+                self.on_wait(None)
+        if done is STOPPED:
+            raise StoreInterrupted(f"{self.label}: {what}: stopped while {', '.join(self.names) or self._where()} "
+                                   "did not answer")
+        return done
+
+    def _check_protocol(self, err: BaseException) -> None:
+        """Before any answer, a failure that is not a refused connection may be a URL whose
+        scheme does not match its port: try the other protocol; ``StoreAccessError`` if it answers."""
+        if self.answered or isinstance(err, ResponseError) or _connection_refused(err):
+            return
+        for url, kw in zip(self.urls, self._seeds):
+            found = protocol_mismatch(kw, min(1.0, self.timeout_s))
+            if found:
+                raise StoreAccessError(f"{self.label}: {url} {found}") from None
 
     def _count_error(self) -> None:
         if self.stats is not None:
@@ -255,21 +328,22 @@ class Shards:
                 self.stats.errors += 1
 
     def _where(self) -> str:
-        return ", ".join(f"{kw['host']}:{kw['port']}" + (f" as user '{kw['username']}'" if kw.get("username") else "")
-                         for kw in self._seeds)
+        return ", ".join(url + (f" as user '{kw['username']}'" if kw.get("username") else "")
+                         for url, kw in zip(self.urls, self._seeds))
 
     def close(self) -> None:
         for client in self.clients:
             client.close()
 
 
-def refusal_hint(refused: BaseException, name=section("store."),
-                 needs: str = "keys ~st:*, commands +@read +@write +@scripting +ping +info +cluster") -> str:
+def refusal_hint(refused: BaseException, name=section("store."), needs: str = ACL_NEEDS) -> str:
     """What to check after ``refused``, naming the options as ``name`` words them."""
     if isinstance(refused, AuthenticationError):
         return (f"check the user and password: {name('username')}, {name('password_env')}, "
                 f"{name('password_file')} or the URL's user:password")
-    if isinstance(refused, NoPermissionError):
+    if "DB index" in str(refused):
+        return "the URL's database number is not one this server has: see its `databases` setting"
+    if isinstance(refused, (NoPermissionError, ResponseError)):
         return f"the ACL user lacks a permission it needs ({needs})"
     return ("check the certificate options: " + ", ".join(map(name, ("ssl_ca_certs", "ssl_certfile",
                                                                       "ssl_keyfile", "ssl_cert_reqs"))))

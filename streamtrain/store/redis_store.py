@@ -34,6 +34,7 @@ from streamtrain.errors import StoreError
 from . import redis_keys, redis_lifecycle, redis_snapshot
 from .base import ParamStore, Snapshot, initial_rows, register
 from .redis_config import OPTIONS, RedisConfig, redact, validate
+from .redis_integrity import Integrity
 from .redis_io import RowIO
 from .redis_prefetch import Prefetch
 from .redis_rows import RowLayout, Rows
@@ -76,6 +77,7 @@ class RedisStore(ParamStore):
         self.io.receipt_ms = int((retry.give_up_s + retry.max_s + 2 * self.cfg.timeout_s) * 1000) + 1000
         self.io.feed_ms = int(round(self.cfg.feed_s * 1000))
         self.counters = redis_lifecycle.Counters(self.io)
+        self.integrity = Integrity(self.stats)      # no NaN/inf is written; vanished rows are counted
         self.layouts: dict[str, RowLayout] = {}
         self._cache: dict[str, Rows] = {}
         self._rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))
@@ -198,10 +200,10 @@ class RedisStore(ParamStore):
         parts = [(it, rows, np.zeros(len(rows), np.uint64),
                   it.layout.encode(t, it.w[rows], {k: a[rows] for k, a in it.state.items()}))
                  for (it, rows), t in zip(creating, tags)]
-        failed = self.cas_rows(parts, "create rows")
+        failed, refused = self.cas_rows(parts, "create rows")
         lost = []
-        for (it, rows, _, _), t, bad in zip(parts, tags, failed):
-            won = rows[~bad]
+        for (it, rows, _, _), t, bad, ref in zip(parts, tags, failed, refused):
+            won = rows[~bad & ~ref]             # (a refused row reads as its value, not stored)
             it.present[won] = True
             it.tags[won] = t[~bad]             # the version written: a push expects it
             self._count_created(it, len(won), int(bad.sum()))
@@ -294,10 +296,10 @@ class RedisStore(ParamStore):
                 parts.append((it, rows, expected, it.layout.encode(self.new_tags(len(rows)), w, state)))
             if not parts:
                 break
-            failed = self.cas_rows(parts, "update rows")
+            failed, refused = self.cas_rows(parts, "update rows")
             retry_items, retry_rows = [], []
-            for (it, rows, expected, _), bad in zip(parts, failed):
-                self._count_created(it, int(((expected == 0) & ~bad).sum()), 0)
+            for (it, rows, expected, _), bad, ref in zip(parts, failed, refused):
+                self._count_created(it, int(((expected == 0) & ~bad & ~ref).sum()), 0)
                 if bad.any():
                     retry_items.append(it)
                     retry_rows.append(rows[bad])
@@ -305,7 +307,9 @@ class RedisStore(ParamStore):
                 break
             self.read_rows(retry_items, "re-read rows changed by another trainer", retry_rows)
             for i, (it, rows) in enumerate(zip(retry_items, retry_rows)):
-                gone = rows[~it.present[rows]]          # expired meanwhile
+                gone = rows[~it.present[rows]]          # expired (or lost) meanwhile
+                if it.policy is None or not it.policy.ttl_s:
+                    self.integrity.vanished(it.name, len(gone))
                 if it.policy is not None and it.policy.gated:
                     self.counters.add(it.name, "dropped", len(gone))
                     retry_rows[i] = rows[it.present[rows]]
@@ -334,15 +338,24 @@ class RedisStore(ParamStore):
         """Fresh row versions: random, never 0 (0 means "absent" to the CAS script)."""
         return self._rng.integers(1, np.iinfo(np.uint64).max, n, dtype=np.uint64, endpoint=True)
 
-    def cas_rows(self, parts: list, what: str) -> list[np.ndarray]:
-        """One chunked compare-and-set over ``(rows item, row numbers, expected tags, values)``."""
-        failed = self.io.cas([(it.keys[rows], it.groups[rows], expected, values, it.ttl, it.name,
-                               None if it.ids is None else it.ids[rows])
-                              for it, rows, expected, values in parts], what=what)
-        for (it, rows, _, values), bad in zip(parts, failed):
+    def cas_rows(self, parts: list, what: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """One chunked compare-and-set over ``(rows item, row numbers, expected tags, values)``.
+        Per part: the rows not written because another writer changed them (``failed``), and
+        the rows never sent because a value is NaN or infinite (``refused``, redis_integrity)."""
+        sent, refused = self.integrity.screen(parts)
+        answers = self.io.cas([(it.keys[rows], it.groups[rows], expected, values, it.ttl, it.name,
+                                None if it.ids is None else it.ids[rows])
+                               for it, rows, expected, values in sent], what=what)
+        failed = []
+        for (it, rows, _, values), bad, ref in zip(sent, answers, refused):
             done = ~bad
             self.ahead.record(it.name, None if it.ids is None else it.ids[rows[done]], values[done])
-        return failed
+            if ref.any():
+                full = np.zeros(len(ref), bool)
+                full[~ref] = bad
+                bad = full
+            failed.append(bad)
+        return failed, refused
 
     # ---- lifecycle and stats ----------------------------------------------------------------
     def lifecycle(self) -> dict:
@@ -377,6 +390,9 @@ class RedisStore(ParamStore):
         redis_snapshot.restore(self, snapshot)
 
     # ---- the rest ------------------------------------------------------------------------------
+    def watch(self, stopped, waiting) -> None:
+        self.shards.stopped, self.shards.on_wait = stopped, waiting
+
     def ready(self) -> bool:
         return self.shards.ready()
 

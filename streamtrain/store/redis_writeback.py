@@ -1,7 +1,7 @@
 """The redis store's write-back cache: a local copy of the rows this trainer pulled, stepped
 locally and written to Redis at most every ``store.write_back_s`` seconds (a **flush**).
 
-Each parameter keeps, per cached row (numbered by ``IdIndex``), its weights and optimizer slots
+Each parameter keeps its cached rows in a ``Cached`` (redis_cached): weights and optimizer slots
 as the memory store's tables hold them (so a push steps them exactly as the memory store does),
 the row's tag and its value at this trainer's last read or write of it (``base``), and two
 flags: ``dirty`` (changed since the last flush) and ``stale`` (not written by this trainer in
@@ -11,6 +11,12 @@ A flush is the store's compare-and-set, expecting the tag last read or written. 
 trainer wrote meanwhile fails the check; it is read again and written as
 ``current + (local - base)`` for the weights and every slot (each trainer's change of the
 window is added, none is lost), and the local copy takes that merged value.
+
+A row Redis has lost (absent when the flush reads it again: ``FLUSHALL``, a restart without
+persistence) is written again from the local copy, as a new row; a cached row a pull finds lost
+takes its local copy too (not in a table with a TTL, whose rows expire on purpose). A row whose
+local values are not finite is never written (redis_integrity): it leaves the cache, and the
+next pull reads the stored row again.
 
 The job's periodic flushes overlap training (``begin`` / ``poll``): ``begin`` copies the dirty
 rows' values, marks them clean and sends the compare-and-set from a thread; training goes on
@@ -29,70 +35,11 @@ import time
 import numpy as np
 
 from streamtrain.errors import StoreError
-from streamtrain.growth import capacity_for, grow_rows
-
-from .idindex import IdIndex
 from .memory import put_rows, step_table_rows, take_rows
+from .redis_cached import Cached
 from .redis_rows import Rows
 
 log = logging.getLogger("streamtrain.store.redis")
-
-
-class Cached:
-    """The cached rows of one parameter: values, slots, tags, base copies and flags."""
-
-    def __init__(self, layout, capacity=1024):
-        self.layout = layout
-        self.table = layout.spec.table
-        self.index = IdIndex()
-        self.w = np.zeros((capacity, layout.dim), layout.dtype)
-        self.state = {k: np.zeros((capacity, width), layout.dtype) for k, width in layout.slots}
-        self.base_w = np.zeros_like(self.w)
-        self.base_state = {k: np.zeros_like(a) for k, a in self.state.items()}
-        self.tags = np.zeros(capacity, np.uint64)
-        self.dirty = np.zeros(capacity, bool)
-        self.stale = np.zeros(capacity, bool)
-        self.last = None            # rows of the last pull (pull_states; its push reuses them)
-        self.last_ids = None        # ... and the id array it was asked for
-
-    def __len__(self) -> int:
-        return len(self.index)
-
-    def _grow(self, needed: int) -> None:
-        if needed <= len(self.w):
-            return
-        cap = capacity_for(len(self.w), needed)
-        self.w, self.base_w = grow_rows(self.w, cap), grow_rows(self.base_w, cap)
-        self.state = {k: grow_rows(a, cap) for k, a in self.state.items()}
-        self.base_state = {k: grow_rows(a, cap) for k, a in self.base_state.items()}
-        self.tags, self.dirty, self.stale = (grow_rows(a, cap) for a in (self.tags, self.dirty, self.stale))
-
-    def lookup(self, ids: np.ndarray) -> np.ndarray:
-        """Row of each id, -1 where not cached or stale (to be read from Redis)."""
-        rows = self.index.lookup(ids)
-        known = rows >= 0
-        rows[known & self.stale[np.maximum(rows, 0)]] = -1
-        return rows
-
-    def fresh_dense(self) -> bool:
-        """A dense parameter (its one row, id 0, is row 0): cached and not stale."""
-        return len(self.index) > 0 and not self.stale[0]
-
-    def take(self, ids: np.ndarray, tags, w, state) -> np.ndarray:
-        """Cache rows read from (or created in) Redis as clean; their row numbers."""
-        rows = self.index.find_or_add(ids)
-        self._grow(len(self.index))
-        for dst, base, src in ((self.w, self.base_w, w), *((self.state[k], self.base_state[k], state[k])
-                                                           for k in self.state)):
-            put_rows(dst, rows, src)
-            put_rows(base, rows, src)
-        self.tags[rows] = tags
-        self.dirty[rows] = False
-        self.stale[rows] = False
-        return rows
-
-    def values(self, rows: np.ndarray) -> tuple[np.ndarray, dict]:
-        return take_rows(self.w, rows), {k: take_rows(a, rows) for k, a in self.state.items()}
 
 
 class WriteBack:
@@ -152,6 +99,8 @@ class WriteBack:
             for it in items:
                 c = self.cached[it.name]
                 ids = np.zeros(1, np.uint64) if it.ids is None else it.ids
+                if it.policy is None or not it.policy.ttl_s:      # (rows of a TTL expire on purpose)
+                    self.store.integrity.vanished(it.name, c.recover(it, ids))
                 keep = it.present if not create else np.ones(len(ids), bool)
                 r = rows[it.name]
                 miss = np.flatnonzero(r < 0)
@@ -285,15 +234,17 @@ class WriteBack:
             return None
         self.flight = None
         try:
-            failed = flight.result()
+            failed, refused = flight.result()
         except BaseException:
             for c, _, rows, *_ in flight.work:
                 c.dirty[rows] = True
             raise
-        store, written, conflict = self.store, 0, False
-        for (c, it, rows, w, state, tags, expected), bad in zip(flight.work, failed):
-            ok = ~bad
+        store, written, conflict, fresh = self.store, 0, False, []
+        for (c, it, rows, w, state, tags, expected), bad, ref in zip(flight.work, failed, refused):
+            ok = ~bad & ~ref
             done = rows[ok]
+            fresh.append((c, done))
+            c.drop(rows[ref])
             store._count_created(it, int((ok & (expected == 0)).sum()), 0)
             c.tags[done] = tags[ok]
             put_rows(c.base_w, done, w[ok])              # what Redis now holds (the local copy may
@@ -311,8 +262,8 @@ class WriteBack:
         for c in self.cached.values():        # clean rows not written now: read again when pulled
             n = len(c)
             c.stale[:n] = ~c.dirty[:n]
-        for c, _, rows, *_ in flight.work:         # written now: fresh
-            c.stale[rows] = False
+        for c, done in fresh:                      # written now: fresh
+            c.stale[done] = False
         store.counters.flush()
         self._stats()
         return written
@@ -342,7 +293,7 @@ class WriteBack:
                 it.w = np.zeros((n, c.layout.dim), c.layout.dtype)
                 it.state = {k: np.zeros((n, width), c.layout.dtype) for k, width in c.layout.slots}
                 work.append((c, it, rows))
-        written = 0
+        written, dropped = 0, []
         pending = [np.arange(len(rows)) for _, _, rows in work]
         for _ in range(store.cfg.max_push_attempts):
             parts = []
@@ -355,12 +306,14 @@ class WriteBack:
                 parts.append((c, it, sel, tags, (it, sel, c.tags[r], it.layout.encode(tags, w, state))))
             if not parts:
                 break
-            failed = store.cas_rows([p[-1] for p in parts], "flush rows")
+            failed, refused = store.cas_rows([p[-1] for p in parts], "flush rows")
             retry = []
-            for (c, it, sel, tags, _), bad in zip(parts, failed):
+            for (c, it, sel, tags, _), bad, ref in zip(parts, failed, refused):
                 r = rows_of(work, it)[sel]
-                ok = ~bad
+                ok = ~bad & ~ref
                 done = r[ok]
+                c.drop(r[ref])
+                dropped.append((c, r[ref]))
                 store._count_created(it, int((ok & (c.tags[r] == 0)).sum()), 0)
                 c.tags[done] = tags[ok]
                 c.dirty[done] = False
@@ -377,9 +330,11 @@ class WriteBack:
                             [s for _, _, s in retry])
             by_item = {}
             for c, it, sel in retry:
-                gone = sel[~it.present[sel]]
-                it.fill_initial(gone)              # expired meanwhile: the change lands on a fresh row
-                self._merge(c, rows_of(work, it)[sel], it, sel)
+                rows, here = rows_of(work, it)[sel], it.present[sel]
+                gone = rows[~here]                 # lost from Redis: the local copy is written as a new row
+                store.integrity.vanished(it.name, len(gone))
+                c.tags[gone] = 0
+                self._merge(c, rows[here], it, sel[here])
                 by_item[id(it)] = sel
             pending = [by_item.get(id(it), np.zeros(0, np.int64)) for _, it, _ in work]
         else:
@@ -390,6 +345,8 @@ class WriteBack:
             c.stale[:n] = True
         for c, _, rows in work:
             c.stale[rows] = False
+        for c, rows in dropped:                    # not written: read again from Redis
+            c.stale[rows] = True
         store.counters.flush()
         if sum(len(c) for c in self.cached.values()) > self.max_rows:
             self.reset()
@@ -402,13 +359,19 @@ class WriteBack:
 
     @staticmethod
     def _merge(c: Cached, rows: np.ndarray, it: Rows, sel: np.ndarray) -> None:
-        """Rows ``rows`` of ``c`` become ``current + (local - base)``; current is the new base."""
-        for local, base, cur in ((c.w, c.base_w, it.w), *((c.state[k], c.base_state[k], it.state[k])
-                                                          for k in c.state)):
-            now = cur[sel]
-            put_rows(local, rows, now + (take_rows(local, rows) - take_rows(base, rows)))
+        """Rows ``rows`` of ``c`` become ``current + (local - base)``; current is the new base.
+        A slot the optimizer keeps non-negative (Adam's second moment decays in both copies: the
+        sum of two decays can go below zero) is kept at ``min(current, local)`` or above."""
+        keep = c.layout.optimizer.nonnegative
+        for k, (local, base, cur) in (("", (c.w, c.base_w, it.w)),
+                                      *((k, (c.state[k], c.base_state[k], it.state[k])) for k in c.state)):
+            now, mine = cur[sel], take_rows(local, rows)
+            merged = now + (mine - take_rows(base, rows))
+            if k in keep and (low := merged < 0).any():
+                merged[low] = np.minimum(now, mine)[low].clip(0)
+            put_rows(local, rows, merged)
             put_rows(base, rows, now)
-        c.tags[rows] = np.where(it.present[sel], it.tags[sel], np.uint64(0))
+        c.tags[rows] = it.tags[sel]
 
 
 class _Flight:
@@ -416,7 +379,7 @@ class _Flight:
 
     def __init__(self, work: list, t0: float):
         self.work, self.t0 = work, t0
-        self._answer: list = []
+        self._answer: tuple = ([], [])     # (failed, refused) per part: ``cas_rows``' answer
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
 
@@ -436,7 +399,7 @@ class _Flight:
         if self._thread is not None:
             self._thread.join()
 
-    def result(self) -> list:
+    def result(self) -> tuple:
         self.join()
         if self._error is not None:
             raise self._error
