@@ -129,9 +129,11 @@ def cluster_args(port: int) -> tuple:
     return ("--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf")
 
 
-def create_cluster(addrs: list[str], wait_s: float = 10.0) -> None:
+def create_cluster(addrs: list[str], wait_s: float = 30.0) -> None:
     """Join fresh Cluster nodes (``host:port``) into one cluster, no replicas, slots split
-    evenly (``redis-cli --cluster create``), and wait until it reports ``cluster_state:ok``."""
+    evenly (``redis-cli --cluster create``), and wait until every node reports
+    ``cluster_state:ok`` (each node learns it on its own: one still converging answers
+    CLUSTERDOWN)."""
     cli = shutil.which("redis-cli")
     if cli is None:
         raise StoreError("creating a Redis Cluster needs redis-cli on PATH (apt install redis-tools)")
@@ -139,13 +141,14 @@ def create_cluster(addrs: list[str], wait_s: float = 10.0) -> None:
                          capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
         raise StoreError(f"redis-cli --cluster create {' '.join(addrs)} failed: {out.stdout[-400:]}{out.stderr[-400:]}")
-    host, port = addrs[0].rsplit(":", 1)
-    client = redis.Redis(host=host, port=int(port))
     deadline = time.monotonic() + wait_s
-    try:
-        while client.cluster("info").get("cluster_state") != "ok":
-            if time.monotonic() > deadline:
-                raise StoreError(f"cluster {addrs[0]} did not reach cluster_state ok within {wait_s} s")
-            time.sleep(0.05)
-    finally:
-        client.close()
+    for addr in addrs:
+        host, port = addr.rsplit(":", 1)
+        client = redis.Redis(host=host, port=int(port))
+        try:
+            while client.cluster("info").get("cluster_state") != "ok":
+                if time.monotonic() > deadline:
+                    raise StoreError(f"cluster node {addr} did not reach cluster_state ok within {wait_s} s")
+                time.sleep(0.05)
+        finally:
+            client.close()
