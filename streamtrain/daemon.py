@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import checkpoint, systemd
+from . import checkpoint, startup, systemd
 from .health import Health, MetricsServer, caught_up, job_readiness
 from .job import Job
 from .logs import setup_logging
@@ -100,6 +100,7 @@ def run_job(cfg: dict, args) -> int:
     logcfg = cfg.get("log", {})
     setup_logging(args.log_format or logcfg.get("format", "text"), args.log_level or logcfg.get("level", "INFO"))
     log.info("%s: training job %r", describe(), cfg.get("name", ""), extra={"fields": build_info()})
+    startup.for_job(cfg)
     restore = resolve_restore(args.restore, cfg)
     job = Job(cfg, max_examples=args.max_examples, restore=restore)
     signals = Signals(job).install()
