@@ -1,4 +1,4 @@
-"""One training step (DESIGN.md): feed, pull, forward, backward, push, update.
+"""One training step (docs/design.md, "The step"): feed, pull, forward, backward, push, update.
 
 Predictions are made before the batch updates the parameters (progressive validation).
 A batch whose loss or gradient is not finite is skipped: nothing is pushed, it is counted
