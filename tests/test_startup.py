@@ -190,13 +190,19 @@ for module in pkgutil.walk_packages(streamtrain.__path__, "streamtrain."):
         importlib.import_module(module.name)
 from numba.core import caching, config, cpu
 from numba.core.typing import context
-from kafka.net import transport
+try:
+    from kafka.net import transport
+except ImportError:                  # kafka-python 2.x (the floor): no kafka.net, nothing to patch
+    transport = None
 
 
 def patched():
-    return {"numba cache load": caching.Cache.load_overload, "numba registries": cpu.CPUContext.load_additional_registries,
-            "numba typing registries": context.Context.load_additional_registries,
-            "kafka socket reads": transport.KafkaTCPTransport._sock_recv}
+    found = {"numba cache load": caching.Cache.load_overload,
+             "numba registries": cpu.CPUContext.load_additional_registries,
+             "numba typing registries": context.Context.load_additional_registries}
+    if transport is not None:
+        found["kafka socket reads"] = transport.KafkaTCPTransport._sock_recv
+    return found
 
 
 found = [name for name, fn in patched().items() if getattr(fn, "_streamtrain", False)]
