@@ -1,4 +1,4 @@
-"""The package's size budget (tinygrad's ``sz.py``, as a test): no module over 400 lines, no
+"""The package's size budget (as tinygrad checks its line count in CI): no module over 400 lines, no
 function over 60 outside compiled (numba) kernels, whose loops are long on purpose (one pass,
 no calls). An exception is an entry below that says why; an entry that is no longer needed
 fails too, so the list only shrinks."""
