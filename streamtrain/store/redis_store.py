@@ -250,8 +250,11 @@ class RedisStore(ParamStore):
         return self.wb is not None and self.wb.due()
 
     def flush(self) -> int:
-        """Write the write-back cache's dirty rows to Redis now (rows written; 0 writing through)."""
-        return self.wb.flush() if self.wb is not None else 0
+        """Write the write-back cache's dirty rows to Redis now (rows written; 0 writing through):
+        every batch applied so far is durable."""
+        written = self.wb.flush() if self.wb is not None else 0
+        self.durability.flushed()
+        return written
 
     def flush_begin(self) -> bool:
         return self.wb.begin() if self.wb is not None else False
