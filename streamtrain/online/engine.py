@@ -12,7 +12,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import kernels, prep
+from streamtrain.errors import ConfigError
+
+from . import kernels, prep, terms
 from .plan import plan
 
 _EMPTY_I = np.zeros(0, np.int64)
@@ -213,6 +215,9 @@ class PerExample:
         self.group_of = {}
         for name in self.plan.params:
             code, hyper = optimizers[name].kernel_rule()
+            if kernels.RULES[code] is not optimizers[name].rule:     # the core compiled another
+                raise ConfigError([(name, f"optimizer '{optimizers[name].kind}' claims the per-example "
+                                          f"rule of '{terms.KERNEL_RULES[code]}' but its rule is its own")])
             key = (code, tuple(hyper))
             self.group_of[name] = rules.setdefault(key, len(rules))
         self.code = np.array([c for c, _ in rules], np.int64)

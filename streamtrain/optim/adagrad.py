@@ -8,6 +8,15 @@ from streamtrain.online import terms as kernel
 from .base import Optimizer, hyper, register
 
 
+def rule(h, w, n, z, g, sq):
+    """One coordinate (or arrays of them, elementwise) stepped by gradient ``g`` whose square is
+    ``sq``: ``(w, n, z)`` after. ``h = (lr, eps, …)``. The arithmetic every executor runs: the
+    numpy ``step``, the compiled table rows (optim/_rows.py) and the per-example core
+    (online/kernels.py) compile this very function."""
+    n = n + sq
+    return w - h[0] * g / (np.sqrt(n) + h[1]), n, z
+
+
 @register
 class Adagrad(Optimizer):
     """n += g²;  w -= lr * g / (sqrt(n) + eps)"""
@@ -29,10 +38,11 @@ class Adagrad(Optimizer):
 
     squares = True
 
+    rule = staticmethod(rule)
+
     def step(self, w, g, state, sq=None):
         n = state["n"]
-        n += g * g if sq is None else sq
-        w -= self.lr * g / (np.sqrt(n) + self.eps)
+        w[...], n[...], _ = rule((self.lr, self.eps), w, n, None, g, g * g if sq is None else sq)
 
     def step_rows(self, weights, state, rows, g, sq=None):
         from . import _rows as rows_        # numba: imported by the first push, not at start-up

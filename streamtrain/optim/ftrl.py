@@ -8,6 +8,18 @@ from streamtrain.online import terms as kernel
 from .base import Optimizer, hyper, register
 
 
+def rule(h, w, n, z, g, sq):
+    """One coordinate (or arrays of them, elementwise) stepped by gradient ``g`` whose square is
+    ``sq``: ``(w, n, z)`` after. ``h = (alpha, beta, l1, l2, zero)``: the zero in the weights'
+    type, so no constant widens float32 arithmetic. Every executor runs this very function
+    (numpy ``step``, optim/_rows.py, online/kernels.py)."""
+    sigma = (np.sqrt(n + sq) - np.sqrt(n)) / h[0]
+    z = z + (g - sigma * w)
+    n = n + sq
+    shrunk = np.sign(z) * np.maximum(np.abs(z) - h[2], h[4])
+    return -shrunk / ((h[1] + np.sqrt(n)) / h[0] + h[3]), n, z
+
+
 @register
 class FTRL(Optimizer):
     """FTRL-Proximal, per coordinate. Weights are a function of (z, n): rows start at zero
@@ -26,14 +38,12 @@ class FTRL(Optimizer):
     def test_params(cls):
         return {"alpha": 0.5, "l1": 0.1, "l2": 0.2}
 
+    rule = staticmethod(rule)
+
     def step(self, w, g, state, sq=None):
         z, n = state["z"], state["n"]
-        g2 = g * g if sq is None else sq
-        sigma = (np.sqrt(n + g2) - np.sqrt(n)) / self.alpha
-        z += g - sigma * w
-        n += g2
-        shrunk = np.sign(z) * np.maximum(np.abs(z) - self.l1, 0)
-        w[...] = -shrunk / ((self.beta + np.sqrt(n)) / self.alpha + self.l2)
+        h = (self.alpha, self.beta, self.l1, self.l2, 0)
+        w[...], n[...], z[...] = rule(h, w, n, z, g, g * g if sq is None else sq)
 
     def step_rows(self, weights, state, rows, g, sq=None):
         from . import _rows as rows_        # numba: imported by the first push, not at start-up

@@ -6,6 +6,11 @@ from streamtrain.online import terms as kernel
 from .base import Optimizer, hyper, register
 
 
+def rule(h, w, n, z, g, sq):
+    """One coordinate (or arrays, elementwise): ``(w, n, z)`` after gradient ``g``; ``h = (lr, …)``."""
+    return w - h[0] * g, n, z
+
+
 @register
 class SGD(Optimizer):
     """w -= lr * g"""
@@ -17,8 +22,10 @@ class SGD(Optimizer):
     def test_params(cls):
         return {"lr": 0.1}
 
+    rule = staticmethod(rule)
+
     def step(self, w, g, state, sq=None):
-        w -= self.lr * g
+        w[...], _, _ = rule((self.lr,), w, None, None, g, None)
 
     def kernel_rule(self):
         return kernel.SGD, (self.lr,)
