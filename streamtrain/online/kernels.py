@@ -63,31 +63,34 @@ def _step(code, h, w, n, z, g, sq):
     return _ftrl(h5, w, n, z, g, sq)
 
 
+def _compiled(fn):
+    return njit(cache=True, nogil=True, error_model="numpy", inline="always")(fn)
+
+
+_rates = (_compiled(sgd.rate), _compiled(adagrad.rate), _compiled(ftrl.rate))
+_rate_steps = (_compiled(sgd.rate_step), _compiled(adagrad.rate_step), _compiled(ftrl.rate_step))
+
+
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _prepare(code, h, n, sq):
     """For a linear slot with accumulator ``n`` about to add ``sq``: (√(n + sq), the step size
-    ``dw/d(−g)``). For FTRL without L1 from a consistent state ``w = −z/d`` the step is then
-    exactly ``−rate · g``; with L1 its weight is ``−shrink(z')·rate``."""
+    ``dw/d(−g)``), by the rule's own ``rate`` (optim/<rule>.py)."""
     if code == SGD:
-        return 0.0, h[0]
-    root = np.sqrt(n + sq)
+        return _rates[0](h, n, sq)
     if code == ADAGRAD:
-        return root, h[0] / (root + h[1])
-    return root, h[0] / (h[1] + root + h[0] * h[3])
+        return _rates[1](h, n, sq)
+    return _rates[2](h, n, sq)
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _apply(code, h, w, n, z, root0, root, rate, g, sq):
-    """``_step`` of a linear slot with ``√n`` before (``root0``) and after, and the rate, known."""
+    """``_step`` of a linear slot with ``√n`` before (``root0``) and after, and the rate, known:
+    the rule's own ``rate_step``."""
     if code == SGD:
-        return w - rate * g, n, z
+        return _rate_steps[0](h, w, n, z, root0, root, rate, g, sq)
     if code == ADAGRAD:
-        return w - rate * g, n + sq, z
-    z2 = z + g - (root - root0) / h[0] * w
-    shrunk = max(abs(z2) - h[2], 0.0)
-    if z2 < 0:
-        shrunk = -shrunk
-    return -shrunk * rate, n + sq, z2
+        return _rate_steps[1](h, w, n, z, root0, root, rate, g, sq)
+    return _rate_steps[2](h, w, n, z, root0, root, rate, g, sq)
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")

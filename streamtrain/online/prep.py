@@ -12,7 +12,12 @@ from ..compiled import numba  # numba as streamtrain.compiled loads it (start-up
 
 njit = numba.njit
 
+from ..optim import adagrad, ftrl, sgd  # noqa: E402
 from .terms import ADAGRAD, SGD  # noqa: E402
+
+# each rule's inverse (optim/<rule>.py), for ``combine``
+_inverse_sgd, _inverse_adagrad, _inverse_ftrl = (
+    njit(cache=True, nogil=True, error_model="numpy", inline="always")(m.inverse) for m in (sgd, adagrad, ftrl))
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -69,7 +74,8 @@ def by_example(ex, batch, row, x, field):
 @njit(cache=True, nogil=True, error_model="numpy")
 def combine(code, hyper, grp, w0, n0, z0, w, n, z):
     """Per coordinate (rows of ``w`` share ``grp``): the gradient and squares whose single
-    ``_step`` from (w0, n0, z0) lands on (w, n, z) — the sum of the per-example updates.
+    ``_step`` from (w0, n0, z0) lands on (w, n, z) — the sum of the per-example updates (each
+    rule's own ``inverse``).
     (The start may be in a narrower float: its values are what the kernel started from.) All
     arrays C-contiguous; a run of rows of one group is one flat loop (which vectorises) that
     writes every output once (no zero-fill first)."""
@@ -84,20 +90,17 @@ def combine(code, hyper, grp, w0, n0, z0, w, n, z):
         e = j + 1
         while e < R and grp[e] == grp[j]:
             e += 1
-        rule = code[grp[j]]
-        h0, h1 = hyper[grp[j], 0], hyper[grp[j], 1]
+        rule, g_ = code[grp[j]], grp[j]
+        h = (hyper[g_, 0], hyper[g_, 1], hyper[g_, 2], hyper[g_, 3])
         lo, hi = j * d, e * d
         if rule == SGD:
             for i in range(lo, hi):
-                sqf[i] = 0.0
-                gf[i] = (w0f[i] - wf[i]) / h0 if h0 > 0 else 0.0
+                gf[i], sqf[i] = _inverse_sgd(h, w0f[i], n0f[i], z0f[i], wf[i], nf[i], zf[i])
         elif rule == ADAGRAD:
             for i in range(lo, hi):
-                sqf[i] = nf[i] - n0f[i]
-                gf[i] = (w0f[i] - wf[i]) * (np.sqrt(nf[i]) + h1) / h0 if h0 > 0 else 0.0
+                gf[i], sqf[i] = _inverse_adagrad(h, w0f[i], n0f[i], z0f[i], wf[i], nf[i], zf[i])
         else:
             for i in range(lo, hi):
-                sqf[i] = nf[i] - n0f[i]
-                gf[i] = zf[i] - z0f[i] + (np.sqrt(nf[i]) - np.sqrt(np.float64(n0f[i]))) / h0 * w0f[i]
+                gf[i], sqf[i] = _inverse_ftrl(h, w0f[i], n0f[i], z0f[i], wf[i], nf[i], zf[i])
         j = e
     return g, sq

@@ -17,6 +17,24 @@ def rule(h, w, n, z, g, sq):
     return w - h[0] * g / (np.sqrt(n) + h[1]), n, z
 
 
+
+# The rule's forms the per-example core needs (online/kernels.py compiles them; scalars only):
+def rate(h, n, sq):
+    """(√(n + sq), the step size dw/d(−g)) of a coordinate about to step."""
+    root = np.sqrt(n + sq)
+    return root, h[0] / (root + h[1])
+
+
+def rate_step(h, w, n, z, root0, root, rate, g, sq):
+    """``rule`` with √n before (``root0``) and after (``root``) and the step size known."""
+    return w - rate * g, n + sq, z
+
+
+def inverse(h, w0, n0, z0, w, n, z):
+    """(g, sq) whose single ``rule`` step from (w0, n0, z0) lands on (w, n, z)."""
+    return ((w0 - w) * (np.sqrt(n) + h[1]) / h[0] if h[0] > 0 else 0.0), n - n0
+
+
 @register
 class Adagrad(Optimizer):
     """n += g²;  w -= lr * g / (sqrt(n) + eps)"""

@@ -20,6 +20,29 @@ def rule(h, w, n, z, g, sq):
     return -shrunk / ((h[1] + np.sqrt(n)) / h[0] + h[3]), n, z
 
 
+
+# The rule's forms the per-example core needs (online/kernels.py compiles them; scalars only):
+def rate(h, n, sq):
+    """(√(n + sq), the step size dw/d(−g)): from a consistent state ``w = −z/d`` without L1 the
+    step is exactly ``−rate · g``; with L1 the weight is ``−shrink(z')·rate``."""
+    root = np.sqrt(n + sq)
+    return root, h[0] / (h[1] + root + h[0] * h[3])
+
+
+def rate_step(h, w, n, z, root0, root, rate, g, sq):
+    """``rule`` with √n before (``root0``) and after (``root``) and the step size known."""
+    z2 = z + g - (root - root0) / h[0] * w
+    shrunk = max(abs(z2) - h[2], 0.0)
+    if z2 < 0:
+        shrunk = -shrunk
+    return -shrunk * rate, n + sq, z2
+
+
+def inverse(h, w0, n0, z0, w, n, z):
+    """(g, sq) whose single ``rule`` step from (w0, n0, z0) lands on (w, n, z)."""
+    return z - z0 + (np.sqrt(n) - np.sqrt(np.float64(n0))) / h[0] * w0, n - n0
+
+
 @register
 class FTRL(Optimizer):
     """FTRL-Proximal, per coordinate. Weights are a function of (z, n): rows start at zero
