@@ -16,6 +16,8 @@ the batch as non-finite) instead of raising inside the loop, and costs no check 
 """
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 
 from ..compiled import numba  # numba as streamtrain.compiled loads it (start-up: see there)
@@ -44,6 +46,15 @@ def _row(hyper, g_):
     return hyper[g_, 0], hyper[g_, 1], hyper[g_, 2], hyper[g_, 3]
 
 
+#: The records ``learn`` takes (numba passes namedtuples as typed tuples: no cost per access).
+#: ``Rules``: per rule group, its code (its index in ``RULES``) and hyperparameters ``[G, 4]``.
+Rules = namedtuple("Rules", "code hyper")
+#: Occurrences grouped by example (``ptr[k]:ptr[k+1]`` are example ``k``'s): slot or row, the
+#: coefficient, and for FM the field, each field's term and the number of terms.
+Occurrences = namedtuple("Occurrences", "ptr row x field term nterms")
+#: A block of parameters flattened: weights, accumulator, FTRL's z, and each slot's rule group.
+Slots = namedtuple("Slots", "w n z grp")
+
 #: the rules ``_step`` runs, at their index in ``terms.KERNEL_RULES`` (the code ``kernel_rule`` gives)
 RULES = (sgd.rule, adagrad.rule, ftrl.rule)
 _sgd = njit(cache=True, nogil=True, error_model="numpy", inline="always")(sgd.rule)
@@ -67,8 +78,10 @@ def _compiled(fn):
     return njit(cache=True, nogil=True, error_model="numpy", inline="always")(fn)
 
 
-_rates = (_compiled(sgd.rate), _compiled(adagrad.rate), _compiled(ftrl.rate))
-_rate_steps = (_compiled(sgd.rate_step), _compiled(adagrad.rate_step), _compiled(ftrl.rate_step))
+# one global per function (a tuple of them would be called through pointers, not inlined)
+_rate_sgd, _rate_adagrad, _rate_ftrl = _compiled(sgd.rate), _compiled(adagrad.rate), _compiled(ftrl.rate)
+_rate_step_sgd, _rate_step_adagrad, _rate_step_ftrl = (
+    _compiled(sgd.rate_step), _compiled(adagrad.rate_step), _compiled(ftrl.rate_step))
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
@@ -76,10 +89,10 @@ def _prepare(code, h, n, sq):
     """For a linear slot with accumulator ``n`` about to add ``sq``: (√(n + sq), the step size
     ``dw/d(−g)``), by the rule's own ``rate`` (optim/<rule>.py)."""
     if code == SGD:
-        return _rates[0](h, n, sq)
+        return _rate_sgd(h, n, sq)
     if code == ADAGRAD:
-        return _rates[1](h, n, sq)
-    return _rates[2](h, n, sq)
+        return _rate_adagrad(h, n, sq)
+    return _rate_ftrl(h, n, sq)
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
@@ -87,10 +100,10 @@ def _apply(code, h, w, n, z, root0, root, rate, g, sq):
     """``_step`` of a linear slot with ``√n`` before (``root0``) and after, and the rate, known:
     the rule's own ``rate_step``."""
     if code == SGD:
-        return _rate_steps[0](h, w, n, z, root0, root, rate, g, sq)
+        return _rate_step_sgd(h, w, n, z, root0, root, rate, g, sq)
     if code == ADAGRAD:
-        return _rate_steps[1](h, w, n, z, root0, root, rate, g, sq)
-    return _rate_steps[2](h, w, n, z, root0, root, rate, g, sq)
+        return _rate_step_adagrad(h, w, n, z, root0, root, rate, g, sq)
+    return _rate_step_ftrl(h, w, n, z, root0, root, rate, g, sq)
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
@@ -258,13 +271,12 @@ def _update_fm(k, rho, fptr, frow, fx, ffield, fterm, E, S, V, Vn, Vz, vgrp, cod
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def learn(base, y, implicit, normalize, code, hyper,
-          lptr, lslot, lx, w, n, z, grp,
-          fptr, frow, fx, ffield, fterm, nterms, V, Vn, Vz, vgrp):
+def learn(base, y, implicit, normalize, rules, linear, lslots, fm, fslots):
     """Per example ``k`` in order: its logit, ``base[k]`` (the rest of the logit) plus the owned
     terms at their current values, which examples ``0..k−1`` have updated; its residual ρ
     (implicit if asked); then its update of every linear slot and FM coordinate it touches.
-    Updates the parameter arrays in place; returns (z, ρ).
+    Updates the parameter arrays in place; returns (z, ρ). ``rules``: a ``Rules``; ``linear``,
+    ``fm``: ``Occurrences``; ``lslots`` (flat), ``fslots`` (``[rows, d]``): ``Slots``.
 
     Linear occurrences in example order (example ``k``'s are ``lptr[k]:lptr[k+1]``): slot
     ``lslot``, coefficient ``lx``. FM occurrences likewise (``fptr``): row ``frow``, coefficient
@@ -274,6 +286,11 @@ def learn(base, y, implicit, normalize, code, hyper,
     side by side in ``L`` (one cache line instead of four), an example's slots are gathered into
     short contiguous arrays that one rule group steps in vectorised loops, and FM rows seen
     once in the example (the usual case) take their Adagrad step straight from the gradient."""
+    code, hyper = rules
+    lptr, lslot, lx = linear.ptr, linear.row, linear.x
+    w, n, z, grp = lslots
+    fptr, frow, fx, ffield, fterm, nterms = fm
+    V, Vn, Vz, vgrp = fslots
     B = len(base)
     P, Q, d = len(w), V.shape[0], V.shape[1]
     L = np.empty((P, 4))
