@@ -17,6 +17,7 @@ import numpy as np
 
 from . import checkpoint, report
 from .backoff import STOPPED, Backoff
+from .automl import attach as automl_attach
 from .drift import DriftMonitor
 from .graph import Graph, Schema
 from .graphstore.nodes import reader_config
@@ -106,6 +107,9 @@ class Job:
     # ---- building ------------------------------------------------------------------------
     def _build(self, batch) -> None:
         schema = Schema.of(batch)
+        if self.config.get("automl") is not None:      # candidates of a search (automl/)
+            self._build_automl(schema)
+            return
         self.graph = Graph.from_config(self.config["layers"], schema)
         found = model_problems(self.graph, self.config.get("graph"))
         if found:
@@ -139,9 +143,26 @@ class Job:
                 self.trainer = None          # nothing trained: no final checkpoint over the good ones
                 raise
 
+    def _build_automl(self, schema) -> None:
+        state = None
+        if self.restore_from:            # the saved search's candidates, before their parameters
+            state = checkpoint.read_meta(self.restore_from)[1].get("automl")
+        started = self._until_store_answers(
+            "declare the candidates' parameters", lambda: automl_attach.build(self, schema, state))
+        if started is STOPPED:
+            return
+        self.trainer = started
+        if self.restore_from:
+            try:
+                self._until_store_answers("restore the checkpoint", lambda: self.restore(self.restore_from))
+            except CheckpointError:
+                self.trainer = None
+                raise
+
     def restore(self, where) -> dict:
         snap, meta = checkpoint.read(where)
-        checkpoint.check_fits(snap, self.graph.params, checkpoint.resolve(where))
+        params = self.trainer.params if hasattr(self.trainer, "search") else self.graph.params
+        checkpoint.check_fits(snap, params, checkpoint.resolve(where))
         self.store.restore(snap)
         if self.graph_input is not None and "graph" in meta["arrays"]:
             self.graph_input.store.restore(meta["arrays"]["graph"])
@@ -399,7 +420,8 @@ class Job:
         try:
             path = checkpoint.write(cfg["dir"], self.store.snapshot(), step=self.trainer.batches,
                                     examples=self.trainer.examples, offsets=self.offsets,
-                                    keep=cfg.get("keep") or None, extra={"schema": schema_json(self.graph.schema)},
+                                    keep=cfg.get("keep") or None,
+                                    extra={"schema": schema_json(self.graph.schema), **automl_attach.extra(self)},
                                     more_arrays=self._graph_state())
         except BaseException:
             for hook in self.checkpoint_hooks:

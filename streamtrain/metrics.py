@@ -136,6 +136,21 @@ class Metrics:
                                               "Seconds to sample one batch's blocks", buckets=STEP_BUCKETS, registry=r)
         for phase in PHASES:
             self.step_seconds.labels(phase)
+        # AutoML (automl/): labelled by slot (0 .. automl.live - 1), never by configuration
+        self.automl_loss = Gauge("streamtrain_automl_candidate_loss",
+                                 "Each AutoML candidate's mean progressive loss since it was born, by slot "
+                                 "(NaN: the slot is empty)", ["slot"], registry=r)
+        self.automl_examples = Gauge("streamtrain_automl_candidate_examples",
+                                     "Examples each AutoML candidate learnt since it was born, by slot", ["slot"],
+                                     registry=r)
+        self.automl_champion = Gauge("streamtrain_automl_champion_slot", "The slot of the AutoML champion",
+                                     registry=r)
+        self.automl_promotions = Counter("streamtrain_automl_promotions_total",
+                                         "AutoML challengers promoted to champion", registry=r)
+        self.automl_retired = Counter("streamtrain_automl_retirements_total",
+                                      "AutoML candidates retired, by reason", ["reason"], registry=r)
+        self.automl_born = Counter("streamtrain_automl_candidates_born_total",
+                                   "AutoML candidates started (the first ones included)", registry=r)
 
     # ---- job hooks ---------------------------------------------------------------------------
     def attach(self, job) -> None:
@@ -167,6 +182,7 @@ class Metrics:
             self.graph_sample_seconds.observe(graph.last_sample_s)
         self._sync_counters(job)
         self._sync_drift(getattr(job, "drift", None))
+        self._sync_automl(getattr(getattr(job, "trainer", None), "search", None))
         if time.monotonic() >= self._next_refresh:
             self.refresh(job)
 
@@ -207,6 +223,18 @@ class Metrics:
         for kind, n in drift.alarms.items():
             self.drift_alarms.labels(kind).inc(self._delta(("drift", kind), n))
             self.drift_last.labels(kind).set(drift.last_alarm.get(kind, 0.0))
+
+    def _sync_automl(self, search) -> None:
+        if search is None:
+            return
+        self.automl_champion.set(search.champion)
+        self.automl_promotions.inc(self._delta("automl_promotions", search.promotions))
+        self.automl_born.inc(self._delta("automl_born", search.next_epoch))
+        for reason, n in search.retired.items():
+            self.automl_retired.labels(reason).inc(self._delta(("automl_retired", reason), n))
+        for i, slot in enumerate(search.slots):
+            self.automl_loss.labels(str(i)).set(search.mean_loss(i))
+            self.automl_examples.labels(str(i)).set(slot["examples"] if slot else 0)
 
     def refresh(self, job) -> None:
         """Recompute the gauges: window figures, table rows, layer states, source lag."""

@@ -106,3 +106,38 @@ def test_a_backend_defined_here_is_discovered(request):
     finally:
         STORES.unregister("test_scratch")
     assert validate_store_config({"backend": "test_scratch"})[0][1].startswith("unknown store backend")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_add_and_drop_a_namespace(kind, request):
+    """AutoML candidates share a store, each under its own parameter-name prefix: ``add``
+    declares one more candidate's parameters beside the others', ``drop`` deletes one's values,
+    rows and state and leaves the others' as they were; added again, it starts from its
+    initial values."""
+    other = ParamSpec("a1g7_emb.table", (4,), table=True, init="normal", scale=0.1)
+    store = build(kind, request)
+    try:
+        store.declare({TABLE.name: TABLE}, {"type": "sgd", "lr": 0.5})
+        store.add({other.name: other, "a1g7_fc.W": ParamSpec("a1g7_fc.W", (2, 3), init="normal", scale=0.1)},
+                  {"type": "sgd", "lr": 0.5})
+        ids = np.array([3, 11], np.uint64)
+        first = store.pull(["a1g7_fc.W"], {TABLE.name: ids, other.name: ids})
+        store.push(Gradients(dense={"a1g7_fc.W": np.ones((2, 3), np.float32)},
+                             tables={TABLE.name: (ids, np.ones((2, 4), np.float32)),
+                                     other.name: (ids, np.ones((2, 4), np.float32))}))
+        store.apply()
+        store.flush()
+        kept = store.pull([], {TABLE.name: ids})[TABLE.name]
+        np.testing.assert_allclose(kept, first[TABLE.name] - 0.5, rtol=1e-6)
+        store.drop([other.name, "a1g7_fc.W", "never.declared"])
+        assert set(store.specs) == {TABLE.name} and set(store.optimizers) == {TABLE.name}
+        assert set(store.snapshot().specs) == {TABLE.name}
+        assert set(store.snapshot().tables) == {TABLE.name}
+        np.testing.assert_allclose(store.pull([], {TABLE.name: ids})[TABLE.name], kept, rtol=1e-6)
+        store.add({other.name: other, "a1g7_fc.W": ParamSpec("a1g7_fc.W", (2, 3), init="normal", scale=0.1)},
+                  {"type": "sgd", "lr": 0.5})
+        again = store.pull(["a1g7_fc.W"], {other.name: ids})
+        np.testing.assert_allclose(again[other.name], first[other.name], rtol=1e-6)     # born again
+        np.testing.assert_allclose(again["a1g7_fc.W"], first["a1g7_fc.W"], rtol=1e-6)
+    finally:
+        store.close()

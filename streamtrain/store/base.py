@@ -124,6 +124,27 @@ class ParamStore(abc.ABC):
     @abc.abstractmethod
     def _declare(self) -> None: ...
 
+    def add(self, specs: dict[str, ParamSpec], default_optimizer: dict) -> None:
+        """Declare more parameters beside those already declared (an AutoML candidate's, whose
+        names carry its own prefix: its namespace in this store)."""
+        self.specs.update(specs)
+        self.optimizers.update(resolve_optimizers(specs, default_optimizer))
+        self._declare()
+
+    def drop(self, names) -> None:
+        """Forget these parameters: their values, rows and optimizer state go (a retired AutoML
+        candidate's namespace). Names not declared are ignored."""
+        names = [n for n in names if n in self.specs]
+        for name in names:
+            del self.specs[name]
+            self.optimizers.pop(name, None)
+            self.stats.table_rows.pop(name, None)
+        if names:
+            self._drop(names)
+
+    def _drop(self, names: list[str]) -> None:
+        raise NotImplementedError(f"{self.describe()} store cannot drop parameters")
+
     @abc.abstractmethod
     def pull(self, dense: list[str], tables: dict[str, np.ndarray], *, create: bool = True) -> dict:
         """Values of the dense parameters and of the rows of ``tables[name]`` (unique ids, any order).

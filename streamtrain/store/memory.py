@@ -136,6 +136,15 @@ class MemoryStore(ParamStore):
                 self.dense[name] = initial_dense(spec, opt, self.dtype)
                 self.dense_state[name] = opt.init_state(spec.shape, table=False, dtype=self.dtype)
 
+    def _drop(self, names) -> None:
+        with self._lock:
+            for name in names:
+                self.dense.pop(name, None)
+                self.dense_state.pop(name, None)
+                self.tables.pop(name, None)
+            gone = set(names)
+            self._id_groups = {g for g in self._id_groups if not gone & set(g)}
+
     def _share_ids(self, tables: dict) -> None:
         """Tables pulled together with the very same id array whose indexes hold the same ids in
         the same order (so the same rows: always so when both start empty) share one from then
