@@ -27,7 +27,10 @@ def build(job, schema, state: dict | None = None) -> AutoTrainer:
 
 def _shared(job):
     """Trainers sharing a Redis store share the search (``shared.py``); else None."""
-    return None
+    if job.config["store"].get("backend") != "redis":
+        return None
+    from .shared import SharedSearch
+    return SharedSearch(job.store)
 
 
 def _follow(job, batch, result) -> None:

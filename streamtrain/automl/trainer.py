@@ -60,6 +60,8 @@ class AutoTrainer:
         """The first candidates (a fresh search), or those of a saved search state."""
         if state is not None:
             self.search.load_json(state)
+            if self.shared is not None:         # the restored search is the trainers' from now on
+                self.shared.put(self.search)
             events = []
         elif self.shared is not None:
             events = self.shared.begin(self.search, list(self.schema.sparse))
@@ -82,6 +84,12 @@ class AutoTrainer:
                 self.candidates[slot] = Candidate(slot, s["epoch"], s["assign"], cfg, self.schema, self.store,
                                                   seed=self.seed)
 
+    def refresh(self) -> None:
+        """Follow the shared search (trainers on one Redis store) without stepping."""
+        if self.shared is not None:
+            self.shared.refresh(self.search)
+            self._sync()
+
     @property
     def champion(self) -> Candidate:
         return self.candidates[self.search.champion]
@@ -98,6 +106,7 @@ class AutoTrainer:
     # ---- one step ----------------------------------------------------------------------------
     def step(self, batch) -> StepResult:
         t0 = time.perf_counter()
+        self.refresh()          # other trainers' decisions since this one's last step
         results = {slot: cand.step(batch) for slot, cand in self.candidates.items()}
         served = results[self.search.champion]
         seconds = {}
@@ -116,7 +125,8 @@ class AutoTrainer:
         bad = [s for s, r in results.items() if not r.applied]
         t1 = time.perf_counter()
         if self.shared is not None:
-            events = self.shared.step(self.search, good, bad)
+            epochs = {slot: cand.epoch for slot, cand in self.candidates.items()}
+            events = self.shared.step(self.search, good, bad, epochs)
         else:
             self.search.observe(good)
             events = self.search.decide(bad)
