@@ -141,3 +141,37 @@ def test_add_and_drop_a_namespace(kind, request):
         np.testing.assert_allclose(again["a1g7_fc.W"], first["a1g7_fc.W"], rtol=1e-6)
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_copy_one_namespace_into_another(kind, request):
+    """``copy`` (an AutoML challenger born from its champion): the destination gets the
+    source's values, rows and optimizer slots; the source and the others are untouched."""
+    names = {p: ParamSpec(p, (4,), table=True, init="normal", scale=0.1) for p in ("a0g1_emb.table", "a2g5_emb.table")}
+    dense = {p: ParamSpec(p, (2, 3), init="normal", scale=0.1) for p in ("a0g1_fc.W", "a2g5_fc.W")}
+    store = build(kind, request)
+    try:
+        store.declare({TABLE.name: TABLE}, {"type": "adagrad", "lr": 0.5})
+        store.add({**names, **dense}, {"type": "adagrad", "lr": 0.5})
+        ids = np.array([3, 11, 42], np.uint64)
+        store.pull(["a0g1_fc.W"], {"a0g1_emb.table": ids, TABLE.name: ids})
+        store.push(Gradients(dense={"a0g1_fc.W": np.ones((2, 3), np.float32)},
+                             tables={"a0g1_emb.table": (ids[:2], np.ones((2, 4), np.float32)),
+                                     TABLE.name: (ids, np.full((3, 4), 2.0, np.float32))}))
+        store.apply()
+        before = store.snapshot()
+        store.copy({"a0g1_emb.table": "a2g5_emb.table", "a0g1_fc.W": "a2g5_fc.W", "not.there": "a2g5_x"})
+        after = store.snapshot()
+        src, dst = after.tables["a0g1_emb.table"], after.tables["a2g5_emb.table"]
+        order_s, order_d = np.argsort(src["ids"]), np.argsort(dst["ids"])
+        for key in src:
+            np.testing.assert_array_equal(dst[key][order_d], src[key][order_s])
+        assert set(src) == set(dst) and len(src) > 2          # ids, value and adagrad's slot
+        for key in after.dense["a0g1_fc.W"]:
+            np.testing.assert_array_equal(after.dense["a2g5_fc.W"][key], after.dense["a0g1_fc.W"][key])
+        for name in ("a0g1_emb.table", TABLE.name):
+            np.testing.assert_array_equal(np.sort(after.tables[name]["ids"]), np.sort(before.tables[name]["ids"]))
+            a, b = after.tables[name], before.tables[name]
+            np.testing.assert_array_equal(a["value"][np.argsort(a["ids"])], b["value"][np.argsort(b["ids"])])
+    finally:
+        store.close()

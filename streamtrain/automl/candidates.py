@@ -13,6 +13,7 @@ import copy
 import numpy as np
 
 from streamtrain.graph import Graph
+from streamtrain.ops import LAYERS
 from streamtrain.trainer import StepResult, Trainer
 
 
@@ -20,10 +21,25 @@ def prefix(slot: int, epoch: int) -> str:
     return f"a{slot}g{epoch}_"
 
 
+def reachable(layers: list[dict]) -> list[dict]:
+    """The layers the loss depends on (a space may leave a term out of the sum: its layers go)."""
+    by_name = {c["name"]: c for c in layers}
+    losses = [c for c in layers if LAYERS[c["type"]].is_loss]
+    keep, todo = set(), [c["name"] for c in losses]
+    while todo:
+        name = todo.pop()
+        if name in keep or name not in by_name:
+            continue
+        keep.add(name)
+        inputs = by_name[name].get("inputs", [])
+        todo += [inputs] if isinstance(inputs, str) else list(inputs)
+    return [c for c in layers if c["name"] in keep] if losses else layers
+
+
 def prefixed(layers: list[dict], pre: str) -> list[dict]:
     """The layer list with every layer, input and shared parameter name prefixed."""
     out = []
-    for cfg in copy.deepcopy(layers):
+    for cfg in copy.deepcopy(reachable(layers)):
         cfg["name"] = pre + cfg["name"]
         inputs = cfg.get("inputs", [])
         cfg["inputs"] = [pre + x for x in ([inputs] if isinstance(inputs, str) else inputs)]

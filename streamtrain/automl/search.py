@@ -46,12 +46,13 @@ class Search:
         self.retired = dict.fromkeys(REASONS, 0)
         self.version = 0                               # bumped at every change of the slots
         self.exhausted = -1                            # a champion's epoch whose neighbours were all tried
+        self.turn = 0                                  # the dimension whose turn it is to move
 
     # ---- births ------------------------------------------------------------------------------
-    def begin(self, fields) -> list[dict]:
-        """The first champion (the space's start) and its first challengers."""
+    def begin(self, config: dict, fields) -> list[dict]:
+        """The first champion (the space's start in ``config``) and its first challengers."""
         self.fields = sorted(fields)
-        events = [self._born(0, self.space.start())]
+        events = [self._born(0, self.space.start(config, self.fields))]
         return events + self._fill()
 
     def _born(self, slot: int, assign: dict) -> dict:
@@ -74,7 +75,8 @@ class Search:
         live = {key(s["assign"]) for s in self.slots if s is not None}
         for i, slot in enumerate(self.slots):
             if slot is None:
-                assign = self.space.propose(champ["assign"], self.fields, self.rng, set(self.tried) | live)
+                assign, self.turn = self.space.propose(champ["assign"], self.fields, self.rng,
+                                                       set(self.tried) | live, self.turn)
                 if assign is None:          # every neighbour tried: slots wait for a new champion
                     self.exhausted = champ["epoch"]
                     break
@@ -174,7 +176,7 @@ class Search:
         return {"slots": self.slots, "champion": self.champion, "next_epoch": self.next_epoch,
                 "n": self.n.tolist(), "s": self.s.tolist(), "ss": self.ss.tolist(), "tried": self.tried,
                 "fields": self.fields, "promotions": self.promotions, "retired": self.retired,
-                "version": self.version, "exhausted": self.exhausted, "rng": self.rng.bit_generator.state}
+                "version": self.version, "exhausted": self.exhausted, "turn": self.turn, "rng": self.rng.bit_generator.state}
 
     def load_json(self, doc: dict) -> None:
         if len(doc["slots"]) != self.live:
@@ -185,4 +187,5 @@ class Search:
         self.tried, self.fields = list(doc["tried"]), list(doc["fields"])
         self.promotions, self.retired, self.version = doc["promotions"], dict(doc["retired"]), doc["version"]
         self.exhausted = doc.get("exhausted", -1)
+        self.turn = doc.get("turn", 0)
         self.rng.bit_generator.state = doc["rng"]

@@ -46,14 +46,14 @@ class SharedSearch:
             self.conflicts += 1
         return bool(done)
 
-    def begin(self, search, fields) -> list[dict]:
+    def begin(self, search, config, fields) -> list[dict]:
         """The shared search (started by the first trainer to get here)."""
         for _ in range(ATTEMPTS):
             rev, doc = self._read()
             if doc is not None:
                 search.load_json(doc)
                 return []
-            events = search.begin(fields)
+            events = search.begin(config, fields)
             if self._write(rev, search):
                 return events
         raise StoreError(f"automl: the shared search state kept changing ({ATTEMPTS} attempts)")

@@ -7,8 +7,10 @@ A dimension is either
   ``dropout`` rate, the deep part's ``batch_size``); values are ordered, and a neighbour moves
   one step along them (ChaCha's neighbourhood of a numeric setting);
 * a set of **crosses**: ``{"name", "cross": "<feature_cross layer>", "max_pairs"}``: which
-  pairs of categorical fields that layer crosses (Vowpal Wabbit's ``-q``); it starts with none
-  and a neighbour adds one pair (or drops one), as ChaCha grows interactions from the champion.
+  pairs of categorical fields that layer crosses (Vowpal Wabbit's ``-q``); it starts with what
+  the layer itself would cross (its ``pairs``, else every pair when the stream has at most its
+  ``max_fields`` fields, else none) and a neighbour adds one pair or drops one, as ChaCha grows
+  interactions from the champion.
 
 An *assignment* is ``{dimension name: value}`` (a cross dimension's value is a sorted list of
 ``[field, field]`` pairs); ``apply`` writes it into a copy of the job config with ``--set``'s
@@ -69,7 +71,7 @@ CHOICE = {
 CROSS = {
     "name": Option(None, (str,), doc="the dimension's name"),
     "cross": Option(REQUIRED, (str,), doc="a feature_cross layer whose pairs are searched"),
-    "max_pairs": Option(8, (int,), check=positive, doc="pairs crossed at most"),
+    "max_pairs": Option(32, (int,), check=positive, doc="pairs crossed at most"),
 }
 AUTOML = {
     "live": Option(4, (int,), check=positive, doc="candidates trained side by side (the champion and its challengers)"),
@@ -138,11 +140,20 @@ class Dim:
         self.cross = cfg.get("cross")
         self.paths = cfg.get("paths") or []
         self.values = cfg.get("values") or []
-        self.max_pairs = cfg.get("max_pairs", 8)
+        self.max_pairs = cfg.get("max_pairs", 32)
         self.start = cfg.get("start", self.values[len(self.values) // 2] if self.values else None)
 
-    def first(self):
-        return [] if self.cross is not None else self.start
+    def first(self, config: dict, fields: list[str]):
+        if self.cross is None:
+            return self.start
+        layer = next(c for c in config["layers"] if c.get("name") == self.cross)
+        if layer.get("pairs") is not None:
+            pairs = [tuple(p) for p in layer["pairs"]]
+        elif len(fields) <= layer.get("max_fields", 8):
+            pairs = list(combinations(sorted(fields), 2))
+        else:
+            pairs = []
+        return [list(p) for p in sorted(tuple(sorted(p)) for p in pairs)]
 
     def write(self, config: dict, value) -> dict:
         if self.cross is not None:
@@ -171,8 +182,8 @@ class Space:
         self.dims = [Dim({"name": d.get("name") or f"d{i}", **d}) for i, d in enumerate(section["space"])]
         self.explore = float(section.get("explore", 0.25))
 
-    def start(self) -> dict:
-        return {d.name: d.first() for d in self.dims}
+    def start(self, config: dict, fields: list[str]) -> dict:
+        return {d.name: d.first(config, fields) for d in self.dims}
 
     def apply(self, config: dict, assign: dict) -> dict:
         """A copy of the job config with the assignment written in (``automl`` removed)."""
@@ -182,20 +193,30 @@ class Space:
             dim.write(out, assign[dim.name])
         return out
 
-    def propose(self, assign: dict, fields: list[str], rng: np.random.Generator, avoid) -> dict | None:
-        """A neighbour of ``assign`` not in ``avoid`` (keys): one dimension moved one step
-        (two, with chance ``explore``); None when no untried neighbour was found."""
-        for _ in range(64):
-            out = dict(assign)
-            moves = 2 if rng.random() < self.explore and len(self.dims) > 1 else 1
-            for d in rng.choice(len(self.dims), size=moves, replace=False):
-                dim = self.dims[int(d)]
-                options = dim.neighbours(out[dim.name], fields)
-                if options:
-                    out[dim.name] = options[int(rng.integers(len(options)))]
-            if key(out) not in avoid:
-                return out
-        return None
+    def propose(self, assign: dict, fields: list[str], rng: np.random.Generator, avoid,
+                turn: int = 0) -> tuple[dict | None, int]:
+        """A neighbour of ``assign`` not in ``avoid`` (keys), and the next turn. Dimensions take
+        turns (``turn``: whose it is), so every one of them is tried from each champion; the
+        dimension whose turn it is moves one step (and, with chance ``explore``, another one at
+        random too). None when every dimension's neighbours were tried."""
+        n = len(self.dims)
+        for k in range(n):
+            d = (turn + k) % n
+            dim = self.dims[d]
+            options = dim.neighbours(assign[dim.name], fields)
+            for i in rng.permutation(len(options)):
+                out = dict(assign)
+                out[dim.name] = options[int(i)]
+                if n > 1 and rng.random() < self.explore:
+                    other = self.dims[int(rng.choice([j for j in range(n) if j != d]))]
+                    more = other.neighbours(out[other.name], fields)
+                    if more:
+                        moved = dict(out, **{other.name: more[int(rng.integers(len(more)))]})
+                        if key(moved) not in avoid:
+                            return moved, d + 1
+                if key(out) not in avoid:
+                    return out, d + 1
+        return None, turn
 
 
 def key(assign: dict) -> str:

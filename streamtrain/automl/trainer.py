@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 
+from streamtrain.errors import StoreError
 from streamtrain.progressive import tracker_class
 from streamtrain.schema import with_defaults
 from streamtrain.trainer import StepResult
@@ -64,15 +65,17 @@ class AutoTrainer:
                 self.shared.put(self.search)
             events = []
         elif self.shared is not None:
-            events = self.shared.begin(self.search, list(self.schema.sparse))
+            events = self.shared.begin(self.search, self.config, list(self.schema.sparse))
         else:
-            events = self.search.begin(list(self.schema.sparse))
-        self._sync()
+            events = self.search.begin(self.config, list(self.schema.sparse))
+        self._sync(_born(events))
         self._report(events)
         self.progressive = tracker_class(self.graph.loss)()
 
-    def _sync(self) -> None:
-        """Build the candidates of the search's live slots; drop those no longer live."""
+    def _sync(self, born=()) -> None:
+        """Build the candidates of the search's live slots; drop those no longer live. The
+        candidates this trainer's search just gave birth to (``born``: their epochs) start from
+        a copy of the champion's parameters where they have the same ones."""
         live = self.search.live_slots()
         for slot, cand in list(self.candidates.items()):
             if slot not in live or live[slot]["epoch"] != cand.epoch:
@@ -83,6 +86,29 @@ class AutoTrainer:
                 cfg = self.space.apply(self.config, s["assign"])
                 self.candidates[slot] = Candidate(slot, s["epoch"], s["assign"], cfg, self.schema, self.store,
                                                   seed=self.seed)
+                if s["epoch"] in born:
+                    self._warm(self.candidates[slot])
+
+    def _warm(self, cand: Candidate) -> None:
+        """ChaCha's challengers start cold, and a cold challenger is compared with a warm
+        champion: it loses for as long as it catches up. Here a challenger inherits what the
+        champion learnt (every parameter of the same name and shape; a new cross's table starts
+        empty), so the paired losses compare the two configurations from the same knowledge."""
+        champ = self.candidates.get(self.search.champion)
+        if champ is None or champ is cand or not self.search.slots[champ.slot]["examples"]:
+            return
+        pairs = {}
+        for name, spec in cand.graph.params.items():
+            src = champ.prefix + name[len(cand.prefix):]
+            other = champ.graph.params.get(src)
+            if other is not None and other.table == spec.table and (
+                    other.dim == spec.dim if spec.table else tuple(other.shape) == tuple(spec.shape)):
+                pairs[src] = name
+        try:
+            self.store.copy(pairs)
+        except StoreError as err:        # another trainer of a shared search wrote its rows first
+            log.warning("automl: slot %d starts cold (copying the champion's parameters failed: %s)",
+                        cand.slot, err)
 
     def refresh(self) -> None:
         """Follow the shared search (trainers on one Redis store) without stepping."""
@@ -130,7 +156,7 @@ class AutoTrainer:
         else:
             self.search.observe(good)
             events = self.search.decide(bad)
-        self._sync()
+        self._sync(_born(events))
         self._report(events)
         seconds["search"] = time.perf_counter() - t1
         seconds["candidates"] = t1 - t0
@@ -175,6 +201,10 @@ class AutoTrainer:
                            for i, c in sorted(self.candidates.items())],
             "promotions": s.promotions, "retired": dict(s.retired), "born": s.next_epoch,
         }
+
+
+def _born(events) -> set:
+    return {e["epoch"] for e in events if e["event"] == "born"}
 
 
 def _num(x: float):

@@ -229,13 +229,21 @@ class MemoryStore(ParamStore):
             self.stats.rows_pushed += len(ids)
 
     def snapshot(self) -> Snapshot:
+        return self.snapshot_of(list(self.specs))
+
+    def snapshot_of(self, names) -> Snapshot:
+        keep = set(names)
         with self._lock:
-            snap = Snapshot(specs=dict(self.specs),
-                            optimizers={k: o.get_config() for k, o in self.optimizers.items()})
+            snap = Snapshot(specs={k: s for k, s in self.specs.items() if k in keep},
+                            optimizers={k: o.get_config() for k, o in self.optimizers.items() if k in keep})
             for name, value in self.dense.items():
+                if name not in keep:
+                    continue
                 snap.dense[name] = {"value": value.copy(),
                                     **{k: a.copy() for k, a in self.dense_state[name].items()}}
             for name, table in self.tables.items():
+                if name not in keep:
+                    continue
                 table.fill()
                 ids, rows = table.index.items()
                 snap.tables[name] = {"ids": ids, "value": take_rows(table.weights, rows),

@@ -389,6 +389,19 @@ class RedisStore(ParamStore):
             self.wb.reset()
         redis_snapshot.restore(self, snapshot)
 
+    def snapshot_of(self, names) -> Snapshot:
+        self.flush()
+        return redis_snapshot.snapshot(self, names)
+
+    def _put(self, snapshot: Snapshot) -> None:
+        """Write some parameters (new ones: nothing of theirs is cached here) over theirs."""
+        self.ahead.cancel()
+        for name in [*snapshot.dense, *snapshot.tables]:
+            self._cache.pop(name, None)
+            if self.wb is not None:
+                self.wb.cached.pop(name, None)
+        redis_snapshot.restore(self, snapshot)
+
     def _drop(self, names) -> None:
         """Delete the parameters' keys (a retired AutoML candidate's): its dense values and every
         row of its tables, found by SCAN on each server; its local copies are forgotten first."""
