@@ -85,6 +85,7 @@ class Metrics:
         self.lifecycle_seconds = float(lifecycle_seconds)
         self._next_lifecycle = 0.0
         self._seen: dict = {}
+        self._row_labels: set = set()      # (table, state) of streamtrain_embedding_rows set so far
         self.source = None                 # whose lag() the scrape reads (set by on_step / attach)
         self.job = None                    # whose store failures the scrape reads (set by on_step / attach)
         self.examples = Counter("streamtrain_examples_total", "Examples trained on (not those of skipped batches)",
@@ -268,6 +269,10 @@ class Metrics:
         stats = getattr(store, "stats", None)
         self._table_rows(getattr(stats, "table_rows", None) or {})
         self._table_rows(getattr(stats, "lifecycle", None) or {})
+        declared = getattr(store, "specs", None)
+        for table, state in [k for k in self._row_labels if declared and k[0] not in declared]:
+            self.embedding_rows.remove(table, state)     # a dropped table (a retired AutoML candidate's)
+            self._row_labels.discard((table, state))
 
     def _table_rows(self, table_rows: dict) -> None:
         for table, rows in table_rows.items():
@@ -275,6 +280,7 @@ class Metrics:
             for state, n in by_state.items():
                 if state in ROW_STATES:
                     self.embedding_rows.labels(table, state).set(n)
+                    self._row_labels.add((table, state))
 
 
 QUALITY = {   # figure of progressive.py's trackers -> (gauge, help); each exported only when it applies

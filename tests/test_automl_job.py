@@ -110,3 +110,22 @@ def test_a_checkpoint_holds_every_candidate_and_the_search(tmp_path):
     assert summary["examples"] == 50_000
     assert resumed.trainer.search.next_epoch >= first.trainer.search.next_epoch
     assert resumed.trainer.search.promotions >= first.trainer.search.promotions
+
+
+def test_dropped_tables_leave_the_row_gauge():
+    """streamtrain_embedding_rows is labelled by table: a retired candidate's tables leave it
+    (the label set stays that of the live candidates)."""
+    from streamtrain.metrics import Metrics as M
+    from streamtrain.params import ParamSpec
+    from streamtrain.store import make_store
+    store = make_store({"backend": "memory"})
+    store.declare({"a0g0_w.table": ParamSpec("a0g0_w.table", (1,), table=True)}, {"type": "sgd", "lr": 0.1})
+    store.add({"a1g1_w.table": ParamSpec("a1g1_w.table", (1,), table=True)}, {"type": "sgd", "lr": 0.1})
+    store.stats.table_rows = {"a0g0_w.table": 3, "a1g1_w.table": 4}
+    m = M(CollectorRegistry(), refresh_seconds=0)
+    m._store_rows(store)
+    assert m.registry.get_sample_value("streamtrain_embedding_rows", {"table": "a1g1_w.table", "state": "live"}) == 4
+    store.drop(["a1g1_w.table"])
+    m._store_rows(store)
+    assert m.registry.get_sample_value("streamtrain_embedding_rows", {"table": "a1g1_w.table", "state": "live"}) is None
+    assert m.registry.get_sample_value("streamtrain_embedding_rows", {"table": "a0g0_w.table", "state": "live"}) == 3
