@@ -152,6 +152,9 @@ class Job:
         if started is STOPPED:
             return
         self.trainer = started
+        prepare = getattr(self.source, "prepare", None)
+        if prepare is not None and self.graph_input is None:
+            prepare.fn = self.trainer.prepare    # the parse thread feeds each candidate's graph ahead
         if self.restore_from:
             try:
                 self._until_store_answers("restore the checkpoint", lambda: self.restore(self.restore_from))

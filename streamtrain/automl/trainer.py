@@ -187,7 +187,16 @@ class AutoTrainer:
         return getattr(self.progressive, "hits", 0)
 
     def prepare(self, batch) -> None:
-        """Nothing is prepared ahead: each candidate's graph feeds the shared batch itself."""
+        """Each live candidate's ``Trainer.prepare`` of the batch (the file reader's parse thread
+        calls it, so the candidates' feeds leave the training thread), kept on the batch by
+        graph (``batch.feds``); a candidate born since feeds it in its step."""
+        feds = {}
+        for cand in list(self.candidates.values()):
+            if cand.graph.prepares_ahead:
+                cand.trainer.prepare(batch)
+                feds[cand.graph] = batch.fed
+        batch.fed = None
+        batch.feds = feds
 
     def prefetch(self, next_batch) -> None:
         """Candidates do not read ahead."""

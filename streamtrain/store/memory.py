@@ -136,6 +136,30 @@ class MemoryStore(ParamStore):
                 self.dense[name] = initial_dense(spec, opt, self.dtype)
                 self.dense_state[name] = opt.init_state(spec.shape, table=False, dtype=self.dtype)
 
+    def copy(self, pairs) -> None:
+        """``ParamStore.copy`` without the snapshot: arrays and the id index copied as they are."""
+        import copy as copying
+        with self._lock:
+            for src, dst in pairs.items():
+                if src not in self.specs or dst not in self.specs:
+                    continue
+                if src in self.dense:
+                    self.dense[dst][...] = self.dense[src]
+                    for k, arr in self.dense_state[dst].items():
+                        if k in self.dense_state[src]:
+                            arr[...] = self.dense_state[src][k]
+                    continue
+                a, b = self.tables[src], self.tables[dst]
+                a.fill()
+                b.ids = _Ids()
+                b.ids.index = copying.deepcopy(a.index)
+                b.filled = a.filled
+                b.weights = a.weights.copy()
+                b.state = {k: (a.state[k].copy() if k in a.state else np.zeros_like(arr, shape=(len(b.weights),) +
+                                                                                     arr.shape[1:]))
+                           for k, arr in b.state.items()}
+                self.stats.table_rows[dst] = len(b)
+
     def _drop(self, names) -> None:
         with self._lock:
             for name in names:
