@@ -56,3 +56,24 @@ def test_two_trainers_agree_on_the_champion_through_redis(redis_url, redis_names
     finally:
         for t in trainers:
             t.store.close()
+
+
+def test_an_automl_job_on_redis_shares_its_search(tmp_path, redis_url, redis_namespace):
+    """``streamtrain run`` of an AutoML job on the redis store (write-back, the default): the
+    search lives in Redis, and the final checkpoint holds the same search."""
+    from streamtrain import checkpoint
+    from streamtrain.job import Job
+    from .test_automl_job import automl_config
+    cfg = automl_config(tmp_path, 20_000, store={"backend": "redis", "urls": [redis_url],
+                                                 "namespace": redis_namespace})
+    job = Job(cfg)
+    summary = job.run()
+    assert summary["examples"] == 20_000 and summary["automl"]["born"] >= 4
+    store = make_store({"backend": "redis", "urls": [redis_url], "namespace": redis_namespace})
+    try:
+        shared = json.loads(store.io.meta("GET", SharedSearch(store).state_key))
+        assert shared == json.loads(json.dumps(job.trainer.search.to_json()))
+        _, meta = checkpoint.read(job.last_checkpoint)
+        assert meta["automl"] == shared
+    finally:
+        store.close()

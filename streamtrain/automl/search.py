@@ -24,6 +24,7 @@ from .bounds import verdict
 from .space import Space, key
 
 REASONS = ("worse", "patience", "nonfinite")
+TRIED = 1000          # assignments remembered as tried (never proposed again while remembered)
 
 
 class Search:
@@ -40,7 +41,7 @@ class Search:
         self.n = np.zeros((k, k), np.int64)            # paired examples of (i, j)
         self.s = np.zeros((k, k))                      # sum of loss_i - loss_j
         self.ss = np.zeros((k, k))                     # sum of (loss_i - loss_j) ** 2
-        self.tried: list[str] = []                     # keys of every assignment born so far
+        self.tried: list[str] = []                     # keys of the last TRIED assignments born
         self.fields: list[str] = []                    # the stream's categorical fields (crosses)
         self.promotions = 0
         self.retired = dict.fromkeys(REASONS, 0)
@@ -61,6 +62,7 @@ class Search:
         k = key(assign)
         if k not in self.tried:
             self.tried.append(k)
+            del self.tried[:-TRIED]         # the oldest may be tried again (the state stays small)
         self.n[slot, :] = self.n[:, slot] = 0
         self.s[slot, :] = self.s[:, slot] = 0
         self.ss[slot, :] = self.ss[:, slot] = 0
