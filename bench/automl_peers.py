@@ -18,7 +18,8 @@ logloss and exact AUC computed here from every learner's progressive predictions
   refuses; ``_patch_pyvw`` drops the empty list (tested with flaml 2.7.0, vowpalwabbit 9.11.9).
 * ``river-sh``: River's ``SuccessiveHalvingClassifier`` over 8 logistic regressions (SGD rates
   0.005-0.2, FTRL alphas 0.05-0.5), budget 16 × the stream; ``river-bandit``: River's
-  ``BanditClassifier`` over the same 8 with a UCB policy. Features as ``bench/compare.py``
+  ``BanditClassifier`` over the same 8 with a UCB policy on ROC AUC (it serves the arm of the
+  largest reward, so a loss metric would serve the worst arm). Features as ``bench/compare.py``
   gives River (one-hot categorical ids, numeric values).
 
 Peers are fed examples prepared before their clock starts (reading and parsing are not charged
@@ -33,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import string
 import sys
@@ -47,7 +47,7 @@ from streamtrain.scores import auc, logloss
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import compare  # noqa: E402
-import peers as peermod  # noqa: E402
+import report  # noqa: E402
 import streams  # noqa: E402
 
 LEARNERS = ("st-auto", "st-lr", "autovw", "river-sh", "river-bandit")
@@ -117,7 +117,8 @@ def run_river_selection(name: str, dicts: list, labels: np.ndarray, n: int) -> t
     if name == "river-sh":
         model = model_selection.SuccessiveHalvingClassifier(models, metrics.LogLoss(), budget=16 * n)
     else:
-        model = model_selection.BanditClassifier(models, metrics.LogLoss(), bandit.UCB(delta=1.0, seed=0))
+        # its best_model is the arm of the largest reward: a loss (LogLoss) would pick the worst
+        model = model_selection.BanditClassifier(models, metrics.ROCAUC(), bandit.UCB(delta=1.0, seed=0))
     ys = [bool(v > 0.5) for v in labels.tolist()]
     preds = np.empty(n)
     t0 = time.perf_counter()
@@ -197,13 +198,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="--cost: interleaved rounds (median)")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
-    import os
-    head = {"command": "python bench/automl_peers.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "host": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores",
-            "versions": f"python {platform.python_version()}, numpy {np.__version__}, {peermod.versions()}, "
-                        f"{_flaml_version()}", "date": time.strftime("%Y-%m-%d"),
-            "load_average": round(os.getloadavg()[0], 1)}
-    print(f"# {head['command']}\n# {head['host']}; {head['versions']}; load {head['load_average']}")
+    head = report.meta("bench/automl_peers.py", argv)
+    head["versions"]["flaml"] = _flaml_version()
+    print(f"# {head['command']}\n# {head['host']}; {head['versions']}")
     if args.cost:
         out = {**head, "cost": cost(args.rows, args.repeat)}
     else:
@@ -221,9 +218,9 @@ def main(argv=None) -> int:
 def _flaml_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
     try:
-        return f"flaml {version('flaml')}"
+        return version("flaml")
     except PackageNotFoundError:
-        return "flaml (not installed)"
+        return "(not installed)"
 
 
 if __name__ == "__main__":
