@@ -57,7 +57,7 @@ def test_metrics_serving_and_model_follow_the_champion(tmp_path):
     served = []
 
     def serve_now_and_then(job, batch, result):
-        if len(job.trainer.candidates) > 1 and job.trainer.batches % 5 == 0:
+        if len(job.trainer.candidates) > 1 and job.trainer.batches % 2 == 0:
             served.append((job.trainer.search.promotions, check_serving(job)))
     job.hooks += [metrics.on_step, serve_now_and_then]
     summary = job.run()
@@ -103,6 +103,22 @@ def test_a_checkpoint_holds_every_candidate_and_the_search(tmp_path):
             np.testing.assert_array_equal(mine["value"][np.argsort(mine["ids"])], arrays["value"][order])
     finally:
         again.finish()
+
+    # `streamtrain eval` and `serve --restore` load the champion of the checkpoint
+    from streamtrain import saved
+    graph, store = saved.read(first.last_checkpoint).build(first.config, first.graph.schema)
+    champion = first.trainer.champion
+    assert set(graph.params) == set(champion.graph.params)
+    batch = next(iter(Job(automl_config(tmp_path, 2_000)).source.batches()))
+    ctx = graph.context(training=False)
+    graph.feed(ctx, batch)
+    ctx.values = store.pull(*graph.needs(ctx), create=False)
+    graph.forward(ctx)
+    mine = champion.graph.context(training=False)
+    champion.graph.feed(mine, batch)
+    mine.values = first.store.pull(*champion.graph.needs(mine), create=False)
+    champion.graph.forward(mine)
+    np.testing.assert_array_equal(ctx.predictions, mine.predictions)
 
     resumed = Job(automl_config(tmp_path, 50_000), max_examples=first.trainer.examples + 10_000,
                   restore=first.last_checkpoint)

@@ -49,6 +49,18 @@ def prefixed(layers: list[dict], pre: str) -> list[dict]:
     return out
 
 
+def champion_config(config: dict, state: dict) -> dict:
+    """The champion's job config of a saved search (``state``: ``Search.to_json``), its layers
+    named as its parameters are in the store: what ``streamtrain eval`` and ``serve --restore``
+    build from an AutoML job's checkpoint."""
+    from streamtrain.schema import with_defaults
+    from .space import AUTOML, Space
+    slot = state["slots"][state["champion"]]
+    cfg = Space(with_defaults(AUTOML, config["automl"])).apply(config, slot["assign"])
+    cfg["layers"] = prefixed(cfg["layers"], prefix(state["champion"], slot["epoch"]))
+    return cfg
+
+
 class Candidate:
     """A model of one assignment: its graph, its trainer on the shared store, its batch size."""
 
