@@ -121,9 +121,13 @@ def test_the_confidence_sequence_keeps_its_error_rate_and_finds_a_real_differenc
     streams, looks, size, grace = 400, 200, 1000, 2000
 
     def first_verdicts(mean):
-        d = rng.normal(mean, 0.3, size=(streams, looks, size))
-        total = np.cumsum(d.sum(axis=2), axis=1)
-        squares = np.cumsum((d * d).sum(axis=2), axis=1)
+        sums, squares = [], []
+        for _ in range(streams // 20):          # 20 streams at a time: 32 MB, not 640
+            d = rng.normal(mean, 0.3, size=(20, looks, size))
+            sums.append(d.sum(axis=2))
+            squares.append((d * d).sum(axis=2))
+        total = np.cumsum(np.concatenate(sums), axis=1)
+        squares = np.cumsum(np.concatenate(squares), axis=1)
         n = np.arange(1, looks + 1) * size
         m = total / n
         r = radius(n, m, np.maximum(squares - total * total / n, 0), 0.05, grace)
