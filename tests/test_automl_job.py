@@ -145,3 +145,33 @@ def test_dropped_tables_leave_the_row_gauge():
     m._store_rows(store)
     assert m.registry.get_sample_value("streamtrain_embedding_rows", {"table": "a1g1_w.table", "state": "live"}) is None
     assert m.registry.get_sample_value("streamtrain_embedding_rows", {"table": "a0g0_w.table", "state": "live"}) == 3
+
+
+def test_offsets_are_committed_after_every_candidate_applied_the_batch(tmp_path, monkeypatch):
+    """Between two commits of the reader's offsets, every live candidate stepped the one batch
+    those offsets are for (and none stepped a later one)."""
+    from streamtrain.automl.candidates import Candidate
+    seen = []
+    real = Candidate.step
+
+    def step(self, batch):
+        result = real(self, batch)
+        seen.append(("step", self.slot, id(batch), result.applied))
+        return result
+    monkeypatch.setattr(Candidate, "step", step)
+    job = Job(automl_config(tmp_path, 30_000))
+    commit = job.source.commit
+    job.source.commit = lambda offsets: (seen.append(("commit",)), commit(offsets))
+    job.run()
+    segments, current = [], []
+    for event in seen:
+        if event[0] == "commit":
+            segments.append(current)
+            current = []
+        else:
+            current.append(event)
+    assert len(segments) == 30 and not current
+    for steps in segments:
+        assert steps and len({s[2] for s in steps}) == 1, steps          # one batch
+        assert len({s[1] for s in steps}) == len(steps) >= 1               # each live candidate once
+        assert all(s[3] for s in steps)                                     # applied
