@@ -157,6 +157,15 @@ def test_the_search_survives_a_json_round_trip():
     assert again.to_json() == t.search.to_json()
 
 
+def test_automl_refuses_graph_learning_and_sync_mode():
+    for over in ({"graph": {"src": "user", "dst": "item", "fanouts": [10]}},
+                 {"store": {"backend": "redis", "mode": "sync", "trainers": 2, "worker": 0}}):
+        cfg = configmod.with_defaults(configmod.SCHEMA, {"batch_size": 1000, "layers": layers(), **over, "automl": {
+            "space": [{"name": "c", "cross": "crosses"}]}})
+        found = dict(configmod.problems(cfg))
+        assert "automl" in found, (over, found)
+
+
 @pytest.mark.parametrize("change, path, words", [
     ({"live": 0}, "automl.live", "must be > 0"),
     ({"space": []}, "automl.space", "non-empty list"),

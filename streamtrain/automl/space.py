@@ -108,6 +108,11 @@ def problems(config: dict, layer_problems) -> list[tuple[str, str]]:
         return []
     space = Space(section)
     found = []
+    if config.get("graph") is not None:
+        found.append(("automl", "an AutoML job cannot learn on a graph (a `graph` section): remove one of them"))
+    if (config.get("store") or {}).get("mode") == "sync":
+        found.append(("automl", "an AutoML job needs store.mode async (each candidate would join the sync "
+                                "barrier, and trainers may hold different candidates for a batch)"))
     for i, dim in enumerate(space.dims):
         where = f"automl.space[{i}]"
         if dim.cross is not None:
