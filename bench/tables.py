@@ -85,12 +85,31 @@ def quality(d: dict) -> None:
         print(f"| {'streamtrain ' if kinds[name] == 'streamtrain' else ''}{name} | " + " | ".join(cells) + " |")
 
 
+def automl_peers(d: dict) -> None:
+    sets = list(dict.fromkeys(r["data"] for r in d["rows"]))
+    print("| learner | " + " | ".join(f"{s} logloss (AUC)" for s in sets) + " | examples/s |")
+    print("|---|" + "---:|" * (len(sets) + 1))
+    for name in dict.fromkeys(r["learner"] for r in d["rows"]):
+        got = {r["data"]: r for r in d["rows"] if r["learner"] == name}
+        cells = [f"{got[s]['logloss']:.5f} ({got[s]['auc']:.3f})" if s in got else "" for s in sets]
+        rate = " / ".join(f"{got[s]['examples_per_s']:,.0f}" for s in sets if s in got)
+        print(f"| {name} | " + " | ".join(cells) + f" | {rate} |")
+
+
+def automl_cost(d: dict) -> None:
+    c = d["cost"]
+    print("| single lr.json examples/s | auto, live 4 LR-family, examples/s | ratio | target |")
+    print("|---:|---:|---:|---:|")
+    print(f"| {c['lr_examples_per_s']:,.0f} | {c['auto_lr4_examples_per_s']:,.0f} | **{c['ratio']:.2f}×** | ≥ 0.3× |")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args(argv)
     for name, show in (("targets.json", targets), ("redis_store.json", redis_store), ("serve.json", serve),
-                       ("graph.json", graph), ("quality.json", quality)):
+                       ("graph.json", graph), ("quality.json", quality), ("automl_peers.json", automl_peers),
+                       ("automl_cost.json", automl_cost)):
         path = args.results / name
         if not path.exists():
             print(f"skipped: no {path}", file=sys.stderr)

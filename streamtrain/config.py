@@ -18,6 +18,8 @@ from . import footprint
 from .drift import DRIFT_OPTIONS
 from .errors import ConfigError
 from .graph import layers_from_config, topology_problems
+from .paths import set_path  # noqa: F401  (config.set_path: --set, and scripts that use it)
+from .automl import space as automl_space
 from .graphstore.stream import problems as graph_problems
 from .ops import LAYERS
 from .optim import OPTIMIZERS
@@ -116,6 +118,9 @@ SCHEMA = {
                                      "parse thread gets the GIL back from the trainer"),
     "drift": Option(fields=DRIFT_OPTIONS, doc="drift alarms over the progressive loss ([Drift alarms](drift.md))"),
     "serve": Option(fields=SERVE_OPTIONS, doc="the prediction server ([Serving](serving.md))"),
+    "automl": Option(None, (dict, type(None)), nested=automl_space.section_problems,
+                     doc="champion/challenger search over a space of this job's settings, on the stream "
+                         "([AutoML](automl.md)); null: train the one model of `layers`"),
 }
 
 
@@ -155,37 +160,6 @@ def parse_value(text: str):
         return json.loads(text)
     except ValueError:
         return text
-
-
-def set_path(config: dict, dotted: str, value) -> None:
-    """Set ``value`` at ``dotted``; list items by ``name`` or index; missing dicts are created."""
-    keys = dotted.split(".")
-    node = config
-    walked = []
-    for i, key in enumerate(keys):
-        last = i == len(keys) - 1
-        where = ".".join(walked) or "(top)"
-        if isinstance(node, list):
-            idx = next((j for j, item in enumerate(node) if isinstance(item, dict) and item.get("name") == key), None)
-            if idx is None and key.isdigit() and int(key) < len(node):
-                idx = int(key)
-            if idx is None:
-                names = [item.get("name") for item in node if isinstance(item, dict)]
-                raise ConfigError([(dotted, f"no item named '{key}' in {where} (names: {', '.join(map(str, names))})")])
-            if last:
-                node[idx] = value
-                return
-            node = node[idx]
-        elif isinstance(node, dict):
-            if last:
-                node[key] = value
-                return
-            if key not in node or node[key] is None:
-                node[key] = {}
-            node = node[key]
-        else:
-            raise ConfigError([(dotted, f"{where} is a {type(node).__name__}, cannot set '{key}' inside it")])
-        walked.append(key)
 
 
 def load(path, sets=()) -> dict:
@@ -251,6 +225,7 @@ def problems(config: dict) -> list[tuple[str, str]]:
         found.append(("layers", "required: a non-empty list of layers"))
     if not found:                       # across sections, once each section is sound
         found += label_problems(config) + footprint.problems(config)
+        found += automl_space.problems(config, layer_problems)
     return found
 
 

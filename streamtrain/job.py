@@ -16,6 +16,7 @@ import numpy as np
 
 from . import job_checkpoints, outage, report
 from .backoff import STOPPED, Backoff
+from .automl import attach as automl_attach
 from .drift import DriftMonitor
 from .graph import Graph, Schema
 from .graphstore.nodes import reader_config
@@ -102,6 +103,29 @@ class Job:
     # ---- building ------------------------------------------------------------------------
     def _build(self, batch) -> None:
         schema = Schema.of(batch)
+        if self.config.get("automl") is not None:      # candidates of a search (automl/)
+            saved = checkpoint.read_meta(self.restore_from)[1].get("automl") if self.restore_from else None
+            built = self._until_store_answers("declare the candidates' parameters",
+                                              lambda: automl_attach.build(self, schema, saved))
+            ahead = True
+        else:
+            built = self._build_model(schema)
+            ahead = built is not STOPPED and self.graph.prepares_ahead
+        if built is STOPPED:
+            return
+        self.trainer = built
+        prepare = getattr(self.source, "prepare", None)
+        if prepare is not None and self.graph_input is None and ahead:
+            prepare.fn = self.trainer.prepare    # the parse thread works out each batch's ids ahead
+        if self.restore_from:
+            try:
+                self._until_store_answers("restore the checkpoint", lambda: self.restore(self.restore_from))
+            except CheckpointError:
+                self.trainer = None          # nothing trained: no final checkpoint over the good ones
+                raise
+
+    def _build_model(self, schema):
+        """The job's model: its graph, its parameters declared in the store; its Trainer (or STOPPED)."""
         self.graph = Graph.from_config(self.config["layers"], schema)
         found = model_problems(self.graph, self.config.get("graph"))
         if found:
@@ -110,21 +134,11 @@ class Job:
             "declare the model's parameters",
             lambda: self.store.declare(self.graph.params, self.config["default_optimizer"]))
         if declared is STOPPED:
-            return
-        self.trainer = Trainer(self.graph, self.store, seed=self.config.get("seed", 0),
-                               graph_input=self.graph_input)
-        prepare = getattr(self.source, "prepare", None)
-        if prepare is not None and self.graph_input is None and self.graph.prepares_ahead:
-            prepare.fn = self.trainer.prepare    # the parse thread works out each batch's ids ahead
+            return STOPPED
         log.info("model built: %d layers, %d parameters (%d tables) on fields %s; store %s",
                  len(self.graph.layers), len(self.graph.params), len(self.graph.table_params),
                  ",".join(schema.sparse) or "-", self.store.describe())
-        if self.restore_from:
-            try:
-                self._until_store_answers("restore the checkpoint", lambda: self.restore(self.restore_from))
-            except CheckpointError:
-                self.trainer = None          # nothing trained: no final checkpoint over the good ones
-                raise
+        return Trainer(self.graph, self.store, seed=self.config.get("seed", 0), graph_input=self.graph_input)
 
     def restore(self, where) -> dict:
         """Restore a checkpoint and seek the reader to its offsets (job_checkpoints.py)."""

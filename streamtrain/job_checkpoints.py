@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from . import checkpoint
+from .automl import attach as automl_attach
 from .backoff import STOPPED
 from .errors import CheckpointError, StoreError, StoreInterrupted
 from .saved import schema_json
@@ -24,7 +25,8 @@ def restore(job, where) -> dict:
     """Load the checkpoint at ``where`` into the store (and graph store), take its step and
     examples, and move the reader back to its offsets; its meta."""
     snap, meta = checkpoint.read(where)
-    checkpoint.check_fits(snap, job.graph.params, checkpoint.resolve(where))
+    params = job.trainer.params if hasattr(job.trainer, "search") else job.graph.params   # AutoML: every candidate's
+    checkpoint.check_fits(snap, params, checkpoint.resolve(where))
     job.store.restore(snap)
     if job.graph_input is not None and "graph" in meta["arrays"]:
         job.graph_input.store.restore(meta["arrays"]["graph"])
@@ -83,7 +85,7 @@ def write(job):
     try:
         path = checkpoint.write(cfg["dir"], job.store.snapshot(), step=job.trainer.batches,
                                 examples=job.trainer.examples, offsets=job.offsets,
-                                keep=cfg.get("keep") or None, extra={"schema": schema_json(job.graph.schema)},
+                                keep=cfg.get("keep") or None, extra={"schema": schema_json(job.graph.schema), **automl_attach.extra(job)},
                                 more_arrays=graph)
     except BaseException:
         for hook in job.checkpoint_hooks:

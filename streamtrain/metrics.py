@@ -85,6 +85,7 @@ class Metrics:
         self.lifecycle_seconds = float(lifecycle_seconds)
         self._next_lifecycle = 0.0
         self._seen: dict = {}
+        self._row_labels: set = set()      # (table, state) of streamtrain_embedding_rows set so far
         self.source = None                 # whose lag() the scrape reads (set by on_step / attach)
         self.job = None                    # whose store failures the scrape reads (set by on_step / attach)
         self.examples = Counter("streamtrain_examples_total", "Examples trained on (not those of skipped batches)",
@@ -104,6 +105,7 @@ class Metrics:
         self._state_gauges(r)
         for phase in PHASES:
             self.step_seconds.labels(phase)
+        self._automl_metrics(r)
 
     def _store_counters(self, r: CollectorRegistry) -> None:
         """The store's work, synced from ``store.stats`` after each step."""
@@ -145,6 +147,23 @@ class Metrics:
         self.graph_sample_seconds = Histogram("streamtrain_graph_sample_seconds",
                                               "Seconds to sample one batch's blocks", buckets=STEP_BUCKETS, registry=r)
 
+    def _automl_metrics(self, r: CollectorRegistry) -> None:
+        """AutoML (automl/): labelled by slot (0 .. automl.live - 1), never by configuration."""
+        self.automl_loss = Gauge("streamtrain_automl_candidate_loss",
+                                 "Each AutoML candidate's mean progressive loss since it was born, by slot "
+                                 "(NaN: the slot is empty)", ["slot"], registry=r)
+        self.automl_examples = Gauge("streamtrain_automl_candidate_examples",
+                                     "Examples each AutoML candidate learnt since it was born, by slot", ["slot"],
+                                     registry=r)
+        self.automl_champion = Gauge("streamtrain_automl_champion_slot", "The slot of the AutoML champion",
+                                     registry=r)
+        self.automl_promotions = Counter("streamtrain_automl_promotions_total",
+                                         "AutoML challengers promoted to champion", registry=r)
+        self.automl_retired = Counter("streamtrain_automl_retirements_total",
+                                      "AutoML candidates retired, by reason", ["reason"], registry=r)
+        self.automl_born = Counter("streamtrain_automl_candidates_born_total",
+                                   "AutoML candidates started (the first ones included)", registry=r)
+
     # ---- job hooks ---------------------------------------------------------------------------
     def attach(self, job) -> None:
         self.source, self.job = job.source, job
@@ -175,6 +194,7 @@ class Metrics:
             self.graph_sample_seconds.observe(graph.last_sample_s)
         self._sync_counters(job)
         self._sync_drift(getattr(job, "drift", None))
+        self._sync_automl(getattr(getattr(job, "trainer", None), "search", None))
         if time.monotonic() >= self._next_refresh:
             self.refresh(job)
 
@@ -216,6 +236,18 @@ class Metrics:
             self.drift_alarms.labels(kind).inc(self._delta(("drift", kind), n))
             self.drift_last.labels(kind).set(drift.last_alarm.get(kind, 0.0))
 
+    def _sync_automl(self, search) -> None:
+        if search is None:
+            return
+        self.automl_champion.set(search.champion)
+        self.automl_promotions.inc(self._delta("automl_promotions", search.promotions))
+        self.automl_born.inc(self._delta("automl_born", search.next_epoch))
+        for reason, n in search.retired.items():
+            self.automl_retired.labels(reason).inc(self._delta(("automl_retired", reason), n))
+        for i, slot in enumerate(search.slots):
+            self.automl_loss.labels(str(i)).set(search.mean_loss(i))
+            self.automl_examples.labels(str(i)).set(slot["examples"] if slot else 0)
+
     def refresh(self, job) -> None:
         """Recompute the gauges: window figures, table rows, layer states, source lag."""
         self._next_refresh = time.monotonic() + self.refresh_seconds
@@ -248,6 +280,10 @@ class Metrics:
         stats = getattr(store, "stats", None)
         self._table_rows(getattr(stats, "table_rows", None) or {})
         self._table_rows(getattr(stats, "lifecycle", None) or {})
+        declared = getattr(store, "specs", None)
+        for table, state in [k for k in self._row_labels if declared and k[0] not in declared]:
+            self.embedding_rows.remove(table, state)     # a dropped table (a retired AutoML candidate's)
+            self._row_labels.discard((table, state))
 
     def _table_rows(self, table_rows: dict) -> None:
         for table, rows in table_rows.items():
@@ -255,6 +291,7 @@ class Metrics:
             for state, n in by_state.items():
                 if state in ROW_STATES:
                     self.embedding_rows.labels(table, state).set(n)
+                    self._row_labels.add((table, state))
 
 
 SERVE_ERRORS = ("bad_request", "too_large", "store_unavailable", "not_ready", "nonfinite", "internal", "timeout",

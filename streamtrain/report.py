@@ -93,6 +93,8 @@ def summary(job) -> dict:
     }
     if job.graph_input is not None:
         out["graph"] = job.graph_input.stats()
+    if hasattr(t, "search"):
+        out["automl"] = t.describe()
     truth = getattr(job.source, "truth", None)
     if truth is not None:
         out["planted_auc"] = num(truth.auc())

@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 
 from . import checkpoint
+from .automl.candidates import champion_config
 from .errors import CheckpointError, ConfigError
 from .graph import Graph, Schema
 from .graphstore.stream import GraphInput, model_problems
@@ -40,7 +41,10 @@ class Saved:
 
     def build(self, config: dict, schema: Schema) -> tuple[Graph, MemoryStore]:
         """The job's layers on ``schema`` and a memory store holding the checkpoint's values; a
-        parameter the layers declare and the checkpoint lacks is a ``ConfigError``."""
+        parameter the layers declare and the checkpoint lacks is a ``ConfigError``. An AutoML
+        job's checkpoint gives its champion."""
+        if config.get("automl") is not None and self.meta.get("automl"):
+            config = champion_config(config, self.meta["automl"])
         graph = Graph.from_config(config["layers"], schema)
         found = model_problems(graph, config.get("graph"))
         missing = sorted(set(graph.params) - set(self.snapshot.specs))

@@ -44,7 +44,7 @@ def test_every_section_is_checked_with_its_path_and_known_keys():
         "seed": "expected int, got str 'x'",
         "name": "expected str/null, got int 3",
     }
-    assert problems({"bogus": 1})["bogus"].startswith("unknown key for the job config (known: batch_size, ")
+    assert problems({"bogus": 1})["bogus"].startswith("unknown key for the job config (known: automl, batch_size, ")
 
 
 def test_defaults_are_stated_once_in_the_schema():

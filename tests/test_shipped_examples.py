@@ -21,7 +21,7 @@ def test_every_example_of_the_repository_is_shipped_and_valid_by_name(tmp_path, 
         assert main(["validate", name]) == 0, capsys.readouterr().err
         assert main(["validate", name + ".json"]) == 0
         assert json.loads(shipped.text(name)) == json.loads((ROOT / "examples" / f"{name}.json").read_text())
-    assert capsys.readouterr().out.splitlines()[0] == "dcn: ok"
+    assert capsys.readouterr().out.splitlines()[0] == "auto: ok"
 
 
 def test_a_file_that_exists_wins_over_the_shipped_name(tmp_path, monkeypatch, capsys):
@@ -67,8 +67,8 @@ def test_examples_lists_prints_and_copies_without_overwriting(tmp_path, monkeypa
     assert (tmp_path / "job.json").read_text() == "{}"
 
 
-@pytest.mark.parametrize("argv, said", [(["examples", "nope"], "no example named 'nope' (known: dcn, "),
-                                        (["examples", "--copy", "x.json"], "--copy needs a NAME (known: dcn, ")])
+@pytest.mark.parametrize("argv, said", [(["examples", "nope"], "no example named 'nope' (known: auto, dcn, "),
+                                        (["examples", "--copy", "x.json"], "--copy needs a NAME (known: auto, dcn, ")])
 def test_examples_names_the_known_ones_on_a_wrong_name(argv, said, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(argv) == 2

@@ -157,3 +157,72 @@ def test_a_backend_defined_here_is_discovered(request):
     finally:
         STORES.unregister("test_scratch")
     assert validate_store_config({"backend": "test_scratch"})[0][1].startswith("unknown store backend")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_add_and_drop_a_namespace(kind, request):
+    """AutoML candidates share a store, each under its own parameter-name prefix: ``add``
+    declares one more candidate's parameters beside the others', ``drop`` deletes one's values,
+    rows and state and leaves the others' as they were; added again, it starts from its
+    initial values."""
+    other = ParamSpec("a1g7_emb.table", (4,), table=True, init="normal", scale=0.1)
+    store = build(kind, request)
+    try:
+        store.declare({TABLE.name: TABLE}, {"type": "sgd", "lr": 0.5})
+        store.add({other.name: other, "a1g7_fc.W": ParamSpec("a1g7_fc.W", (2, 3), init="normal", scale=0.1)},
+                  {"type": "sgd", "lr": 0.5})
+        ids = np.array([3, 11], np.uint64)
+        first = store.pull(["a1g7_fc.W"], {TABLE.name: ids, other.name: ids})
+        store.push(Gradients(dense={"a1g7_fc.W": np.ones((2, 3), np.float32)},
+                             tables={TABLE.name: (ids, np.ones((2, 4), np.float32)),
+                                     other.name: (ids, np.ones((2, 4), np.float32))}))
+        store.apply()
+        store.flush()
+        kept = store.pull([], {TABLE.name: ids})[TABLE.name]
+        np.testing.assert_allclose(kept, first[TABLE.name] - 0.5, rtol=1e-6)
+        store.drop([other.name, "a1g7_fc.W", "never.declared"])
+        assert set(store.specs) == {TABLE.name} and set(store.optimizers) == {TABLE.name}
+        assert set(store.snapshot().specs) == {TABLE.name}
+        assert set(store.snapshot().tables) == {TABLE.name}
+        np.testing.assert_allclose(store.pull([], {TABLE.name: ids})[TABLE.name], kept, rtol=1e-6)
+        store.add({other.name: other, "a1g7_fc.W": ParamSpec("a1g7_fc.W", (2, 3), init="normal", scale=0.1)},
+                  {"type": "sgd", "lr": 0.5})
+        again = store.pull(["a1g7_fc.W"], {other.name: ids})
+        np.testing.assert_allclose(again[other.name], first[other.name], rtol=1e-6)     # born again
+        np.testing.assert_allclose(again["a1g7_fc.W"], first["a1g7_fc.W"], rtol=1e-6)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_copy_one_namespace_into_another(kind, request):
+    """``copy`` (an AutoML challenger born from its champion): the destination gets the
+    source's values, rows and optimizer slots; the source and the others are untouched."""
+    names = {p: ParamSpec(p, (4,), table=True, init="normal", scale=0.1) for p in ("a0g1_emb.table", "a2g5_emb.table")}
+    dense = {p: ParamSpec(p, (2, 3), init="normal", scale=0.1) for p in ("a0g1_fc.W", "a2g5_fc.W")}
+    store = build(kind, request)
+    try:
+        store.declare({TABLE.name: TABLE}, {"type": "adagrad", "lr": 0.5})
+        store.add({**names, **dense}, {"type": "adagrad", "lr": 0.5})
+        ids = np.array([3, 11, 42], np.uint64)
+        store.pull(["a0g1_fc.W"], {"a0g1_emb.table": ids, TABLE.name: ids})
+        store.push(Gradients(dense={"a0g1_fc.W": np.ones((2, 3), np.float32)},
+                             tables={"a0g1_emb.table": (ids[:2], np.ones((2, 4), np.float32)),
+                                     TABLE.name: (ids, np.full((3, 4), 2.0, np.float32))}))
+        store.apply()
+        before = store.snapshot()
+        store.copy({"a0g1_emb.table": "a2g5_emb.table", "a0g1_fc.W": "a2g5_fc.W", "not.there": "a2g5_x"})
+        after = store.snapshot()
+        src, dst = after.tables["a0g1_emb.table"], after.tables["a2g5_emb.table"]
+        order_s, order_d = np.argsort(src["ids"]), np.argsort(dst["ids"])
+        for key in src:
+            np.testing.assert_array_equal(dst[key][order_d], src[key][order_s])
+        assert set(src) == set(dst) and len(src) > 2          # ids, value and adagrad's slot
+        for key in after.dense["a0g1_fc.W"]:
+            np.testing.assert_array_equal(after.dense["a2g5_fc.W"][key], after.dense["a0g1_fc.W"][key])
+        for name in ("a0g1_emb.table", TABLE.name):
+            np.testing.assert_array_equal(np.sort(after.tables[name]["ids"]), np.sort(before.tables[name]["ids"]))
+            a, b = after.tables[name], before.tables[name]
+            np.testing.assert_array_equal(a["value"][np.argsort(a["ids"])], b["value"][np.argsort(b["ids"])])
+    finally:
+        store.close()

@@ -28,6 +28,7 @@ import time
 import numpy as np
 
 from streamtrain import __version__
+from streamtrain.automl import attach as automl_attach
 from streamtrain.errors import ConfigError, GraphInputError, StoreError
 from streamtrain.graph import Graph, Schema
 from streamtrain.graphstore.stream import open_graph_input
@@ -86,6 +87,10 @@ class JobModel:
 
     def store_name(self) -> str:
         return self.job.store.describe()
+
+    def automl(self) -> dict | None:
+        """The AutoML search whose champion answers (None without one)."""
+        return automl_attach.describe(self.job)
 
     def hit_counts(self):
         return 0, 0
@@ -322,6 +327,7 @@ class Service:
             "store": self.source.store_name(),
             "max_staleness_s": self.settings["max_staleness_s"],
             **({"replica": replica.stats()} if (replica := getattr(self.source, "replica", None)) else {}),
+            **({"automl": search} if (search := getattr(self.source, "automl", lambda: None)()) else {}),
         }
 
     def ready(self) -> tuple[bool, str]:

@@ -132,6 +132,57 @@ class ParamStore(abc.ABC):
     @abc.abstractmethod
     def _declare(self) -> None: ...
 
+    def add(self, specs: dict[str, ParamSpec], default_optimizer: dict) -> None:
+        """Declare more parameters beside those already declared (an AutoML candidate's, whose
+        names carry its own prefix: its namespace in this store)."""
+        self.specs.update(specs)
+        self.optimizers.update(resolve_optimizers(specs, default_optimizer))
+        self._declare()
+
+    def drop(self, names) -> None:
+        """Forget these parameters: their values, rows and optimizer state go (a retired AutoML
+        candidate's namespace). Names not declared are ignored."""
+        names = [n for n in names if n in self.specs]
+        for name in names:
+            del self.specs[name]
+            self.optimizers.pop(name, None)
+            self.stats.table_rows.pop(name, None)
+        if names:
+            self._drop(names)
+
+    def _drop(self, names: list[str]) -> None:
+        raise NotImplementedError(f"{self.describe()} store cannot drop parameters")
+
+    def copy(self, pairs: dict[str, str]) -> None:
+        """Copy parameters ``source → destination`` (both declared, of one shape): values,
+        rows and the optimizer slots both optimizers have (an AutoML challenger starts from its
+        champion's knowledge). The destinations' previous rows go."""
+        pairs = {a: b for a, b in pairs.items() if a in self.specs and b in self.specs}
+        if not pairs:
+            return
+        snap = self.snapshot_of(list(pairs))
+        out = Snapshot(specs={b: self.specs[b] for b in pairs.values()},
+                       optimizers={b: self.optimizers[b].get_config() for b in pairs.values()})
+        for a, b in pairs.items():
+            if a in snap.dense:
+                out.dense[b] = snap.dense[a]
+            elif a in snap.tables:
+                out.tables[b] = snap.tables[a]
+        self._put(out)
+
+    def snapshot_of(self, names: list[str]) -> Snapshot:
+        """A snapshot of these parameters only (the default takes a whole one)."""
+        snap = self.snapshot()
+        keep = set(names)
+        return Snapshot(specs={n: s for n, s in snap.specs.items() if n in keep},
+                        optimizers={n: o for n, o in snap.optimizers.items() if n in keep},
+                        dense={n: a for n, a in snap.dense.items() if n in keep},
+                        tables={n: a for n, a in snap.tables.items() if n in keep})
+
+    def _put(self, snapshot: Snapshot) -> None:
+        """Write a snapshot of some parameters over theirs, the others untouched."""
+        self.restore(snapshot)
+
     @abc.abstractmethod
     def pull(self, dense: list[str], tables: dict[str, np.ndarray], *, create: bool = True) -> dict:
         """Values of the dense parameters and of the rows of ``tables[name]`` (unique ids, any order).

@@ -136,6 +136,39 @@ class MemoryStore(ParamStore):
                 self.dense[name] = initial_dense(spec, opt, self.dtype)
                 self.dense_state[name] = opt.init_state(spec.shape, table=False, dtype=self.dtype)
 
+    def copy(self, pairs) -> None:
+        """``ParamStore.copy`` without the snapshot: arrays and the id index copied as they are."""
+        import copy as copying
+        with self._lock:
+            for src, dst in pairs.items():
+                if src not in self.specs or dst not in self.specs:
+                    continue
+                if src in self.dense:
+                    self.dense[dst][...] = self.dense[src]
+                    for k, arr in self.dense_state[dst].items():
+                        if k in self.dense_state[src]:
+                            arr[...] = self.dense_state[src][k]
+                    continue
+                a, b = self.tables[src], self.tables[dst]
+                a.fill()
+                b.ids = _Ids()
+                b.ids.index = copying.deepcopy(a.index)
+                b.filled = a.filled
+                b.weights = a.weights.copy()
+                b.state = {k: (a.state[k].copy() if k in a.state else np.zeros_like(arr, shape=(len(b.weights),) +
+                                                                                     arr.shape[1:]))
+                           for k, arr in b.state.items()}
+                self.stats.table_rows[dst] = len(b)
+
+    def _drop(self, names) -> None:
+        with self._lock:
+            for name in names:
+                self.dense.pop(name, None)
+                self.dense_state.pop(name, None)
+                self.tables.pop(name, None)
+            gone = set(names)
+            self._id_groups = {g for g in self._id_groups if not gone & set(g)}
+
     def _share_ids(self, tables: dict) -> None:
         """Tables pulled together with the very same id array whose indexes hold the same ids in
         the same order (so the same rows: always so when both start empty) share one from then
@@ -220,13 +253,21 @@ class MemoryStore(ParamStore):
             self.stats.rows_pushed += len(ids)
 
     def snapshot(self) -> Snapshot:
+        return self.snapshot_of(list(self.specs))
+
+    def snapshot_of(self, names) -> Snapshot:
+        keep = set(names)
         with self._lock:
-            snap = Snapshot(specs=dict(self.specs),
-                            optimizers={k: o.get_config() for k, o in self.optimizers.items()})
+            snap = Snapshot(specs={k: s for k, s in self.specs.items() if k in keep},
+                            optimizers={k: o.get_config() for k, o in self.optimizers.items() if k in keep})
             for name, value in self.dense.items():
+                if name not in keep:
+                    continue
                 snap.dense[name] = {"value": value.copy(),
                                     **{k: a.copy() for k, a in self.dense_state[name].items()}}
             for name, table in self.tables.items():
+                if name not in keep:
+                    continue
                 table.fill()
                 ids, rows = table.index.items()
                 snap.tables[name] = {"ids": ids, "value": take_rows(table.weights, rows),

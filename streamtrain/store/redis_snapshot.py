@@ -19,10 +19,12 @@ from .redis_rows import Rows
 log = logging.getLogger("streamtrain.store.redis")
 
 
-def snapshot(store) -> Snapshot:
-    """Every declared parameter of the store's namespace (tables listed by SCAN)."""
-    snap = Snapshot(specs=dict(store.specs), optimizers={k: o.get_config() for k, o in store.optimizers.items()})
-    for name, spec in store.specs.items():
+def snapshot(store, names=None) -> Snapshot:
+    """Every declared parameter of the store's namespace (tables listed by SCAN), or those named."""
+    keep = set(store.specs if names is None else names) & set(store.specs)
+    snap = Snapshot(specs={k: s for k, s in store.specs.items() if k in keep},
+                    optimizers={k: o.get_config() for k, o in store.optimizers.items() if k in keep})
+    for name, spec in snap.specs.items():
         if spec.table:
             keys = store.io.scan(redis_keys.table_pattern(store.ns, name), what=f"list rows of '{name}'")
             ids = np.array([redis_keys.key_id(k) for k in keys], np.uint64)
@@ -47,6 +49,7 @@ def snapshot(store) -> Snapshot:
         else:
             snap.dense[name] = arrays
     return snap
+
 
 def restore(store, snapshot: Snapshot) -> None:
     """Write the snapshot's parameters (declared ones only) over the namespace's."""
@@ -80,4 +83,4 @@ def restore(store, snapshot: Snapshot) -> None:
         if bad:            # counted by the store; they read as their initial rows
             log.error("redis store: the checkpoint holds %d rows with NaN or infinite values: not restored "
                       "(they start again from the initializer)", bad)
-    store.stats.table_rows = {n: len(a["ids"]) for n, a in snapshot.tables.items() if n in store.specs}
+    store.stats.table_rows.update({n: len(a["ids"]) for n, a in snapshot.tables.items() if n in store.specs})

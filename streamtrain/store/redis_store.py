@@ -367,6 +367,39 @@ class RedisStore(ParamStore):
             self.wb.reset()
         redis_snapshot.restore(self, snapshot)
 
+    def snapshot_of(self, names) -> Snapshot:
+        self.flush()
+        return redis_snapshot.snapshot(self, names)
+
+    def _put(self, snapshot: Snapshot) -> None:
+        """Write some parameters (new ones: nothing of theirs is cached here) over theirs."""
+        self.ahead.cancel()
+        for name in [*snapshot.dense, *snapshot.tables]:
+            self._cache.pop(name, None)
+            if self.wb is not None:
+                self.wb.cached.pop(name, None)
+        redis_snapshot.restore(self, snapshot)
+
+    def _drop(self, names) -> None:
+        """Delete the parameters' keys (a retired AutoML candidate's): its dense values and every
+        row of its tables, found by SCAN on each server; its local copies are forgotten first."""
+        self.ahead.cancel()
+        if self.wb is not None:
+            if self.wb.flight is not None:          # a flush in flight may be writing these rows
+                self.wb.flight.join()
+            for name in names:
+                self.wb.cached.pop(name, None)
+        dropped = set(names)
+        for name in names:
+            self._cache.pop(name, None)
+            self.layouts.pop(name, None)
+        keys = [redis_keys.dense_key(self.ns, n) for n in names]
+        for name in names:
+            for kind in ("r", "s"):             # rows, and admission's sightings
+                keys += self.io.scan(redis_keys.table_pattern(self.ns, name, kind), what=f"find the rows of {name}")
+        self.io.delete(keys, what="drop parameters")
+        self.stats.lifecycle = {n: c for n, c in self.stats.lifecycle.items() if n not in dropped}
+
     # ---- the rest ------------------------------------------------------------------------------
     def watch(self, stopped, waiting) -> None:
         self.shards.stopped, self.shards.on_wait = stopped, waiting

@@ -1,0 +1,50 @@
+"""An AutoML search inside the daemon (``Job``): the trainer, its hooks, its checkpoint part.
+
+* ``job.graph`` is the champion's graph after every step, so ``POST /v1/predict`` answers with
+  the champion (``streamtrain run`` with ``serve.enabled``) and ``GET /v1/model`` shows it,
+  with the search (``describe``: the champion's assignment, every live candidate);
+* checkpoints hold every live candidate's parameters (they share the job's store) and, in
+  ``meta.json``'s ``automl``, the search state, so a restore resumes the same search;
+* the drift monitor reads the step's losses: the champion's;
+* a promotion is logged as one event line (``automl: slot N promoted``) and counted
+  (``streamtrain_automl_promotions_total``, metrics.py).
+"""
+from __future__ import annotations
+
+from .trainer import AutoTrainer
+
+
+def build(job, schema, state: dict | None = None) -> AutoTrainer:
+    """The job's AutoML trainer on its store, started fresh or from a checkpoint's ``state``."""
+    trainer = AutoTrainer(job.config, job.store, schema, seed=job.config.get("seed", 0),
+                          shared=_shared(job))
+    trainer.start(state)
+    job.graph = trainer.graph
+    if _follow not in job.hooks:
+        job.hooks.insert(0, _follow)
+    return trainer
+
+
+def _shared(job):
+    """Trainers sharing a Redis store share the search (``shared.py``); else None."""
+    if job.config["store"].get("backend") != "redis":
+        return None
+    from .shared import SharedSearch
+    return SharedSearch(job.store)
+
+
+def _follow(job, batch, result) -> None:
+    """After every step: the job's graph is the champion's (serving, /v1/model)."""
+    job.graph = job.trainer.graph
+
+
+def extra(job) -> dict:
+    """What a checkpoint's meta.json holds of the search (nothing without one)."""
+    search = getattr(job.trainer, "search", None)
+    return {"automl": search.to_json()} if search is not None else {}
+
+
+def describe(job) -> dict | None:
+    """The search for ``GET /v1/model`` (None without one)."""
+    trainer = getattr(job, "trainer", None)
+    return trainer.describe() if hasattr(trainer, "search") else None

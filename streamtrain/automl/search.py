@@ -1,0 +1,193 @@
+"""Champion and challengers: the search's state and its decisions (no models here).
+
+``live`` slots hold one candidate each (an assignment of the space, and an ``epoch``: the
+candidate's identity, new at every birth). Slot ``champion`` serves. After every batch the
+trainer adds each live candidate's per-example progressive losses (``observe``); ``decide``
+then, for every challenger that shared at least ``grace`` examples with the champion, looks at
+the paired differences (``bounds.verdict``):
+
+* confidently better: **promoted** (the old champion stays, as a challenger);
+* confidently worse, or not better on average after ``patience`` examples: **retired**, and
+  its slot gets a new candidate **proposed** from the champion's neighbourhood (ChaCha);
+* a candidate whose step was not finite is retired at once and never promoted; when it was the
+  champion, the live candidate with the lowest mean loss against it takes over, or, alone, it
+  is born again from its own assignment: the champion is never empty.
+
+The state is plain JSON (``to_json``/``from_json``): checkpoints hold it, and trainers that
+share a Redis store share it (``shared.py``) so that all of them agree on the champion.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .bounds import verdict
+from .space import Space, key
+
+REASONS = ("worse", "patience", "nonfinite")
+TRIED = 1000          # assignments remembered as tried (never proposed again while remembered)
+
+
+class Search:
+    def __init__(self, section: dict, space: Space):
+        self.space = space
+        self.live = int(section["live"])
+        self.grace, self.patience = int(section["grace"]), int(section["patience"])
+        self.alpha = float(section["confidence"])
+        self.rng = np.random.default_rng(int(section["seed"]))
+        k = self.live
+        self.slots: list[dict | None] = [None] * k     # {"epoch", "assign", "examples", "loss_sum"}
+        self.champion = 0
+        self.next_epoch = 0
+        self.n = np.zeros((k, k), np.int64)            # paired examples of (i, j)
+        self.s = np.zeros((k, k))                      # sum of loss_i - loss_j
+        self.ss = np.zeros((k, k))                     # sum of (loss_i - loss_j) ** 2
+        self.tried: list[str] = []                     # keys of the last TRIED assignments born
+        self.fields: list[str] = []                    # the stream's categorical fields (crosses)
+        self.promotions = 0
+        self.retired = dict.fromkeys(REASONS, 0)
+        self.version = 0                               # bumped at every change of the slots
+        self.exhausted = -1                            # a champion's epoch whose neighbours were all tried
+        self.turn = 0                                  # the dimension whose turn it is to move
+
+    # ---- births ------------------------------------------------------------------------------
+    def begin(self, config: dict, fields) -> list[dict]:
+        """The first champion (the space's start in ``config``) and its first challengers."""
+        self.fields = sorted(fields)
+        events = [self._born(0, self.space.start(config, self.fields))]
+        return events + self._fill()
+
+    def _born(self, slot: int, assign: dict) -> dict:
+        self.slots[slot] = {"epoch": self.next_epoch, "assign": assign, "examples": 0, "loss_sum": 0.0}
+        self.next_epoch += 1
+        k = key(assign)
+        if k not in self.tried:
+            self.tried.append(k)
+            del self.tried[:-TRIED]         # the oldest may be tried again (the state stays small)
+        self.n[slot, :] = self.n[:, slot] = 0
+        self.s[slot, :] = self.s[:, slot] = 0
+        self.ss[slot, :] = self.ss[:, slot] = 0
+        self.version += 1
+        return {"event": "born", "slot": slot, "epoch": self.slots[slot]["epoch"], "assign": assign}
+
+    def _fill(self) -> list[dict]:
+        events = []
+        champ = self.slots[self.champion]
+        if self.exhausted == champ["epoch"]:
+            return events
+        live = {key(s["assign"]) for s in self.slots if s is not None}
+        for i, slot in enumerate(self.slots):
+            if slot is None:
+                assign, self.turn = self.space.propose(champ["assign"], self.fields, self.rng,
+                                                       set(self.tried) | live, self.turn)
+                if assign is None:          # every neighbour tried: slots wait for a new champion
+                    self.exhausted = champ["epoch"]
+                    break
+                events.append(self._born(i, assign))
+                live.add(key(assign))
+        return events
+
+    # ---- evidence ----------------------------------------------------------------------------
+    def observe(self, losses: dict[int, np.ndarray]) -> None:
+        """Add one batch's per-example progressive losses of the live candidates (slot → [B])."""
+        if not losses:
+            return
+        slots = np.array(sorted(losses))
+        for i in slots:
+            self.slots[i]["examples"] += len(losses[i])
+            self.slots[i]["loss_sum"] += float(np.sum(losses[i]))
+        # pairs are compared once both have learnt ``grace`` examples (a newborn's cold start
+        # is not held against it for ever)
+        slots = np.array([i for i in slots if self.slots[i]["examples"] > self.grace])
+        if len(slots) < 2:
+            return
+        m = np.stack([np.asarray(losses[i], np.float64) for i in slots])
+        total = m.sum(axis=1)
+        square = (m * m).sum(axis=1)
+        ix = np.ix_(slots, slots)
+        self.n[ix] += m.shape[1]
+        self.s[ix] += total[:, None] - total[None, :]
+        self.ss[ix] += square[:, None] + square[None, :] - 2.0 * (m @ m.T)
+
+    def add_pairs(self, n, s, ss) -> None:
+        """Add pair sums gathered elsewhere (another trainer's batches)."""
+        self.n += n
+        self.s += s
+        self.ss += ss
+
+    # ---- decisions ---------------------------------------------------------------------------
+    def decide(self, nonfinite=()) -> list[dict]:
+        """Promotions and retirements the evidence supports now, then births into free slots."""
+        events = []
+        for i in sorted(set(nonfinite)):
+            if self.slots[i] is not None:
+                events += self._retire(i, "nonfinite")
+        h = self.champion
+        best, best_mean = None, 0.0
+        for i, slot in enumerate(self.slots):
+            if slot is None or i == h:
+                continue
+            n = int(self.n[i, h])
+            v = verdict(n, self.s[i, h], self.ss[i, h], self.alpha, self.grace)
+            mean = self.s[i, h] / n if n else 0.0
+            if v < 0 and mean < best_mean:
+                best, best_mean = i, mean
+            elif v > 0:
+                events += self._retire(i, "worse")
+            elif n >= self.patience and mean >= 0:
+                events += self._retire(i, "patience")
+        if best is not None:
+            self.champion = best
+            self.promotions += 1
+            self.version += 1
+            events.append({"event": "promoted", "slot": best, "from": h, "epoch": self.slots[best]["epoch"],
+                           "assign": self.slots[best]["assign"], "mean_difference": float(best_mean)})
+        return events + self._fill()
+
+    def _retire(self, i: int, reason: str) -> list[dict]:
+        slot = self.slots[i]
+        self.slots[i] = None
+        self.retired[reason] += 1
+        self.version += 1
+        events = [{"event": "retired", "slot": i, "epoch": slot["epoch"], "reason": reason,
+                   "assign": slot["assign"]}]
+        if i == self.champion:
+            events += self._succeed(i, slot)
+        return events
+
+    def _succeed(self, old: int, slot: dict) -> list[dict]:
+        """The champion was retired (not finite): the best other live candidate against it, or
+        the same assignment born again."""
+        others = [j for j, s in enumerate(self.slots) if s is not None]
+        if not others:
+            return [self._born(old, slot["assign"])]
+        means = [self.s[j, old] / self.n[j, old] if self.n[j, old] else 0.0 for j in others]
+        self.champion = others[int(np.argmin(means))]
+        self.promotions += 1
+        return [{"event": "promoted", "slot": self.champion, "from": old, "epoch": self.slots[self.champion]["epoch"],
+                 "assign": self.slots[self.champion]["assign"], "mean_difference": float(min(means))}]
+
+    # ---- reading -----------------------------------------------------------------------------
+    def live_slots(self) -> dict[int, dict]:
+        return {i: s for i, s in enumerate(self.slots) if s is not None}
+
+    def mean_loss(self, i: int) -> float:
+        s = self.slots[i]
+        return s["loss_sum"] / s["examples"] if s and s["examples"] else float("nan")
+
+    def to_json(self) -> dict:
+        return {"slots": self.slots, "champion": self.champion, "next_epoch": self.next_epoch,
+                "n": self.n.tolist(), "s": self.s.tolist(), "ss": self.ss.tolist(), "tried": self.tried,
+                "fields": self.fields, "promotions": self.promotions, "retired": self.retired,
+                "version": self.version, "exhausted": self.exhausted, "turn": self.turn, "rng": self.rng.bit_generator.state}
+
+    def load_json(self, doc: dict) -> None:
+        if len(doc["slots"]) != self.live:
+            raise ValueError(f"the saved search has {len(doc['slots'])} slots, automl.live is {self.live}")
+        self.slots, self.champion, self.next_epoch = doc["slots"], doc["champion"], doc["next_epoch"]
+        self.n = np.array(doc["n"], np.int64)
+        self.s, self.ss = np.array(doc["s"], np.float64), np.array(doc["ss"], np.float64)
+        self.tried, self.fields = list(doc["tried"]), list(doc["fields"])
+        self.promotions, self.retired, self.version = doc["promotions"], dict(doc["retired"]), doc["version"]
+        self.exhausted = doc.get("exhausted", -1)
+        self.turn = doc.get("turn", 0)
+        self.rng.bit_generator.state = doc["rng"]

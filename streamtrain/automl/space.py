@@ -1,0 +1,229 @@
+"""The search space of an AutoML job: the ``automl`` section's ``space`` list.
+
+A dimension is either
+
+* a **choice**: ``{"name", "paths": [dotted config paths], "values": [...], "start"?}``: every
+  path is set to the same value (a layer group's learning rate, an embedding ``dim``, a
+  ``dropout`` rate, the deep part's ``batch_size``); values are ordered, and a neighbour moves
+  one step along them (ChaCha's neighbourhood of a numeric setting);
+* a set of **crosses**: ``{"name", "cross": "<feature_cross layer>", "max_pairs"}``: which
+  pairs of categorical fields that layer crosses (Vowpal Wabbit's ``-q``); it starts with what
+  the layer itself would cross (its ``pairs``, else every pair when the stream has at most its
+  ``max_fields`` fields, else none) and a neighbour adds one pair or drops one, as ChaCha grows
+  interactions from the champion.
+
+An *assignment* is ``{dimension name: value}`` (a cross dimension's value is a sorted list of
+``[field, field]`` pairs); ``apply`` writes it into a copy of the job config with ``--set``'s
+dotted paths (``layers.wide.optimizer.alpha``: a list item by its ``name``).
+"""
+from __future__ import annotations
+
+import copy
+import json
+from itertools import combinations
+
+import numpy as np
+
+from streamtrain.errors import ConfigError
+from streamtrain.paths import set_path
+from streamtrain.schema import NUMBER, REQUIRED, Option, check_options, join, non_negative, positive, probability
+
+
+def _space_problems(value) -> list[tuple[str, str]]:
+    if not isinstance(value, list) or not value:
+        return [("", f"expected a non-empty list of dimensions, got {value!r}")]
+    found, names = [], set()
+    for i, dim in enumerate(value):
+        where = f"[{i}]"
+        if not isinstance(dim, dict):
+            found.append((where, f"expected an object, got {type(dim).__name__}"))
+            continue
+        schema = CROSS if "cross" in dim else CHOICE
+        found += [(join(where, k), m) for k, m in check_options(schema, dim, what="an automl dimension")]
+        if dim.get("name") in names:
+            found.append((join(where, "name"), f"dimension name {dim['name']!r} used twice"))
+        names.add(dim.get("name"))
+        values = dim.get("values")
+        if "cross" not in dim and isinstance(values, list) and "start" in dim and dim["start"] not in values:
+            found.append((join(where, "start"), f"{dim['start']!r} is not one of values {values!r}"))
+    return found
+
+
+def _values(value) -> str | None:
+    if not isinstance(value, list) or not value:
+        return f"expected a non-empty list of values, got {value!r}"
+    if len({json.dumps(v, sort_keys=True) for v in value}) != len(value):
+        return f"values repeat: {value!r}"
+    return None
+
+
+def _paths(value) -> str | None:
+    ok = isinstance(value, list) and value and all(isinstance(p, str) and p for p in value)
+    return None if ok else f"expected a non-empty list of dotted config paths, got {value!r}"
+
+
+CHOICE = {
+    "name": Option(None, (str,), doc="the dimension's name (in logs, /v1/model and checkpoints)"),
+    "paths": Option(REQUIRED, (list,), check=_paths, doc="config paths set to the value (a layer group)"),
+    "values": Option(REQUIRED, (list,), check=_values, doc="the ordered values to try"),
+    "start": Option(None, doc="the first champion's value (default: the middle one)"),
+}
+CROSS = {
+    "name": Option(None, (str,), doc="the dimension's name"),
+    "cross": Option(REQUIRED, (str,), doc="a feature_cross layer whose pairs are searched"),
+    "max_pairs": Option(32, (int,), check=positive, doc="pairs crossed at most"),
+}
+AUTOML = {
+    "live": Option(4, (int,), check=positive, doc="candidates trained side by side (the champion and its challengers)"),
+    "grace": Option(2000, (int,), check=positive,
+                    doc="examples a challenger and the champion share before any decision about it"),
+    "confidence": Option(0.05, NUMBER, check=lambda v: None if 0 < v < 1 else f"must be in (0, 1), got {v!r}",
+                         doc="error probability of each promotion or retirement (the bound's delta)"),
+    "patience": Option(200_000, (int,), check=positive,
+                       doc="examples after which a challenger not better on average is retired"),
+    "explore": Option(0.25, NUMBER, check=probability,
+                      doc="chance that a proposal moves two dimensions instead of one"),
+    "seed": Option(0, (int,), check=non_negative, doc="the proposals' random seed"),
+    "space": Option(None, (list,), nested=_space_problems, doc="the dimensions searched (see the AutoML page)"),
+}
+
+
+def section_problems(value) -> list[tuple[str, str]]:
+    """Problems of the ``automl`` section alone (null: no AutoML)."""
+    if value is None:
+        return []
+    if not isinstance(value, dict):
+        return [("", f"expected an object or null, got {type(value).__name__}")]
+    found = check_options(AUTOML, value, what="the automl section")
+    if "space" not in value:
+        found.append(("space", "required: a list of dimensions"))
+    return found
+
+
+def problems(config: dict, layer_problems) -> list[tuple[str, str]]:
+    """Problems of the ``automl`` section against the job's layers (paths that do not resolve,
+    values a layer refuses, a cross dimension naming no ``feature_cross`` layer)."""
+    section = config.get("automl")
+    if section is None:
+        return []
+    space = Space(section)
+    found = []
+    if config.get("graph") is not None:
+        found.append(("automl", "an AutoML job cannot learn on a graph (a `graph` section): remove one of them"))
+    if (config.get("store") or {}).get("mode") == "sync":
+        found.append(("automl", "an AutoML job needs store.mode async (each candidate would join the sync "
+                                "barrier, and trainers may hold different candidates for a batch)"))
+    for i, dim in enumerate(space.dims):
+        where = f"automl.space[{i}]"
+        if dim.cross is not None:
+            layer = next((c for c in config["layers"] if isinstance(c, dict) and c.get("name") == dim.cross), None)
+            if layer is None or layer.get("type") != "feature_cross":
+                found.append((f"{where}.cross", f"no feature_cross layer named {dim.cross!r} in layers"))
+            continue
+        for j, v in enumerate(dim.values):
+            try:
+                trial = dim.write(copy.deepcopy(config), v)
+            except ConfigError as err:
+                found += [(f"{where}.paths", msg) for _, msg in err.problems]
+                break
+            bad = [(f"layers{p}", m) for p, m in layer_problems(trial["layers"])]
+            size = trial.get("batch_size")
+            if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= config["batch_size"]:
+                bad.append(("batch_size", f"must be an integer in 1..{config['batch_size']} (the job's "
+                                          f"batch_size: candidates split the shared batch), got {size!r}"))
+            if bad:
+                found += [(f"{where}.values[{j}]", f"{v!r} gives {path}: {msg}") for path, msg in bad]
+                break
+    return found
+
+
+class Dim:
+    """One dimension of the space."""
+
+    def __init__(self, cfg: dict):
+        self.name = cfg["name"]
+        self.cross = cfg.get("cross")
+        self.paths = cfg.get("paths") or []
+        self.values = cfg.get("values") or []
+        self.max_pairs = cfg.get("max_pairs", 32)
+        self.start = cfg.get("start", self.values[len(self.values) // 2] if self.values else None)
+
+    def first(self, config: dict, fields: list[str]):
+        if self.cross is None:
+            return self.start
+        layer = next(c for c in config["layers"] if c.get("name") == self.cross)
+        if layer.get("pairs") is not None:
+            pairs = [tuple(p) for p in layer["pairs"]]
+        elif len(fields) <= layer.get("max_fields", 8):
+            pairs = list(combinations(sorted(fields), 2))
+        else:
+            pairs = []
+        return [list(p) for p in sorted(tuple(sorted(p)) for p in pairs)]
+
+    def write(self, config: dict, value) -> dict:
+        if self.cross is not None:
+            set_path(config, f"layers.{self.cross}.pairs", [list(p) for p in value])
+        else:
+            for path in self.paths:
+                set_path(config, path, copy.deepcopy(value))
+        return config
+
+    def neighbours(self, value, fields: list[str]) -> list:
+        """Every value one step from ``value``."""
+        if self.cross is None:
+            i = self.values.index(value) if value in self.values else len(self.values) // 2
+            return [self.values[j] for j in (i - 1, i + 1) if 0 <= j < len(self.values)]
+        have = {tuple(p) for p in value}
+        out = [sorted(have - {p}) for p in have]
+        if len(have) < self.max_pairs:
+            out += [sorted(have | {p}) for p in combinations(sorted(fields), 2) if p not in have]
+        return [[list(p) for p in pairs] for pairs in out]
+
+
+class Space:
+    """The dimensions, the first assignment and the neighbourhood of an assignment."""
+
+    def __init__(self, section: dict):
+        self.dims = [Dim({"name": d.get("name") or f"d{i}", **d}) for i, d in enumerate(section["space"])]
+        self.explore = float(section.get("explore", 0.25))
+
+    def start(self, config: dict, fields: list[str]) -> dict:
+        return {d.name: d.first(config, fields) for d in self.dims}
+
+    def apply(self, config: dict, assign: dict) -> dict:
+        """A copy of the job config with the assignment written in (``automl`` removed)."""
+        out = copy.deepcopy(config)
+        out.pop("automl", None)
+        for dim in self.dims:
+            dim.write(out, assign[dim.name])
+        return out
+
+    def propose(self, assign: dict, fields: list[str], rng: np.random.Generator, avoid,
+                turn: int = 0) -> tuple[dict | None, int]:
+        """A neighbour of ``assign`` not in ``avoid`` (keys), and the next turn. Dimensions take
+        turns (``turn``: whose it is), so every one of them is tried from each champion; the
+        dimension whose turn it is moves one step (and, with chance ``explore``, another one at
+        random too). None when every dimension's neighbours were tried."""
+        n = len(self.dims)
+        for k in range(n):
+            d = (turn + k) % n
+            dim = self.dims[d]
+            options = dim.neighbours(assign[dim.name], fields)
+            for i in rng.permutation(len(options)):
+                out = dict(assign)
+                out[dim.name] = options[int(i)]
+                if n > 1 and rng.random() < self.explore:
+                    other = self.dims[int(rng.choice([j for j in range(n) if j != d]))]
+                    more = other.neighbours(out[other.name], fields)
+                    if more:
+                        moved = dict(out, **{other.name: more[int(rng.integers(len(more)))]})
+                        if key(moved) not in avoid:
+                            return moved, d + 1
+                if key(out) not in avoid:
+                    return out, d + 1
+        return None, turn
+
+
+def key(assign: dict) -> str:
+    """A stable text key of an assignment."""
+    return json.dumps(assign, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,220 @@
+"""The AutoML trainer: every live candidate steps on the same parsed batch, then the search decides.
+
+The reader parses a batch once; each candidate feeds it to its own graph, predicts every
+example before learning it (its progressive loss is honest) and pushes to its own namespace
+of the shared store. The job sees one trainer: the champion's predictions are what it scores,
+serves and watches for drift; ``step`` returns once every candidate applied the batch, so the
+job commits the batch's offsets only then.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from streamtrain.errors import StoreError
+from streamtrain.progressive import tracker_class
+from streamtrain.schema import with_defaults
+from streamtrain.trainer import StepResult
+
+from .candidates import Candidate
+from .search import Search
+from .space import AUTOML, Space
+
+log = logging.getLogger("streamtrain.automl")
+
+
+class _Status:
+    """The champion's layer states under the base config's layer names (bounded metric labels)."""
+
+    def __init__(self, owner):
+        self.owner = owner
+
+    @property
+    def status(self) -> dict:
+        champ = self.owner.champion
+        n = len(champ.prefix)
+        return {name[n:]: s for name, s in champ.trainer.ctx.status.items()}
+
+
+class AutoTrainer:
+    """Duck-types ``Trainer`` for the job (step, graph, progressive, counters)."""
+
+    engine = None
+
+    def __init__(self, config: dict, store, schema, *, seed: int = 0, shared=None):
+        self.config, self.store, self.schema, self.seed = config, store, schema, seed
+        self.section = with_defaults(AUTOML, config["automl"])
+        self.space = Space(self.section)
+        self.search = Search(self.section, self.space)
+        self.shared = shared            # trainers on one Redis store: the search state they share
+        self.candidates: dict[int, Candidate] = {}
+        self.batches = self.examples = self.nonfinite = self.skipped_examples = 0
+        self.events: list[dict] = []    # the last step's decisions
+        self.on_event = []              # callables(event) (metrics, logs)
+        self.ctx = _Status(self)
+        self.progressive = None
+
+    # ---- the candidates ----------------------------------------------------------------------
+    def start(self, state: dict | None = None) -> None:
+        """The first candidates (a fresh search), or those of a saved search state."""
+        if state is not None:
+            self.search.load_json(state)
+            if self.shared is not None:         # the restored search is the trainers' from now on
+                self.shared.put(self.search)
+            events = []
+        elif self.shared is not None:
+            events = self.shared.begin(self.search, self.config, list(self.schema.sparse))
+        else:
+            events = self.search.begin(self.config, list(self.schema.sparse))
+        self._sync(_born(events))
+        self._report(events)
+        self.progressive = tracker_class(self.graph.loss)()
+
+    def _sync(self, born=()) -> None:
+        """Build the candidates of the search's live slots; drop those no longer live. The
+        candidates this trainer's search just gave birth to (``born``: their epochs) start from
+        a copy of the champion's parameters where they have the same ones."""
+        live = self.search.live_slots()
+        for slot, cand in list(self.candidates.items()):
+            if slot not in live or live[slot]["epoch"] != cand.epoch:
+                self.store.drop(cand.params)
+                del self.candidates[slot]
+        for slot, s in live.items():
+            if slot not in self.candidates:
+                cfg = self.space.apply(self.config, s["assign"])
+                self.candidates[slot] = Candidate(slot, s["epoch"], s["assign"], cfg, self.schema, self.store,
+                                                  seed=self.seed)
+                if s["epoch"] in born:
+                    self._warm(self.candidates[slot])
+
+    def _warm(self, cand: Candidate) -> None:
+        """ChaCha's challengers start cold, and a cold challenger is compared with a warm
+        champion: it loses for as long as it catches up. Here a challenger inherits what the
+        champion learnt (every parameter of the same name and shape; a new cross's table starts
+        empty), so the paired losses compare the two configurations from the same knowledge."""
+        champ = self.candidates.get(self.search.champion)
+        if champ is None or champ is cand or not self.search.slots[champ.slot]["examples"]:
+            return
+        pairs = {}
+        for name, spec in cand.graph.params.items():
+            src = champ.prefix + name[len(cand.prefix):]
+            other = champ.graph.params.get(src)
+            if other is not None and other.table == spec.table and (
+                    other.dim == spec.dim if spec.table else tuple(other.shape) == tuple(spec.shape)):
+                pairs[src] = name
+        try:
+            self.store.copy(pairs)
+        except StoreError as err:        # another trainer of a shared search wrote its rows first
+            log.warning("automl: slot %d starts cold (copying the champion's parameters failed: %s)",
+                        cand.slot, err)
+
+    def refresh(self) -> None:
+        """Follow the shared search (trainers on one Redis store) without stepping."""
+        if self.shared is not None:
+            self.shared.refresh(self.search)
+            self._sync()
+
+    @property
+    def champion(self) -> Candidate:
+        return self.candidates[self.search.champion]
+
+    @property
+    def graph(self):
+        return self.champion.graph
+
+    @property
+    def params(self) -> dict:
+        """Every live candidate's parameters (what a checkpoint of the job holds)."""
+        return {n: s for c in self.candidates.values() for n, s in c.graph.params.items()}
+
+    # ---- one step ----------------------------------------------------------------------------
+    def step(self, batch) -> StepResult:
+        t0 = time.perf_counter()
+        self.refresh()          # other trainers' decisions since this one's last step
+        results = {slot: cand.step(batch) for slot, cand in self.candidates.items()}
+        served = results[self.search.champion]
+        seconds = {}
+        for r in results.values():
+            for k, v in r.seconds.items():
+                seconds[k] = seconds.get(k, 0.0) + v
+        losses = None
+        if served.applied:
+            losses = self.progressive.update(batch.labels, served.predictions)
+            self.batches += 1
+            self.examples += batch.size
+        else:
+            self.nonfinite += 1
+            self.skipped_examples += batch.size
+        good = {s: r.losses for s, r in results.items() if r.applied and r.losses is not None}
+        bad = [s for s, r in results.items() if not r.applied]
+        t1 = time.perf_counter()
+        if self.shared is not None:
+            epochs = {slot: cand.epoch for slot, cand in self.candidates.items()}
+            events = self.shared.step(self.search, good, bad, epochs)
+        else:
+            self.search.observe(good)
+            events = self.search.decide(bad)
+        self._sync(_born(events))
+        self._report(events)
+        seconds["search"] = time.perf_counter() - t1
+        seconds["candidates"] = t1 - t0
+        return StepResult(served.loss, served.predictions, served.applied, reason=served.reason,
+                          seconds=seconds, losses=losses)
+
+    def _report(self, events: list[dict]) -> None:
+        self.events = events
+        for e in events:
+            if e["event"] == "promoted":
+                log.info("automl: slot %d promoted to champion (from slot %d; mean loss difference %.5f): %s",
+                         e["slot"], e["from"], e.get("mean_difference", 0.0), e["assign"],
+                         extra={"fields": {"event": "automl_promoted", **e}})
+            else:
+                log.info("automl: slot %d %s%s: %s", e["slot"], e["event"],
+                         f" ({e['reason']})" if "reason" in e else "", e["assign"],
+                         extra={"fields": {"event": f"automl_{e['event']}", **e}})
+            for hook in self.on_event:
+                hook(e)
+
+    # ---- what the job asks of a trainer ------------------------------------------------------
+    @property
+    def stepped(self) -> int:
+        return self.examples + self.skipped_examples
+
+    @property
+    def hits(self) -> int:
+        return getattr(self.progressive, "hits", 0)
+
+    def prepare(self, batch) -> None:
+        """Each live candidate's ``Trainer.prepare`` of the batch (the file reader's parse thread
+        calls it, so the candidates' feeds leave the training thread), kept on the batch by
+        graph (``batch.feds``); a candidate born since feeds it in its step."""
+        feds = {}
+        for cand in list(self.candidates.values()):
+            if cand.graph.prepares_ahead:
+                cand.trainer.prepare(batch)
+                feds[cand.graph] = batch.fed
+        batch.fed = None
+        batch.feds = feds
+
+    def prefetch(self, next_batch) -> None:
+        """Candidates do not read ahead."""
+
+    def describe(self) -> dict:
+        """The search for ``/v1/model`` and the summary: champion, live candidates, counts."""
+        s = self.search
+        return {
+            "champion": {**self.champion.describe(), "mean_loss": _num(s.mean_loss(s.champion))},
+            "candidates": [{**c.describe(), "examples": s.slots[i]["examples"], "mean_loss": _num(s.mean_loss(i))}
+                           for i, c in sorted(self.candidates.items())],
+            "promotions": s.promotions, "retired": dict(s.retired), "born": s.next_epoch,
+        }
+
+
+def _born(events) -> set:
+    return {e["epoch"] for e in events if e["event"] == "born"}
+
+
+def _num(x: float):
+    return round(float(x), 6) if np.isfinite(x) else None

@@ -1,0 +1,52 @@
+"""A stream with a planted best configuration, and the AutoML job that searches for it."""
+from __future__ import annotations
+
+import numpy as np
+
+from streamtrain import config as configmod
+from streamtrain.batch import Batch, SparseField
+
+FTRL = {"type": "ftrl", "alpha": 0.3, "beta": 1.0, "l1": 0.0, "l2": 0.0}
+
+
+def planted_stream(seed: int = 0, fields: int = 4, cardinality: int = 8, size: int = 1000):
+    """Batches whose label depends only on the *pair* (f1, f2): logit = T[f1, f2] - 0.5 with
+    T = +-2 at random. Neither field alone says anything (each row and column of T is balanced
+    in expectation), so a linear model must cross f1 with f2 to learn; any other pair is noise."""
+    rng = np.random.default_rng(seed)
+    table = rng.choice([-2.0, 2.0], size=(cardinality, cardinality))
+    while True:
+        x = rng.integers(0, cardinality, size=(size, fields))
+        logit = table[x[:, 1], x[:, 2]] - 0.5
+        y = (rng.random(size) < 1 / (1 + np.exp(-logit))).astype(np.float32)
+        offsets = np.arange(size + 1, dtype=np.int64)
+        yield Batch(labels=y, sparse={f"f{i}": SparseField((x[:, i] + 1000 * (i + 1)).astype(np.uint64), offsets)
+                                      for i in range(fields)})
+
+
+def layers(alpha: float = 0.3, opt: dict | None = None) -> list[dict]:
+    opt = opt or dict(FTRL, alpha=alpha)
+    return [{"name": "sparse", "type": "sparse_input"},
+            {"name": "crosses", "type": "feature_cross", "inputs": ["sparse"], "pairs": []},
+            {"name": "wide", "type": "embedding", "inputs": ["crosses"], "dim": 1, "shared": True,
+             "init": "zeros", "optimizer": opt},
+            {"name": "wide_sum", "type": "sum_pooling", "inputs": ["wide"]},
+            {"name": "bias", "type": "bias", "init": "zeros", "optimizer": dict(opt)},
+            {"name": "logit", "type": "add", "inputs": ["wide_sum", "bias"]},
+            {"name": "loss", "type": "logloss", "inputs": ["logit"], "sequential": True}]
+
+
+def job_config(live: int = 4, grace: int = 1000, rates=(0.03, 0.1, 0.3, 1.0), sgd: bool = False,
+               **automl) -> dict:
+    """The planted stream's job: crosses and the rate of both layers searched (FTRL's alpha, or
+    SGD's lr with ``sgd``)."""
+    opt = {"type": "sgd", "lr": rates[0]} if sgd else None
+    key = "lr" if sgd else "alpha"
+    rate = {"name": "rate", "paths": [f"layers.wide.optimizer.{key}", f"layers.bias.optimizer.{key}"],
+            "values": list(rates)}
+    if sgd:
+        rate["start"] = rates[0]
+    cfg = {"batch_size": 1000, "layers": layers(opt=opt), "metrics": {"enabled": False},
+           "automl": {"live": live, "grace": grace, **automl, "space": [
+               {"name": "crosses", "cross": "crosses", "max_pairs": 2}, rate]}}
+    return configmod.validate(configmod.with_defaults(configmod.SCHEMA, cfg))

@@ -1,0 +1,177 @@
+"""An AutoML job in the daemon (streamtrain/automl/attach.py): metrics per candidate slot, the
+champion served and shown in /v1/model, checkpoints that hold every live candidate and the
+search, and a restore that resumes the very same search."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from prometheus_client import CollectorRegistry
+
+from streamtrain import checkpoint
+from streamtrain import config as configmod
+from streamtrain.job import Job
+from streamtrain.metrics import Metrics
+from streamtrain.schema import with_defaults
+from streamtrain.serve.inputs import records_batch
+from streamtrain.serve.service import JobModel, Service
+from streamtrain.serve.settings import SERVE_OPTIONS
+
+from .automl_helpers import layers
+
+READER = {"type": "synthetic", "fields": 4, "cardinality": 20, "dense": 0, "model": "fm", "fm_dim": 4,
+          "weight_scale": 1.5, "seed": 3}
+
+
+def automl_config(tmp_path, examples: int, **over) -> dict:
+    cfg = {"reader": dict(READER, examples=examples), "batch_size": 1000, "layers": layers(),
+           "metrics": {"enabled": False}, "checkpoint": {"dir": str(tmp_path / "ckpt"), "every_seconds": 0},
+           "automl": {"live": 4, "grace": 1000, "space": [
+               {"name": "crosses", "cross": "crosses", "max_pairs": 3},
+               {"name": "rate", "paths": ["layers.wide.optimizer.alpha", "layers.bias.optimizer.alpha"],
+                "values": [0.03, 0.1, 0.3, 1.0]}]}, **over}
+    return configmod.validate(configmod.with_defaults(configmod.SCHEMA, cfg))
+
+
+def check_serving(job) -> None:
+    """/v1/predict's answer (a JobModel Service, as `streamtrain run` with serve.enabled builds it)
+    is the champion's; /v1/model shows the search. True if another live candidate's differs."""
+    service = Service(JobModel(job), with_defaults(SERVE_OPTIONS, {}), job.config["reader"])
+    records = {"records": [{"f0": "1", "f1": "2", "f2": "3", "f3": "4"}, {"f0": "5", "f1": "0"}]}
+    answer = service.predict(json.dumps(records).encode(), "application/json")["predictions"]
+    batch = records_batch(records, job.graph.schema, 10)
+    search, candidates = job.trainer.search, job.trainer.candidates
+    assert answer == service._answer(candidates[search.champion].graph, batch, True)["predictions"]
+    others = [service._answer(c.graph, batch, True)["predictions"] for s, c in candidates.items()
+              if s != search.champion]
+    model = service.describe()
+    assert model["automl"]["champion"]["slot"] == search.champion
+    assert model["automl"]["champion"]["assign"] == candidates[search.champion].assign
+    assert {c["slot"] for c in model["automl"]["candidates"]} == set(candidates)
+    return any(p != answer for p in others)     # a challenger (born from the champion) may still agree
+
+
+def test_metrics_serving_and_model_follow_the_champion(tmp_path):
+    job = Job(automl_config(tmp_path, 60_000))
+    metrics = Metrics(CollectorRegistry(), refresh_seconds=0)
+    served = []
+
+    def serve_now_and_then(job, batch, result):
+        if len(job.trainer.candidates) > 1 and job.trainer.batches % 2 == 0:
+            served.append((job.trainer.search.promotions, check_serving(job)))
+    job.hooks += [metrics.on_step, serve_now_and_then]
+    summary = job.run()
+    search = job.trainer.search
+    assert search.promotions >= 1, summary["automl"]         # the planted FM's pairs pay off
+    assert len(served) >= 3 and served[-1][0] >= 1, served      # served before and after a promotion
+    assert any(differs for _, differs in served), served        # ... and not another candidate's answer
+    assert summary["examples"] == 60_000 and summary["automl"]["champion"]["slot"] == search.champion
+    assert job.graph is job.trainer.champion.graph
+    value = metrics.registry.get_sample_value
+    assert value("streamtrain_automl_promotions_total") == search.promotions
+    assert value("streamtrain_automl_candidates_born_total") == search.next_epoch
+    assert value("streamtrain_automl_champion_slot") == search.champion
+    for reason, n in search.retired.items():
+        assert value("streamtrain_automl_retirements_total", {"reason": reason}) == n
+    for i, slot in enumerate(search.slots):                   # one series per slot, never per config
+        assert value("streamtrain_automl_candidate_examples", {"slot": str(i)}) == (slot["examples"] if slot else 0)
+    slots = {s.labels["slot"] for m in metrics.registry.collect() if m.name == "streamtrain_automl_candidate_loss"
+             for s in m.samples}
+    assert slots == {"0", "1", "2", "3"}
+
+
+def test_a_checkpoint_holds_every_candidate_and_the_search(tmp_path):
+    first = Job(automl_config(tmp_path, 40_000))
+    first.run()
+    saved = first.trainer.search.to_json()
+    snap, meta = checkpoint.read(first.last_checkpoint)
+    assert meta["automl"] == json.loads(json.dumps(saved))
+    live = {c.prefix for c in first.trainer.candidates.values()}
+    assert {name.split("_", 1)[0] + "_" for name in snap.specs} == live      # every live candidate, only them
+
+    again = Job(automl_config(tmp_path, 40_000), restore=first.last_checkpoint)
+    again._build(next(iter(again.source.batches())))
+    try:
+        assert again.trainer.search.to_json() == saved
+        assert again.trainer.examples == first.trainer.examples
+        back = again.store.snapshot()
+        assert set(back.specs) == set(snap.specs)
+        for name, arrays in snap.tables.items():
+            order = np.argsort(arrays["ids"])
+            mine = back.tables[name]
+            np.testing.assert_array_equal(np.sort(mine["ids"]), arrays["ids"][order])
+            np.testing.assert_array_equal(mine["value"][np.argsort(mine["ids"])], arrays["value"][order])
+    finally:
+        again.finish()
+
+    # `streamtrain eval` and `serve --restore` load the champion of the checkpoint
+    from streamtrain import saved
+    graph, store = saved.read(first.last_checkpoint).build(first.config, first.graph.schema)
+    champion = first.trainer.champion
+    assert set(graph.params) == set(champion.graph.params)
+    batch = next(iter(Job(automl_config(tmp_path, 2_000)).source.batches()))
+    ctx = graph.context(training=False)
+    graph.feed(ctx, batch)
+    ctx.values = store.pull(*graph.needs(ctx), create=False)
+    graph.forward(ctx)
+    mine = champion.graph.context(training=False)
+    champion.graph.feed(mine, batch)
+    mine.values = first.store.pull(*champion.graph.needs(mine), create=False)
+    champion.graph.forward(mine)
+    np.testing.assert_array_equal(ctx.predictions, mine.predictions)
+
+    resumed = Job(automl_config(tmp_path, 50_000), max_examples=first.trainer.examples + 10_000,
+                  restore=first.last_checkpoint)
+    summary = resumed.run()
+    assert summary["examples"] == 50_000
+    assert resumed.trainer.search.next_epoch >= first.trainer.search.next_epoch
+    assert resumed.trainer.search.promotions >= first.trainer.search.promotions
+
+
+def test_dropped_tables_leave_the_row_gauge():
+    """streamtrain_embedding_rows is labelled by table: a retired candidate's tables leave it
+    (the label set stays that of the live candidates)."""
+    from streamtrain.metrics import Metrics as M
+    from streamtrain.params import ParamSpec
+    from streamtrain.store import make_store
+    store = make_store({"backend": "memory"})
+    store.declare({"a0g0_w.table": ParamSpec("a0g0_w.table", (1,), table=True)}, {"type": "sgd", "lr": 0.1})
+    store.add({"a1g1_w.table": ParamSpec("a1g1_w.table", (1,), table=True)}, {"type": "sgd", "lr": 0.1})
+    store.stats.table_rows = {"a0g0_w.table": 3, "a1g1_w.table": 4}
+    m = M(CollectorRegistry(), refresh_seconds=0)
+    m._store_rows(store)
+    assert m.registry.get_sample_value("streamtrain_embedding_rows", {"table": "a1g1_w.table", "state": "live"}) == 4
+    store.drop(["a1g1_w.table"])
+    m._store_rows(store)
+    assert m.registry.get_sample_value("streamtrain_embedding_rows", {"table": "a1g1_w.table", "state": "live"}) is None
+    assert m.registry.get_sample_value("streamtrain_embedding_rows", {"table": "a0g0_w.table", "state": "live"}) == 3
+
+
+def test_offsets_are_committed_after_every_candidate_applied_the_batch(tmp_path, monkeypatch):
+    """Between two commits of the reader's offsets, every live candidate stepped the one batch
+    those offsets are for (and none stepped a later one)."""
+    from streamtrain.automl.candidates import Candidate
+    seen = []
+    real = Candidate.step
+
+    def step(self, batch):
+        result = real(self, batch)
+        seen.append(("step", self.slot, id(batch), result.applied))
+        return result
+    monkeypatch.setattr(Candidate, "step", step)
+    job = Job(automl_config(tmp_path, 30_000))
+    commit = job.source.commit
+    job.source.commit = lambda offsets: (seen.append(("commit",)), commit(offsets))
+    job.run()
+    segments, current = [], []
+    for event in seen:
+        if event[0] == "commit":
+            segments.append(current)
+            current = []
+        else:
+            current.append(event)
+    assert len(segments) == 30 and not current
+    for steps in segments:
+        assert steps and len({s[2] for s in steps}) == 1, steps          # one batch
+        assert len({s[1] for s in steps}) == len(steps) >= 1               # each live candidate once
+        assert all(s[3] for s in steps)                                     # applied
