@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from . import job_checkpoints, outage, report
+from . import checkpoint, job_checkpoints, outage, report
 from .backoff import STOPPED, Backoff
 from .automl import attach as automl_attach
 from .drift import DriftMonitor

@@ -102,3 +102,23 @@ def gate(io, counters: Counters, table: str, ids: np.ndarray, policy) -> np.ndar
             ok[:] = False
             ok[keep] = True
     return ok
+
+
+def count(store) -> dict:
+    """Per table of the store: live, created, admitted, rejected, dropped, expired (counted now:
+    a table with a TTL has its live rows counted by SCAN); kept in ``store.stats`` too."""
+    counts = store.counters.read()
+    for name, spec in store.specs.items():
+        if not spec.table:
+            continue
+        c = counts.setdefault(name, {})
+        if store.cfg.policy(name).ttl_s > 0:
+            live = len(store.io.scan(redis_keys.table_pattern(store.ns, name), what="count live rows"))
+            c["expired"] = max(0, c.get("created", 0) - live)
+            c["live"] = live
+            store.counters.set(name, live=live, expired=c["expired"])
+        for k in NAMES:
+            c.setdefault(k, 0)
+    store.stats.table_rows = {n: c["live"] for n, c in counts.items() if n in store.specs}
+    store.stats.lifecycle = {n: c for n, c in counts.items() if n in store.specs}
+    return store.stats.lifecycle

@@ -1,4 +1,5 @@
-"""Checkpoints of the redis store: a snapshot of every row of the namespace, and its restore.
+"""Checkpoints of the redis store: a snapshot of every row of the namespace, and its restore;
+and the AutoML candidates' parameters written over (``put``) or dropped (``drop``).
 
 ``snapshot`` lists a table's rows by SCAN and reads them in one pass; ``restore`` clears the
 tables it replaces and writes every row by the create-if-absent compare-and-set (a row that
@@ -84,3 +85,34 @@ def restore(store, snapshot: Snapshot) -> None:
             log.error("redis store: the checkpoint holds %d rows with NaN or infinite values: not restored "
                       "(they start again from the initializer)", bad)
     store.stats.table_rows.update({n: len(a["ids"]) for n, a in snapshot.tables.items() if n in store.specs})
+
+
+def put(store, snapshot: Snapshot) -> None:
+    """Write some parameters (new ones: nothing of theirs is cached here) over theirs."""
+    store.ahead.cancel()
+    for name in [*snapshot.dense, *snapshot.tables]:
+        store._cache.pop(name, None)
+        if store.wb is not None:
+            store.wb.cached.pop(name, None)
+    restore(store, snapshot)
+
+
+def drop(store, names) -> None:
+    """Delete the parameters' keys (a retired AutoML candidate's): its dense values and every
+    row of its tables, found by SCAN on each server; its local copies are forgotten first."""
+    store.ahead.cancel()
+    if store.wb is not None:
+        if store.wb.flight is not None:          # a flush in flight may be writing these rows
+            store.wb.flight.join()
+        for name in names:
+            store.wb.cached.pop(name, None)
+    dropped = set(names)
+    for name in names:
+        store._cache.pop(name, None)
+        store.layouts.pop(name, None)
+    keys = [redis_keys.dense_key(store.ns, n) for n in names]
+    for name in names:
+        for kind in ("r", "s"):             # rows, and admission's sightings
+            keys += store.io.scan(redis_keys.table_pattern(store.ns, name, kind), what=f"find the rows of {name}")
+    store.io.delete(keys, what="drop parameters")
+    store.stats.lifecycle = {n: c for n, c in store.stats.lifecycle.items() if n not in dropped}

@@ -338,21 +338,7 @@ class RedisStore(ParamStore):
     # ---- lifecycle and stats ----------------------------------------------------------------
     def lifecycle(self) -> dict:
         """Per table: live, created, admitted, rejected, dropped, expired (counted now)."""
-        counts = self.counters.read()
-        for name, spec in self.specs.items():
-            if not spec.table:
-                continue
-            c = counts.setdefault(name, {})
-            if self.cfg.policy(name).ttl_s > 0:
-                live = len(self.io.scan(redis_keys.table_pattern(self.ns, name), what="count live rows"))
-                c["expired"] = max(0, c.get("created", 0) - live)
-                c["live"] = live
-                self.counters.set(name, live=live, expired=c["expired"])
-            for k in redis_lifecycle.NAMES:
-                c.setdefault(k, 0)
-        self.stats.table_rows = {n: c["live"] for n, c in counts.items() if n in self.specs}
-        self.stats.lifecycle = {n: c for n, c in counts.items() if n in self.specs}
-        return self.stats.lifecycle
+        return redis_lifecycle.count(self)
 
     # ---- checkpoints (redis_snapshot) ---------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -372,33 +358,10 @@ class RedisStore(ParamStore):
         return redis_snapshot.snapshot(self, names)
 
     def _put(self, snapshot: Snapshot) -> None:
-        """Write some parameters (new ones: nothing of theirs is cached here) over theirs."""
-        self.ahead.cancel()
-        for name in [*snapshot.dense, *snapshot.tables]:
-            self._cache.pop(name, None)
-            if self.wb is not None:
-                self.wb.cached.pop(name, None)
-        redis_snapshot.restore(self, snapshot)
+        redis_snapshot.put(self, snapshot)
 
     def _drop(self, names) -> None:
-        """Delete the parameters' keys (a retired AutoML candidate's): its dense values and every
-        row of its tables, found by SCAN on each server; its local copies are forgotten first."""
-        self.ahead.cancel()
-        if self.wb is not None:
-            if self.wb.flight is not None:          # a flush in flight may be writing these rows
-                self.wb.flight.join()
-            for name in names:
-                self.wb.cached.pop(name, None)
-        dropped = set(names)
-        for name in names:
-            self._cache.pop(name, None)
-            self.layouts.pop(name, None)
-        keys = [redis_keys.dense_key(self.ns, n) for n in names]
-        for name in names:
-            for kind in ("r", "s"):             # rows, and admission's sightings
-                keys += self.io.scan(redis_keys.table_pattern(self.ns, name, kind), what=f"find the rows of {name}")
-        self.io.delete(keys, what="drop parameters")
-        self.stats.lifecycle = {n: c for n, c in self.stats.lifecycle.items() if n not in dropped}
+        redis_snapshot.drop(self, names)
 
     # ---- the rest ------------------------------------------------------------------------------
     def watch(self, stopped, waiting) -> None:
