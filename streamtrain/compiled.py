@@ -26,6 +26,11 @@ before it compiles and, by default, also before it loads a kernel from its cache
 cached kernel is object code that needs none of them, only numba's runtime (NRT). Here a cache
 load initialises the runtime alone; the registries load, with the two answers above, at the
 first real compile. ``STREAMTRAIN_NUMBA_EAGER=1`` restores numba's own behaviour.
+
+The first run after an install (or wherever numba's cache is empty or not writable) compiles
+every kernel as it is first used: several seconds in all. So that it is not a silent wait, the
+first compile of a process logs what is happening and for how long, and each kernel is named
+as it compiles (``CompileNotice``); a run that only loads its kernels from the cache says nothing.
 """
 from __future__ import annotations
 
@@ -127,6 +132,59 @@ def _registries_at_first_compile() -> bool:
 
 if not _registries_at_first_compile():
     _load_registry_modules()
+
+
+FIRST_RUN_SECONDS = 10      # examples/synthetic.json's kernels compiled on a 2-core host: 11-12 s
+
+
+class CompileNotice:
+    """numba's ``numba:compile`` event (a real compile, never a cache load): the first one logs
+    that kernels are being compiled, with roughly how long it takes and where they are cached;
+    each kernel compiled at top level (not one compiled inside another's compile) is named with
+    its time. ``seconds`` and ``kernels`` count them."""
+
+    def __init__(self):
+        self.depth, self.kernels, self.seconds, self._t0 = 0, 0, 0.0, 0.0
+
+    def on_start(self, event) -> None:
+        self.depth += 1
+        if self.depth > 1:
+            return
+        if not self.kernels:
+            cache = getattr(getattr(event.data["dispatcher"], "_cache", None), "_cache_path", None)
+            log.info("compiling streamtrain's kernels with numba (the first run after an install or "
+                     "upgrade: ~%d-%d s in all on 2 cores, each kernel named as it is done; cached "
+                     "for the next runs in %s)", FIRST_RUN_SECONDS, 2 * FIRST_RUN_SECONDS,
+                     os.path.dirname(cache) if cache else "none: nowhere writable, see NUMBA_CACHE_DIR")
+        self._t0 = _now()
+
+    def on_end(self, event) -> None:
+        self.depth -= 1
+        if self.depth:
+            return
+        took = _now() - self._t0
+        self.kernels += 1
+        self.seconds += took
+        fn = getattr(event.data["dispatcher"], "py_func", None)
+        name = f"{fn.__module__}.{fn.__qualname__}" if fn is not None else "?"
+        log.info("compiled %s in %.1f s (kernel %d, %.1f s so far)", name, took, self.kernels, self.seconds)
+
+
+def _now() -> float:
+    import time
+    return time.perf_counter()
+
+
+def _listen_to_compiles() -> CompileNotice:
+    from numba.core import event
+    notice = CompileNotice()
+    listener = type("_Listener", (event.Listener,), {"on_start": lambda self, ev: notice.on_start(ev),
+                                                      "on_end": lambda self, ev: notice.on_end(ev)})
+    event.register("numba:compile", listener())
+    return notice
+
+
+COMPILES = _listen_to_compiles()
 
 
 def njit(**options):
