@@ -111,7 +111,7 @@ def same_fields_files() -> dict:
     for fmt, line, head, opts in (
             ("csv", csv_line, ",".join(["label", *dense, *sparse]).encode() + b"\n", {"numeric": dense}),
             ("libsvm", libsvm_line, b"", {}),
-            ("jsonl", json_line, b"", {"numeric": dense})):
+            ("jsonl", json_line, b"", {"numeric": dense, "columns": sparse})):
         path = streams._write_once(streams.BENCH_TMP / f"criteo_fields.{fmt}",
                                    lambda f, line=line, head=head: f.write(head + b"".join(map(line, rows))))
         out[fmt] = (path, opts)
