@@ -258,7 +258,7 @@ def test_missing_file_and_bad_config():
         open_reader({"type": "file", "path": "/no/such.tsv", "format": "criteo"}, 16)
     with pytest.raises(ConfigError) as e:
         open_reader({"type": "file", "path": "x", "format": "tsv"}, 16)
-    assert e.value.problems == [("reader.format", "unknown format 'tsv' (known: criteo, csv, libsvm)")]
+    assert e.value.problems == [("reader.format", "unknown format 'tsv' (known: criteo, csv, jsonl, libsvm)")]
     problems = validate_reader_config({"type": "file", "format": "csv", "delimiter": ";;",
                                        "options": {"multivalue": {"g": ""}, "colour": 1}})
     assert [p for p, _ in problems] == ["reader.path", "reader.options.colour",
