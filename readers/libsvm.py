@@ -72,7 +72,7 @@ class LibsvmParser(Parser):
         fs, fe, fl = sp.start[~first], sp.end[~first], sp.line[~first]
         c = np.flatnonzero(chunk.arr == COLON)
         k = np.searchsorted(fs, c, side="right") - 1
-        inside = (k >= 0) & (c < fe[np.maximum(k, 0)])
+        inside = (k >= 0) & (c < fe[np.maximum(k, 0)]) if len(fs) else np.zeros(len(c), bool)
         k, c = k[inside], c[inside]
         n_colon = np.bincount(k, minlength=len(fs))
         colon = np.full(len(fs), -1, dtype=np.int64)

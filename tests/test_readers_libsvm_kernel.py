@@ -34,6 +34,7 @@ def test_edge_values_match():
     b"1 3:x",            # not a number
     b"1 3:1e-5",         # an exponent: the vectorised path parses it
     b"x 3:1",            # a bad label
+    b":",                # a colon and no feature (the vectorised path used to raise IndexError)
     b"2 3:1",            # a label not allowed
     b"1 3",              # no colon
     b"   ",              # spaces only
@@ -60,3 +61,9 @@ def test_options_and_a_region_read_in_place():
     for after in (b"", b"1 ", b"0 1:1 2:2 3:3 4:4"):
         got = p.parse_batches(head + piece + after, [0, 5], len(head), len(head) + len(piece))
         assert_batches_equal(got[0], alone)
+
+
+def test_a_chunk_of_lines_without_features_but_a_colon_is_counted_not_raised():
+    m = Malformed()
+    batch = make_parser("libsvm", {}, m).parse_chunk(Chunk(b":\n"))
+    assert batch.size == 0 and m.snapshot()["label"] == 1
