@@ -10,7 +10,7 @@ scratch directory put first on PYTHONPATH, so they shadow what the environment h
 The dependencies are ``[project] dependencies`` and the ``serve`` extra of pyproject.toml; a
 floor is a requirement's ``>=`` bound (each has one, or this fails), so pyproject.toml is the one
 place the floors are written. Before the tests, every dependency's version as imported is
-checked against what was asked for (numba's too: ``streamtrain/compiled.py`` patches its
+checked against what was asked for (numba's too: ``streamtrain/numba_startup.py`` patches its
 internals, and tests/test_startup.py holds the patch to being applied at each version).
 pytest's exit code 5 (no tests collected) is reported and forgiven, as in .ci/run.
 """
@@ -78,11 +78,12 @@ got = {name: metadata.version(name) for name in want}
 wrong = {n: (got[n], v) for n, v in want.items() if v != "*" and Version(got[n]) != Version(v)}
 print("versions:", ", ".join(f"{n} {v}" for n, v in got.items()))
 import numpy, numba, scipy
-import streamtrain.compiled
+from streamtrain import startup
+startup.apply()                      # what the command line applies at its start
 from numba.core import caching
 print("imported: numpy", numpy.__version__, "numba", numba.__version__, "scipy", scipy.__version__,
       "from", numba.__file__.rsplit("/numba/", 1)[0], "; numba patch applied:",
-      caching.Cache.load_overload.__module__ == "streamtrain.compiled")
+      getattr(caching.Cache.load_overload, "_streamtrain", False))
 sys.exit(f"versions asked for but not imported: {wrong}" if wrong else 0)
 """
 

@@ -125,8 +125,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from tests.kafka_broker import TansuBroker, create_topic
+    from streamtrain import startup
     from streamtrain.readers import Malformed, open_reader
     from streamtrain.produce import produce
+
+    startup.apply()                                      # as the daemon starts: numba, BLAS threads,
+    startup.for_job({"reader": {"type": "kafka"}})      # and kafka-python's larger socket reads
 
     broker = None if args.bootstrap else TansuBroker().start()
     bootstrap = args.bootstrap or broker.bootstrap

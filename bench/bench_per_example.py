@@ -76,7 +76,9 @@ def kernels(model: str, examples: int, repeat: int, sets: list[str]) -> dict:
 
     from streamtrain.online import kernels as k
     learn, combine, calls = k.learn, k.combine, {"learn": [], "combine": []}
-    copy = (lambda args: [a.copy() if isinstance(a, np.ndarray) else a for a in args])
+    def copy(args):          # arrays, also inside the records (namedtuples) learn takes
+        return [a.copy() if isinstance(a, np.ndarray) else type(a)(*copy(a)) if hasattr(a, "_fields") else a
+                for a in args]
     k.learn = lambda *a: (calls["learn"].append(copy(a)), learn(*a))[1]
     k.combine = lambda *a: (calls["combine"].append(copy(a)), combine(*a))[1]
     try:

@@ -37,7 +37,10 @@ from pathlib import Path
 
 import redis
 
-from streamtrain.store.redis_server import RedisServer, cluster_args, create_cluster, free_port
+from streamtrain.store.redis_server import RedisServer, free_port
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/redis_cluster.py: test-only code
+from tests.redis_cluster import cluster_args, create_cluster  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 READER = {"type": "synthetic", "fields": 26, "cardinality": 100_000, "zipf": 1.1, "dense": 13}

@@ -167,8 +167,3 @@ def flat_dim(shape) -> int:
     if isinstance(shape, SparseShape):
         raise ShapeError("a sparse input cannot be used where dense features are expected")
     return int(np.prod(shape)) if len(shape) else 1
-
-
-def expect_shape(layer: Layer, what: str, got, want) -> None:
-    if tuple(got) != tuple(want):
-        raise ShapeError(f"layer '{layer.name}': {what} has shape {tuple(got)}, expected {tuple(want)}")

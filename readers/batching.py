@@ -137,11 +137,3 @@ def concat_batches(batches: list[Batch], offsets: dict | None = None) -> Batch:
         offsets=dict(offsets or {}),
         timestamps=ts,
     )
-
-
-def empty_batch(like: Batch | None = None) -> Batch:
-    names = like.dense_names if like is not None else ()
-    return Batch(labels=np.zeros(0, np.float32),
-                 sparse={k: SparseField(np.zeros(0, np.uint64), np.zeros(1, np.int64))
-                         for k in (like.sparse if like is not None else {})},
-                 dense=np.zeros((0, len(names)), np.float32), dense_names=names)

@@ -132,11 +132,6 @@ class SyntheticTruth:
             return self._total.logloss
         return exact_logloss(*reversed(self.arrays(start, stop)))
 
-    @property
-    def positive_rate(self) -> float:
-        self._fold()
-        return self._total.observed_ctr
-
 
 class SyntheticStream:
     """The planted model and the reader over it: ``stream.reader()`` is a reader function."""

@@ -1,4 +1,13 @@
-from streamtrain.cli import entry
+"""``python -m streamtrain`` and the ``streamtrain`` command: the process-wide settings
+(``streamtrain.startup.apply``, before numpy and numba load), then the command line (``cli``)."""
 
-if __name__ == "__main__":           # `python -m streamtrain`; importing the module runs nothing
+
+def entry() -> None:
+    from streamtrain import startup
+    startup.apply()
+    from streamtrain.cli import entry as command_line
+    command_line()
+
+
+if __name__ == "__main__":           # importing the module runs nothing
     entry()

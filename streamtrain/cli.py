@@ -12,7 +12,7 @@ import sys
 import threading
 
 from . import config as configmod
-from . import shipped
+from . import shipped, startup
 from .errors import ConfigError, StreamtrainError
 from .graphload import add_graph_parser
 from .produce import add_produce_parser
@@ -165,6 +165,7 @@ def load_config(args) -> dict:
 
 
 def main(argv=None) -> int:
+    startup.apply()                  # (done already, before numpy loaded, when run as a command)
     parser = build_parser()
     args = parser.parse_args(argv)
     _check_log_flags(parser, args)

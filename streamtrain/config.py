@@ -229,12 +229,6 @@ def read_json(path: Path):
                                 "levels of arrays or objects)")]) from None
 
 
-def apply_sets(config: dict, sets) -> None:
-    found = set_problems(config, sets)
-    if found:
-        raise ConfigError(found)
-
-
 def set_problems(config: dict, sets) -> list[tuple[str, str]]:
     """Apply every ``PATH=VALUE`` that can be applied; the problems of the others."""
     found = []

@@ -21,13 +21,12 @@ import threading
 import time
 from pathlib import Path
 
-from . import checkpoint, systemd
+from . import checkpoint, startup, systemd
 from .health import Health, MetricsServer, caught_up, job_readiness
 from .job import Job
-from .logs import setup_logging
+from .logs import log_start, setup_logging
 from .metrics import Metrics
 from .serve.run import attach as attach_serving
-from .version import build_info, describe
 
 log = logging.getLogger("streamtrain")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -99,7 +98,8 @@ def serve(job: Job, cfg: dict) -> tuple[Metrics | None, MetricsServer | None, He
 def run_job(cfg: dict, args) -> int:
     logcfg = cfg.get("log", {})
     setup_logging(args.log_format or logcfg.get("format", "text"), args.log_level or logcfg.get("level", "INFO"))
-    log.info("%s: training job %r", describe(), cfg.get("name", ""), extra={"fields": build_info()})
+    log_start(log, f"training job {cfg.get('name', '')!r}")
+    startup.for_job(cfg)
     restore = resolve_restore(args.restore, cfg)
     job = Job(cfg, max_examples=args.max_examples, restore=restore)
     signals = Signals(job).install()

@@ -73,10 +73,6 @@ class ReaderError(StreamtrainError):
     """A reader could not be opened or configured (bad records are counted, not raised)."""
 
 
-class NonFiniteError(StreamtrainError, FloatingPointError):
-    """A loss or gradient was NaN or infinite; the batch is skipped, parameters untouched."""
-
-
 class CheckpointError(StreamtrainError):
     """A checkpoint to restore is missing, unreadable, or of another model: nothing is trained
     (exit 2)."""

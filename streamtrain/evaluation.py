@@ -116,10 +116,11 @@ def run_eval(config: dict, args) -> int:
     import json
 
     from .daemon import Signals
-    from .logs import setup_logging
+    from .logs import log_start, setup_logging
 
     logcfg = config.get("log", {})
     setup_logging(args.log_format or logcfg.get("format", "text"), args.log_level or logcfg.get("level", "INFO"))
+    log_start(log, f"evaluating job {config.get('name', '')!r} with the checkpoint {args.restore}")
     evaluation = Evaluation(config, args.restore, max_examples=args.max_examples)
     signals = Signals(evaluation, notify=lambda _: None).install()
     try:

@@ -18,6 +18,7 @@ kept as they were.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import time
@@ -158,7 +159,7 @@ def add_graph_parser(subparsers, common, load_config) -> argparse.ArgumentParser
 
 
 def run_graph_load(args, load_config) -> int:
-    from .logs import setup_logging
+    from .logs import log_start, setup_logging
     cfg = load_config(args)
     if not args.edges:
         raise ConfigError([("EDGES", "no edge list given (argument EDGES or env STREAMTRAIN_EDGES)")])
@@ -166,6 +167,7 @@ def run_graph_load(args, load_config) -> int:
         raise ConfigError([("--batch-size", f"expected an integer >= 1, got {args.batch_size}")])
     logcfg = cfg.get("log", {})
     setup_logging(logcfg.get("format", "text"), logcfg.get("level", "INFO"))
+    log_start(logging.getLogger("streamtrain"), f"loading {args.edges} into the graph store of job {cfg.get('name', '')!r}")
     out = load(cfg, args.edges, batch_size=args.batch_size)
     bad = ", ".join(f"{k} {v}" for k, v in out["malformed_by_reason"].items()) or "none"
     where = f"; checkpoint {out['checkpoint']}" if "checkpoint" in out else ""

@@ -70,7 +70,7 @@ class Health:
 
 def caught_up(source) -> bool:
     """A source that reports lag and has none is waiting for data, not stalled."""
-    from .metrics import source_lag
+    from .metrics_scrape import source_lag
     lag = source_lag(source)
     return lag is not None and all(v == 0 for v in lag.values())
 

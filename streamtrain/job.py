@@ -1,28 +1,26 @@
 """The training job: reader → batches → trainer → store, until the stream ends or a stop is asked.
 
 The graph is built from the first batch's schema (the model file names no data columns).
-Offsets of a batch are committed only after its update was applied to the store; with a store
-that writes back (the redis store's ``write_back_s``) only after the flush that wrote it.
+Offsets of a batch are committed only once its update is durable in the store: the store says
+which (``ParamStore.applied`` / ``durable_offsets``); with a store that writes back (the redis
+store's ``write_back_s``) only after the flush that wrote it.
 """
 from __future__ import annotations
 
 import itertools
 import logging
-import shutil
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 
-from . import checkpoint, report
+from . import job_checkpoints, outage, report
 from .backoff import STOPPED, Backoff
 from .drift import DriftMonitor
 from .graph import Graph, Schema
 from .graphstore.nodes import reader_config
 from .graphstore.stream import model_problems, open_graph_input
-from .saved import schema_json
-from .errors import CheckpointError, ConfigError, StoreAccessError, StoreError, StoreInterrupted
+from .errors import CheckpointError, ConfigError, StoreAccessError, StoreError
 from .store import make_store
 from .trainer import Trainer
 
@@ -56,9 +54,7 @@ class Job:
         self.stop_requested = False
         self.sought = False      # restore() moved the reader back to a checkpoint's offsets
         self.started = time.monotonic()
-        self.offsets: dict = {}
-        self.held: list = []     # offsets of batches trained but not yet flushed (write-back store)
-        self.flying: list = []   # ... of batches whose rows a background flush is writing
+        self.offsets: dict = {}      # committed so far (the store holds those not durable yet)
         self.writes_back = self.store.writes_back
         if self.writes_back:
             self.store.auto_flush = False       # the job flushes, then commits what was flushed
@@ -123,15 +119,6 @@ class Job:
         log.info("model built: %d layers, %d parameters (%d tables) on fields %s; store %s",
                  len(self.graph.layers), len(self.graph.params), len(self.graph.table_params),
                  ",".join(schema.sparse) or "-", self.store.describe())
-        if self.graph.loss.opts.get("sequential"):
-            learnt = [layer.name for layer in self.trainer.engine.layers]
-            if learnt:
-                log.info("per-example terms (sequential loss '%s'): %s",
-                         self.graph.loss.name, ", ".join(learnt))
-            else:
-                log.warning("loss '%s' is sequential but no layer qualifies (a dim-1 embedding, bias, "
-                            "linear fc or reduced fm reaching it through add/sum_pooling, trained by sgd, "
-                            "adagrad or ftrl): every layer learns per batch", self.graph.loss.name)
         if self.restore_from:
             try:
                 self._until_store_answers("restore the checkpoint", lambda: self.restore(self.restore_from))
@@ -140,18 +127,8 @@ class Job:
                 raise
 
     def restore(self, where) -> dict:
-        snap, meta = checkpoint.read(where)
-        checkpoint.check_fits(snap, self.graph.params, checkpoint.resolve(where))
-        self.store.restore(snap)
-        if self.graph_input is not None and "graph" in meta["arrays"]:
-            self.graph_input.store.restore(meta["arrays"]["graph"])
-        self.trainer.batches = meta.get("step", 0)
-        self.trainer.examples = self.restored_examples = meta.get("examples", 0)
-        if meta.get("offsets") and hasattr(self.source, "seek"):
-            self.source.seek(meta["offsets"])
-            self.sought = True
-        log.info("restored checkpoint %s (step %d)", checkpoint.resolve(where), meta.get("step", 0))
-        return meta
+        """Restore a checkpoint and seek the reader to its offsets (job_checkpoints.py)."""
+        return job_checkpoints.restore(self, where)
 
     # ---- the loop --------------------------------------------------------------------------
     def run(self) -> dict:
@@ -193,7 +170,7 @@ class Job:
                     break
                 for hook in self.hooks:
                     hook(self, batch, result)
-                self._maybe_checkpoint()
+                job_checkpoints.maybe_write(self)
                 if time.monotonic() >= next_log:
                     fields = self.progress()
                     log.info("%s", self.progress_line(fields), extra={"fields": fields})
@@ -206,67 +183,43 @@ class Job:
         return self.final
 
     def _applied(self, offsets) -> None:
-        """A batch's update was applied: commit its offsets, or, with a write-back store, hold
-        them until the flush that writes its rows (made here when due)."""
-        if not self.writes_back:
-            self.source.commit(offsets)
-            self.offsets.update(offsets)
-            return
-        self.held.append(offsets)
-        if self.store.flushes_in_background:
-            if self._background_flush() is not STOPPED:
-                return
-        elif not self.store.flush_due() or self._flush() is not STOPPED:
-            return
-        self.store_down = True
-        self.stop_requested = True
+        """A batch's update was applied: the store holds its offsets until it has written it
+        (``ParamStore.applied``); commit what is durable now."""
+        due = self.store.applied(offsets)
+        if (self._flush() if due else self._commit_durable()) is STOPPED:
+            self.store_down = True
+            self.stop_requested = True
 
-    def _background_flush(self):
-        """A flush that runs while training goes on: commit the offsets of the batches it wrote
-        once it is done; start the next one when due. A failed one is redone in the foreground
-        (``_flush``: retried while the store is down)."""
+    def _commit_durable(self):
+        """Commit what the store made durable; a failed background flush is redone (``_flush``)."""
         try:
-            done = self.store.flush_poll()
+            self._commit(self.store.durable_offsets())
         except StoreError as err:
             if isinstance(err, StoreAccessError):
                 raise
             self.store_failures += 1        # the store gave up on it: counted as a step would be
             log.error("background flush failed (nothing committed), flushing again: %s", err)
-            self.held[:0], self.flying = self.flying, []
             return self._flush()
-        if done is not None:
-            flying, self.flying = self.flying, []
-            self._commit(flying)
-        if not self.flying and self.store.flush_due() and self.store.flush_begin():
-            self.flying, self.held = self.held, []
         return None
 
     def _flush(self):
-        """Flush the write-back store (retried like a step while the store is down: the local
-        changes stay), then commit the offsets of every batch it wrote. ``STOPPED`` if asked to
-        stop while the store was unreachable (nothing committed)."""
+        """Flush the store (retried like a step while it is down: the local changes stay), then
+        commit every batch's offsets. ``STOPPED`` if asked to stop while the store was
+        unreachable (nothing committed)."""
         if self._until_store_answers("flush the store", self.store.flush) is STOPPED:
             return STOPPED
-        held, self.flying, self.held = self.flying + self.held, [], []
-        self._commit(held)
-        return None
+        return self._commit_durable()
 
-    def _commit(self, held: list) -> None:
-        """Commit the offsets of these flushed batches, in order."""
-        newest = dict(self.offsets)
-        for offsets in held:                # each batch's own dict (the Kafka source tracks them), in order
-            for key, off in offsets.items():
-                # a batch's other partitions carry their last *committed* position (Kafka's
-                # _with_owned), older than batches trained since: a commit never goes back
-                newest[key] = offsets[key] = max(off, newest.get(key, off))
+    def _commit(self, durable) -> None:
+        """Commit the offsets of these durable batches, in order."""
+        for offsets in durable:             # each batch's own dict (the Kafka source tracks them)
             self.source.commit(offsets)
             self.offsets.update(offsets)
-        return None
 
     def _before_poll(self, due_only: bool) -> None:
         """The Kafka reader's call between batches: flush what was trained (when due, or now
         before the stream ends or partitions are revoked) and commit it."""
-        if (self.held or self.flying) and self.trainer is not None and (not due_only or self.store.flush_due()) \
+        if self.store.undurable and self.trainer is not None and (not due_only or self.store.flush_due()) \
                 and self._flush() is STOPPED:
             self.store_down = True
 
@@ -297,56 +250,30 @@ class Job:
             return self.trainer.step(batch)
 
     def _until_store_answers(self, what: str, fn):
-        """``fn()``; when the store gives up (it already retried for ``retry.give_up_s``), log it
-        and run ``fn`` again after a pause (``STORE_BACKOFF``), without committing anything: the
-        daemon outlives a long outage, at start-up (declare) as mid-run (step), instead of
-        crashing. A refusal (``StoreAccessError``: wrong password…) is raised at once. ``STOPPED``
-        if a stop was asked meanwhile."""
-        def failed(err, attempt, pause):
-            self.store_failures += 1
-            self._waiting = what
-            log.error("%s failed (nothing applied, no offset committed); retrying in %.0f s: %s",
-                      what, pause, err)
-        try:
-            return STORE_BACKOFF.retry(
-                fn, transient=lambda err: isinstance(err, StoreError) and not isinstance(
-                    err, (StoreAccessError, StoreInterrupted)),
-                on_retry=failed, stopped=lambda: self.stop_requested,
-                on_recovered=lambda n: log.warning("%s succeeded after %d failures", what, n))
-        except StoreInterrupted as err:         # the store's own retries ended by the stop
-            log.warning("%s: %s", what, err)
-            return STOPPED
-        finally:
-            self._waiting = None
+        """``fn()``, run again while the store is unreachable (outage.py); ``STOPPED`` if a stop came."""
+        return outage.until_store_answers(self, what, fn, STORE_BACKOFF)
 
     def _reached_limit(self, coming: int = 0) -> bool:
-        """The example limit is reached (or will be, after ``coming`` more examples; skipped
-        non-finite ones count: they were read)."""
+        """The example limit is reached (or will be, after ``coming`` more; skipped ones count)."""
         return self.max_examples is not None and self.trainer is not None \
             and self.trainer.stepped + coming >= self.max_examples
 
     def _limit(self, batch):
         """Cut the batch at ``max_examples``; a cut batch is trained but its offsets not committed."""
-        if self.max_examples is None:
+        left = None if self.max_examples is None else self.max_examples - self.trainer.stepped
+        if left is None or batch.size <= left:
             return batch, True
-        left = self.max_examples - self.trainer.stepped
-        if left <= 0:
-            return None, False
-        if batch.size <= left:
-            return batch, True
-        return batch.take(np.arange(left)), False
+        return (batch.take(np.arange(left)), False) if left > 0 else (None, False)
 
     def finish(self) -> None:
-        """Teardown: final checkpoint when configured (not when stopped during a store outage: it
-        could only fail after the store's retries; the previous one stays), then close reader and
-        store. A final checkpoint that fails (disk full, read-only) is logged and kept in
-        ``checkpoint_error`` (``streamtrain run`` exits 3); the previous one stays."""
+        """Teardown: drain, final checkpoint when configured (not when stopped during a store
+        outage: it could only fail; the previous one stays), then close reader and store."""
         try:
             if self.writes_back and self.trainer is not None and not self.store_down \
                     and self._flush() is STOPPED:       # drain: the rows, then their offsets
                 self.store_down = True
             if self.trainer is not None and self.config.get("checkpoint", {}).get("dir") and not self.store_down:
-                self._final_checkpoint()
+                job_checkpoints.write_final(self)
             if self.store_down:
                 log.warning("stopped while the store was unreachable: no final checkpoint (the previous one stays)")
         finally:
@@ -357,63 +284,9 @@ class Job:
                 if self.graph_input is not None:
                     self.graph_input.close()
 
-    def _final_checkpoint(self) -> None:
-        try:
-            self.write_checkpoint()
-        except StoreInterrupted:
-            self.store_down = True
-        except (OSError, StoreError) as err:
-            self.checkpoint_error = f"{type(err).__name__}: {err}"
-            try:
-                kept = checkpoint.resolve(self.config["checkpoint"]["dir"])
-            except (OSError, CheckpointError):
-                kept = "none"
-            log.error("final checkpoint failed: %s; the newest checkpoint stays %s (exit code 3)",
-                      self.checkpoint_error, kept)
-
-    def _maybe_checkpoint(self) -> None:
-        """Periodic checkpoints (every N batches / N seconds) and SIGHUP's; a failure is logged
-        and counted, the previous checkpoint stays, and training goes on."""
-        cfg = self.config.get("checkpoint", {})
-        self._ckpt_batches += 1
-        every_b, every_s = cfg.get("every_batches") or 0, cfg.get("every_seconds") or 0
-        due = (self.checkpoint_requested or (every_b and self._ckpt_batches >= every_b)
-               or (every_s and time.monotonic() - self._ckpt_time >= every_s))
-        if not due or not cfg.get("dir"):
-            self.checkpoint_requested = False
-            return
-        try:
-            self.write_checkpoint()
-        except OSError as err:
-            log.error("checkpoint failed, keeping the previous one: %s", err)
-
     def write_checkpoint(self):
-        cfg = self.config["checkpoint"]
-        self.checkpoint_requested = False
-        if self.last_checkpoint is None:            # a kill -9 mid-write leaves a temp dir behind
-            for stale in Path(cfg["dir"]).glob(".ckpt-*.tmp"):
-                shutil.rmtree(stale, ignore_errors=True)
-        self._ckpt_batches, self._ckpt_time = 0, time.monotonic()
-        if self.writes_back and self._flush() is STOPPED:   # the snapshot sees every update
-            raise OSError("stopped while the store was unreachable: checkpoint not written")
-        try:
-            path = checkpoint.write(cfg["dir"], self.store.snapshot(), step=self.trainer.batches,
-                                    examples=self.trainer.examples, offsets=self.offsets,
-                                    keep=cfg.get("keep") or None, extra={"schema": schema_json(self.graph.schema)},
-                                    more_arrays=self._graph_state())
-        except BaseException:
-            for hook in self.checkpoint_hooks:
-                hook(self, None, False)
-            raise
-        self.last_checkpoint = str(path)
-        log.info("checkpoint written: %s", path)
-        for hook in self.checkpoint_hooks:
-            hook(self, path, True)
-        return path
-
-    def _graph_state(self) -> dict | None:
-        """The graph store's arrays for a checkpoint (None without a graph section)."""
-        return {"graph": self.graph_input.store.snapshot()} if self.graph_input is not None else None
+        """Flush, commit what that made durable, write a checkpoint (job_checkpoints.py)."""
+        return job_checkpoints.write(self)
 
     # ---- reporting (report.py) ---------------------------------------------------------------
     def progress(self, whole_run: bool = False) -> dict:

@@ -35,3 +35,11 @@ def setup_logging(fmt: str = "text", level: str = "INFO", stream=None) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(str(level).upper())
+
+
+def log_start(logger: logging.Logger, what: str) -> None:
+    """The first line of every command that logs (run, eval, serve, graph load): what runs, with
+    its versions (``streamtrain 0.1.0 (Python 3.11.7, numpy 2.4.6, numba 0.68.1): training job
+    'lr'``), the versions also as fields of a JSON line."""
+    from .version import build_info, describe
+    logger.info("%s: %s", describe(), what, extra={"fields": build_info()})

@@ -16,11 +16,11 @@ import time
 import numpy as np
 from prometheus_client import (CollectorRegistry, Counter, Enum, Gauge, Histogram, Info, PlatformCollector,
                                ProcessCollector)
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from .metrics_scrape import LagCollector, LiveCounts, QualityCollector
 from .progressive import Window
-from .readers.malformed import REASONS
 from .state import Status
 from .version import build_info
 
@@ -93,12 +93,20 @@ class Metrics:
         self.step_seconds = Histogram("streamtrain_step_seconds", "Seconds per phase of one step", ["phase"],
                                       buckets=STEP_BUCKETS, registry=r)
         self.quality: dict = {}            # the window's figures that apply to the model (QUALITY names)
-        r.register(_QualityCollector(self))
+        r.register(QualityCollector(self))
         self.window_examples = Gauge("streamtrain_window_examples", "Examples in the sliding window", registry=r)
-        r.register(_LagCollector(self))
+        r.register(LagCollector(self))
         self.freshness = BulkHistogram("streamtrain_event_to_update_seconds",
                                        "Seconds from an example's event time to its update being applied",
                                        FRESHNESS_BUCKETS, r)
+        self._store_counters(r)
+        r.register(LiveCounts(self))
+        self._state_gauges(r)
+        for phase in PHASES:
+            self.step_seconds.labels(phase)
+
+    def _store_counters(self, r: CollectorRegistry) -> None:
+        """The store's work, synced from ``store.stats`` after each step."""
         self.rows_pulled = Counter("streamtrain_store_rows_pulled_total", "Parameter rows pulled from the store", registry=r)
         self.rows_pushed = Counter("streamtrain_store_rows_pushed_total", "Parameter rows pushed to the store", registry=r)
         self.flushes = Counter("streamtrain_store_flushes_total", "Write-back flushes (redis store)", registry=r)
@@ -113,7 +121,9 @@ class Metrics:
         self.rows_vanished = Counter("streamtrain_store_rows_vanished_total",
                                      "Rows this trainer held that Redis had lost (written again from its copy)",
                                      registry=r)
-        r.register(_LiveCounts(self))
+
+    def _state_gauges(self, r: CollectorRegistry) -> None:
+        """Tables, layers, checkpoints, drift and the graph: set by a step or a refresh."""
         self.embedding_rows = Gauge("streamtrain_embedding_rows", "Rows of each embedding table, by state",
                                     ["table", "state"], registry=r)
         self.layer_state = Enum("streamtrain_layer_state", "Each layer's state after the last step",
@@ -134,8 +144,6 @@ class Metrics:
                                   "Sampled neighbours per destination node, mean over every hop so far", registry=r)
         self.graph_sample_seconds = Histogram("streamtrain_graph_sample_seconds",
                                               "Seconds to sample one batch's blocks", buckets=STEP_BUCKETS, registry=r)
-        for phase in PHASES:
-            self.step_seconds.labels(phase)
 
     # ---- job hooks ---------------------------------------------------------------------------
     def attach(self, job) -> None:
@@ -247,109 +255,6 @@ class Metrics:
             for state, n in by_state.items():
                 if state in ROW_STATES:
                     self.embedding_rows.labels(table, state).set(n)
-
-
-QUALITY = {   # figure of progressive.py's trackers -> (gauge, help); each exported only when it applies
-    "logloss": ("streamtrain_progressive_logloss", "Predict-then-learn logloss over the sliding window "
-                                                   "(binary, or multi-class: -log p[label])"),
-    "auc": ("streamtrain_progressive_auc", "Predict-then-learn AUC over the sliding window (binary)"),
-    "predicted_ctr": ("streamtrain_predicted_ctr", "Mean prediction over the sliding window (binary)"),
-    "observed_ctr": ("streamtrain_observed_ctr", "Mean label over the sliding window (binary)"),
-    "accuracy": ("streamtrain_progressive_accuracy",
-                 "Predict-then-learn top-1 accuracy over the sliding window (multi-class)"),
-    "rmse": ("streamtrain_progressive_rmse", "Predict-then-learn root mean squared error over the sliding "
-                                             "window (mse)"),
-    "mae": ("streamtrain_progressive_mae", "Predict-then-learn mean absolute error over the sliding window (mse)"),
-}
-
-
-class _QualityCollector(Collector):
-    """The window's quality gauges: only those of the model's loss kind, and only once the
-    window has a finite value for them (a binary model exports no accuracy, no model reads 0
-    before its first batch)."""
-
-    def __init__(self, metrics: Metrics):
-        self.metrics = metrics
-
-    def describe(self):
-        return [GaugeMetricFamily(name, doc) for name, doc in QUALITY.values()]
-
-    def collect(self):
-        for key, value in self.metrics.quality.items():
-            name, doc = QUALITY[key]
-            yield GaugeMetricFamily(name, doc, value=value)
-
-
-class _LagCollector(Collector):
-    """``streamtrain_kafka_lag{topic,partition}`` read from ``source.lag()`` at scrape time, so it
-    stays current while the loop waits for data; partitions no longer assigned simply vanish."""
-
-    NAME, HELP = "streamtrain_kafka_lag", "Records not yet applied, per assigned partition"
-
-    def __init__(self, metrics: Metrics):
-        self.metrics = metrics
-
-    def describe(self):
-        return [GaugeMetricFamily(self.NAME, self.HELP, labels=["topic", "partition"])]
-
-    def collect(self):
-        family = GaugeMetricFamily(self.NAME, self.HELP, labels=["topic", "partition"])
-        for key, value in sorted((source_lag(self.metrics.source) or {}).items(), key=str):
-            if value is not None:
-                topic, partition = (key.topic, key.partition) if hasattr(key, "topic") else key
-                family.add_metric([str(topic), str(partition)], float(value))
-        yield family
-
-
-class _LiveCounts(Collector):
-    """Failures read from the job at scrape time, so they show while no step runs to sync a
-    counter (a store outage, a stream of nothing but bad records): skipped input records by
-    reason, every failed store operation (each retry counts), the store work the store gave up
-    on, and whether the job waits for the store right now."""
-
-    def __init__(self, metrics: Metrics):
-        self.metrics = metrics
-
-    def describe(self):
-        return list(self._families(None))
-
-    def collect(self):
-        return self._families(self.metrics.job)
-
-    @staticmethod
-    def _families(job):
-        malformed = getattr(job, "malformed", None)
-        counts = malformed.snapshot() if malformed is not None else {}
-        family = CounterMetricFamily("streamtrain_records_malformed", "Input records skipped, by reason",
-                                     labels=["reason"])
-        for reason in REASONS:
-            family.add_metric([reason], float(counts.get(reason, 0)))
-        yield family
-        stats = getattr(getattr(job, "store", None), "stats", None)
-        yield CounterMetricFamily("streamtrain_store_errors", "Store operations that failed (and were retried)",
-                                  value=float(getattr(stats, "errors", 0)))
-        yield CounterMetricFamily("streamtrain_store_failed_steps",
-                                  "Store work the store gave up on (a step or the start-up declare), retried by the job",
-                                  value=float(getattr(job, "store_failures", 0)))
-        yield GaugeMetricFamily("streamtrain_store_waiting", "1 while the job waits for an unreachable store",
-                                value=float(bool(getattr(job, "waiting_for_store", None))))
-
-
-def source_lag(source) -> dict | None:
-    """The source's lag if it reports one (``source.lag()``, which must be thread-safe, or a
-    ``lag`` mapping), else None."""
-    lag = getattr(source, "lag", None)
-    if callable(lag):
-        try:
-            lag = lag()
-        except Exception:  # a broker hiccup must not break training; the next refresh retries
-            return None
-    return lag if isinstance(lag, dict) else None
-
-
-def total_lag(source) -> int | None:
-    lag = source_lag(source)
-    return None if lag is None else int(sum(v for v in lag.values() if v is not None))
 
 
 SERVE_ERRORS = ("bad_request", "too_large", "store_unavailable", "not_ready", "nonfinite", "internal", "timeout",

@@ -1,6 +1,8 @@
 """Helpers for tests: random batches and a finite-difference gradient check for any layer.
 
-Part of the package (not of tests/) so that plug-in layer authors can run the same check.
+Part of the package (not of tests/) because it is documented for plug-in layer authors
+(docs/layers.md, docs/testing.md: ``streamtrain.testing.gradcheck``), who have no tests/ folder.
+The product never imports it (``tests/test_startup.py`` checks that no other module does).
 """
 from __future__ import annotations
 
@@ -89,24 +91,8 @@ def gradcheck(layer: Layer, xs: list, batch: Batch, *, eps=1e-6, rtol=1e-5, atol
     report = {}
 
     def check(name, array, analytic):
-        flat = array.reshape(-1)
-        picks = rng.choice(flat.size, min(max_checks, flat.size), replace=False) if flat.size else []
-        worst = 0.0
-        for i in picks:
-            old = flat[i]
-            flat[i] = old + eps
-            up, _ = run()
-            flat[i] = old - eps
-            down, _ = run()
-            flat[i] = old
-            numeric = (up - down) / (2 * eps)
-            got = analytic.reshape(-1)[i]
-            err = abs(got - numeric)
-            if err > atol + rtol * max(abs(numeric), abs(got)):
-                raise AssertionError(f"layer '{layer.name}' ({layer.kind}): d/d{name}[{i}] "
-                                     f"analytic {got:.8g} vs numeric {numeric:.8g}")
-            worst = max(worst, err / max(abs(numeric), 1e-12))
-        report[name] = worst
+        report[name] = _worst_error(layer, name, array, analytic, run, rng.choice, eps=eps, rtol=rtol, atol=atol,
+                                    max_checks=max_checks)
 
     for j, (x, g) in enumerate(zip(xs, grads_in)):
         if isinstance(x, dict) or g is None:
@@ -115,3 +101,27 @@ def gradcheck(layer: Layer, xs: list, batch: Batch, *, eps=1e-6, rtol=1e-5, atol
     for slot, spec in layer.params.items():
         check(spec.name, ctx.values[spec.name], grads_param.get(spec.name, np.zeros_like(ctx.values[spec.name])))
     return report
+
+
+def _worst_error(layer: Layer, name: str, array, analytic, run, choice, *, eps, rtol, atol, max_checks) -> float:
+    """Central differences of ``run()``'s value over a sample of ``array``'s entries (changed in
+    place and put back), against ``analytic``: the worst relative error; ``AssertionError``
+    naming the first entry that disagrees."""
+    flat = array.reshape(-1)
+    picks = choice(flat.size, min(max_checks, flat.size), replace=False) if flat.size else []
+    worst = 0.0
+    for i in picks:
+        old = flat[i]
+        flat[i] = old + eps
+        up, _ = run()
+        flat[i] = old - eps
+        down, _ = run()
+        flat[i] = old
+        numeric = (up - down) / (2 * eps)
+        got = analytic.reshape(-1)[i]
+        err = abs(got - numeric)
+        if err > atol + rtol * max(abs(numeric), abs(got)):
+            raise AssertionError(f"layer '{layer.name}' ({layer.kind}): d/d{name}[{i}] "
+                                 f"analytic {got:.8g} vs numeric {numeric:.8g}")
+        worst = max(worst, err / max(abs(numeric), 1e-12))
+    return worst

@@ -1,4 +1,4 @@
-"""One training step (DESIGN.md): feed, pull, forward, backward, push, update.
+"""One training step (docs/design.md, "The step"): feed, pull, forward, backward, push, update.
 
 Predictions are made before the batch updates the parameters (progressive validation).
 A batch whose loss or gradient is not finite is skipped: nothing is pushed, it is counted
@@ -6,6 +6,7 @@ A batch whose loss or gradient is not finite is skipped: nothing is pushed, it i
 """
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -14,6 +15,8 @@ import numpy as np
 from .graph import Graph
 from .progressive import tracker_class
 from .store.base import ParamStore
+
+log = logging.getLogger("streamtrain")
 
 
 @dataclass
@@ -62,8 +65,16 @@ class Trainer:
         if not loss.opts.get("sequential"):
             return None
         from .online.engine import PerExample
-        return PerExample(graph, store.optimizers, implicit=loss.opts["implicit"], normalize=loss.opts["normalize"],
-                          assign=getattr(store, "assigns", False))
+        engine = PerExample(graph, store.optimizers, implicit=loss.opts["implicit"], normalize=loss.opts["normalize"],
+                            assign=getattr(store, "assigns", False))
+        if engine.layers:
+            log.info("per-example terms (sequential loss '%s'): %s", loss.name,
+                     ", ".join(layer.name for layer in engine.layers))
+        else:
+            log.warning("loss '%s' is sequential but no layer qualifies (a dim-1 embedding, bias, "
+                        "linear fc or reduced fm reaching it through add/sum_pooling, trained by sgd, "
+                        "adagrad or ftrl): every layer learns per batch", loss.name)
+        return engine
 
     def step(self, batch) -> StepResult:
         g, ctx, t = self.graph, self.ctx, {}

@@ -1,7 +1,7 @@
 """What is running: streamtrain's version (``streamtrain.__version__``, the one place it is
 written; the package metadata reads it from there) and the versions that decide its numbers
-and its compiled code. Shown by ``streamtrain --version``, the first log line of ``run`` and
-``serve``, ``GET /v1/model``, and the ``streamtrain_build_info`` metric."""
+and its compiled code. Shown by ``streamtrain --version``, the first log line of every command
+that logs (``run``, ``eval``, ``serve``, ``graph load``: ``logs.log_start``), ``GET /v1/model``, and the ``streamtrain_build_info`` metric."""
 from __future__ import annotations
 
 import platform

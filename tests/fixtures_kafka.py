@@ -74,7 +74,7 @@ def kafka_topic(kafka_bootstrap, kafka_names):
 
 @pytest.fixture
 def kafka_test_consumer() -> dict:
-    """Consumer settings that give ~1 s group joins on Tansu (INFRA.md)."""
+    """Consumer settings that give ~1 s group joins on Tansu (docs/testing.md: the test broker)."""
     return dict(TEST_CONSUMER)
 
 

@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 
 from tests.conftest import docker_answers
+from tests.redis_cluster import cluster_args, create_cluster
 import redis
 
 from streamtrain.graph import Graph, Schema
-from streamtrain.store.redis_server import RedisServer, cluster_args, create_cluster, free_port
+from streamtrain.store.redis_server import RedisServer, free_port
 from streamtrain.testing import random_batch
 from streamtrain.trainer import Trainer
 

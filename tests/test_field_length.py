@@ -10,6 +10,7 @@ import pytest
 from tests.readers_helpers import data_file
 from streamtrain.errors import ConfigError
 from streamtrain.readers import make_parser
+from streamtrain.readers.formats import FORMATS
 
 BIG = b"x" * 10_000_000
 
@@ -51,7 +52,7 @@ def test_csv_and_libsvm_count_over_long_fields():
 
 
 def test_field_length_is_a_common_option_checked_with_its_key():
-    for fmt in ("criteo", "csv", "libsvm"):
+    for fmt in FORMATS.names():
         with pytest.raises(ConfigError, match="field_length"):
             make_parser(fmt, {"field_length": 0})
     p = make_parser("criteo", {"field_length": 3})          # a value at the limit is fine

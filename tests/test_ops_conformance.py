@@ -1,4 +1,4 @@
-"""One conformance suite for every registered layer kind (STYLE.md §4, §11).
+"""One conformance suite for every registered layer kind.
 
 Every case gets: a finite-difference gradient check (inputs and every parameter), a JSON
 round-trip that rebuilds an identical layer, the forward contract (shape, dtype, no per-batch

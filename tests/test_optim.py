@@ -209,7 +209,7 @@ def test_an_optimizer_defined_here_is_discovered_and_checked():
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("with_sq", [False, True])
 def test_compiled_row_update_is_the_rule(kind, dtype, with_sq):
-    """``step_rows`` (where a rule has one, ``optim/rows.py``) on a table in place gives the
+    """``step_rows`` (where a rule has one, ``optim/_rows.py``) on a table in place gives the
     same numbers as gathering the rows, ``step`` and scattering them back."""
     opt = make_optimizer({"type": kind, **OPTIMIZERS[kind].test_params()})
     rng = np.random.default_rng(5)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from redis.crc import key_slot
 
-from streamtrain.optim import make_optimizer
+from streamtrain.optim import OPTIMIZERS, make_optimizer
 from streamtrain.params import ParamSpec
 from streamtrain.store import redis_keys as rk
 from streamtrain.store.redis_config import validate
@@ -52,7 +52,7 @@ def test_shard_of_tag_is_pure_and_balanced():
     assert key_slot(receipt) == key_slot(b"st:{m/07}:t:r:00ff")
 
 
-@pytest.mark.parametrize("kind", ["sgd", "momentum", "adagrad", "adam", "ftrl"])
+@pytest.mark.parametrize("kind", OPTIMIZERS.names())
 def test_row_layout_round_trip(kind):
     opt = make_optimizer({"type": kind})
     spec = ParamSpec("emb.a", (5,), table=True)

@@ -466,3 +466,38 @@ def test_a_warm_start_does_not_recompile(capsys):
     assert run.stdout.split()[-1] == "0", run.stdout + run.stderr
 
 
+
+
+def test_a_rule_the_per_example_core_cannot_run_is_refused_naming_the_layer():
+    """An optimizer with a per-coordinate ``rule`` but no compiled per-example update, on a layer
+    the sequential loss would learn example by example, is refused when the trainer starts (not
+    silently trained per batch); the error names the layer's optimizer path and the rule."""
+    from streamtrain.errors import ConfigError
+    from streamtrain.optim import OPTIMIZERS as REGISTRY, Optimizer, register
+    from streamtrain.schema import NUMBER, Option
+
+    def halved(h, w, n, z, g, sq):
+        return w - 0.5 * h[0] * g, n, z
+
+    @register
+    class HalfSGD(Optimizer):
+        kind = "test_halfsgd"
+        options = {"lr": Option(0.1, NUMBER)}
+        rule = staticmethod(halved)
+
+        def step(self, w, g, state, sq=None):
+            w[...], _, _ = halved((self.lr,), w, None, None, g, None)
+
+    try:
+        layers = lr_layers({"sequential": True}, OPTIMIZERS["sgd"])
+        next(layer for layer in layers if layer["name"] == "bias")["optimizer"] = {"type": "test_halfsgd"}
+        graph = Graph.from_config(layers, SCHEMA)
+        store = MemoryStore()
+        store.declare(graph.params, OPTIMIZERS["sgd"])
+        with pytest.raises(ConfigError) as err:
+            Trainer(graph, store)
+        assert err.value.problems[0][0] == "layers.bias.optimizer"
+        assert "layer 'bias': rule 'test_halfsgd' has no update in the compiled per-example core" \
+            in err.value.problems[0][1]
+    finally:
+        REGISTRY.unregister("test_halfsgd")

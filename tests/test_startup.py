@@ -64,7 +64,8 @@ def test_the_redis_backend_is_listed_before_and_imported_on_first_use():
 NO_BLAS_PROBE = """
 import sys
 import numpy as np
-import streamtrain.compiled
+from streamtrain import startup
+startup.apply()
 from numba import njit
 @njit
 def total(x):
@@ -80,8 +81,8 @@ assert np.allclose(scipy.linalg.solve(np.eye(2) * 2, np.ones(2)), 0.5)
 
 def test_numbas_blas_probe_is_skipped_and_scipy_linalg_stays_importable():
     """numba imports all of scipy.linalg to probe for a BLAS our kernels never call (a third of
-    the time to the first batch): streamtrain.compiled answers the probe "no", then gets out of
-    the way."""
+    the time to the first batch): streamtrain.numba_startup, applied at start-up, answers the
+    probe "no", then gets out of the way."""
     out = subprocess.run([sys.executable, "-c", NO_BLAS_PROBE], capture_output=True, text=True,
                          timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr
@@ -89,7 +90,8 @@ def test_numbas_blas_probe_is_skipped_and_scipy_linalg_stays_importable():
 
 NO_CFFI = """
 import sys
-import streamtrain.compiled
+from streamtrain import startup
+startup.apply()
 from numba import njit
 assert njit(lambda x: x + 1)(1) == 2                             # a compile loads the registries
 from numba.core.typing import cffi_utils
@@ -101,7 +103,7 @@ assert cffi.FFI().sizeof("int") == 4
 
 def test_numbas_cffi_support_is_not_loaded_and_cffi_stays_importable():
     """numba builds a cffi.FFI() (pycparser's C parser, ~50 ms) for cffi typing our kernels never
-    use: streamtrain.compiled loads it with cffi unavailable, then gets out of the way."""
+    use: streamtrain.numba_startup loads it with cffi unavailable, then gets out of the way."""
     pytest.importorskip("cffi")
     out = subprocess.run([sys.executable, "-c", NO_CFFI], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr
@@ -109,7 +111,7 @@ def test_numbas_cffi_support_is_not_loaded_and_cffi_stays_importable():
 
 def test_streamtrain_numba_cffi_keeps_numbas_cffi_support():
     pytest.importorskip("cffi")
-    code = ("import os; os.environ['STREAMTRAIN_NUMBA_CFFI'] = '1'; import streamtrain.compiled; "
+    code = ("import os; os.environ['STREAMTRAIN_NUMBA_CFFI'] = '1'; from streamtrain import startup; startup.apply(); "
             "from numba import njit; assert njit(lambda x: x + 1)(1) == 2; "
             "from numba.core.typing import cffi_utils; assert cffi_utils.SUPPORTED")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
@@ -117,7 +119,7 @@ def test_streamtrain_numba_cffi_keeps_numbas_cffi_support():
 
 
 def test_streamtrain_numba_blas_keeps_the_probe():
-    code = ("import os, sys; os.environ['STREAMTRAIN_NUMBA_BLAS'] = '1'; import streamtrain.compiled; "
+    code = ("import os, sys; os.environ['STREAMTRAIN_NUMBA_BLAS'] = '1'; from streamtrain import startup; startup.apply(); "
             "from numba import njit; assert njit(lambda x: x + 1)(1) == 2; "
             "import numba.np.arraymath as a; assert a._HAVE_BLAS and 'scipy.linalg' in sys.modules")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
@@ -152,7 +154,8 @@ def test_kernels_loaded_from_numbas_cache_do_not_load_its_registries(eager):
 
 NUMBA_IN_PASSING = """
 import sys
-import streamtrain.compiled
+from streamtrain import startup
+startup.apply()
 assert "numba" in sys.modules
 assert "scipy" not in sys.modules and "yaml" not in sys.modules, [m for m in ("scipy", "yaml") if m in sys.modules]
 assert not [f for f in sys.meta_path if type(f).__name__ == "_Unavailable"]
@@ -173,14 +176,84 @@ def test_a_numba_config_file_in_the_working_directory_keeps_yaml(tmp_path):
     """numba reads ``.numba_config.yaml`` from the working directory with yaml: kept there."""
     pytest.importorskip("yaml")
     (tmp_path / ".numba_config.yaml").write_text("DEBUG_CACHE: 0\n")
-    code = "import sys, streamtrain.compiled; assert 'yaml' in sys.modules"
+    code = "import sys; from streamtrain import startup; startup.apply(); assert 'yaml' in sys.modules"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
+
+
+NOTHING_GLOBAL = """
+import importlib, os, pkgutil, sys
+env, meta_path = dict(os.environ), list(sys.meta_path)
+import streamtrain
+for module in pkgutil.walk_packages(streamtrain.__path__, "streamtrain."):
+    if module.name != "streamtrain.__main__":
+        importlib.import_module(module.name)
+from numba.core import caching, config, cpu
+from numba.core.typing import context
+try:
+    from kafka.net import transport
+except ImportError:                  # kafka-python 2.x (the floor): no kafka.net, nothing to patch
+    transport = None
+
+
+def patched():
+    found = {"numba cache load": caching.Cache.load_overload,
+             "numba registries": cpu.CPUContext.load_additional_registries,
+             "numba typing registries": context.Context.load_additional_registries}
+    if transport is not None:
+        found["kafka socket reads"] = transport.KafkaTCPTransport._sock_recv
+    return found
+
+
+found = [name for name, fn in patched().items() if getattr(fn, "_streamtrain", False)]
+assert not found, f"patched by an import: {found}"
+assert dict(os.environ) == env, {k: v for k, v in os.environ.items() if env.get(k) != v}
+assert sys.meta_path == meta_path and "scipy" in sys.modules and config._HAVE_YAML
+from streamtrain import startup                                    # and the explicit calls do patch
+startup.apply()
+startup.for_job({"reader": {"type": "kafka"}})
+assert all(getattr(fn, "_streamtrain", False) for fn in patched().values()), patched()
+assert os.environ["OMP_NUM_THREADS"] == os.environ.get("STREAMTRAIN_BLAS_THREADS", "1")
+"""
+
+
+def test_importing_streamtrain_changes_nothing_outside_it():
+    """Every module of the package imported: numba's cache loader and registries, kafka-python's
+    socket reads, os.environ and the import system are as they were; ``startup.apply()`` and
+    ``startup.for_job`` (the command line's start) are what change them."""
+    pytest.importorskip("yaml")
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS") and k != "STREAMTRAIN_NUMBA_EAGER"}
+    out = subprocess.run([sys.executable, "-c", NOTHING_GLOBAL], capture_output=True, text=True,
+                         timeout=180, cwd=ROOT, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
+def test_no_module_of_the_product_imports_the_test_helpers():
+    """``streamtrain.testing`` is for tests and plug-in authors: nothing the daemon runs imports it."""
+    import ast
+    found = []
+    for folder in ("streamtrain", "readers", "ops"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if path == ROOT / "streamtrain" / "testing.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom):      # from streamtrain.testing / from . import testing
+                    names = [node.module or ""] + [f"{node.module or ''}.{a.name}" for a in node.names]
+                else:
+                    continue
+                if any(n.split(".")[-1] == "testing" or n.endswith(("streamtrain.testing", ".testing")) or ".testing." in n
+                       for n in names):
+                    found.append(str(path.relative_to(ROOT)))
+    assert not found, f"import streamtrain.testing: {found}"
 
 
 NOTICE_PROBE = """
 import logging, sys
 logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+from streamtrain import startup
+startup.apply()                                    # the command line's start: the notice listens
 sys.path.insert(0, sys.argv[1])
 import tiny_kernel
 print(tiny_kernel.total(3))

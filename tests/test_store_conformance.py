@@ -4,6 +4,8 @@ creates rows deterministically, round-trips a snapshot and has every optional ca
 base class declares. A backend defined in this module is found through the registry."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -72,6 +74,55 @@ def test_sgd_push_pull_snapshot(kind, request):
             assert not store.unflushed
         else:
             assert store.flush_begin() is False and store.flush_poll(wait=True) is None
+    finally:
+        store.close()
+
+
+def _applied(store, offsets: list[dict], ids_from: int = 0) -> None:
+    """Push one SGD step per batch, then say the batch read up to its offsets was pushed."""
+    for n, off in enumerate(offsets, ids_from):
+        ids = np.array([n, n + 1], np.uint64)
+        store.pull([], {TABLE.name: ids})
+        store.push(Gradients(tables={TABLE.name: (ids, np.ones((2, 4), np.float32))}))
+        due = store.applied(off)
+        assert due is bool(store.writes_back and not store.flushes_in_background and store.flush_due())
+
+
+DURABILITY = [(kind, False) for kind in KINDS] + [      # and each write-back turned off
+    (kind, True) for kind in KINDS if "write_back_s" in STORES[kind].options]
+
+
+@pytest.mark.parametrize("kind, through", DURABILITY, ids=[k + ("-through" if t else "") for k, t in DURABILITY])
+def test_offsets_are_durable_once_every_push_before_them_is_written(kind, through, request):
+    """The durability contract (store/durable.py): the offsets given to ``applied`` after each
+    push come back from ``durable_offsets`` once each, in order; at once from a store that
+    writes through, from one that writes back only after a flush (or a background flush) wrote
+    their rows. ``undurable`` says whether some are still held."""
+    store = build(kind, request) if not through else make_store(
+        {"backend": kind, **STORES[kind].test_params(), "write_back_s": 0,
+         "urls": [request.getfixturevalue("redis_url")], "namespace": request.getfixturevalue("redis_namespace")})
+    try:
+        store.declare({TABLE.name: TABLE}, {"type": "sgd", "lr": 0.5})
+        store.auto_flush = False                   # as the job sets it: flushes come from here
+        offsets = [{("topic", 0): n} for n in (10, 20, 30)]
+        _applied(store, offsets)
+        early = list(store.durable_offsets())
+        if not store.writes_back:
+            assert early == offsets and not store.undurable and list(store.durable_offsets()) == []
+            return
+        assert early == offsets[:len(early)]       # (a flush could have come due meanwhile)
+        assert store.undurable or early == offsets
+        store.flush()
+        assert early + list(store.durable_offsets()) == offsets and not store.undurable
+        if store.flushes_in_background:            # due: the next one begins once all are handed out
+            more = [{("topic", 0): 40}, {("topic", 0): 50}]
+            store.flush_due = lambda: True
+            _applied(store, more, ids_from=3)
+            got, deadline = [], time.monotonic() + 30
+            while len(got) < len(more) and time.monotonic() < deadline:
+                got += store.durable_offsets()
+                time.sleep(0.01)
+            assert got == more and not store.undurable
     finally:
         store.close()
 

@@ -1,5 +1,5 @@
 """What is running, said everywhere a user or a scraper looks: ``streamtrain --version``, the
-first log line of a run, ``GET /v1/model`` and ``streamtrain_build_info`` (issue 30, item 7),
+first log line of a run (and of eval), ``GET /v1/model`` and ``streamtrain_build_info`` (issue 30, item 7),
 all from the one ``streamtrain.__version__`` the package metadata also reads."""
 from __future__ import annotations
 
@@ -55,6 +55,13 @@ def test_the_first_log_line_and_the_model_description_carry_the_version(tmp_path
     first = json.loads(out.stderr.splitlines()[0])
     assert {k: first[k] for k in WANT} == WANT
     assert first["msg"].startswith(f"streamtrain {streamtrain.__version__} (Python ") and "'lr'" in first["msg"]
+    scored = subprocess.run([sys.executable, "-m", "streamtrain", "eval", "lr", "--restore", str(tmp_path),
+                             "--max-examples", "300", "--log-format", "json"],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert scored.returncode == 0, scored.stderr[-2000:]
+    first = json.loads(scored.stderr.splitlines()[0])                 # eval's first line too
+    assert {k: first[k] for k in WANT} == WANT
+    assert first["msg"].startswith(f"streamtrain {streamtrain.__version__} (Python ") and "evaluating" in first["msg"]
 
     cfg = configmod.validate(configmod.load(ROOT / "examples" / "lr.json", [
         "metrics.enabled=false", "reader.examples=512", "batch_size=256"]))

@@ -1,5 +1,5 @@
 """The distribution holds the whole tree (issue 30, item 1): ``python -m build`` (the sdist, then
-the wheel built from it, as ``.ci/installed.sh`` does) and every package folder of
+the wheel built from it, as ``.ci/installed.py`` does) and every package folder of
 ``streamtrain/``, ``readers/``, ``ops/`` and ``examples/`` is in the wheel at its import path,
 with every file of those folders (modules and the data files the code opens: the example jobs),
 and nothing else. The numba cache (``__pycache__``) is never shipped."""
@@ -60,7 +60,7 @@ def test_the_wheel_holds_every_package_folder_and_file_of_the_tree_and_nothing_e
     assert {n for n in names if not n.startswith(info)} == want, "the wheel holds files that are not the tree's"
     assert not any("__pycache__" in n or n.endswith((".nbi", ".nbc", ".pyc")) for n in names)
     entry_points = zipfile.ZipFile(wheel).read(info + "entry_points.txt").decode()
-    assert "streamtrain = streamtrain.cli:entry" in entry_points
+    assert "streamtrain = streamtrain.__main__:entry" in entry_points
 
 
 def test_the_sdist_holds_what_the_wheel_is_built_from(dist):

@@ -48,7 +48,7 @@ SECURITY_OPTIONS = {
     **{f"{k}_file": Option(None, (str, type(None)), doc="file holding it") for k in SECRETS},
 }
 
-# Tansu holds a join for about half the session timeout; these give ~3 s joins (INFRA.md).
+# Tansu holds a join for about half the session timeout; these give ~3 s joins (docs/kafka.md).
 CONSUMER_DEFAULTS = {
     "session_timeout_ms": 6000,
     "heartbeat_interval_ms": 500,

@@ -13,7 +13,8 @@ This replaces library internals, so it is guarded twice:
   consumer, its fetcher, ``PartitionRecords``, a record batch built by the library itself,
   the errors module) and decodes that sample batch both ways. ``install`` enables the fast
   path only when nothing is missing and both decodes agree (checked once per process; what
-  is missing is logged at DEBUG).
+  is missing is logged at DEBUG). The larger socket reads are a patch of the whole process:
+  applied at start-up (``patch_socket_reads``, from ``streamtrain.startup.for_job``), not here.
 * At run time, if decoding a batch fails (an attribute of a ``PartitionRecords`` instance
   is missing, a field is not where it was), that batch and every later one go through the
   library's own decoder (``poll()`` then returns ``ConsumerRecord``s again, which the reader
@@ -206,23 +207,37 @@ def _segment_records_class(base, fall_back):
     return SegmentRecords
 
 
-def _patch_socket_reads() -> bool:
+SOCKET_READS_TESTED = ((3, 0), (3, 0))   # kafka-python major.minor (2.x has no kafka.net)
+
+
+def patch_socket_reads() -> bool:
     """kafka-python 3 reads sockets 4 KiB per ``recv`` call on its IO thread: a 16 MiB fetch
     response is ~4000 calls, each a bytes object and a GIL hand-off. Read ``RECV_BYTES`` per
     call instead, otherwise exactly as the library does (until the socket would block; an
     empty read is a disconnect). Applies to every kafka-python connection in the process
-    (the bytes delivered are the same). False when the transport does not look as expected
-    (kafka-python 2 has no ``kafka.net``: its reads stay as they are)."""
-    import importlib.util
-
-    if importlib.util.find_spec("kafka.net") is None:
+    (the bytes delivered are the same), so it is applied by an explicit call at start-up
+    (``streamtrain.startup.for_job``), never by an import. Only at the kafka-python versions of
+    ``SOCKET_READS_TESTED`` and when the transport looks as expected; else the library's reads
+    stay and one log line says why. True when the patch is in place."""
+    try:
+        import kafka
+        version = tuple(int(part) for part in kafka.__version__.split(".")[:2])
+        if not SOCKET_READS_TESTED[0] <= version <= SOCKET_READS_TESTED[1]:
+            log.info("kafka-python %s: socket reads left at the library's size per call (the larger "
+                     "reads are tested with kafka-python %d.%d to %d.%d)", kafka.__version__,
+                     *SOCKET_READS_TESTED[0], *SOCKET_READS_TESTED[1])
+            return False
+        return _patch_socket_reads()
+    except Exception as err:         # the library's internals moved: its own reads, one line
+        log.warning("kafka socket reads left at the library's size per call (%s: %s)", type(err).__name__, err)
         return False
+
+
+def _patch_socket_reads() -> bool:
     from kafka import errors as Errors
     from kafka.net import transport
 
-    original = getattr(getattr(transport, "KafkaTCPTransport", None), "_sock_recv", None)
-    if original is None:
-        return False
+    original = transport.KafkaTCPTransport._sock_recv
     if getattr(original, "_streamtrain", False):
         return True
     tlog = logging.getLogger("kafka.net.transport")
@@ -270,8 +285,6 @@ class FastPath:
         self._base = self._fetcher.PartitionRecords
         self._fetcher.PartitionRecords = _segment_records_class(self._base, self._fall_back)
         self.active = True
-        if not _patch_socket_reads():
-            log.debug("kafka socket reads left at the library's size per call")
         return True
 
     def _fall_back(self, err) -> None:

@@ -12,7 +12,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import kernels, prep
+from streamtrain.errors import ConfigError
+
+from . import kernels, prep, terms
 from .plan import plan
 
 _EMPTY_I = np.zeros(0, np.int64)
@@ -213,12 +215,16 @@ class PerExample:
         self.group_of = {}
         for name in self.plan.params:
             code, hyper = optimizers[name].kernel_rule()
+            if kernels.RULES[code] is not optimizers[name].rule:     # the core compiled another
+                raise ConfigError([(name, f"optimizer '{optimizers[name].kind}' claims the per-example "
+                                          f"rule of '{terms.KERNEL_RULES[code]}' but its rule is its own")])
             key = (code, tuple(hyper))
             self.group_of[name] = rules.setdefault(key, len(rules))
         self.code = np.array([c for c, _ in rules], np.int64)
         self.hyper = np.zeros((len(rules), 4))
         for (_, hyper), g in rules.items():
             self.hyper[g, :len(hyper)] = hyper
+        self.rules = kernels.Rules(self.code, self.hyper)
         self._blocks: tuple = ()
         self._arrays = _Arrays()
 
@@ -251,7 +257,7 @@ class PerExample:
         linear = [t for layer in self.plan.linear for t in layer.linear_terms(ctx)]
         arrays = self._arrays
         lin = _block(arrays, ctx, linear, self.group_of, 1, "linear", not self.assign)
-        lptr, slot, x, _ = _by_example(arrays, linear, lin, B, False, "linear", ctx.memo)
+        lptr, slot, x, lfield = _by_example(arrays, linear, lin, B, False, "linear", ctx.memo)
         if self.plan.fm:
             fm_terms, fterm = [], []
             for t, (_, emb) in enumerate(self.plan.fm):
@@ -267,9 +273,11 @@ class PerExample:
             fm, (fptr, frow, fx, ffield, fterm) = _NO_FM, _no_occurrences(B)
         base = np.asarray(z0, np.float64)     # the rest of the logit: the owned terms are elided
         zs, rho = kernels.learn(
-            base, np.asarray(y, np.float64), self.implicit, self.normalize,
-            self.code, self.hyper, lptr, slot, x, lin.w.reshape(-1), lin.n.reshape(-1), lin.z.reshape(-1), lin.grp,
-            fptr, frow, fx, ffield, fterm, len(self.plan.fm), fm.w, fm.n, fm.z, fm.grp)
+            base, np.asarray(y, np.float64), self.implicit, self.normalize, self.rules,
+            kernels.Occurrences(lptr, slot, x, lfield, _EMPTY_I, 0),
+            kernels.Slots(lin.w.reshape(-1), lin.n.reshape(-1), lin.z.reshape(-1), lin.grp),
+            kernels.Occurrences(fptr, frow, fx, ffield, fterm, len(self.plan.fm)),
+            kernels.Slots(fm.w, fm.n, fm.z, fm.grp))
         self._blocks = (lin, fm) if self.plan.fm else (lin,)
         return zs, rho
 

@@ -5,14 +5,18 @@ Everything is float64 and flat. *Linear* slots ``j`` (one weight each: a row of 
 entry of a dense parameter) hold ``w[j]``, the accumulator ``n[j]`` and FTRL's ``z[j]``; *FM*
 rows ``q`` hold ``d`` coordinates each in ``V[q]``, ``Vn[q]``, ``Vz[q]``. Every slot / row has a
 rule group ``g``: ``code[g]`` (``terms.SGD``, ``ADAGRAD``, ``FTRL``) and ``hyper[g]`` (SGD: lr;
-Adagrad: lr, eps; FTRL: alpha, beta, l1, l2). A coordinate's update is ``_step`` (FM) or
-``_prepare`` + ``_apply`` (linear slots, which reuse √n and the step size the implicit residual
-needed): the arithmetic of the rules' ``Optimizer.step`` (``tests/test_optim.py`` holds them
-equal). ``combine`` turns a batch's net change into the one gradient (and squares) whose single
-``step`` lands on it. numpy's error model: a division by zero gives inf (the trainer then skips
+Adagrad: lr, eps; FTRL: alpha, beta, l1, l2). A coordinate's update is ``_step`` (FM rows:
+the optimizer module's own ``rule`` function, compiled here: ``RULES``) or ``_prepare`` +
+``_apply`` (linear slots: the same step in the form the implicit residual needs, reusing √n
+and the step size; ``tests/test_optim.py`` holds them equal to the rule). ``combine``
+(prep.py) turns a batch's net change into the one gradient (and squares) whose single
+``step`` lands on it. numba caches a kernel by this file: after editing a rule in
+``optim/``, remove the ``__pycache__/*.nbi`` caches (numba does not see the dependency). numpy's error model: a division by zero gives inf (the trainer then skips
 the batch as non-finite) instead of raising inside the loop, and costs no check per division.
 """
 from __future__ import annotations
+
+from collections import namedtuple
 
 import numpy as np
 
@@ -20,6 +24,8 @@ from ..compiled import numba  # numba as streamtrain.compiled loads it (start-up
 
 njit = numba.njit
 
+from ..optim import adagrad, ftrl, sgd
+from .prep import by_example, combine  # noqa: F401 - the engine's other kernels, named here too
 from .terms import ADAGRAD, FTRL, SGD
 NEWTON_ITERATIONS = 50      # safeguarded Newton for the implicit residual: 2-3 steps from the
 NEWTON_TOLERANCE = 1e-12    # linearised solution, more through L1's kinks
@@ -40,70 +46,64 @@ def _row(hyper, g_):
     return hyper[g_, 0], hyper[g_, 1], hyper[g_, 2], hyper[g_, 3]
 
 
+#: The records ``learn`` takes (numba passes namedtuples as typed tuples: no cost per access).
+#: ``Rules``: per rule group, its code (its index in ``RULES``) and hyperparameters ``[G, 4]``.
+Rules = namedtuple("Rules", "code hyper")
+#: Occurrences grouped by example (``ptr[k]:ptr[k+1]`` are example ``k``'s): slot or row, the
+#: coefficient, and for FM the field, each field's term and the number of terms.
+Occurrences = namedtuple("Occurrences", "ptr row x field term nterms")
+#: A block of parameters flattened: weights, accumulator, FTRL's z, and each slot's rule group.
+Slots = namedtuple("Slots", "w n z grp")
+
+#: the rules ``_step`` runs, at their index in ``terms.KERNEL_RULES`` (the code ``kernel_rule`` gives)
+RULES = (sgd.rule, adagrad.rule, ftrl.rule)
+_sgd = njit(cache=True, nogil=True, error_model="numpy", inline="always")(sgd.rule)
+_adagrad = njit(cache=True, nogil=True, error_model="numpy", inline="always")(adagrad.rule)
+_ftrl = njit(cache=True, nogil=True, error_model="numpy", inline="always")(ftrl.rule)
+
+
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _step(code, h, w, n, z, g, sq):
-    """One coordinate's update by gradient ``g`` with squared gradient ``sq``: (w, n, z)."""
+    """One coordinate's update by gradient ``g`` with squared gradient ``sq``: (w, n, z), by
+    the rule's own function (``optim/<rule>.py: rule``)."""
+    h5 = (h[0], h[1], h[2], h[3], 0.0)
     if code == SGD:
-        return w - h[0] * g, n, z
+        return _sgd(h5, w, n, z, g, sq)
     if code == ADAGRAD:
-        n2 = n + sq
-        return w - h[0] * g / (np.sqrt(n2) + h[1]), n2, z
-    n2 = n + sq
-    z2 = z + g - (np.sqrt(n2) - np.sqrt(n)) / h[0] * w
-    shrunk = max(abs(z2) - h[2], 0.0)
-    if z2 < 0:
-        shrunk = -shrunk
-    return -shrunk / ((h[1] + np.sqrt(n2)) / h[0] + h[3]), n2, z2
+        return _adagrad(h5, w, n, z, g, sq)
+    return _ftrl(h5, w, n, z, g, sq)
+
+
+def _compiled(fn):
+    return njit(cache=True, nogil=True, error_model="numpy", inline="always")(fn)
+
+
+# one global per function (a tuple of them would be called through pointers, not inlined)
+_rate_sgd, _rate_adagrad, _rate_ftrl = _compiled(sgd.rate), _compiled(adagrad.rate), _compiled(ftrl.rate)
+_rate_step_sgd, _rate_step_adagrad, _rate_step_ftrl = (
+    _compiled(sgd.rate_step), _compiled(adagrad.rate_step), _compiled(ftrl.rate_step))
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _prepare(code, h, n, sq):
     """For a linear slot with accumulator ``n`` about to add ``sq``: (√(n + sq), the step size
-    ``dw/d(−g)``). For FTRL without L1 from a consistent state ``w = −z/d`` the step is then
-    exactly ``−rate · g``; with L1 its weight is ``−shrink(z')·rate``."""
+    ``dw/d(−g)``), by the rule's own ``rate`` (optim/<rule>.py)."""
     if code == SGD:
-        return 0.0, h[0]
-    root = np.sqrt(n + sq)
+        return _rate_sgd(h, n, sq)
     if code == ADAGRAD:
-        return root, h[0] / (root + h[1])
-    return root, h[0] / (h[1] + root + h[0] * h[3])
+        return _rate_adagrad(h, n, sq)
+    return _rate_ftrl(h, n, sq)
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _apply(code, h, w, n, z, root0, root, rate, g, sq):
-    """``_step`` of a linear slot with ``√n`` before (``root0``) and after, and the rate, known."""
+    """``_step`` of a linear slot with ``√n`` before (``root0``) and after, and the rate, known:
+    the rule's own ``rate_step``."""
     if code == SGD:
-        return w - rate * g, n, z
+        return _rate_step_sgd(h, w, n, z, root0, root, rate, g, sq)
     if code == ADAGRAD:
-        return w - rate * g, n + sq, z
-    z2 = z + g - (root - root0) / h[0] * w
-    shrunk = max(abs(z2) - h[2], 0.0)
-    if z2 < 0:
-        shrunk = -shrunk
-    return -shrunk * rate, n + sq, z2
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def by_example(ex, batch, row, x, field):
-    """Occurrences grouped by example (a stable counting sort): (start offsets [B+1], and
-    ``row``, ``x``, ``field`` in that order; an empty ``field`` stays empty)."""
-    ptr = np.zeros(batch + 1, np.int64)
-    for e in ex:
-        ptr[e + 1] += 1
-    for k in range(batch):
-        ptr[k + 1] += ptr[k]
-    fill = ptr[:-1].copy()
-    n = len(ex)
-    row2, x2 = np.empty(n, np.int64), np.empty(n)
-    field2 = np.empty(len(field), np.int64)
-    for o in range(n):
-        at = fill[ex[o]]
-        fill[ex[o]] += 1
-        row2[at] = row[o]
-        x2[at] = x[o]
-        if len(field):
-            field2[at] = field[o]
-    return ptr, row2, x2, field2
+        return _rate_step_adagrad(h, w, n, z, root0, root, rate, g, sq)
+    return _rate_step_ftrl(h, w, n, z, root0, root, rate, g, sq)
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
@@ -229,13 +229,13 @@ def _implicit(zk, y, r, K, l1_present, m, uj, ux, L, grp, code, hyper, s, usq, u
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _update_fm(k, rho, fptr, frow, fx, ffield, fterm, E, S, V, Vn, Vz, vgrp, code, hyper, adagrad, lr, eps,
+def _update_fm(k, rho, fptr, frow, fx, ffield, fterm, E, S, V, Vn, Vz, vgrp, code, hyper, one_adagrad, h,
                mq, twice, seen, funiq, G):
     """The example's FM rows' steps: a row's gradient ``ρ·x·(S_t − E_f)`` (summed over its
     occurrences), then its rule. All rows Adagrad and each once in the example (the usual case):
     each occurrence's gradient goes straight into its row's step, no gradient buffer."""
     d = V.shape[1]
-    if adagrad and not twice:
+    if one_adagrad and not twice:
         for i in range(fptr[k], fptr[k + 1]):
             q, f, x = frow[i], ffield[i], fx[i]
             if x == 0.0:
@@ -243,9 +243,7 @@ def _update_fm(k, rho, fptr, frow, fx, ffield, fterm, E, S, V, Vn, Vz, vgrp, cod
             q, f, t, rx = np.uint64(q), np.uint64(f), np.uint64(fterm[f]), rho * x    # (unsigned:
             for c in range(d):               # no negative-index wraparound per access)
                 g = 0.0 + rx * (S[t, c] - E[f, c])
-                n2 = Vn[q, c] + g * g
-                Vn[q, c] = n2
-                V[q, c] = V[q, c] - lr * g / (np.sqrt(n2) + eps)
+                V[q, c], Vn[q, c], _ = _adagrad(h, V[q, c], Vn[q, c], 0.0, g, g * g)
         return
     for i in range(mq):
         for c in range(d):
@@ -262,12 +260,10 @@ def _update_fm(k, rho, fptr, frow, fx, ffield, fterm, E, S, V, Vn, Vz, vgrp, cod
         g_ = vgrp[q]
         rule = code[g_]
         if rule == ADAGRAD:
-            lr_, eps_ = hyper[g_, 0], hyper[g_, 1]
+            h_ = (hyper[g_, 0], hyper[g_, 1])
             for c in range(d):
                 g = G[i, c]
-                n2 = Vn[q, c] + g * g
-                Vn[q, c] = n2
-                V[q, c] = V[q, c] - lr_ * g / (np.sqrt(n2) + eps_)
+                V[q, c], Vn[q, c], _ = _adagrad(h_, V[q, c], Vn[q, c], 0.0, g, g * g)
         else:
             for c in range(d):
                 g = G[i, c]
@@ -275,13 +271,12 @@ def _update_fm(k, rho, fptr, frow, fx, ffield, fterm, E, S, V, Vn, Vz, vgrp, cod
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def learn(base, y, implicit, normalize, code, hyper,
-          lptr, lslot, lx, w, n, z, grp,
-          fptr, frow, fx, ffield, fterm, nterms, V, Vn, Vz, vgrp):
+def learn(base, y, implicit, normalize, rules, linear, lslots, fm, fslots):
     """Per example ``k`` in order: its logit, ``base[k]`` (the rest of the logit) plus the owned
     terms at their current values, which examples ``0..k−1`` have updated; its residual ρ
     (implicit if asked); then its update of every linear slot and FM coordinate it touches.
-    Updates the parameter arrays in place; returns (z, ρ).
+    Updates the parameter arrays in place; returns (z, ρ). ``rules``: a ``Rules``; ``linear``,
+    ``fm``: ``Occurrences``; ``lslots`` (flat), ``fslots`` (``[rows, d]``): ``Slots``.
 
     Linear occurrences in example order (example ``k``'s are ``lptr[k]:lptr[k+1]``): slot
     ``lslot``, coefficient ``lx``. FM occurrences likewise (``fptr``): row ``frow``, coefficient
@@ -291,6 +286,11 @@ def learn(base, y, implicit, normalize, code, hyper,
     side by side in ``L`` (one cache line instead of four), an example's slots are gathered into
     short contiguous arrays that one rule group steps in vectorised loops, and FM rows seen
     once in the example (the usual case) take their Adagrad step straight from the gradient."""
+    code, hyper = rules
+    lptr, lslot, lx = linear.ptr, linear.row, linear.x
+    w, n, z, grp = lslots
+    fptr, frow, fx, ffield, fterm, nterms = fm
+    V, Vn, Vz, vgrp = fslots
     B = len(base)
     P, Q, d = len(w), V.shape[0], V.shape[1]
     L = np.empty((P, 4))
@@ -311,7 +311,7 @@ def learn(base, y, implicit, normalize, code, hyper,
     fseen = np.full((Q, 2), -1, np.int64)
     funiq = np.empty(Q, np.int64)
     fone, fg = _one_group(vgrp)
-    adagrad = fone and Q > 0 and code[fg] == ADAGRAD
+    fm_adagrad = fone and Q > 0 and code[fg] == ADAGRAD
     fmost = 1
     for k in range(B):
         fmost = max(fmost, fptr[k + 1] - fptr[k])
@@ -375,47 +375,10 @@ def learn(base, y, implicit, normalize, code, hyper,
                                                    uroot[i], urate[i], s * rho * ux[i], usq[i])
                 L[j, 3] = uroot[i]
         if nterms:
-            _update_fm(k, rho, fptr, frow, fx, ffield, fterm, E, S, V, Vn, Vz, vgrp, code, hyper, adagrad,
-                       hyper[fg, 0], hyper[fg, 1], mq, twice, fseen, funiq, G)
+            _update_fm(k, rho, fptr, frow, fx, ffield, fterm, E, S, V, Vn, Vz, vgrp, code, hyper, fm_adagrad,
+                       (hyper[fg, 0], hyper[fg, 1]), mq, twice, fseen, funiq, G)
         zs[k] = zk
         rhos[k] = rho
     for j in range(P):
         w[j], n[j], z[j] = L[j, 0], L[j, 1], L[j, 2]
     return zs, rhos
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def combine(code, hyper, grp, w0, n0, z0, w, n, z):
-    """Per coordinate (rows of ``w`` share ``grp``): the gradient and squares whose single
-    ``_step`` from (w0, n0, z0) lands on (w, n, z) — the sum of the per-example updates.
-    (The start may be in a narrower float: its values are what the kernel started from.) All
-    arrays C-contiguous; a run of rows of one group is one flat loop (which vectorises) that
-    writes every output once (no zero-fill first)."""
-    R, d = w.shape
-    g = np.empty((R, d))
-    sq = np.empty((R, d))
-    gf, sqf = g.reshape(-1), sq.reshape(-1)
-    w0f, n0f, z0f = w0.reshape(-1), n0.reshape(-1), z0.reshape(-1)
-    wf, nf, zf = w.reshape(-1), n.reshape(-1), z.reshape(-1)
-    j = 0
-    while j < R:
-        e = j + 1
-        while e < R and grp[e] == grp[j]:
-            e += 1
-        rule = code[grp[j]]
-        h0, h1 = hyper[grp[j], 0], hyper[grp[j], 1]
-        lo, hi = j * d, e * d
-        if rule == SGD:
-            for i in range(lo, hi):
-                sqf[i] = 0.0
-                gf[i] = (w0f[i] - wf[i]) / h0 if h0 > 0 else 0.0
-        elif rule == ADAGRAD:
-            for i in range(lo, hi):
-                sqf[i] = nf[i] - n0f[i]
-                gf[i] = (w0f[i] - wf[i]) * (np.sqrt(nf[i]) + h1) / h0 if h0 > 0 else 0.0
-        else:
-            for i in range(lo, hi):
-                sqf[i] = nf[i] - n0f[i]
-                gf[i] = zf[i] - z0f[i] + (np.sqrt(nf[i]) - np.sqrt(np.float64(n0f[i]))) / h0 * w0f[i]
-        j = e
-    return g, sq

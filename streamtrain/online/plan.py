@@ -2,7 +2,8 @@
 
 A layer qualifies when its output reaches the loss only through ``add`` and ``sum_pooling``
 (coefficient 1, one path each), it is the only layer using its parameters, every one of them is
-trained by a rule with a per-example kernel (``Optimizer.kernel_rule``), and it declares its
+trained by a rule with a per-example kernel (``Optimizer.kernel_rule``; a per-coordinate
+``Optimizer.rule`` the core cannot run is refused, naming the layer), and it declares its
 terms: a *linear* layer (``is_linear``: a dim-1 embedding, a bias, a dim-1 fc without
 activation) or an *FM* (``pairwise_input``: ``fm`` with ``reduce: true``) over a layer that
 pools its rows per field (``field_terms``: an embedding) and feeds nothing else.
@@ -10,6 +11,10 @@ pools its rows per field (``field_terms``: an embedding) and feeds nothing else.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from streamtrain.errors import ConfigError
+
+from .terms import KERNEL_RULES
 
 
 @dataclass
@@ -35,8 +40,20 @@ def plan(graph, optimizers) -> Plan:
             owners.setdefault(spec.name, set()).add(layer.name)
 
     def learnable(layer) -> bool:
-        return all(owners[s.name] == {layer.name} and optimizers[s.name].kernel_rule() is not None
-                   for s in layer.params.values())
+        return all(owners[s.name] == {layer.name} and runnable(layer, s) for s in layer.params.values())
+
+    def runnable(layer, spec) -> bool:
+        """The core runs the parameter's rule; a per-coordinate rule it cannot run is refused."""
+        opt = optimizers[spec.name]
+        if opt.kernel_rule() is not None:
+            return True
+        if opt.rule is not None:
+            where = f"layers.{layer.name}.optimizer" if spec.optimizer else "default_optimizer"
+            raise ConfigError([(where, f"layer '{layer.name}': rule '{opt.kind}' has no update in the compiled "
+                                       f"per-example core (it runs {', '.join(KERNEL_RULES)}), so the sequential "
+                                       f"loss '{graph.loss.name}' cannot learn it example by example: use one of "
+                                       f"those, or set the loss's sequential to false")])
+        return False
 
     out = Plan()
     fm_dim = []

@@ -1,6 +1,8 @@
-"""Compiled preparation of the kernel's inputs (numba, cached): the grid of a batch's *dense*
-occurrences, ``[B, W]`` (example ``k``'s are row ``k``), written in place into arrays the
-engine reuses from batch to batch instead of building, stacking and casting per-term arrays.
+"""Compiled preparation of the kernel's inputs and of its result (numba, cached): the grid of a
+batch's *dense* occurrences, ``[B, W]`` (example ``k``'s are row ``k``), written in place into
+arrays the engine reuses from batch to batch instead of building, stacking and casting per-term
+arrays; other occurrences grouped by example (``by_example``); and ``combine``, which turns a
+batch's per-example result into the one gradient (and squares) a store steps by.
 """
 from __future__ import annotations
 
@@ -9,6 +11,13 @@ import numpy as np
 from ..compiled import numba  # numba as streamtrain.compiled loads it (start-up: see there)
 
 njit = numba.njit
+
+from ..optim import adagrad, ftrl, sgd  # noqa: E402
+from .terms import ADAGRAD, SGD  # noqa: E402
+
+# each rule's inverse (optim/<rule>.py), for ``combine``
+_inverse_sgd, _inverse_adagrad, _inverse_ftrl = (
+    njit(cache=True, nogil=True, error_model="numpy", inline="always")(m.inverse) for m in (sgd, adagrad, ftrl))
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -37,3 +46,61 @@ def put_present(row, x, col, m, present, pos, lo, w):
             row[k, col + f] = pos[j] + lo
             x[k, col + f] = here * (w[j] if weighted else 1.0)
             i += here
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def by_example(ex, batch, row, x, field):
+    """Occurrences grouped by example (a stable counting sort): (start offsets [B+1], and
+    ``row``, ``x``, ``field`` in that order; an empty ``field`` stays empty)."""
+    ptr = np.zeros(batch + 1, np.int64)
+    for e in ex:
+        ptr[e + 1] += 1
+    for k in range(batch):
+        ptr[k + 1] += ptr[k]
+    fill = ptr[:-1].copy()
+    n = len(ex)
+    row2, x2 = np.empty(n, np.int64), np.empty(n)
+    field2 = np.empty(len(field), np.int64)
+    for o in range(n):
+        at = fill[ex[o]]
+        fill[ex[o]] += 1
+        row2[at] = row[o]
+        x2[at] = x[o]
+        if len(field):
+            field2[at] = field[o]
+    return ptr, row2, x2, field2
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def combine(code, hyper, grp, w0, n0, z0, w, n, z):
+    """Per coordinate (rows of ``w`` share ``grp``): the gradient and squares whose single
+    ``_step`` from (w0, n0, z0) lands on (w, n, z) — the sum of the per-example updates (each
+    rule's own ``inverse``).
+    (The start may be in a narrower float: its values are what the kernel started from.) All
+    arrays C-contiguous; a run of rows of one group is one flat loop (which vectorises) that
+    writes every output once (no zero-fill first)."""
+    R, d = w.shape
+    g = np.empty((R, d))
+    sq = np.empty((R, d))
+    gf, sqf = g.reshape(-1), sq.reshape(-1)
+    w0f, n0f, z0f = w0.reshape(-1), n0.reshape(-1), z0.reshape(-1)
+    wf, nf, zf = w.reshape(-1), n.reshape(-1), z.reshape(-1)
+    j = 0
+    while j < R:
+        e = j + 1
+        while e < R and grp[e] == grp[j]:
+            e += 1
+        rule, g_ = code[grp[j]], grp[j]
+        h = (hyper[g_, 0], hyper[g_, 1], hyper[g_, 2], hyper[g_, 3])
+        lo, hi = j * d, e * d
+        if rule == SGD:
+            for i in range(lo, hi):
+                gf[i], sqf[i] = _inverse_sgd(h, w0f[i], n0f[i], z0f[i], wf[i], nf[i], zf[i])
+        elif rule == ADAGRAD:
+            for i in range(lo, hi):
+                gf[i], sqf[i] = _inverse_adagrad(h, w0f[i], n0f[i], z0f[i], wf[i], nf[i], zf[i])
+        else:
+            for i in range(lo, hi):
+                gf[i], sqf[i] = _inverse_ftrl(h, w0f[i], n0f[i], z0f[i], wf[i], nf[i], zf[i])
+        j = e
+    return g, sq

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: the update rules the compiled per-example loop implements (``Optimizer.kernel_rule``)
-SGD, ADAGRAD, FTRL = 0, 1, 2
+#: the update rules the compiled per-example loop runs (``Optimizer.kernel_rule``), by their
+#: index in ``online.kernels.RULES`` (each optimizer module's own ``rule`` function, compiled)
+KERNEL_RULES = ("sgd", "adagrad", "ftrl")
+SGD, ADAGRAD, FTRL = range(len(KERNEL_RULES))
 
 
 @dataclass

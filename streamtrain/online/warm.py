@@ -14,9 +14,9 @@ import numpy as np
 
 from streamtrain.drift import DriftMonitor
 from streamtrain.graph import Graph, Schema
+from streamtrain.readers.synthetic import SyntheticStream
 from streamtrain.store.idindex import IdIndex
 from streamtrain.store.memory import MemoryStore
-from streamtrain.testing import random_batch
 from streamtrain.trainer import Trainer
 
 LAYERS = [
@@ -34,7 +34,7 @@ LAYERS = [
 
 
 def main() -> int:
-    batch = random_batch(16, seed=0)
+    batch = next(SyntheticStream({"fields": 3, "dense": 3, "cardinality": 10, "examples": 16}, 16).reader()())
     graph = Graph.from_config(LAYERS, Schema.of(batch))
     store = MemoryStore()
     store.declare(graph.params, {"type": "adagrad"})

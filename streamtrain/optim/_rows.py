@@ -3,7 +3,8 @@ Adam's step on a dense parameter.
 
 ``step`` on the rows a push touched is a gather of the rows and their state, the rule's numpy
 arithmetic (a temporary per operation), and a scatter back. For the rules that accumulate squared
-gradients (Adagrad, FTRL) the kernels here do the same arithmetic, coordinate by coordinate in
+gradients (Adagrad, FTRL) the kernels here compile the rule's own function (``adagrad.rule``,
+``ftrl.rule``: the one the numpy ``step`` runs on arrays) and run it coordinate by coordinate in
 the table's own precision, on the table in place: one pass, the same numbers
 (``tests/test_optim.py``); a division by zero gives inf / NaN as numpy does (the trainer
 then skips the batch as non-finite) instead of raising. ``h`` holds the hyperparameters in the table's dtype, then a zero, so
@@ -15,43 +16,33 @@ import numpy as np
 
 from streamtrain.compiled import njit
 
+from .base import OPTIMIZERS        # (by name, not an import of adagrad/ftrl: they import this module)
+
+
+_adagrad = njit(nogil=True, error_model="numpy", inline="always")(OPTIMIZERS.get("adagrad").rule)
+_ftrl = njit(nogil=True, error_model="numpy", inline="always")(OPTIMIZERS.get("ftrl").rule)
+
 
 @njit(nogil=True, error_model="numpy")
 def adagrad_rows(W, N, rows, g, sq, h):
-    """``n += sq (else g²); w -= lr g / (√n + eps)`` on rows ``rows`` (distinct) of W, N."""
-    lr, eps = h[0], h[1]
+    """Adagrad's ``rule`` on rows ``rows`` (distinct) of W, N (the squares ``sq``, else g²)."""
     have_sq = sq.shape[0] > 0
     for i in range(len(rows)):
         r = rows[i]
         for c in range(W.shape[1]):
             gi = g[i, c]
-            n = N[r, c] + (sq[i, c] if have_sq else gi * gi)
-            N[r, c] = n
-            W[r, c] -= lr * gi / (np.sqrt(n) + eps)
+            W[r, c], N[r, c], _ = _adagrad(h, W[r, c], N[r, c], h[2], gi, sq[i, c] if have_sq else gi * gi)
 
 
 @njit(nogil=True, error_model="numpy")
 def ftrl_rows(W, Z, N, rows, g, sq, h):
-    """FTRL-Proximal's step (``FTRL.step``) on rows ``rows`` (distinct) of W, Z, N."""
-    alpha, beta, l1, l2, zero = h[0], h[1], h[2], h[3], h[4]
+    """FTRL-Proximal's ``rule`` on rows ``rows`` (distinct) of W, Z, N."""
     have_sq = sq.shape[0] > 0
     for i in range(len(rows)):
         r = rows[i]
         for c in range(W.shape[1]):
             gi = g[i, c]
-            g2 = sq[i, c] if have_sq else gi * gi
-            n = N[r, c]
-            sigma = (np.sqrt(n + g2) - np.sqrt(n)) / alpha
-            z = Z[r, c] + (gi - sigma * W[r, c])
-            n = n + g2
-            Z[r, c] = z
-            N[r, c] = n
-            shrunk = abs(z) - l1
-            if shrunk <= zero:                                      # (NaN stays NaN)
-                shrunk = zero
-            if z < zero:
-                shrunk = -shrunk
-            W[r, c] = -shrunk / ((beta + np.sqrt(n)) / alpha + l2)
+            W[r, c], N[r, c], Z[r, c] = _ftrl(h, W[r, c], N[r, c], Z[r, c], gi, sq[i, c] if have_sq else gi * gi)
 
 
 def usable(weights: np.ndarray, state: dict, g: np.ndarray) -> bool:

@@ -76,9 +76,20 @@ class Optimizer:
     #: whether ``step`` uses ``sq``: layers then send per-example squared gradients
     squares = False
 
+    #: The per-coordinate rule, written once: a function ``rule(h, w, n, z, g, sq) -> (w, n, z)``
+    #: of plain arithmetic and numpy ufuncs on one coordinate or on arrays of them (``n``, ``z``:
+    #: the slots it keeps, else passed through), with ``h`` its hyperparameters and, last, a zero
+    #: of the weights' type (a literal would widen float32 arithmetic). ``step`` runs it with
+    #: numpy; the memory store's table rows (``_rows.py``), the write-back and the per-example
+    #: core (``online/kernels.py``) compile the very same function. None: a rule that is not
+    #: per coordinate (Adam's per-row step count) or not written so (it learns per batch).
+    rule = None
+
     def kernel_rule(self) -> tuple[int, tuple] | None:
-        """``(code, hyperparameters)`` of this rule in the compiled per-example loop
-        (``streamtrain.online.kernels``), or None: the parameters it trains then learn per batch."""
+        """``(code, hyperparameters)`` of ``rule`` in the compiled per-example loop
+        (``streamtrain.online.kernels.RULES[code]``), or None: the core cannot run it. A layer
+        the core would learn whose rule has a ``rule`` but no ``kernel_rule`` is refused when the
+        job starts (``online/plan.py``); one without a ``rule`` learns per batch."""
         return None
 
 

@@ -51,61 +51,82 @@ class _Disconnected(Exception):
 
 
 def make_app(service: Service, metrics, *, expose_metrics: bool = True):
-    settings = service.settings
-    retry_after = str(settings["retry_after_s"]).encode()
-    limit = settings["max_body_bytes"]
-    pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="serve")   # plain: cheaper than anyio's
-    metrics.watch_replica(lambda: getattr(service.source, "replica", None))
+    """The ASGI app: ``POST /v1/predict`` answered by ``_Predictions``, the rest by Starlette."""
+    handler = _Predictions(service, metrics)
+    rest = Starlette(routes=handler.routes(expose_metrics))
 
-    def error(status: int, kind: str, where: str, message: str):
-        metrics.errors.labels(kind).inc()
-        headers = JSON_TYPE + [(b"retry-after", retry_after)] if status == 503 else JSON_TYPE
+    async def app(scope, receive, send):
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/v1/predict":
+            await handler.predict(scope, receive, send)
+        else:
+            await rest(scope, receive, send)
+
+    return app
+
+
+async def read_body(scope, receive, limit: int) -> tuple[bytes, str]:
+    """The request's body and content type; ``TooLarge`` past ``limit`` bytes (announced or read)."""
+    content_type = b""
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            if value.isdigit() and int(value) > limit:
+                raise TooLarge(f"body of {value.decode()} bytes (serve.max_body_bytes = {limit})")
+        elif name == b"content-type":
+            content_type = value
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise _Disconnected
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge(f"body over {limit} bytes (serve.max_body_bytes)")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return (chunks[0] if len(chunks) == 1 else b"".join(chunks)), content_type.decode("latin-1")
+
+
+class _Predictions:
+    """The endpoints of one service: each answers through ``answer`` (errors mapped to their
+    status, latency observed); the store and ``describe`` are reached from a worker thread."""
+
+    def __init__(self, service: Service, metrics):
+        self.service, self.metrics = service, metrics
+        self.retry_after = str(service.settings["retry_after_s"]).encode()
+        self.limit = service.settings["max_body_bytes"]
+        self.pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="serve")   # plain: cheaper than anyio's
+        metrics.watch_replica(lambda: getattr(service.source, "replica", None))
+
+    def error(self, status: int, kind: str, where: str, message: str):
+        self.metrics.errors.labels(kind).inc()
+        headers = JSON_TYPE + [(b"retry-after", self.retry_after)] if status == 503 else JSON_TYPE
         return status, headers, encode_json({"error": kind, "where": where, "message": message})
 
-    async def answer(endpoint: str, work):
+    async def answer(self, endpoint: str, work):
         """``work()`` -> (status, headers, body); errors mapped to their status, latency observed."""
         t0 = time.perf_counter()
         try:
             return await work()
         except BadRequest as err:
-            return error(err.status, err.kind, err.where, err.message)
+            return self.error(err.status, err.kind, err.where, err.message)
         except NotReady as err:         # (NonFinite: the model's output is NaN or infinite)
-            return error(503, err.kind, "", str(err))
+            return self.error(503, err.kind, "", str(err))
         except StoreError as err:
             log.warning("parameter store unavailable: %s", err)
-            return error(503, "store_unavailable", "", f"parameter store unavailable: {err}")
+            return self.error(503, "store_unavailable", "", f"parameter store unavailable: {err}")
         except _Disconnected:
             raise
         except Exception as err:        # a bug, never the client's input: logged with its trace
             log.exception("internal error on %s", endpoint)
-            return error(500, "internal", "", str(err))
+            return self.error(500, "internal", "", str(err))
         finally:
-            metrics.latency.labels(endpoint).observe(time.perf_counter() - t0)
+            self.metrics.latency.labels(endpoint).observe(time.perf_counter() - t0)
 
-    async def read_body(scope, receive) -> tuple[bytes, str]:
-        content_type = b""
-        for name, value in scope["headers"]:
-            if name == b"content-length":
-                if value.isdigit() and int(value) > limit:
-                    raise TooLarge(f"body of {value.decode()} bytes (serve.max_body_bytes = {limit})")
-            elif name == b"content-type":
-                content_type = value
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                raise _Disconnected
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise TooLarge(f"body over {limit} bytes (serve.max_body_bytes)")
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        return (chunks[0] if len(chunks) == 1 else b"".join(chunks)), content_type.decode("latin-1")
-
-    async def predict_work(scope, receive):
-        body, content_type = await read_body(scope, receive)
+    async def predict_work(self, scope, receive):
+        body, content_type = await read_body(scope, receive, self.limit)
+        service = self.service
         out, finish = None, functools.partial(service.predict, body, content_type)
         if len(body) <= INLINE_BYTES:
             try:
@@ -113,8 +134,8 @@ def make_app(service: Service, metrics, *, expose_metrics: bool = True):
             except MustWait as wait:
                 finish = wait.resume or finish
         if out is None:
-            out = await loop().run_in_executor(pool, finish)
-        n = len(out["predictions"])
+            out = await loop().run_in_executor(self.pool, finish)
+        n, metrics = len(out["predictions"]), self.metrics
         metrics.records.observe(n)
         metrics.predictions.inc(n)
         metrics.age.observe(out["max_param_age_s"])
@@ -122,48 +143,41 @@ def make_app(service: Service, metrics, *, expose_metrics: bool = True):
         metrics.cache_counts(*service.source.hit_counts())
         return 200, JSON_TYPE, encode_json(out)
 
-    async def predict(scope, receive, send):
+    async def predict(self, scope, receive, send):
         try:
-            status, headers, body = await answer("predict", lambda: predict_work(scope, receive))
+            status, headers, body = await self.answer("predict", lambda: self.predict_work(scope, receive))
         except _Disconnected:
             return
         await send({"type": "http.response.start", "status": status,
                     "headers": headers + [(b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
 
-    async def model(request):
+    async def model(self, request):
         async def work():
-            return 200, JSON_TYPE, encode_json(await loop().run_in_executor(pool, service.describe))
-        status, headers, body = await answer("model", work)
+            return 200, JSON_TYPE, encode_json(await loop().run_in_executor(self.pool, self.service.describe))
+        status, headers, body = await self.answer("model", work)
         return Response(body, status, headers={k.decode(): v.decode() for k, v in headers})
 
-    async def healthz(request):
+    async def healthz(self, request):
         return PlainTextResponse("ok\n")
 
-    async def readyz(request):
-        ok, reason = await loop().run_in_executor(pool, service.ready)
+    async def readyz(self, request):
+        ok, reason = await loop().run_in_executor(self.pool, self.service.ready)
         return PlainTextResponse(reason + "\n", 200 if ok else 503,
-                                 headers=None if ok else {"Retry-After": retry_after.decode()})
+                                 headers=None if ok else {"Retry-After": self.retry_after.decode()})
 
-    async def prometheus(request):
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    async def prometheus(self, request):
+        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    async def predict_other(request):       # GET etc. on /v1/predict
+    async def predict_other(self, request):       # GET etc. on /v1/predict
         return Response(status_code=405, headers={"Allow": "POST"})
 
-    routes = [Route("/v1/predict", predict_other, methods=["GET", "HEAD", "PUT", "DELETE", "PATCH"]),
-              Route("/v1/model", model), Route("/healthz", healthz), Route("/readyz", readyz)]
-    if expose_metrics:
-        routes.append(Route("/metrics", prometheus))
-    rest = Starlette(routes=routes)
-
-    async def app(scope, receive, send):
-        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/v1/predict":
-            await predict(scope, receive, send)
-        else:
-            await rest(scope, receive, send)
-
-    return app
+    def routes(self, expose_metrics: bool) -> list:
+        routes = [Route("/v1/predict", self.predict_other, methods=["GET", "HEAD", "PUT", "DELETE", "PATCH"]),
+                  Route("/v1/model", self.model), Route("/healthz", self.healthz), Route("/readyz", self.readyz)]
+        if expose_metrics:
+            routes.append(Route("/metrics", self.prometheus))
+        return routes
 
 
 def _stopped(signum, frame) -> None:

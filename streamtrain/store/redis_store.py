@@ -31,7 +31,7 @@ import numpy as np
 from streamtrain.context import Gradients
 from streamtrain.errors import StoreError
 
-from . import redis_keys, redis_lifecycle, redis_snapshot
+from . import redis_cas, redis_keys, redis_lifecycle, redis_snapshot
 from .base import ParamStore, Snapshot, initial_rows, register
 from .redis_config import OPTIONS, RedisConfig, redact, validate
 from .redis_integrity import Integrity
@@ -250,8 +250,11 @@ class RedisStore(ParamStore):
         return self.wb is not None and self.wb.due()
 
     def flush(self) -> int:
-        """Write the write-back cache's dirty rows to Redis now (rows written; 0 writing through)."""
-        return self.wb.flush() if self.wb is not None else 0
+        """Write the write-back cache's dirty rows to Redis now (rows written; 0 writing through):
+        every batch applied so far is durable."""
+        written = self.wb.flush() if self.wb is not None else 0
+        self.durability.flushed()
+        return written
 
     def flush_begin(self) -> bool:
         return self.wb.begin() if self.wb is not None else False
@@ -285,41 +288,30 @@ class RedisStore(ParamStore):
             pending.append(np.flatnonzero(~drop))
             if it.ids is not None:
                 self.stats.rows_pushed += len(it.ids)
-        for attempt in range(self.cfg.max_push_attempts):
-            parts = []
-            for (it, g), sq, rows in zip(work, squares, pending):
-                if not len(rows):
-                    continue
-                w, state = it.w[rows].copy(), {k: a[rows].copy() for k, a in it.state.items()}
-                it.layout.step(w, g[rows], state, None if sq is None else sq[rows])
-                expected = np.where(it.present[rows], it.tags[rows], np.uint64(0))
-                parts.append((it, rows, expected, it.layout.encode(self.new_tags(len(rows)), w, state)))
-            if not parts:
-                break
-            failed, refused = self.cas_rows(parts, "update rows")
-            retry_items, retry_rows = [], []
-            for (it, rows, expected, _), bad, ref in zip(parts, failed, refused):
-                self._count_created(it, int(((expected == 0) & ~bad & ~ref).sum()), 0)
-                if bad.any():
-                    retry_items.append(it)
-                    retry_rows.append(rows[bad])
-            if not retry_items:
-                break
-            self.read_rows(retry_items, "re-read rows changed by another trainer", retry_rows)
-            for i, (it, rows) in enumerate(zip(retry_items, retry_rows)):
-                gone = rows[~it.present[rows]]          # expired (or lost) meanwhile
-                if it.policy is None or not it.policy.ttl_s:
-                    self.integrity.vanished(it.name, len(gone))
-                if it.policy is not None and it.policy.gated:
-                    self.counters.add(it.name, "dropped", len(gone))
-                    retry_rows[i] = rows[it.present[rows]]
-                else:
-                    it.fill_initial(gone)
-            pending_by = {id(it): r for it, r in zip(retry_items, retry_rows)}
-            pending = [pending_by.get(id(it), np.zeros(0, np.int64)) for it, _ in work]
-        else:
-            raise StoreError(f"redis store: push not applied: rows kept changing under "
-                             f"{self.cfg.max_push_attempts} compare-and-set attempts")
+        items = [it for it, _ in work]
+
+        def values(i, rows):                # the rule, on the rows' current values
+            (it, g), sq = work[i], squares[i]
+            w, state = it.w[rows].copy(), {k: a[rows].copy() for k, a in it.state.items()}
+            it.layout.step(w, g[rows], state, None if sq is None else sq[rows])
+            expected = np.where(it.present[rows], it.tags[rows], np.uint64(0))
+            tags = self.new_tags(len(rows))
+            return expected, tags, it.layout.encode(tags, w, state)
+
+        def done(i, rows, expected, tags, bad, ref):
+            self._count_created(items[i], int(((expected == 0) & ~bad & ~ref).sum()), 0)
+
+        def reread(i, rows):                # rows expired (or lost) meanwhile start again
+            it = items[i]
+            gone = rows[~it.present[rows]]
+            if it.policy is None or not it.policy.ttl_s:
+                self.integrity.vanished(it.name, len(gone))
+            if it.policy is not None and it.policy.gated:
+                self.counters.add(it.name, "dropped", len(gone))
+                return rows[it.present[rows]]
+            it.fill_initial(gone)
+            return rows
+        redis_cas.write_rows(self, items, pending, values, done, reread, "update rows", "push")
         for it, _ in work:
             self._cache.pop(it.name, None)
         self.counters.flush()
@@ -339,23 +331,9 @@ class RedisStore(ParamStore):
         return self._rng.integers(1, np.iinfo(np.uint64).max, n, dtype=np.uint64, endpoint=True)
 
     def cas_rows(self, parts: list, what: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """One chunked compare-and-set over ``(rows item, row numbers, expected tags, values)``.
-        Per part: the rows not written because another writer changed them (``failed``), and
-        the rows never sent because a value is NaN or infinite (``refused``, redis_integrity)."""
-        sent, refused = self.integrity.screen(parts)
-        answers = self.io.cas([(it.keys[rows], it.groups[rows], expected, values, it.ttl, it.name,
-                                None if it.ids is None else it.ids[rows])
-                               for it, rows, expected, values in sent], what=what)
-        failed = []
-        for (it, rows, _, values), bad, ref in zip(sent, answers, refused):
-            done = ~bad
-            self.ahead.record(it.name, None if it.ids is None else it.ids[rows[done]], values[done])
-            if ref.any():
-                full = np.zeros(len(ref), bool)
-                full[~ref] = bad
-                bad = full
-            failed.append(bad)
-        return failed, refused
+        """One chunked compare-and-set over ``(rows item, row numbers, expected tags, values)``
+        (redis_cas.cas_rows): per part, the rows another writer changed and those refused."""
+        return redis_cas.cas_rows(self, parts, what)
 
     # ---- lifecycle and stats ----------------------------------------------------------------
     def lifecycle(self) -> dict:

@@ -7,7 +7,8 @@ the row's tag and its value at this trainer's last read or write of it (``base``
 flags: ``dirty`` (changed since the last flush) and ``stale`` (not written by this trainer in
 the last flush: a later pull reads it again). A dense parameter is a table of one row.
 
-A flush is the store's compare-and-set, expecting the tag last read or written. A row another
+A flush is the store's compare-and-set retry loop (redis_cas, shared with a push writing
+through), expecting the tag last read or written. A row another
 trainer wrote meanwhile fails the check; it is read again and written as
 ``current + (local - base)`` for the weights and every slot (each trainer's change of the
 window is added, none is lost), and the local copy takes that merged value.
@@ -34,8 +35,8 @@ import time
 
 import numpy as np
 
-from streamtrain.errors import StoreError
 from .memory import put_rows, step_table_rows, take_rows
+from . import redis_cas
 from .redis_cached import Cached
 from .redis_rows import Rows
 
@@ -282,64 +283,41 @@ class WriteBack:
         if self.flight is not None:
             return self.poll(wait=True) + self.flush()
         t0 = time.perf_counter()
-        store = self.store
-        work = []
-        for name, c in self.cached.items():
-            rows = np.flatnonzero(c.dirty[:len(c)])
-            if len(rows):
-                it = Rows(store, name, c.index.ids[rows] if c.table else None)
-                n = len(rows)                   # filled by the re-read of rows that conflict
-                it.present, it.tags = np.ones(n, bool), np.zeros(n, np.uint64)
-                it.w = np.zeros((n, c.layout.dim), c.layout.dtype)
-                it.state = {k: np.zeros((n, width), c.layout.dtype) for k, width in c.layout.slots}
-                work.append((c, it, rows))
-        written, dropped = 0, []
-        pending = [np.arange(len(rows)) for _, _, rows in work]
-        for _ in range(store.cfg.max_push_attempts):
-            parts = []
-            for (c, it, rows), sel in zip(work, pending):
-                if not len(sel):
-                    continue
-                r = rows[sel]
-                w, state = c.values(r)
-                tags = store.new_tags(len(sel))
-                parts.append((c, it, sel, tags, (it, sel, c.tags[r], it.layout.encode(tags, w, state))))
-            if not parts:
-                break
-            failed, refused = store.cas_rows([p[-1] for p in parts], "flush rows")
-            retry = []
-            for (c, it, sel, tags, _), bad, ref in zip(parts, failed, refused):
-                r = rows_of(work, it)[sel]
-                ok = ~bad & ~ref
-                done = r[ok]
-                c.drop(r[ref])
-                dropped.append((c, r[ref]))
-                store._count_created(it, int((ok & (c.tags[r] == 0)).sum()), 0)
-                c.tags[done] = tags[ok]
-                c.dirty[done] = False
-                put_rows(c.base_w, done, take_rows(c.w, done))
-                for k in c.state:
-                    put_rows(c.base_state[k], done, take_rows(c.state[k], done))
-                written += len(done)
-                if bad.any():
-                    retry.append((c, it, sel[bad]))
-            if not retry:
-                break
-            self.conflicts += sum(len(s) for _, _, s in retry)
-            store.read_rows([it for _, it, _ in retry], "re-read rows changed by another trainer",
-                            [s for _, _, s in retry])
-            by_item = {}
-            for c, it, sel in retry:
-                rows, here = rows_of(work, it)[sel], it.present[sel]
-                gone = rows[~here]                 # lost from Redis: the local copy is written as a new row
-                store.integrity.vanished(it.name, len(gone))
-                c.tags[gone] = 0
-                self._merge(c, rows[here], it, sel[here])
-                by_item[id(it)] = sel
-            pending = [by_item.get(id(it), np.zeros(0, np.int64)) for _, it, _ in work]
-        else:
-            raise StoreError(f"redis store: flush not applied: rows kept changing under "
-                             f"{store.cfg.max_push_attempts} compare-and-set attempts")
+        store, work = self.store, self._dirty()
+        written, dropped = [0], []
+
+        def values(i, sel):
+            c, it, rows = work[i]
+            r = rows[sel]
+            w, state = c.values(r)
+            tags = store.new_tags(len(sel))
+            return c.tags[r], tags, it.layout.encode(tags, w, state)
+
+        def done(i, sel, expected, tags, bad, ref):
+            c, it, rows = work[i]
+            r, ok = rows[sel], ~bad & ~ref
+            c.drop(r[ref])
+            dropped.append((c, r[ref]))
+            store._count_created(it, int((ok & (expected == 0)).sum()), 0)
+            r = r[ok]
+            c.tags[r], c.dirty[r] = tags[ok], False
+            put_rows(c.base_w, r, take_rows(c.w, r))
+            for k in c.state:
+                put_rows(c.base_state[k], r, take_rows(c.state[k], r))
+            written[0] += len(r)
+
+        def reread(i, sel):                 # merged with what another trainer wrote
+            c, it, rows = work[i]
+            self.conflicts += len(sel)
+            r, here = rows[sel], it.present[sel]
+            gone = r[~here]                 # lost from Redis: the local copy is written as a new row
+            store.integrity.vanished(it.name, len(gone))
+            c.tags[gone] = 0
+            self._merge(c, r[here], it, sel[here])
+            return sel
+        redis_cas.write_rows(store, [it for _, it, _ in work], [np.arange(len(rows)) for _, _, rows in work],
+                             values, done, reread, "flush rows", "flush")
+        written = written[0]
         for c in self.cached.values():
             n = len(c)
             c.stale[:n] = True
@@ -356,6 +334,21 @@ class WriteBack:
         self.flush_seconds += time.perf_counter() - t0
         self._stats()
         return written
+
+    def _dirty(self) -> list:
+        """``(cache, Rows, dirty row numbers)`` of each parameter with dirty rows; the Rows'
+        arrays are filled by the re-read of rows that conflict."""
+        work = []
+        for name, c in self.cached.items():
+            rows = np.flatnonzero(c.dirty[:len(c)])
+            if len(rows):
+                it = Rows(self.store, name, c.index.ids[rows] if c.table else None)
+                n = len(rows)
+                it.present, it.tags = np.ones(n, bool), np.zeros(n, np.uint64)
+                it.w = np.zeros((n, c.layout.dim), c.layout.dtype)
+                it.state = {k: np.zeros((n, width), c.layout.dtype) for k, width in c.layout.slots}
+                work.append((c, it, rows))
+        return work
 
     @staticmethod
     def _merge(c: Cached, rows: np.ndarray, it: Rows, sel: np.ndarray) -> None:
@@ -404,7 +397,3 @@ class _Flight:
         if self._error is not None:
             raise self._error
         return self._answer
-
-
-def rows_of(work, it) -> np.ndarray:
-    return next(rows for _, i, rows in work if i is it)

@@ -1,0 +1,96 @@
+"""A job's checkpoints: restoring one, periodic ones (every N batches / N seconds, and SIGHUP's), the final one,
+and what one holds: the store's snapshot after a flush (every update in it), the offsets
+committed with it (``Job.offsets``: only durable batches'), the step, and the graph store.
+
+A failed periodic checkpoint is logged and training goes on; a failed final one is kept in
+``job.checkpoint_error`` (``streamtrain run`` exits 3). The previous checkpoint stays either way.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from pathlib import Path
+
+from . import checkpoint
+from .backoff import STOPPED
+from .errors import CheckpointError, StoreError, StoreInterrupted
+from .saved import schema_json
+
+log = logging.getLogger("streamtrain")
+
+
+def restore(job, where) -> dict:
+    """Load the checkpoint at ``where`` into the store (and graph store), take its step and
+    examples, and move the reader back to its offsets; its meta."""
+    snap, meta = checkpoint.read(where)
+    checkpoint.check_fits(snap, job.graph.params, checkpoint.resolve(where))
+    job.store.restore(snap)
+    if job.graph_input is not None and "graph" in meta["arrays"]:
+        job.graph_input.store.restore(meta["arrays"]["graph"])
+    job.trainer.batches = meta.get("step", 0)
+    job.trainer.examples = job.restored_examples = meta.get("examples", 0)
+    if meta.get("offsets") and hasattr(job.source, "seek"):
+        job.source.seek(meta["offsets"])
+        job.sought = True
+    log.info("restored checkpoint %s (step %d)", checkpoint.resolve(where), meta.get("step", 0))
+    return meta
+
+
+def maybe_write(job) -> None:
+    """After every batch: write one if due (or asked for); a failure is logged, training goes on."""
+    cfg = job.config.get("checkpoint", {})
+    job._ckpt_batches += 1
+    every_b, every_s = cfg.get("every_batches") or 0, cfg.get("every_seconds") or 0
+    due = (job.checkpoint_requested or (every_b and job._ckpt_batches >= every_b)
+           or (every_s and time.monotonic() - job._ckpt_time >= every_s))
+    if not due or not cfg.get("dir"):
+        job.checkpoint_requested = False
+        return
+    try:
+        write(job)
+    except OSError as err:
+        log.error("checkpoint failed, keeping the previous one: %s", err)
+
+
+def write_final(job) -> None:
+    """At the end of a run: a failure is kept in ``checkpoint_error`` (exit code 3)."""
+    try:
+        write(job)
+    except StoreInterrupted:
+        job.store_down = True
+    except (OSError, StoreError) as err:
+        job.checkpoint_error = f"{type(err).__name__}: {err}"
+        try:
+            kept = checkpoint.resolve(job.config["checkpoint"]["dir"])
+        except (OSError, CheckpointError):
+            kept = "none"
+        log.error("final checkpoint failed: %s; the newest checkpoint stays %s (exit code 3)",
+                  job.checkpoint_error, kept)
+
+
+def write(job):
+    """Flush the store (and commit what that made durable), then write a checkpoint; its path."""
+    cfg = job.config["checkpoint"]
+    job.checkpoint_requested = False
+    if job.last_checkpoint is None:            # a kill -9 mid-write leaves a temp dir behind
+        for stale in Path(cfg["dir"]).glob(".ckpt-*.tmp"):
+            shutil.rmtree(stale, ignore_errors=True)
+    job._ckpt_batches, job._ckpt_time = 0, time.monotonic()
+    if job.writes_back and job._flush() is STOPPED:   # the snapshot sees every update
+        raise OSError("stopped while the store was unreachable: checkpoint not written")
+    graph = {"graph": job.graph_input.store.snapshot()} if job.graph_input is not None else None
+    try:
+        path = checkpoint.write(cfg["dir"], job.store.snapshot(), step=job.trainer.batches,
+                                examples=job.trainer.examples, offsets=job.offsets,
+                                keep=cfg.get("keep") or None, extra={"schema": schema_json(job.graph.schema)},
+                                more_arrays=graph)
+    except BaseException:
+        for hook in job.checkpoint_hooks:
+            hook(job, None, False)
+        raise
+    job.last_checkpoint = str(path)
+    log.info("checkpoint written: %s", path)
+    for hook in job.checkpoint_hooks:
+        hook(job, path, True)
+    return path

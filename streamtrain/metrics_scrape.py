@@ -1,0 +1,114 @@
+"""The metrics ``Metrics`` exports that are read at scrape time, not set by a step: the sliding
+window's quality gauges (only those of the model's loss kind), the Kafka lag per partition, and
+the failures a job counts while no step runs (bad records, store errors, waiting for the store).
+Part of "every metric defined in ``metrics.py``": registered there, on its registry.
+"""
+from __future__ import annotations
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .readers.malformed import REASONS
+
+
+QUALITY = {   # figure of progressive.py's trackers -> (gauge, help); each exported only when it applies
+    "logloss": ("streamtrain_progressive_logloss", "Predict-then-learn logloss over the sliding window "
+                                                   "(binary, or multi-class: -log p[label])"),
+    "auc": ("streamtrain_progressive_auc", "Predict-then-learn AUC over the sliding window (binary)"),
+    "predicted_ctr": ("streamtrain_predicted_ctr", "Mean prediction over the sliding window (binary)"),
+    "observed_ctr": ("streamtrain_observed_ctr", "Mean label over the sliding window (binary)"),
+    "accuracy": ("streamtrain_progressive_accuracy",
+                 "Predict-then-learn top-1 accuracy over the sliding window (multi-class)"),
+    "rmse": ("streamtrain_progressive_rmse", "Predict-then-learn root mean squared error over the sliding "
+                                             "window (mse)"),
+    "mae": ("streamtrain_progressive_mae", "Predict-then-learn mean absolute error over the sliding window (mse)"),
+}
+
+
+class QualityCollector(Collector):
+    """The window's quality gauges: only those of the model's loss kind, and only once the
+    window has a finite value for them (a binary model exports no accuracy, no model reads 0
+    before its first batch)."""
+
+    def __init__(self, metrics):
+        self.metrics = metrics
+
+    def describe(self):
+        return [GaugeMetricFamily(name, doc) for name, doc in QUALITY.values()]
+
+    def collect(self):
+        for key, value in self.metrics.quality.items():
+            name, doc = QUALITY[key]
+            yield GaugeMetricFamily(name, doc, value=value)
+
+
+class LagCollector(Collector):
+    """``streamtrain_kafka_lag{topic,partition}`` read from ``source.lag()`` at scrape time, so it
+    stays current while the loop waits for data; partitions no longer assigned simply vanish."""
+
+    NAME, HELP = "streamtrain_kafka_lag", "Records not yet applied, per assigned partition"
+
+    def __init__(self, metrics):
+        self.metrics = metrics
+
+    def describe(self):
+        return [GaugeMetricFamily(self.NAME, self.HELP, labels=["topic", "partition"])]
+
+    def collect(self):
+        family = GaugeMetricFamily(self.NAME, self.HELP, labels=["topic", "partition"])
+        for key, value in sorted((source_lag(self.metrics.source) or {}).items(), key=str):
+            if value is not None:
+                topic, partition = (key.topic, key.partition) if hasattr(key, "topic") else key
+                family.add_metric([str(topic), str(partition)], float(value))
+        yield family
+
+
+class LiveCounts(Collector):
+    """Failures read from the job at scrape time, so they show while no step runs to sync a
+    counter (a store outage, a stream of nothing but bad records): skipped input records by
+    reason, every failed store operation (each retry counts), the store work the store gave up
+    on, and whether the job waits for the store right now."""
+
+    def __init__(self, metrics):
+        self.metrics = metrics
+
+    def describe(self):
+        return list(self._families(None))
+
+    def collect(self):
+        return self._families(self.metrics.job)
+
+    @staticmethod
+    def _families(job):
+        malformed = getattr(job, "malformed", None)
+        counts = malformed.snapshot() if malformed is not None else {}
+        family = CounterMetricFamily("streamtrain_records_malformed", "Input records skipped, by reason",
+                                     labels=["reason"])
+        for reason in REASONS:
+            family.add_metric([reason], float(counts.get(reason, 0)))
+        yield family
+        stats = getattr(getattr(job, "store", None), "stats", None)
+        yield CounterMetricFamily("streamtrain_store_errors", "Store operations that failed (and were retried)",
+                                  value=float(getattr(stats, "errors", 0)))
+        yield CounterMetricFamily("streamtrain_store_failed_steps",
+                                  "Store work the store gave up on (a step or the start-up declare), retried by the job",
+                                  value=float(getattr(job, "store_failures", 0)))
+        yield GaugeMetricFamily("streamtrain_store_waiting", "1 while the job waits for an unreachable store",
+                                value=float(bool(getattr(job, "waiting_for_store", None))))
+
+
+def source_lag(source) -> dict | None:
+    """The source's lag if it reports one (``source.lag()``, which must be thread-safe, or a
+    ``lag`` mapping), else None."""
+    lag = getattr(source, "lag", None)
+    if callable(lag):
+        try:
+            lag = lag()
+        except Exception:  # a broker hiccup must not break training; the next refresh retries
+            return None
+    return lag if isinstance(lag, dict) else None
+
+
+def total_lag(source) -> int | None:
+    lag = source_lag(source)
+    return None if lag is None else int(sum(v for v in lag.values() if v is not None))

@@ -1,0 +1,144 @@
+"""numba's start-up, made cheaper by ``patch()``: applied by ``streamtrain.startup.apply`` (the
+command line's start), never by an import. Without it numba behaves as numba does.
+
+* numba's array support (``numba.np.arraymath``, loaded at the first compile or cache load)
+  probes for a BLAS by importing ``scipy.linalg.cython_blas``, which imports the whole of
+  ``scipy.linalg``: about a third of ``streamtrain run``'s time to its first batch. streamtrain's
+  kernels call no BLAS (no ``np.dot``/``@``/``np.linalg`` inside ``@njit``), so numba's array
+  support loads with that probe answered "no BLAS" (scipy.linalg itself stays importable as usual
+  afterwards). A plug-in whose own numba kernels need BLAS sets ``STREAMTRAIN_NUMBA_BLAS=1``.
+* numba's cffi support builds a ``cffi.FFI()`` when it first loads (pycparser's C parser: about
+  50 ms wherever cffi is installed). streamtrain's kernels call no cffi function, so it loads with
+  cffi unavailable; ``import cffi`` works as usual afterwards. ``STREAMTRAIN_NUMBA_CFFI=1`` keeps it.
+* numba loads its typing and lowering registries (about 90 modules, ~70 ms, plus ~50 ms for the
+  two above) before it compiles and also before it loads a kernel from its cache, although cached
+  object code needs only numba's runtime (NRT). Patched, a cache load initialises the runtime
+  alone; the registries load, with the two answers above, at the first real compile.
+* ``import numba`` imports ``scipy`` (only to check its version) and ``yaml`` (only to read a
+  ``.numba_config.yaml`` in the working directory; kept when there is one): ~20 ms of every start.
+  When numba is not imported yet, it is imported without them.
+
+``STREAMTRAIN_NUMBA_EAGER=1`` keeps numba's own behaviour (registries first, scipy and yaml).
+Guarded: applied only at the numba versions below (the lowest allowed, tested by
+``.ci/versions.py lowest``, and the newest tested) and when the internals it replaces are there;
+otherwise numba is left as it is and one log line says why.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import logging
+import os
+import sys
+from importlib import metadata
+
+log = logging.getLogger("streamtrain")
+TESTED = ((0, 60), (0, 68))        # numba major.minor: the floor in pyproject.toml .. newest tested
+NO_BLAS_PROBE = ("scipy.linalg.cython_blas", "scipy.linalg.cython_lapack")
+NO_CFFI = ("cffi",)
+NUMBA_CONFIG_FILE = ".numba_config.yaml"
+_applied: bool | None = None       # None: not tried yet in this process
+
+
+class _Unavailable(importlib.abc.MetaPathFinder):
+    """Answers imports of ``names`` with ImportError, for as long as it is on ``sys.meta_path``."""
+
+    def __init__(self, names):
+        self.names = names
+
+    def find_spec(self, name, path=None, target=None):
+        if name in self.names:
+            raise ImportError(f"{name}: not loaded for numba at start-up (streamtrain.numba_startup)")
+        return None
+
+
+def _without(names: tuple, module: str) -> None:
+    """Import ``module`` while ``names`` are unimportable (they stay importable afterwards)."""
+    finder = _Unavailable(names)
+    sys.meta_path.insert(0, finder)
+    try:
+        importlib.import_module(module)
+    finally:
+        sys.meta_path.remove(finder)
+
+
+def _import_numba() -> None:
+    """``import numba`` without the scipy and yaml it imports in passing (module docstring)."""
+    if "numba" in sys.modules:
+        return
+    skip = tuple(name for name in ("scipy", "yaml") if name not in sys.modules
+                 and not (name == "yaml" and os.path.isfile(NUMBA_CONFIG_FILE)))
+    _without(skip, "numba")
+
+
+def _load_without(module: str, names: tuple, keep_env: str, loaded: str) -> None:
+    """Import numba's ``module`` with ``names`` unimportable, unless ``keep_env`` is set to 1 or
+    ``loaded`` (or ``module``) is already imported (then there is nothing to save)."""
+    if os.environ.get(keep_env) == "1" or loaded in sys.modules or module in sys.modules:
+        return
+    _without(names, module)
+
+
+def _load_registry_modules() -> None:
+    """numba's array and cffi support, loaded the way the module docstring says."""
+    _load_without("numba.np.arraymath", NO_BLAS_PROBE, "STREAMTRAIN_NUMBA_BLAS", "scipy.linalg")
+    _load_without("numba.core.typing.cffi_utils", NO_CFFI, "STREAMTRAIN_NUMBA_CFFI", "cffi")
+
+
+def _registries_at_first_compile() -> None:
+    """Cache loads initialise numba's runtime only; the registries load before the first compile
+    (both of numba's ``load_additional_registries``, typing and lowering, load ours first)."""
+    from numba.core import caching, cpu
+    from numba.core.runtime import rtsys
+    from numba.core.typing import context as typing_context
+    cache = caching.Cache
+    contexts = (cpu.CPUContext, typing_context.Context)
+    needed = [(cache, name) for name in ("load_overload", "_load_overload", "_guard_against_spurious_io_errors")]
+    for owner, name in needed + [(ctx, "load_additional_registries") for ctx in contexts]:
+        if not hasattr(owner, name):
+            raise AttributeError(f"{owner.__module__}.{owner.__qualname__} has no {name}")
+
+    def load_overload(self, sig, target_context):
+        rtsys.initialize(target_context)         # what cached object code needs of refresh()
+        with self._guard_against_spurious_io_errors():
+            return self._load_overload(sig, target_context)
+
+    def ours_first(load_additional_registries):
+        def load(self):
+            _load_registry_modules()
+            return load_additional_registries(self)
+        load._streamtrain = True
+        return load
+
+    load_overload._streamtrain = True
+    cache.load_overload = load_overload
+    for ctx in contexts:
+        ctx.load_additional_registries = ours_first(ctx.load_additional_registries)
+
+
+def _version() -> tuple:
+    return tuple(int(part) for part in metadata.version("numba").split(".")[:2])
+
+
+def patch() -> bool:
+    """Apply the start-up patches once per process; True when they are in place."""
+    global _applied
+    if _applied is not None:
+        return _applied
+    _applied = False
+    if os.environ.get("STREAMTRAIN_NUMBA_EAGER") == "1":
+        return False
+    try:
+        version = _version()
+        if not TESTED[0] <= version <= TESTED[1]:
+            log.warning("numba %s is not a version streamtrain's numba start-up patch is tested with "
+                        "(%d.%d to %d.%d): numba's own start-up kept (about 0.15 s slower)",
+                        ".".join(map(str, version)), *TESTED[0], *TESTED[1])
+            return False
+        _import_numba()
+        _registries_at_first_compile()
+    except Exception as err:        # numba's internals moved: its own behaviour, one line
+        log.warning("numba start-up patch not applied (%s: %s): numba's own start-up kept", type(err).__name__, err)
+        return False
+    _applied = True
+    return True

@@ -1,0 +1,67 @@
+"""What a streamtrain process sets for the whole process, applied by explicit calls at its start.
+
+Importing ``streamtrain`` (any of its modules) changes nothing outside the package: no environment
+variable, no other library's code (``tests/test_startup.py`` holds it to that). The command line
+(``python -m streamtrain`` and the ``streamtrain`` command: ``__main__.entry``, then ``cli.main``)
+calls ``apply()`` first, before numpy and numba load where it can; ``daemon.run_job`` calls
+``for_job(cfg)`` once logging is set up. A program that embeds streamtrain calls them if it wants
+the same. Each step is guarded: a library at a version it is not tested with, or without the
+internals a patch replaces, keeps its own behaviour, and one log line says so.
+
+* BLAS threads (``blas_threads``): one trainer process per core is the deployment model, so BLAS
+  runs single-threaded unless ``STREAMTRAIN_BLAS_THREADS`` says otherwise (small per-batch matrix
+  products lose to thread hand-offs, badly so on a busy machine): ``OPENBLAS_NUM_THREADS``,
+  ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` default to it (read by OpenBLAS/MKL when numpy
+  loads), and ``limit_blas_threads()`` (threadpoolctl, 3.1 to 3.8 tested) applies it to a BLAS
+  already loaded; a job and ``eval`` call it when they start.
+* numba's start-up: ``numba_startup.patch`` (numba 0.60 to 0.68); ``compile_notice.install``:
+  a real compile (the first run after an install) says so on screen, kernel by kernel.
+* kafka-python's socket reads, for a job that reads Kafka: ``readers/kafka/fastpath.py``'s
+  ``patch_socket_reads`` (kafka-python 3.0; 2.x has no ``kafka.net`` and keeps its reads).
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+log = logging.getLogger("streamtrain")
+BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def blas_threads() -> int:
+    """The BLAS threads of this process: ``STREAMTRAIN_BLAS_THREADS``, 1 by default."""
+    return int(os.environ.get("STREAMTRAIN_BLAS_THREADS", "1"))
+
+
+def set_blas_variables() -> None:
+    """Default the BLAS libraries' thread variables to ``blas_threads()`` (a variable already set
+    is kept); they take effect for a BLAS loaded after this, and for child processes."""
+    for var in BLAS_VARIABLES:
+        os.environ.setdefault(var, str(blas_threads()))
+
+
+def limit_blas_threads() -> None:
+    """Apply the BLAS thread limit to the BLAS already loaded (numpy's pool started before us)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:   # pragma: no cover - threadpoolctl is a dependency
+        log.info("threadpoolctl is not installed: BLAS threads left as they are")
+        return
+    threadpool_limits(limits=blas_threads(), user_api="blas")
+
+
+def apply() -> None:
+    """The process-wide settings every command runs with (idempotent)."""
+    from . import compile_notice, numba_startup
+    set_blas_variables()
+    numba_startup.patch()
+    compile_notice.install()
+
+
+def for_job(cfg: dict) -> None:
+    """What a job's parts need beyond ``apply()``: kafka-python's larger socket reads when its
+    reader is Kafka (imports kafka only then)."""
+    reader = cfg.get("reader") or {}
+    if isinstance(reader, dict) and reader.get("type") == "kafka":
+        from .readers.kafka.fastpath import patch_socket_reads
+        patch_socket_reads()

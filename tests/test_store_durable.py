@@ -1,0 +1,44 @@
+"""The bookkeeping behind ``ParamStore.durable_offsets`` (store/durable.py), without a store:
+batches move held → flying → durable in order; a failed background flush puts its batches back
+in front of the held ones; a flush makes every one durable."""
+from __future__ import annotations
+
+from streamtrain.store.durable import Durable
+
+
+def test_batches_become_durable_in_order_and_a_failed_flush_puts_them_back_first():
+    d = Durable()
+    d.hold({"a": 1}, written=False)
+    d.hold({"a": 2}, written=False)
+    d.begun()                                   # a background flush writes batches 1 and 2
+    d.hold({"a": 3}, written=False)             # trained meanwhile
+    assert d and d.take() == []
+    d.failed()
+    assert d.held == [{"a": 1}, {"a": 2}, {"a": 3}] and d.flying == []
+    d.begun()
+    d.hold({"a": 4}, written=False)
+    d.landed()
+    assert d.take() == [{"a": 1}, {"a": 2}, {"a": 3}] and d.take() == [] and d
+    d.flushed()
+    assert d.take() == [{"a": 4}] and not d
+
+
+def test_a_store_that_writes_through_makes_them_durable_at_once():
+    d = Durable()
+    d.hold({"a": 1}, written=True)
+    assert not d and d.take() == [{"a": 1}]
+
+
+def test_a_held_batch_never_moves_a_partition_back_but_one_written_at_once_may():
+    """A Kafka batch carries its other partitions' last committed position, older than the held
+    batches before it: made durable after them, it is raised to theirs. Written at once (no
+    batch held before it), it is handed out as it is (a recreated topic goes back to 0)."""
+    d = Durable()
+    d.hold({"p0": 10, "p1": 5}, written=False)
+    d.hold({"p0": 3, "p1": 8}, written=False)       # p0: its last committed position
+    d.flushed()
+    assert d.take() == [{"p0": 10, "p1": 5}, {"p0": 10, "p1": 8}]
+    at_once = Durable()
+    at_once.hold({"p0": 10}, written=True)
+    at_once.hold({"p0": 0}, written=True)
+    assert at_once.take() == [{"p0": 10}, {"p0": 0}]
