@@ -20,9 +20,9 @@ deterministic and come from the first round).
 What is timed:
 * streamtrain: end to end from the raw file: ``Job(config).run()`` with the example file's
   defaults, file reader (gunzip, byte-level parsing, hashing), memory store, progressive metrics.
-* peers: only their own per-example work on examples prepared before the clock starts (River
-  dicts, VW text lines built from streamtrain's parsed batches, so the encoding is identical);
-  see ``bench/peers.py``. Reading and parsing the file is *not* charged to the peers. VW here
+* peers: only their own per-example work on examples prepared before the clock starts, from
+  the file's raw values in each peer's own format (River dicts, VW text lines:
+  ``bench/raw_inputs.py``); see ``bench/peers.py``. Reading and parsing the file is *not* charged to the peers. VW here
   is fed one line per Python call (``vw``/``vw-q``): that measures the Python loop around VW,
   not VW as its users run it (``--targets`` does that).
 """
@@ -43,6 +43,7 @@ from streamtrain.scores import auc, logloss
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers as peermod  # noqa: E402
+import raw_inputs  # noqa: E402
 import report  # noqa: E402
 import streams  # noqa: E402
 import targets  # noqa: E402
@@ -77,13 +78,13 @@ def run_streamtrain(model: str, s: streams.Stream, n: int | None, sets: list[str
 
 # ---- one data set ----------------------------------------------------------------------------
 def prepare(s: streams.Stream, wanted_peers) -> dict:
-    batches = streams.read_batches(s)
-    labels, feats = streams.examples(batches)
-    out = {"labels": labels, "n": len(labels)}
+    """Each peer's input from the file's raw values, as its users write it (``bench/raw_inputs.py``)."""
+    rows = raw_inputs.rows_of(s)
+    out = {"labels": np.asarray(rows.labels), "n": len(rows.labels)}
     if any(p in peermod.RIVER for p in wanted_peers):
-        out["dicts"] = streams.river_dicts(feats)
+        out["dicts"] = raw_inputs.river_dicts(rows)
     if any(p in peermod.VW for p in wanted_peers):
-        out["lines"] = streams.vw_lines(labels, feats, batches[0].dense_names)
+        out["lines"] = raw_inputs.vw_lines(rows)
     return out
 
 
@@ -206,8 +207,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=1_000_000, help="with --targets: Criteo rows")
     ap.add_argument("--learners", nargs="*", default=list(targets.LEARNERS), choices=targets.LEARNERS,
                     help="with --targets: the line-up")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="with --targets: torch.set_num_threads (streamtrain trains on one thread)")
+    ap.add_argument("--threads", type=int, default=targets.STREAMTRAIN_THREADS,
+                    help="with --targets: torch.set_num_threads (default: the threads streamtrain "
+                    "runs, training and parsing)")
     args = ap.parse_args(argv)
     from streamtrain import limit_blas_threads
     limit_blas_threads()

@@ -1,11 +1,13 @@
 """The peers: River and Vowpal Wabbit, one-pass predict-then-learn over prepared examples.
 
-Each runner gets the examples already in the peer's own input form (River: a dict per example;
-VW: a text line per example), built outside the timed region from streamtrain's parsed batches
-(``bench/streams.py``), and returns (seconds, progressive predictions). What is timed is the
-peer's own work per example:
+Each runner gets the examples already in the peer's own input form, from the file's raw values
+(``bench/raw_inputs.py``: River a dict per example, VW a text line ``|n I1:v ... |c C1=value ...``),
+built outside the timed region, and returns (seconds, progressive predictions). What is timed is
+the peer's own work per example:
 
-* River: ``predict_proba_one`` then ``learn_one``.
+* River: ``predict_proba_one`` then ``learn_one`` of ``(SelectType(Number) | StandardScaler()) +
+  (SelectType(str, list) | OneHotEncoder(drop_zeros=True)) | model``: River's own scaling of the
+  numbers and one-hot encoding of the categorical values, as its docs compose them.
 * VW: ``Workspace.learn(line)``: VW's C++ parser reads the text line, learns (predicting before
   it updates: VW's own progressive validation) and finishes the example, which writes that
   prediction to the ``-p`` file; the file is read back after the clock stops. This is the
@@ -56,14 +58,18 @@ def versions() -> str:
 
 
 def river_model(name: str):
-    from river import facto, linear_model, optim
+    import numbers
+    from river import compose, facto, linear_model, optim, preprocessing
     if name == "river-sgd":
-        return linear_model.LogisticRegression()
-    if name == "river-ftrl":
-        return linear_model.LogisticRegression(optimizer=optim.FTRLProximal())
-    if name == "river-fm":
-        return facto.FMClassifier(seed=0)
-    raise KeyError(name)
+        model = linear_model.LogisticRegression()
+    elif name == "river-ftrl":
+        model = linear_model.LogisticRegression(optimizer=optim.FTRLProximal())
+    elif name == "river-fm":
+        model = facto.FMClassifier(seed=0)
+    else:
+        raise KeyError(name)
+    return ((compose.SelectType(numbers.Number) | preprocessing.StandardScaler())
+            + (compose.SelectType(str, list) | preprocessing.OneHotEncoder(drop_zeros=True))) | model
 
 
 def run_river(name: str, dicts: list, labels: np.ndarray, n: int) -> tuple[float, np.ndarray]:

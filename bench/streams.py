@@ -1,10 +1,9 @@
-"""The public streams of the benchmarks, and the one encoding every learner gets.
+"""The public streams of the benchmarks, and the files the throughput runs read.
 
 Each stream is a file plus the streamtrain reader options that read it. The peers (River,
-Vowpal Wabbit) get their examples from *the same parsed batches* streamtrain trains on, so
-the encoding is identical by construction: numeric x → sign(x)·log1p|x| (missing = 0), each
-categorical value its own feature (streamtrain's 64-bit hash of field and value; a missing
-value is no feature; a multi-valued field gives one feature per value).
+Vowpal Wabbit, PyTorch) read the same raw values in their own users' format
+(``bench/raw_inputs.py``; the PyTorch peers parse the TSV with streamtrain's Criteo parser, as a
+deep-CTR user's data loader would parse it with its own).
 """
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 # ../shared/data beside the checkout (or beside the worktrees' parent); STREAMTRAIN_DATA wins
@@ -60,56 +58,6 @@ def stream(name: str) -> Stream:
     if name == "movielens":
         return Stream("movielens", movielens_csv(), {"format": "csv", "multivalue": {"genres": "|"}})
     raise SystemExit(f"unknown stream {name!r} (known: criteo, talkingdata, movielens)")
-
-
-def read_batches(s: Stream, batch_size: int = 4096) -> list:
-    """Every batch of one pass over the stream, parsed by streamtrain's own reader."""
-    from streamtrain.readers import Malformed, open_reader
-    cfg = {"type": "file", "path": str(s.path), **s.reader}
-    src = open_reader(cfg, batch_size, Malformed())
-    try:
-        return list(src.batches())
-    finally:
-        src.close()
-
-
-def examples(batches: list) -> tuple[np.ndarray, list[list[tuple]]]:
-    """(labels, per example a list of (feature name, value)); categorical features are named by
-    their id in hex, numeric ones by their field name; zero numeric values are left out (they
-    contribute nothing to any of the learners)."""
-    labels, feats = [], []
-    for b in batches:
-        labels.append(np.asarray(b.labels, np.float64))
-        rows = [[] for _ in range(b.size)]
-        for name, f in b.sparse.items():
-            hexes = [format(int(i), "x") for i in f.ids.tolist()]
-            vals = f.values.tolist() if f.values is not None else None
-            off = f.offsets.tolist()
-            for r in range(b.size):
-                for k in range(off[r], off[r + 1]):
-                    rows[r].append((hexes[k], 1.0 if vals is None else vals[k]))
-        dense = b.dense.tolist()
-        for r in range(b.size):
-            for name, v in zip(b.dense_names, dense[r]):
-                if v != 0.0:
-                    rows[r].append((name, v))
-        feats.extend(rows)
-    return np.concatenate(labels), feats
-
-
-def river_dicts(feats) -> list[dict]:
-    return [dict(row) for row in feats]
-
-
-def vw_lines(labels, feats, dense_names) -> list[str]:
-    """VW text: categorical features in namespace ``c``, numeric ones in ``n`` (label -1/+1)."""
-    dense_names = set(dense_names)
-    out = []
-    for y, row in zip(labels.tolist(), feats):
-        cat = " ".join(k for k, _ in row if k not in dense_names)
-        num = " ".join(f"{k}:{v:.6g}" for k, v in row if k in dense_names)
-        out.append(f"{1 if y > 0.5 else -1} |c {cat} |n {num}")
-    return out
 
 
 # ---- the target runs: N Criteo rows, uncompressed, written once -----------------------------
@@ -160,8 +108,10 @@ def built_trainer(model: str, rows: int, *sets: str):
 
 
 def criteo_vw(n: int) -> Path:
-    """The same ``n`` rows in VW's text format, encoded as ``vw_lines`` does (namespaces c, n)."""
-    s = stream("criteo")
-    labels, feats = examples(read_batches(s))
-    lines = [(ln + "\n").encode() for ln in vw_lines(labels, feats, read_batches(s)[0].dense_names)]
-    return _write_once(BENCH_TMP / f"criteo_{n}.vw", lambda f: _cycled(lines, n, f))
+    """The same ``n`` rows in VW's text format from their raw values (``raw_inputs.criteo_vw_bytes``:
+    ``|n I1:v ...`` and ``|c C1=value ...``)."""
+    import gzip
+    from raw_inputs import criteo_vw_bytes
+    with gzip.open(DATA / "criteo_kaggle_head7625.tsv.gz", "rb") as f:
+        lines = [criteo_vw_bytes(ln) for ln in f.read().splitlines(keepends=True)]
+    return _write_once(BENCH_TMP / f"criteo_{n}.raw.vw", lambda f: _cycled(lines, n, f))

@@ -3,8 +3,8 @@
     python bench/compare.py --targets [--rows 1000000] [--repeat 3] [--learners ...]
 
 Data: ``--rows`` Criteo rows cycled from ``criteo_kaggle_head7625.tsv.gz``, written once as an
-uncompressed TSV (and, for Vowpal Wabbit, the same rows in VW's text format, encoded as
-``bench/streams.py`` encodes them for every peer) under ``$TMPDIR/streamtrain-bench``.
+uncompressed TSV (and, for Vowpal Wabbit, the same rows' raw values in VW's text format,
+``|n I1:v ... |c C1=value ...``: ``bench/raw_inputs.py``) under ``$TMPDIR/streamtrain-bench``.
 
 Each learner is one fresh process per round (rounds interleaved, order reversed every other
 round; the median of ``--repeat`` is reported):
@@ -17,8 +17,9 @@ round; the median of ``--repeat`` is reported):
   reader, format criteo), metrics and checkpoints off, memory store or the redis store with its
   embedded redis-server. *whole* = the process; *steady* = the job's own
   ``steady_examples_per_s`` (examples after the first batch ÷ time after it).
-* ``torch-deepfm`` / ``torch-dcn``: ``bench/torch_peers.py``, batch and thread count as
-  streamtrain's. *whole* = the process; *steady* = its training loop only.
+* ``torch-deepfm`` / ``torch-dcn``: ``bench/torch_peers.py``, batch as streamtrain's,
+  ``torch.set_num_threads(STREAMTRAIN_THREADS)``: the threads streamtrain keeps busy (training,
+  and parsing a batch ahead). *whole* = the process; *steady* = its training loop only.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ import streams
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
 VW_ARGS = ["-b", "24", "--loss_function", "logistic", "--quiet"]
+STREAMTRAIN_THREADS = 2        # the training thread and the parse thread
 LEARNERS = ("vw", "st-lr", "st-fm", "st-deepfm", "st-dcn", "st-lr-redis", "st-deepfm-redis",
             "torch-deepfm", "torch-dcn")
 VW_CODE = ("import sys, time\nfrom vowpalwabbit import Workspace\nt = time.perf_counter()\n"

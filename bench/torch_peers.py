@@ -1,6 +1,6 @@
 """PyTorch DeepFM and DCN: what a deep-CTR user would pick instead of streamtrain, same features.
 
-    python bench/torch_peers.py --model deepfm --data FILE.tsv [--batch-size 256] [--threads 1]
+    python bench/torch_peers.py --model deepfm --data FILE.tsv [--batch-size 256] [--threads 2]
 
 Run as its own process by ``bench/targets.py`` (whole-process time measured outside). The
 features are streamtrain's, from streamtrain's own Criteo parser: 26 categorical fields hashed
@@ -127,7 +127,8 @@ def main(argv=None) -> int:
     ap.add_argument("--model", choices=sorted(MODELS), required=True)
     ap.add_argument("--data", required=True, help="Criteo TSV (plain or gzip)")
     ap.add_argument("--batch-size", type=int, default=256)
-    ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    ap.add_argument("--threads", type=int, default=2,
+                    help="torch.set_num_threads (streamtrain's: training and parse threads)")
     ap.add_argument("--table-rows", type=int, default=1 << 22)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)

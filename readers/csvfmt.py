@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamtrain.batch import Batch
+from streamtrain.batch import Batch, SparseField
 from streamtrain.errors import ReaderError
 from streamtrain.schema import Option
 
 from . import malformed as mf
-from .batching import field_from_rows, fields_from_columns
+from .batching import field_from_rows, fields_from_columns, offsets_from_counts
+from .csv_kernel import CsvPlan, parse_clean
 from .formats import COMMON_OPTIONS, TRANSFORM, Parser, register
 from .ids import field_seed, hash_spans
 from .lines import Chunk, fixed_fields, split
@@ -110,6 +111,8 @@ class CsvParser(Parser):
         self.cat = [c for c in cols if c not in taken]
         self.cat_idx = [idx[c] for c in self.cat]
         self.cat_seeds = np.array([field_seed(self.hash_as.get(c, c)) for c in self.cat], dtype=np.uint64)
+        self.plan = CsvPlan(len(cols), self.label_idx, self.num_idx, self.cat_idx, self.cat_seeds, self.mv,
+                            [field_seed(self.hash_as.get(c, c)) for c, _, _ in self.mv], self.delimiter)
 
     def parse(self, lines) -> Batch:
         lines = list(lines)
@@ -118,9 +121,40 @@ class CsvParser(Parser):
             lines = lines[1:]
         return super().parse(lines)
 
-    def parse_chunk(self, chunk: Chunk) -> Batch:
+    def parse_buffer(self, buf: bytes) -> Batch:
+        """A chunk with nothing to mark goes through one compiled pass (``csv_kernel``); any
+        other through the vectorised path. Both give the same Batch."""
+        fast = self._parse_clean(buf) if buf else None
+        return fast if fast is not None else self.parse_chunk(Chunk(buf))
+
+    def parse_batches(self, buf: bytes, cuts: list[int], start: int = 0,
+                      end: int | None = None) -> list[Batch]:
+        fast = self._parse_clean(buf, start, end, cuts[-1])
+        return [fast if fast is not None else self.parse_chunk(Chunk(buf[start:end]))]
+
+    def _parse_clean(self, buf: bytes, start: int = 0, end: int | None = None, lines: int = -1):
+        self._need_header()
+        clean = parse_clean(buf, self.plan, self.field_length, start, end, lines)
+        if clean is None:
+            return None
+        vals, dense, ids, present, multi = clean
+        labels, ok = self.labels.apply(vals, np.ones(len(vals), dtype=bool))
+        if not ok.all():
+            return None
+        if self.transform == "log1p":
+            dense = signed_log1p(dense)
+        sparse = dict(zip(self.cat, fields_from_columns(ids, present))) if self.cat_idx else {}
+        for (name, _, _), (mv_ids, counts) in zip(self.mv, multi):
+            sparse[name] = SparseField(mv_ids, offsets_from_counts(counts))
+        return Batch(labels=labels, sparse=sparse, dense=dense.astype(np.float32),
+                     dense_names=tuple(self.numeric))
+
+    def _need_header(self) -> None:
         if self.columns is None:
             raise ReaderError("csv parser has no header: give option 'columns' or call set_header()")
+
+    def parse_chunk(self, chunk: Chunk) -> Batch:
+        self._need_header()
         spans = split(chunk, self.delimiter, max_length=self.field_length)
         rows, st, en = fixed_fields(chunk, spans, len(self.columns))
         labels, keep = self.labels.parse(chunk, st[:, self.label_idx], en[:, self.label_idx])

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamtrain.batch import Batch
+from streamtrain.batch import Batch, SparseField
 from streamtrain.schema import Option
 
 from . import malformed as mf
 from .batching import field_from_rows
 from .formats import COMMON_OPTIONS, Parser, register
 from .ids import field_seed, hash_spans
+from .libsvm_kernel import parse_clean
 from .lines import Chunk, split
 from .numbers import parse_spans
 
@@ -36,6 +37,28 @@ class LibsvmParser(Parser):
     def test_params(cls):
         return {"options": {"field": "f"}, "lines": ["1 3:0.5 7:1", "-1 3:2", "oops"], "rows": 2}
 
+    def parse_buffer(self, buf: bytes) -> Batch:
+        """A chunk with nothing to mark goes through one compiled pass (``libsvm_kernel``); any
+        other through the vectorised path. Both give the same Batch."""
+        fast = self._parse_clean(buf)
+        return fast if fast is not None else self.parse_chunk(Chunk(buf))
+
+    def parse_batches(self, buf: bytes, cuts: list[int], start: int = 0,
+                      end: int | None = None) -> list[Batch]:
+        fast = self._parse_clean(buf, start, end, cuts[-1])
+        return [fast if fast is not None else self.parse_chunk(Chunk(buf[start:end]))]
+
+    def _parse_clean(self, buf: bytes, start: int = 0, end: int | None = None, lines: int = -1):
+        clean = parse_clean(buf, self.seed, self.field_length, start, end, lines)
+        if clean is None:
+            return None
+        vals, offsets, ids, values = clean
+        labels, ok = self.labels.apply(vals, np.ones(len(vals), dtype=bool))
+        if not ok.all():
+            return None
+        field = SparseField(ids, offsets, values)
+        return Batch(labels=labels, sparse={self.field: field})
+
     def parse_chunk(self, chunk: Chunk) -> Batch:
         sp = split(chunk, b" \t", drop_empty=True, max_length=self.field_length)
         self._mark_rows(chunk, np.arange(chunk.n), (sp.count == 0) & ~chunk.blank, mf.FIELD_COUNT)
@@ -49,7 +72,7 @@ class LibsvmParser(Parser):
         fs, fe, fl = sp.start[~first], sp.end[~first], sp.line[~first]
         c = np.flatnonzero(chunk.arr == COLON)
         k = np.searchsorted(fs, c, side="right") - 1
-        inside = (k >= 0) & (c < fe[np.maximum(k, 0)])
+        inside = (k >= 0) & (c < fe[np.maximum(k, 0)]) if len(fs) else np.zeros(len(c), bool)
         k, c = k[inside], c[inside]
         n_colon = np.bincount(k, minlength=len(fs))
         colon = np.full(len(fs), -1, dtype=np.int64)

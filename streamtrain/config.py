@@ -56,7 +56,7 @@ CHECKPOINT = {
     "keep": Option(3, (int,), check=non_negative, doc="how many to keep"),
 }
 LOG = {
-    "every_seconds": Option(10.0, NUMBER, check=non_negative, doc="a progress line this often"),
+    "every_seconds": Option(10.0, NUMBER, check=non_negative, doc="a progress line this often (and one after the first batch)"),
     "format": Option("text", (str,), ("text", "json"), doc="log line format"),
     "level": Option("INFO", (str,), check=_level, doc="logging level"),
 }

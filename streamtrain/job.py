@@ -147,7 +147,7 @@ class Job:
     # ---- the loop --------------------------------------------------------------------------
     def run(self) -> dict:
         every = float(self.config.get("log", {}).get("every_seconds", 10.0))
-        next_log = time.monotonic() + every
+        next_log = 0.0                      # a first progress line once the first batch is trained
         try:
             batches = self._read_ahead(self.source.batches())
             for batch, ahead in batches:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from importlib import metadata
 
 from .errors import ConfigError
 
@@ -81,6 +80,7 @@ class Registry:
         if self._entry_points_loaded:
             return
         self._entry_points_loaded = True
+        from importlib import metadata          # ~50 ms to import: only when a name is not built in
         for ep in metadata.entry_points(group=self.group):
             obj = ep.load()               # a module that registers on import, or the class itself
             if isinstance(obj, type) and ep.name not in self._kinds:

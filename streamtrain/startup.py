@@ -14,7 +14,8 @@ internals a patch replaces, keeps its own behaviour, and one log line says so.
   ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` default to it (read by OpenBLAS/MKL when numpy
   loads), and ``limit_blas_threads()`` (threadpoolctl, 3.1 to 3.8 tested) applies it to a BLAS
   already loaded; a job and ``eval`` call it when they start.
-* numba's start-up: ``numba_startup.patch`` (numba 0.60 to 0.68).
+* numba's start-up: ``numba_startup.patch`` (numba 0.60 to 0.68); ``compile_notice.install``:
+  a real compile (the first run after an install) says so on screen, kernel by kernel.
 * kafka-python's socket reads, for a job that reads Kafka: ``readers/kafka/fastpath.py``'s
   ``patch_socket_reads`` (kafka-python 3.0; 2.x has no ``kafka.net`` and keeps its reads).
 """
@@ -51,9 +52,10 @@ def limit_blas_threads() -> None:
 
 def apply() -> None:
     """The process-wide settings every command runs with (idempotent)."""
-    from . import numba_startup
+    from . import compile_notice, numba_startup
     set_blas_variables()
     numba_startup.patch()
+    compile_notice.install()
 
 
 def for_job(cfg: dict) -> None:

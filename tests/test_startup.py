@@ -247,3 +247,48 @@ def test_no_module_of_the_product_imports_the_test_helpers():
                        for n in names):
                     found.append(str(path.relative_to(ROOT)))
     assert not found, f"import streamtrain.testing: {found}"
+
+
+NOTICE_PROBE = """
+import logging, sys
+logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+from streamtrain import startup
+startup.apply()                                    # the command line's start: the notice listens
+sys.path.insert(0, sys.argv[1])
+import tiny_kernel
+print(tiny_kernel.total(3))
+"""
+TINY = """
+from streamtrain.compiled import njit
+
+@njit(nogil=True)
+def total(n):
+    s = 0
+    for i in range(n):
+        s += i
+    return s
+"""
+
+
+def test_a_compile_says_so_before_it_starts_and_a_cache_load_says_nothing(tmp_path):
+    """The first run after an install is not a silent wait: the first compile logs what is being
+    compiled and for about how long, each kernel is named as it is done; loaded from numba's
+    cache, nothing is said."""
+    (tmp_path / "tiny_kernel.py").write_text(TINY)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+
+    def run():
+        out = subprocess.run([sys.executable, "-c", NOTICE_PROBE, str(tmp_path)], capture_output=True,
+                             text=True, timeout=120, cwd=ROOT, env=env)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "3"
+        return out.stderr
+
+    first = run().splitlines()
+    notice = [i for i, line in enumerate(first) if line.startswith("compiling streamtrain's kernels")]
+    done = [i for i, line in enumerate(first) if line.startswith("compiled tiny_kernel.total in ")]
+    assert notice and done and notice[0] < done[0], first
+    assert "first run after an install" in first[notice[0]] and "cached for the next runs in" in first[notice[0]]
+    assert "(kernel 1, " in first[done[0]]
+    again = run()
+    assert "compil" not in again, again

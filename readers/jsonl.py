@@ -1,0 +1,206 @@
+"""JSON lines: one flat JSON object per line, ``{"label": 1, "price": 3.5, "user": "u1", ...}``.
+
+Options as csv's: ``label`` (key), ``numeric`` (keys read as dense numbers: a number, or
+null / absent = 0), ``multivalue`` (keys whose value may be a list: one id per element),
+``drop``; every other key is categorical (a string, number or boolean, hashed as its text as it
+is written, e.g. ``7``, ``1.50``, ``true``; null or absent = missing). The categorical keys are
+the ``columns`` option, else those of the first block of lines parsed, in order of first
+appearance (give ``columns`` when a key may be absent from the first lines); others are
+ignored. Bad lines are counted: ``decode`` (not UTF-8, not JSON, not an object, a
+nested value), ``label`` (absent, not a number, not allowed), ``number`` (a numeric key that is
+not a number), ``field_length`` (a value longer than ``field_length``).
+
+Blocks of simple lines (no escapes, no exponents, no nesting, no duplicate keys) take one
+compiled pass (``jsonl_kernel``); the others this module's path, which gives the same batches.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+from streamtrain.batch import Batch, SparseField
+from streamtrain.schema import Option
+
+from . import malformed as mf
+from .batching import fields_from_columns, offsets_from_counts
+from .csvfmt import _names
+from .formats import COMMON_OPTIONS, TRANSFORM, Parser, register
+from .ids import hash_values
+from .jsonl_kernel import JsonPlan, parse_clean
+from .lines import Chunk
+from .numbers import signed_log1p
+
+
+class _Text(str):
+    """A JSON number kept as written (so a categorical number hashes as its text)."""
+
+
+def _loads(text: str):
+    return json.loads(text, parse_int=_Text, parse_float=_Text, parse_constant=_Text)
+
+
+def _number(v) -> float | None:
+    if isinstance(v, _Text):
+        x = float(v)
+        return x if math.isfinite(x) else None
+    return None
+
+
+def _tokens(v, multi: bool):
+    """The texts of a categorical value, or None when its shape is not allowed."""
+    if v is None:
+        return []
+    if isinstance(v, bool):
+        return ["true" if v else "false"]
+    if isinstance(v, str):
+        return [str(v)]
+    if multi and isinstance(v, list):
+        out = []
+        for x in v:
+            got = _tokens(x, False)
+            if got is None:
+                return None
+            out += got
+        return out
+    return None
+
+
+@register
+class JsonlParser(Parser):
+    kind = "jsonl"
+    options = {
+        **COMMON_OPTIONS,
+        "columns": Option(None, (list, type(None)), check=_names,
+                          doc="the categorical keys (default: the first object's)"),
+        "label": Option("label", (str,), doc="the label key"),
+        "numeric": Option([], (list,), check=_names, doc="dense keys"),
+        "multivalue": Option([], (list,), check=_names, doc="keys whose value may be a list"),
+        "drop": Option([], (list,), check=_names, doc="keys left out"),
+        "numeric_transform": TRANSFORM,
+    }
+
+    def __init__(self, options=None, malformed=None):
+        super().__init__(options, malformed)
+        o = self.opts
+        self.label_key = o.get("label", "label")
+        self.numeric = list(o.get("numeric", []))
+        self.multi = list(o.get("multivalue", []))
+        self.drop = set(o.get("drop", []))
+        self.transform = o.get("numeric_transform", "log1p")
+        self.cat: list[str] | None = None
+        if o.get("columns") is not None:
+            self._plan(list(o["columns"]))
+
+    @classmethod
+    def test_params(cls):
+        return {"options": {"numeric": ["age"], "multivalue": ["tags"]},
+                "lines": ['{"label": 1, "user": "u1", "age": 31, "tags": ["a", "b"]}',
+                          '{"label": 0, "user": "u2", "age": "x"}', '{"label": 1, "user": 7}', "oops"],
+                "rows": 2}
+
+    def _plan(self, keys: list[str]) -> None:
+        taken = {self.label_key, *self.numeric, *self.multi, *self.drop}
+        self.cat = [k for k in keys if k not in taken]
+        self.plan = JsonPlan(self.label_key, self.numeric, self.cat, self.multi)
+
+    def _infer(self, chunk: Chunk) -> None:
+        keys: dict = {}
+        for i in range(chunk.n):
+            try:
+                obj = _loads(chunk.line(i).decode("utf-8"))
+            except (UnicodeDecodeError, ValueError, RecursionError):
+                continue
+            if isinstance(obj, dict):
+                keys.update(dict.fromkeys(obj))
+        self._plan(list(keys))
+
+    def parse_buffer(self, buf: bytes) -> Batch:
+        if self.cat is None:
+            return self.parse_chunk(Chunk(buf))
+        fast = self._parse_clean(buf)
+        return fast if fast is not None else self.parse_chunk(Chunk(buf))
+
+    def parse_batches(self, buf: bytes, cuts: list[int], start: int = 0,
+                      end: int | None = None) -> list[Batch]:
+        fast = self._parse_clean(buf, start, end, cuts[-1]) if self.cat is not None else None
+        return [fast if fast is not None else self.parse_chunk(Chunk(buf[start:end]))]
+
+    def _parse_clean(self, buf: bytes, start: int = 0, end: int | None = None, lines: int = -1):
+        clean = parse_clean(buf, self.plan, self.field_length, start, end, lines)
+        if clean is None:
+            return None
+        vals, dense, ids, present, multi = clean
+        labels, ok = self.labels.apply(vals, np.ones(len(vals), dtype=bool))
+        if not ok.all():
+            return None
+        sparse = dict(zip(self.cat, fields_from_columns(ids, present))) if self.cat else {}
+        for name, (mv_ids, counts) in zip(self.multi, multi):
+            sparse[name] = SparseField(mv_ids, offsets_from_counts(counts))
+        return self._batch(labels, dense, sparse)
+
+    def _batch(self, labels, dense, sparse) -> Batch:
+        if self.transform == "log1p":
+            dense = signed_log1p(dense)
+        return Batch(labels=labels, sparse=sparse, dense=np.asarray(dense).astype(np.float32),
+                     dense_names=tuple(self.numeric))
+
+    def parse_chunk(self, chunk: Chunk) -> Batch:
+        """The reference path: ``json.loads`` per line (numbers kept as written)."""
+        if self.cat is None:
+            self._infer(chunk)
+        labels, dense = [], []
+        toks = {k: [] for k in [*self.cat, *self.multi]}
+        for i in chunk.good():
+            got = self._line(chunk, i)
+            if isinstance(got, str):
+                chunk.mark(np.array([i]), got)
+                continue
+            label, nums, values = got
+            labels.append(label[0])
+            dense.append(nums)
+            for k, v in values.items():
+                toks[k].append(v)
+        self._finish(chunk)
+        sparse = {name: self._field(name, col) for name, col in toks.items()}
+        d = np.array(dense, dtype=np.float64).reshape(len(labels), len(self.numeric))
+        return self._batch(np.array(labels, dtype=np.float32), d, sparse)
+
+    def _field(self, name: str, col: list) -> SparseField:
+        counts = np.array([len(t) for t in col], dtype=np.int64)
+        flat = [t for ts in col for t in ts]
+        ids = hash_values(name, flat) if flat else np.zeros(0, np.uint64)
+        return SparseField(np.asarray(ids, dtype=np.uint64), offsets_from_counts(counts))
+
+    def _line(self, chunk: Chunk, i: int):
+        """(label, numbers, {key: texts}) of line ``i``, or the reason it is bad."""
+        try:
+            obj = _loads(chunk.line(i).decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            return mf.DECODE
+        if not isinstance(obj, dict):
+            return mf.DECODE
+        label = _number(obj.get(self.label_key))
+        if label is None:
+            return mf.LABEL
+        label, ok = self.labels.apply(np.array([label]), np.ones(1, dtype=bool))
+        if not ok[0]:
+            return mf.LABEL
+        nums = []
+        for k in self.numeric:
+            v = obj.get(k)
+            x = 0.0 if v is None else _number(v)
+            if x is None:
+                return mf.NUMBER
+            nums.append(x)
+        values = {}
+        for k in [*self.cat, *self.multi]:
+            got = _tokens(obj.get(k), k in self.multi)
+            if got is None:
+                return mf.DECODE
+            if any(len(t.encode("utf-8")) > self.field_length for t in got):
+                return mf.FIELD_LENGTH
+            values[k] = got
+        return label, nums, values
+

@@ -1,0 +1,104 @@
+"""The libsvm parse of a well-formed chunk as one compiled pass over its bytes (no GIL held).
+
+``parse_clean`` splits each line at spaces and tabs, parses the label, and for every
+``idx:val`` token hashes ``idx`` and parses ``val`` (``tokens.number_token``), line by line in
+one numba kernel, giving exactly what ``LibsvmParser``'s vectorised path gives for the same
+bytes. It takes only chunks where nothing needs a decision: every line has a label that
+``number_token`` reads and tokens with one ``:`` after a non-empty index and before such a
+number, no token longer than ``field_length``, no blank or all-space line, no ``\\r`` other
+than a line's ``\\r\\n``, and bytes >= 0x80 only in a chunk that is valid UTF-8. For anything
+else it answers ``None`` and the caller takes the vectorised path, which marks and counts the
+bad lines as before.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from streamtrain.compiled import njit
+
+from .csv_kernel import _count_lines, _high, _utf8
+from .ids import hash_token
+from .tokens import number_token
+
+
+@njit(nogil=True)
+def _parse(arr, words, seed, field_length, n):
+    """One pass over the bytes; each token's ``:`` is noted as the scan meets it. Everything
+    per token is written out here, not in a helper (see ``csv_kernel._parse``)."""
+    if n < 0:
+        n = _count_lines(arr)
+    cap = len(arr) // 4 + 1                      # a feature takes 4 bytes at least ("i:v ")
+    labels = np.zeros(n, np.float64)
+    offsets = np.zeros(n + 1, np.int64)
+    ids = np.empty(cap, np.uint64)
+    vals = np.empty(cap, np.float32)              # numpy's float64 → float32 rounding
+    k = 0
+    high = _high(arr)
+    last = len(words) - 1
+    pos = 0
+    for row in range(n):
+        if pos >= len(arr):
+            return False, high, labels, offsets, ids[:k], vals[:k]
+        tokens = 0
+        start = pos
+        colon, colons = -1, 0
+        while True:
+            c = arr[pos]
+            if c > 58 or 32 < c < 58:            # neither a separator, '\r' nor ':'
+                pos += 1
+                continue
+            end = pos
+            if c == 13 and pos + 1 < len(arr) and arr[pos + 1] == 10:
+                pos += 1                         # '\r\n': the '\r' ends the text
+                c = 10
+            if c == 32 or c == 9 or c == 10:
+                length = end - start
+                if length > field_length:
+                    return False, high, labels, offsets, ids[:k], vals[:k]
+                if length:
+                    if tokens == 0:
+                        ok, v = number_token(arr, start, length)
+                        if not ok:
+                            return False, high, labels, offsets, ids[:k], vals[:k]
+                        labels[row] = v
+                    else:                        # idx:val, one ':' after a non-empty idx
+                        if colons != 1 or colon <= start:
+                            return False, high, labels, offsets, ids[:k], vals[:k]
+                        ok, v = number_token(arr, colon + 1, end - colon - 1)
+                        if not ok:
+                            return False, high, labels, offsets, ids[:k], vals[:k]
+                        vals[k] = v
+                        ids[k] = hash_token(words, last, start, colon - start, seed)
+                        k += 1
+                    tokens += 1
+                start = pos + 1
+                colon, colons = -1, 0
+                pos += 1
+                if c == 10:
+                    break
+            else:
+                if c == 58:
+                    colon = pos
+                    colons += 1
+                pos += 1
+        if tokens == 0:                          # a blank or all-space line
+            return False, high, labels, offsets, ids[:k], vals[:k]
+        offsets[row + 1] = k
+    return pos == len(arr), high, labels, offsets, ids[:k], vals[:k]
+
+
+def parse_clean(buf, seed, field_length: int, start: int = 0, end: int | None = None,
+                lines: int = -1):
+    """(labels f64[R], offsets i64[R + 1], ids u64[K], values f32[K]) of a chunk of whole
+    ``\\n``-ended lines ``buf[start:end]``, or None when some line needs the vectorised path."""
+    end = len(buf) if end is None else end
+    if end <= start or buf[end - 1] != 10:
+        return None
+    if len(buf) - end < 8:
+        buf, start, end = bytes(buf[start:end]) + bytes(16), 0, end - start
+    arr = np.frombuffer(buf, dtype=np.uint8)[start:end]
+    words = np.ndarray((len(buf) - start - 7,), dtype="<u8", buffer=buf, offset=start, strides=(1,))
+    ok, high, labels, offsets, ids, vals = _parse(arr, words, np.uint64(seed), field_length, lines)
+    if not ok or (high and not _utf8(buf, start, end)):
+        return None
+    return labels, offsets, ids, vals

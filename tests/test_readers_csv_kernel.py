@@ -1,0 +1,105 @@
+"""The compiled CSV pass gives exactly the Batch the vectorised path gives, or steps aside."""
+from __future__ import annotations
+
+import gzip
+
+import numpy as np
+import pytest
+
+from streamtrain.readers import Malformed, make_parser
+from streamtrain.readers.csv_kernel import parse_clean
+from streamtrain.readers.lines import Chunk
+from tests.readers_helpers import assert_batches_equal, data_file
+
+HEADER = "label,user,age,score,tags,city"
+OPTIONS = {"numeric": ["age", "score"], "multivalue": {"tags": "|"}}
+
+
+def _parser(options=None, malformed=None, header=HEADER):
+    p = make_parser("csv", OPTIONS if options is None else options, malformed)
+    p.set_header(header)
+    return p
+
+
+def _both(buf, options=None, header=HEADER, fast_path=True):
+    """Batch and malformed counts of the kernel's route, checked against the vectorised path."""
+    fast_m, slow_m = Malformed(), Malformed()
+    fast_p, slow = _parser(options, fast_m, header), _parser(options, slow_m, header)
+    assert (fast_p._parse_clean(buf) is not None) == fast_path
+    fast = fast_p.parse_buffer(buf)
+    assert_batches_equal(fast, slow.parse_chunk(Chunk(buf)))
+    assert fast.labels.dtype == np.float32 and fast.dense.dtype == np.float32
+    assert fast_m.snapshot() == slow_m.snapshot()
+    return fast, fast_m
+
+
+def test_edge_values_match():
+    buf = (b"1,u1,31,0.5,a|b,paris\n0,u2,,-2.25,,\n1,,+7,.5,|x||y|,\xc3\xa9t\xc3\xa9\n"
+           b"0,u4,-0,123456789012345,a,b\r\n")
+    batch, m = _both(buf)
+    assert batch.size == 4 and m.total == 0
+    assert batch.sparse["tags"].offsets.tolist() == [0, 2, 2, 4, 5]
+    assert batch.sparse["user"].offsets.tolist() == [0, 1, 2, 2, 3]       # empty = missing
+
+
+@pytest.mark.parametrize("bad", [
+    b'1,"u,1",3,4,a,b',          # a quoted delimiter: field count, marked by the vectorised path
+    b'1,"u1",3,4,a,b',           # quotes are not interpreted: the value keeps them
+    b"1,u1,abc,4,a,b",           # not a number
+    b"1,u1,1e5,4,a,b",           # an exponent: the vectorised path parses it
+    b"1,u1,1234567890123456,4,a,b",  # 16 digits: beyond the exact rule
+    b",u1,3,4,a,b",              # missing label
+    b"2,u1,3,4,a,b",             # a label not allowed
+    b"1,u1,3,4,a",               # too few fields
+    b"1,u1,3,4,a,b,c",           # too many
+    b"",                         # blank line
+    b"1,u1,3,4,a,b\r",           # '\r\n' (taken by the kernel: the same batch)
+    b"1,u\r1,3,4,a,b",           # a '\r' inside a field
+    b"1,\xff,3,4,a,b",           # not UTF-8
+    b"1," + b"q" * 40 + b",3,4,a,b",  # over field_length (32 below)
+])
+def test_anything_to_decide_goes_the_vectorised_way_with_the_same_result(bad):
+    buf = b"\n".join([b"1,u1,3,4,a|b,x", bad, b"0,u2,5,6,c,y"]) + b"\n"
+    options = {**OPTIONS, "field_length": 32}
+    fast_m, slow_m = Malformed(), Malformed()
+    fast = _parser(options, fast_m).parse_buffer(buf)
+    assert_batches_equal(fast, _parser(options, slow_m).parse_chunk(Chunk(buf)))
+    assert fast_m.snapshot() == slow_m.snapshot()
+
+
+def test_bad_line_is_counted_by_reason_and_reported_with_its_text():
+    seen = []
+    m = Malformed(on_bad=lambda line, reason: seen.append((line, reason)))
+    buf = b"1,u1,3,4,a,b\n1,u1,x,4,a,b\n0,u2,5,6,c,y\n"
+    batch = _parser(None, m).parse_buffer(buf)
+    assert batch.size == 2 and seen == [(b"1,u1,x,4,a,b", "number")]
+
+
+@pytest.mark.parametrize("transform", ["log1p", "none"])
+def test_real_samples_match_the_vectorised_path(transform):
+    talking = gzip.open(data_file("talkingdata_train_sample_100k.csv.gz"), "rb").read().split(b"\n")
+    header, lines = talking[0].decode(), [ln for ln in talking[1:] if ln]
+    options = {"label": "is_attributed", "drop": ["click_time"], "numeric": ["app"],
+               "numeric_transform": transform}
+    for i in range(0, 20000, 5000):
+        _both(b"\n".join(lines[i:i + 5000]) + b"\n", options, header)
+
+
+def test_a_region_read_in_place_parses_as_its_own_copy():
+    piece = b"1,u1,3,4,a|b,x\n0,u2,5,6,c,y\n"
+    head = b"0,h,1,1,h,h\n"
+    p = _parser()
+    alone = p.parse_buffer(piece)
+    for after in (b"", b"1,", b"0,u2,5,6,c,yyyyyyyyyyy"):
+        buf = head + piece + after
+        got = p.parse_batches(buf, [0, 2], len(head), len(head) + len(piece))
+        assert len(got) == 1
+        assert_batches_equal(got[0], alone)
+
+
+def test_other_delimiter_and_columns_option():
+    p = make_parser("csv", {"columns": ["label", "a", "b"], "delimiter": "\t", "numeric": ["b"]})
+    q = make_parser("csv", {"columns": ["label", "a", "b"], "delimiter": "\t", "numeric": ["b"]})
+    buf = b"1\tx\t2\n0\ty\t\n"
+    assert p._parse_clean(buf) is not None
+    assert_batches_equal(p.parse_buffer(buf), q.parse_chunk(Chunk(buf)))

@@ -1,0 +1,69 @@
+"""The compiled libsvm pass gives exactly the Batch the vectorised path gives, or steps aside."""
+from __future__ import annotations
+
+import pytest
+
+from streamtrain.readers import Malformed, make_parser
+from streamtrain.readers.lines import Chunk
+from tests.readers_helpers import assert_batches_equal
+
+GOOD = [b"1 3:0.5 7:1", b"-1\t3:2  9:-0.25 ", b"0", b"1 a:1 b:+.5 c:12345678901 d:-0", b"1 3:1\r"]
+
+
+def _both(buf, options=None, fast_path=True):
+    fast_m, slow_m = Malformed(), Malformed()
+    fast_p = make_parser("libsvm", options or {}, fast_m)
+    assert (fast_p._parse_clean(buf) is not None) == fast_path
+    fast = fast_p.parse_buffer(buf)
+    assert_batches_equal(fast, make_parser("libsvm", options or {}, slow_m).parse_chunk(Chunk(buf)))
+    assert fast_m.snapshot() == slow_m.snapshot()
+    return fast, fast_m
+
+
+def test_edge_values_match():
+    batch, m = _both(b"\n".join(GOOD) + b"\n")
+    assert batch.size == 5 and m.total == 0
+    assert batch.sparse["features"].offsets.tolist() == [0, 2, 4, 4, 8, 9]
+    assert batch.labels.tolist() == [1, 0, 0, 1, 1]                      # -1 → 0
+
+
+@pytest.mark.parametrize("bad", [
+    b"1 3:0.5:1",        # two colons
+    b"1 :0.5",           # empty index
+    b"1 3:",             # empty value
+    b"1 3:x",            # not a number
+    b"1 3:1e-5",         # an exponent: the vectorised path parses it
+    b"x 3:1",            # a bad label
+    b":",                # a colon and no feature (the vectorised path used to raise IndexError)
+    b"2 3:1",            # a label not allowed
+    b"1 3",              # no colon
+    b"   ",              # spaces only
+    b"",                 # blank
+    b"1 3:1\r 4:1",      # a '\r' inside a token
+    b"1 \xff:1",         # not UTF-8
+    b"1 \xc3\xa9:1",     # UTF-8: taken by the vectorised path's rules as well
+    b"1 " + b"q" * 40 + b":1",  # over field_length (32 below)
+])
+def test_anything_to_decide_gives_the_vectorised_result(bad):
+    buf = b"\n".join([GOOD[0], bad, GOOD[1]]) + b"\n"
+    fast_m, slow_m = Malformed(), Malformed()
+    fast = make_parser("libsvm", {"field_length": 32}, fast_m).parse_buffer(buf)
+    assert_batches_equal(fast, make_parser("libsvm", {"field_length": 32}, slow_m).parse_chunk(Chunk(buf)))
+    assert fast_m.snapshot() == slow_m.snapshot()
+
+
+def test_options_and_a_region_read_in_place():
+    piece = b"\n".join(GOOD) + b"\n"
+    head = b"1 h:1\n"
+    p = make_parser("libsvm", {"field": "f", "labels": None, "label_map": {}})
+    alone = p.parse_buffer(piece)
+    assert alone.labels.tolist()[1] == -1 and list(alone.sparse) == ["f"]
+    for after in (b"", b"1 ", b"0 1:1 2:2 3:3 4:4"):
+        got = p.parse_batches(head + piece + after, [0, 5], len(head), len(head) + len(piece))
+        assert_batches_equal(got[0], alone)
+
+
+def test_a_chunk_of_lines_without_features_but_a_colon_is_counted_not_raised():
+    m = Malformed()
+    batch = make_parser("libsvm", {}, m).parse_chunk(Chunk(b":\n"))
+    assert batch.size == 0 and m.snapshot()["label"] == 1
