@@ -55,7 +55,7 @@ def main() -> None:
     def timed() -> float:
         todo = list(batches)
         for b in todo:
-            b.fed = None
+            b.prepared.clear()
             trainer.prepare(b)
         t = time.perf_counter()
         for b in todo:

@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:                    # annotations only: the batch stays a leaf module
+    from .graphstore.blocks import Subgraph
 
 
 @dataclass
@@ -36,6 +40,34 @@ class SparseField:
         return SparseField(self.ids[pos], offsets, values)
 
 
+@dataclass(frozen=True)
+class Feed:
+    """``Graph.prepare``'s work for one batch and one model graph: each table's unique ids, each
+    layer's positions among them, and batch-only work kept in the step's memo (grids)."""
+
+    table_ids: dict
+    table_pos: dict
+    memo: dict
+
+
+@dataclass
+class Prepared:
+    """What the parse thread worked out for a batch ahead of its step (``Graph.prepare``), by the
+    model graph it was worked out for: a graph takes only its own (an AutoML job has several
+    candidates' graphs on one batch); a graph without one feeds the batch in its step."""
+
+    feeds: dict = field(default_factory=dict)          # Graph -> Feed
+
+    def of(self, graph) -> Feed | None:
+        return self.feeds.get(graph)
+
+    def add(self, graph, feed: Feed) -> None:
+        self.feeds[graph] = feed
+
+    def clear(self) -> None:
+        self.feeds.clear()
+
+
 @dataclass
 class Batch:
     """A mini-batch: labels, sparse fields (CSR), dense features, where it came from."""
@@ -46,8 +78,8 @@ class Batch:
     dense_names: tuple[str, ...] = ()
     offsets: dict = field(default_factory=dict)        # source position to commit after the update
     timestamps: np.ndarray | None = None               # float64 [B] event time, seconds
-    subgraph: object | None = None                     # sampled blocks (streamtrain.graphstore.blocks)
-    fed: object | None = field(default=None, repr=False, compare=False)   # Graph.prepare's work, done ahead
+    subgraph: Subgraph | None = None                   # sampled blocks (graphstore/blocks.py)
+    prepared: Prepared = field(default_factory=Prepared, repr=False, compare=False)   # done ahead, by graph
 
     def __post_init__(self):
         if self.dense is None:

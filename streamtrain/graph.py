@@ -13,6 +13,7 @@ import numpy as np
 from streamtrain.ops import LAYERS, load_all
 from streamtrain.ops.base import Layer
 
+from .batch import Feed
 from .context import Context, Gradients
 from .errors import ConfigError, ShapeError
 from .params import ParamSpec
@@ -122,16 +123,6 @@ def topological_order(layers: list[Layer]) -> list[Layer]:
     return order
 
 
-@dataclass(frozen=True)
-class _Fed:
-    """What ``Graph.prepare`` found for one batch: the graph it was found for (a batch fed to
-    another graph works it out again), each table's unique ids, each layer's positions."""
-    graph: object
-    table_ids: dict
-    table_pos: dict
-    memo: dict
-
-
 class Graph:
     """Topology plus named parameters; the phases of a step act on a ``Context``."""
 
@@ -219,14 +210,14 @@ class Graph:
         calls it for each batch it parses, so that work leaves the training thread."""
         ctx = Context(self.layers)
         self._feed(ctx, batch)
-        batch.fed = _Fed(self, ctx.table_ids, ctx.table_pos, ctx.memo)
+        batch.prepared.add(self, Feed(ctx.table_ids, ctx.table_pos, ctx.memo))
         return ctx                  # its memo is the batch's: more batch-only work may go there
 
     def feed(self, ctx: Context, batch) -> None:
         """Every layer back to Null; find the unique rows of every table this batch needs and,
         for each layer, where each of its ids falls among them (or take them from ``prepare``)."""
-        fed = batch.fed
-        if fed is not None and fed.graph is self:
+        fed = batch.prepared.of(self)
+        if fed is not None:
             ctx.reset(batch)
             ctx.table_ids, ctx.table_pos = dict(fed.table_ids), dict(fed.table_pos)
             ctx.memo.update(fed.memo)

@@ -142,9 +142,9 @@ class Trainer:
         if not self.store.prefetches or self.graph_input is not None:
             return
         if self.graph.prepares_ahead:            # kept on the batch: its own step feeds from it
-            if next_batch.fed is None or next_batch.fed.graph is not self.graph:
+            if next_batch.prepared.of(self.graph) is None:
                 self.prepare(next_batch)
-            self._ahead = (list(self.graph.dense_params), dict(next_batch.fed.table_ids))
+            self._ahead = (list(self.graph.dense_params), dict(next_batch.prepared.of(self.graph).table_ids))
             return
         if self._ahead_ctx is None:
             self._ahead_ctx = self.graph.context(training=True, dtype=self.ctx.dtype)

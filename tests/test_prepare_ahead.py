@@ -41,7 +41,7 @@ def test_batches_prepared_ahead_train_bit_for_bit_as_batches_fed_in_the_step(mod
     for seed, batch in enumerate(batches):
         twin = random_batch(64, fields=("a", "b", "c"), multivalue=multi[seed], seed=seed)
         ahead.prepare(twin)
-        fed = twin.fed
+        fed = twin.prepared.of(ahead.graph)
         if ahead.engine is not None and ahead.engine.layers and not multi[seed]:   # the engine's too
             assert [k for k in fed.memo if k[0] == GRID]
         got_plain, got_ahead = plain.step(batch), ahead.step(twin)
@@ -62,7 +62,7 @@ def test_a_batch_prepared_for_another_graph_is_fed_afresh():
     batch = random_batch(32)
     one, other = _trainer(config, batch), _trainer(config, batch)
     other.graph.prepare(batch)
-    stale = batch.fed
+    stale = batch.prepared.of(other.graph)
     one.step(batch)
     assert all(one.ctx.table_ids[t] is not stale.table_ids[t] for t in stale.table_ids)
 
@@ -77,7 +77,7 @@ def _run(criteo_path, model, monkeypatch=None):
         *QUIET, "reader.type=file", f"reader.path={criteo_path}", "reader.format=criteo"])))
     preds, prepared = [], []
     job.hooks.append(lambda j, b, r: (preds.append(np.array(r.predictions)),
-                                      prepared.append(b.fed is not None and b.fed.graph is j.graph)))
+                                      prepared.append(b.prepared.of(j.graph) is not None)))
     summary = job.run()
     return summary, np.concatenate(preds), prepared
 

@@ -79,7 +79,6 @@ class Candidate:
     def step(self, batch) -> StepResult:
         """Predict, then learn, the shared batch, in pieces of the candidate's own batch size."""
         if batch.size <= self.batch_size:
-            batch.fed = getattr(batch, "feds", {}).get(self.graph)    # prepared ahead (AutoTrainer.prepare)
             return self.trainer.step(batch)
         parts = []
         for lo in range(0, batch.size, self.batch_size):

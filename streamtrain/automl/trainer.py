@@ -189,14 +189,10 @@ class AutoTrainer:
     def prepare(self, batch) -> None:
         """Each live candidate's ``Trainer.prepare`` of the batch (the file reader's parse thread
         calls it, so the candidates' feeds leave the training thread), kept on the batch by
-        graph (``batch.feds``); a candidate born since feeds it in its step."""
-        feds = {}
+        graph (``batch.prepared``); a candidate born since feeds it in its step."""
         for cand in list(self.candidates.values()):
             if cand.graph.prepares_ahead:
                 cand.trainer.prepare(batch)
-                feds[cand.graph] = batch.fed
-        batch.fed = None
-        batch.feds = feds
 
     def prefetch(self, next_batch) -> None:
         """Candidates do not read ahead."""
