@@ -223,3 +223,26 @@ def test_pending_put_back_restores_the_queue_in_order():
     assert [o for o, _ in got] == sorted(o for o, _ in got)
     again = q.cut(6)                            # the same messages come out again
     assert [(s.offset, len(s)) for s in again] == [(s.offset, len(s)) for s in take]
+
+
+def test_the_compiled_decode_matches_the_vectorised_one_and_refuses_corrupt_bytes():
+    rng = np.random.default_rng(3)
+    n = 400
+    values = [None if i % 11 == 0 else bytes(rng.integers(32, 127, i % 300).astype(np.uint8)) for i in range(n)]
+    values[1] = b"x" * 70000                                   # a 3-byte length varint
+    keys = [None if i % 3 else f"k{i}".encode() * (i % 50) for i in range(n)]
+    headers = [[] if i % 4 else [("h", b"v" * (i % 9))] for i in range(n)]
+    batch = _batch(_batch_bytes(values, keys, headers, ts_step=37_000))
+    buf, body = batch._buffer, batch._pos
+    offd, tsd, vstart, vlen = decode.decode_v2_columns(buf, body, n)
+    for skip in (0, 1, n // 2, n):
+        offs, ts, joined, ends = decode.decode_v2_joined(buf, body, n, skip)
+        assert offs.tolist() == offd[skip:].tolist() and ts.tolist() == tsd[skip:].tolist()
+        assert joined == b"".join((v or b"") + b"\n" for v in values[skip:])
+        assert ends.tolist() == (np.cumsum(np.maximum(vlen[skip:], 0) + 1) - 1).tolist()
+    with pytest.raises(ValueError):
+        decode.decode_v2_joined(bytes(buf)[:-3], body, n)       # truncated
+    bad = bytearray(buf)
+    bad[body] += 2                                             # a record length off by one
+    with pytest.raises(ValueError):
+        decode.decode_v2_joined(bytes(bad), body, n)
