@@ -1,7 +1,7 @@
 """Kafka reader and kafka → trainer throughput, next to file → trainer on the same data, in one run.
 
     python bench/bench_kafka.py [--bootstrap HOST:PORT] [--records 100000] [--lines-per-message 100]
-                                [--batch-size 1024] [--model examples/lr.json] [--train-only]
+                                [--batch-size 1024] [--model examples/lr.json] [--rounds 3] [--train-only]
                                 [--no-redis] [--json FILE]
 
 Without --bootstrap a Tansu broker is started on a free loopback port. The Criteo sample is
@@ -14,7 +14,8 @@ to the last (the consumer-group join is not counted):
   commit after each batch); ``file reader`` is the file reader on the same lines;
 * ``train``: ``Job.run`` of ``--model`` (default ``examples/lr.json``; ``--model simple`` is the
   plain LR below) on the memory store (and on Redis when a redis-server can be started), kafka
-  vs file, steady examples/s (first batch to last).
+  vs file, steady examples/s (first batch to last), the three interleaved for ``--rounds``
+  rounds (each path's median: a loaded machine's speed drifts from one run to the next).
 Targets (issue 27): kafka → trainer ≥ 0.75× file → trainer at one line per message, ≥ 0.9× at
 100 lines per message. ``--train-only`` skips the transport and reader figures.
 """
@@ -126,6 +127,9 @@ def bench_job(reader_cfg, batch_size, store, model_keys) -> tuple[float, dict]:
     clock = Clock()
     job.hooks.append(lambda j, b, r: clock.tick(b.size))
     s = job.run()
+    if hasattr(job.source, "waited_s"):
+        print(f"# {reader_cfg['topic']}: the trainer waited {job.source.waited_s:.2f} s for batches over "
+              f"{clock.t1 - clock.t0:.2f} s", file=sys.stderr)
     return clock.rate, s
 
 
@@ -136,6 +140,7 @@ def main(argv=None) -> int:
     ap.add_argument("--lines-per-message", type=int, default=100)
     ap.add_argument("--batch-size", type=int, default=1024)
     ap.add_argument("--model", default="examples/lr.json", help="a model file, or 'simple' (plain LR)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the train figures")
     ap.add_argument("--train-only", action="store_true", help="skip the transport and reader figures")
     ap.add_argument("--no-redis", action="store_true")
     ap.add_argument("--json", help="write the figures (and the run's provenance) to this file")
@@ -175,23 +180,7 @@ def main(argv=None) -> int:
             except Exception as err:                  # no redis-server here: memory only
                 out.append(f"(redis store skipped: {err})")
         for name, store in stores:
-            if name == "redis":
-                store = {**store, "namespace": f"k{tag}"}
-            kf1, s1 = bench_job(kafka_cfg(bootstrap, t1, f"j1-{name}-{tag}"), bs, store, model_keys)
-            if name == "redis":
-                store = {**store, "namespace": f"kk{tag}"}
-            kfk, sk = bench_job(kafka_cfg(bootstrap, tk, f"jk-{name}-{tag}"), bs, store, model_keys)
-            if name == "redis":
-                store = {**store, "namespace": f"f{tag}"}
-            ff, sf = bench_job({"type": "file", "path": str(path), "format": "criteo"}, bs, store, model_keys)
-            figures["train"][name] = {"file": ff, "kafka_1": kf1, f"kafka_{args.lines_per_message}": kfk,
-                                      "ratio_1": kf1 / ff, "ratio_many": kfk / ff}
-            assert s1["examples"] == sk["examples"] == sf["examples"] == n, (s1["examples"], sk["examples"], sf["examples"])
-            out.append(f"train    kafka(1/msg) → {name:<6}  {kf1:>10,.0f} records/s  "
-                       f"({kf1 / ff:.0%} of file; auc {s1['auc']:.4f})")
-            out.append(f"train    kafka({args.lines_per_message}/msg) → {name:<6} {kfk:>9,.0f} records/s  "
-                       f"({kfk / ff:.0%} of file; auc {sk['auc']:.4f})")
-            out.append(f"train    file → {name:<6}          {ff:>10,.0f} records/s  (auc {sf['auc']:.4f})")
+            out += bench_train(name, store, bootstrap, (t1, tk), path, args, tag, model_keys, figures)
         if redis is not None:
             redis.stop()
     finally:
@@ -207,6 +196,34 @@ def main(argv=None) -> int:
         from bench.report import meta, write
         write(args.json, {**meta("bench/bench_kafka.py", argv), **figures})
     return 0
+
+
+def bench_train(name, store, bootstrap, topics, path, args, tag, model_keys, figures) -> list[str]:
+    """Kafka (1 and K lines per message) and file → trainer, interleaved for ``--rounds`` rounds
+    (a loaded machine's speed drifts between runs): each path's median steady examples/s."""
+    import statistics
+    k = args.lines_per_message
+    paths = {"kafka_1": topics[0], f"kafka_{k}": topics[1], "file": None}
+    rates, aucs = {p: [] for p in paths}, {}
+    for r in range(args.rounds):
+        for label, topic in paths.items():
+            ns = {"namespace": f"{label}-{r}-{tag}"} if name == "redis" else {}
+            reader = (kafka_cfg(bootstrap, topic, f"{label}-{r}-{name}-{tag}") if topic
+                      else {"type": "file", "path": str(path), "format": "criteo"})
+            rate, summary = bench_job(reader, args.batch_size, {**store, **ns}, model_keys)
+            assert summary["examples"] == args.records, (label, summary["examples"])
+            rates[label].append(rate)
+            aucs[label] = summary["auc"]
+    med = {p: statistics.median(v) for p, v in rates.items()}
+    figures["train"][name] = {"median": med, "runs": rates, "auc": aucs,
+                              "ratio_1": med["kafka_1"] / med["file"], f"ratio_{k}": med[f"kafka_{k}"] / med["file"]}
+    out = []
+    for label in paths:
+        runs = " ".join(f"{x:,.0f}" for x in rates[label])
+        ratio = "" if label == "file" else f"  ({med[label] / med['file']:.0%} of file)"
+        out.append(f"train    {label:<10} → {name:<6} {med[label]:>10,.0f} examples/s median{ratio}; "
+                   f"runs {runs}; auc {aucs[label]:.4f}")
+    return out
 
 
 def bench_readers(bootstrap, t1, tk, path, args, tag, figures) -> list[str]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 
 from kafka import KafkaConsumer
@@ -83,6 +84,7 @@ class KafkaSource(Source):
         self._inflight: deque = deque()         # (offsets, rows, timestamps) handed out, not committed
         self._idle = None                       # the job's idle hook (``batches(idle=...)``)
         self._gen = None
+        self.waited_s = 0.0                     # the training thread's wait for batches (a bottleneck's sign)
 
     # ---- what the metrics and health checks read (any thread) -------------------------------------
     @property
@@ -164,7 +166,9 @@ class KafkaSource(Source):
         handoff.trainer_active = True
         try:
             while not self.stop_requested:
+                t0 = time.perf_counter()
                 got = handoff.take(IDLE_WAIT_S)
+                self.waited_s += time.perf_counter() - t0
                 if got is SETTLE:               # partitions are being revoked: commit what was trained
                     if idle is not None:
                         idle(False)
