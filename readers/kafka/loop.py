@@ -344,10 +344,32 @@ class ConsumerLoop:
 
     def update_health(self) -> None:
         for k in list(self.src.offsets.owned):
+            tp = TopicPartition(*k)
             try:
-                self.src.health.highwater(k, self.consumer.highwater(TopicPartition(*k)))
+                hw = self.consumer.highwater(tp)
+                self.src.health.highwater(k, hw)
+                if hw is not None and (self.consumer.position(tp, timeout_ms=0) or 0) > hw:
+                    self._past_the_end(tp, hw)
             except Exception:               # revoked meanwhile
                 pass
+
+    def _past_the_end(self, tp, hw: int) -> None:
+        """The consumer's position is past the partition's log end: the log went back under it (a
+        recreated topic) and the broker answered its fetches with nothing instead of
+        OffsetOutOfRange (Tansu after a restart, when the consumer's metadata request created
+        the topic again). Confirmed with the broker's own end offset (a position sought forward
+        past a stale high watermark is not this), then reset as OffsetOutOfRange would be."""
+        pos = self.consumer.position(tp, timeout_ms=0)
+        end = self.consumer.end_offsets([tp]).get(tp)
+        if end is None or pos is None or pos <= end:
+            return
+        log.warning("kafka reader: %s[%d] is at offset %d, past its log end %d (topic recreated?); "
+                    "reading it again from the %s", tp.topic, tp.partition, pos, max(hw, end),
+                    "beginning" if self.cfg["auto_offset_reset"] == "earliest" else "end")
+        (self.consumer.seek_to_beginning if self.cfg["auto_offset_reset"] == "earliest"
+         else self.consumer.seek_to_end)(tp)
+        self.fetched.pop(tp, None)
+        self.src.count("offset_resets")
 
 
 def _segments(items: list):
