@@ -4,8 +4,8 @@ The only thread that uses the kafka-python consumer (kafka-python's own network 
 beside it). Each turn:
 
 1. the work the training thread handed back runs (``Handoff.call``: commits after updates,
-   seeks), then every due commit is sent: nothing applied is left uncommitted when ``poll``
-   may revoke partitions;
+   seeks); due offsets are sent every ``COMMIT_EVERY`` batches or ``COMMIT_MAX_WAIT_S`` after
+   they became due (``commits.py``), and always before partitions are revoked;
 2. a full batch queued (``batch_size`` lines), or a batch whose deadline passed
    (``max_wait_ms`` after its first line arrived), is cut at a message boundary, parsed in one
    vectorised call (``batching.py``), prepared (the job's ``prepare``) and handed over — while
@@ -99,7 +99,7 @@ class ConsumerLoop:
                 return
             while not self.closing:
                 handoff.run_work()
-                self.src.committer.flush()
+                self.src.committer.flush_if_late()
                 if self.stopped() or self.ended:
                     handoff.wait(IDLE_POLL_S)
                 else:
