@@ -123,6 +123,7 @@ def bench_job(reader_cfg, batch_size, store, model_keys) -> tuple[float, dict]:
     cfg = C.validate(C.merge(C.defaults(), {"reader": reader_cfg, "batch_size": batch_size, **model_keys,
                                           "store": store, "metrics": {"enabled": False},
                                           "checkpoint": {"dir": None}}))
+    sys.setswitchinterval(cfg.get("switch_interval_ms", 1.0) / 1000)    # as ``streamtrain run`` does
     job = Job(cfg)
     clock = Clock()
     job.hooks.append(lambda j, b, r: clock.tick(b.size))

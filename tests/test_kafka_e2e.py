@@ -121,8 +121,8 @@ def test_csv_over_kafka_takes_columns_from_the_config(kafka_bootstrap, kafka_top
 def test_full_batches_are_parsed_ahead_and_a_stop_puts_the_next_back(kafka_bootstrap, kafka_topic,
                                                                      kafka_names, kafka_test_consumer,
                                                                      criteo_path):
-    """While a batch trains, the next ones are parsed (and prepared) on the reader's consumer
-    thread; when the reader stops, those go untrained, and nothing past the batches trained is
+    """While a batch trains, the next ones are parsed (and prepared) in the reader's parse
+    worker; when the reader stops, those go untrained, and nothing past the batches trained is
     committed."""
     import threading
     import time
@@ -142,11 +142,11 @@ def test_full_batches_are_parsed_ahead_and_a_stop_puts_the_next_back(kafka_boots
         second = next(gen)
         assert second.size == 100
         src.commit(second.offsets)
-        deadline = time.monotonic() + 30        # the consumer thread prepares two ahead while 2 "trains"
+        deadline = time.monotonic() + 30        # the parse worker prepares two ahead while 2 "trains"
         while len(prepared) < 4 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert len(prepared) == 4               # batches 1, 2 and the two ahead: no more
-        assert all(n == 100 and name == "streamtrain-kafka-consumer" for n, name in prepared)
+        assert all(n == 100 and name.startswith("streamtrain-kafka-parse") for n, name in prepared)
         src.request_stop()
         for _ in gen:                           # the stop ends the loop at its next check
             pass

@@ -7,9 +7,10 @@ beside it). Each turn:
    seeks); due offsets are sent every ``COMMIT_EVERY`` batches or ``COMMIT_MAX_WAIT_S`` after
    they became due (``commits.py``), and always before partitions are revoked;
 2. a full batch queued (``batch_size`` lines), or a batch whose deadline passed
-   (``max_wait_ms`` after its first line arrived), is cut at a message boundary, parsed in one
-   vectorised call (``batching.py``), prepared (the job's ``prepare``) and handed over — while
-   there is room (``Handoff.ahead`` batches wait at most: a slow model holds the fetching back);
+   (``max_wait_ms`` after its first line arrived), is cut at a message boundary and handed
+   over while there is room (``Handoff.ahead`` batches wait at most: a slow model holds the
+   fetching back); a parse worker thread parses it in one vectorised call (``batching.py``) and
+   prepares it (the job's ``prepare``) while this thread polls on;
 3. otherwise ``poll`` fetches more, with a timeout that ends at the open batch's deadline, or
    after ``IDLE_POLL_S`` when nothing is pending: a quiet stream blocks in ``poll``, it never
    spins; fetched messages queue up as ``Segment``s (``pending.py``; one per Kafka record batch
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from kafka import TopicPartition
@@ -53,12 +55,12 @@ ROOM_WAIT_S = 0.05         # longest sleep while the handed-over batches wait fo
 
 
 class Ready:
-    """A parsed batch handed over: the batch (``offsets`` set), its segments (put back in the
-    queue if it is dropped before training) and its ``Parsed`` (bad lines, row sources)."""
+    """A batch handed over: its segments (put back in the queue if it is dropped before training)
+    and the future of its parse in the parse worker: (``Parsed`` with ``batch.offsets`` set,
+    the rows' sources or None)."""
 
-    def __init__(self, parsed: Parsed, segs: list, rows):
-        self.parsed, self.segs, self.rows = parsed, segs, rows
-        self.batch = parsed.batch
+    def __init__(self, segs: list, future):
+        self.segs, self.future = segs, future
 
 
 class ConsumerLoop:
@@ -85,6 +87,7 @@ class ConsumerLoop:
         self.waiting = None                 # what the reader waits for at start-up (/healthz)
         self.ended = False
         self.closing = False
+        self.worker = None                  # parses (and prepares) the batches handed over
 
     def stopped(self) -> bool:
         return self.closing or self.src.stop_requested
@@ -123,6 +126,9 @@ class ConsumerLoop:
                     self.consumer.close(autocommit=False)
                     self.consumer = None
         finally:
+            worker, self.worker = self.worker, None
+            if worker is not None:
+                worker.shutdown(wait=True, cancel_futures=True)
             dead, self.src.committer.dead = self.src.committer.dead, None
             if dead is not None:
                 dead.close()
@@ -257,16 +263,27 @@ class ConsumerLoop:
         self.last_message = now
 
     def hand_over(self, limit: int) -> None:
-        """Cut a batch of what is queued, parse and prepare it, hand it to the training thread."""
+        """Cut a batch of what is queued and hand it to the training thread; its parse (and the
+        job's prepare) runs in the parse worker meanwhile, while this thread polls on."""
         segs = self.pending.cut(limit)
         if not segs:
             return
+        offsets: dict = {}
+        for seg in segs:
+            key = (seg.topic, seg.partition)
+            offsets[key] = max(offsets.get(key, 0), seg.next_offset)
+        offsets = self.src.offsets.with_owned(offsets)
+        if self.worker is None:
+            self.worker = ThreadPoolExecutor(1, thread_name_prefix="streamtrain-kafka-parse")
+        self.src.handoff.put(Ready(segs, self.worker.submit(self._parse, segs, offsets)))
+
+    def _parse(self, segs: list, offsets: dict):
         parsed = Parsed(self.src.parser, segs)
-        parsed.batch.offsets = self.src.offsets.with_owned(parsed.offsets)
+        parsed.batch.offsets = offsets
         rows = parsed.rows(want_sources=self.src.trace is not None)
         if parsed.batch.size:
             self.src.prepare(parsed.batch)
-        self.src.handoff.put(Ready(parsed, segs, rows))
+        return parsed, rows
 
     def _check_oversize(self, consumer) -> None:
         """Step the search for a record too large to fetch; skip it once found."""
@@ -282,6 +299,7 @@ class ConsumerLoop:
         """Drop the queued messages (handed over but not taken, or not cut yet) of the partitions
         ``pred(topic, partition)`` selects: (how many, {key: first dropped offset})."""
         for entry in reversed(self.src.handoff.drop_ready()):
+            entry.future.cancel()           # (a parse under way finishes; its result is unused)
             self.pending.put_back(entry.segs)
         dropped, first = self.pending.abandon(lambda seg: pred(seg.topic, seg.partition))
         for tp in [tp for tp in self.fetched if pred(tp.topic, tp.partition)]:
@@ -299,7 +317,8 @@ class ConsumerLoop:
             self.src.offsets.seek_later.update({(str(k[0]), int(k[1])): int(v) for k, v in offsets.items()})
             return
         self.src.committer.flush()
-        self.src.handoff.drop_ready(end_too=True)       # the stream goes on from the offsets sought
+        for entry in self.src.handoff.drop_ready(end_too=True):     # the stream goes on from there
+            entry.future.cancel()
         self.ended = False
         self.pending.abandon(lambda seg: True)
         for key, target in self.src.offsets.seek(offsets).items():

@@ -4,9 +4,10 @@ Recovery contract (bytewax's, per partition): what this reader resumes from is o
 offset committed for the partition, and it commits a partition's offset ``n`` only after every
 message below ``n`` was applied to the store (or was a bad line, counted and dead-lettered).
 
-Two threads. The consumer thread (``loop.py``) makes every call on kafka-python's consumer —
-which is not thread-safe — polls, decodes, parses and prepares batches ahead; the training
-thread iterates ``batches()``, which takes them from the ``Handoff`` (``handoff.py``). What the
+Threads. The consumer thread (``loop.py``) makes every call on kafka-python's consumer — which
+is not thread-safe — polls, decodes and cuts batches ahead, which a parse worker parses and
+prepares; the training thread iterates ``batches()``, which takes them from the ``Handoff``
+(``handoff.py``). What the
 training thread asks of the consumer (a commit after a batch's update, a seek, the flush
 before ``committed_offsets()``) is handed back to the consumer thread through the same
 ``Handoff`` and run there between polls, in order; so an offset is still committed only after
@@ -191,9 +192,10 @@ class KafkaSource(Source):
     def _hand_out(self, ready):
         """A handed-over batch's bad lines and bookkeeping: the batch, or None when it has no
         good line (then committed at once)."""
-        batch, dead = ready.batch, self.committer.dead
-        if dead is not None and ready.parsed.chunk.reason.any():
-            for line, reason, where in ready.parsed.bad_lines():
+        parsed, rows = ready.future.result()   # parsed meanwhile in the parse worker
+        batch, dead = parsed.batch, self.committer.dead
+        if dead is not None and parsed.chunk.reason.any():
+            for line, reason, where in parsed.bad_lines():
                 dead.send(line, reason, where)
                 self.count("dead_lettered")
         if batch.size == 0:                     # only bad or blank lines: nothing to apply
@@ -202,7 +204,7 @@ class KafkaSource(Source):
             self.handoff.call(lambda: self.committer.applied(offsets))
             return None
         self.count("batches")
-        self._inflight.append((batch.offsets, ready.rows, batch.timestamps))
+        self._inflight.append((batch.offsets, rows, batch.timestamps))
         return batch
 
     def commit(self, offsets: dict) -> None:
