@@ -43,7 +43,7 @@ from .fastpath import FastPath
 from .handoff import END
 from .oversize import OversizeSearch, skip_too_large
 from .pending import Pending
-from .segment import Segment
+from .segment import segments_of
 
 log = logging.getLogger("streamtrain.kafka")
 
@@ -244,7 +244,7 @@ class ConsumerLoop:
             if tp not in offsets.owned:
                 continue
             key = (tp.topic, tp.partition)
-            for seg in _segments(items):
+            for seg in segments_of(items):
                 seg.arrived = now
                 self.pending.push(seg)
                 before = offsets.position.get(key)
@@ -390,18 +390,3 @@ class ConsumerLoop:
         self.fetched.pop(tp, None)
         self.src.count("offset_resets")
 
-
-def _segments(items: list):
-    """What poll() returned for one partition as Segments: the fast path's as they are,
-    runs of ConsumerRecords (the normal path, or after the fast path fell back) converted."""
-    run = []
-    for item in items:
-        if isinstance(item, Segment):
-            if run:
-                yield Segment.from_records(run)
-                run = []
-            yield item
-        else:
-            run.append(item)
-    if run:
-        yield Segment.from_records(run)
