@@ -4,8 +4,8 @@ The only thread that uses the kafka-python consumer (kafka-python's own network 
 beside it). Each turn:
 
 1. the work the training thread handed back runs (``Handoff.call``: commits after updates,
-   seeks); due offsets are sent every ``COMMIT_EVERY`` batches or ``COMMIT_MAX_WAIT_S`` after
-   they became due (``commits.py``), and always before partitions are revoked;
+   seeks); due offsets are sent every ``COMMIT_EVERY`` batches (``commits.py``) and before
+   every poll, and when the group is about to rebalance the training thread settles first;
 2. a full batch queued (``batch_size`` lines), or a batch whose deadline passed
    (``max_wait_ms`` after its first line arrived), is cut at a message boundary and handed
    over while there is room (``Handoff.ahead`` batches wait at most: a slow model holds the
@@ -202,6 +202,8 @@ class ConsumerLoop:
         broker goes away mid-rejoin. That is retried with backoff (logged, counted in
         ``poll_errors``) until the broker answers or the reader is asked to stop (then ``{}``);
         any other error propagates."""
+        self._before_poll(consumer)
+
         def failed(err, attempt, pause):
             self.connected = False
             self.src.count("poll_errors")
@@ -212,6 +214,20 @@ class ConsumerLoop:
                                  transient=lambda err: isinstance(err, KafkaError) and err.retriable,
                                  on_retry=failed, stopped=self.stopped)
         return {} if got is STOPPED else got
+
+    def _before_poll(self, consumer) -> None:
+        """Nothing applied is left uncommitted when ``poll`` may revoke partitions: every due
+        offset is sent, and when the group is about to rebalance the training thread settles
+        first (here, where a blocking commit is allowed: kafka-python 3 runs the rebalance
+        listener on its IO thread, which must not block on the network)."""
+        try:
+            rejoin = consumer._coordinator.need_rejoin()
+        except Exception:                   # no group coordinator (a test's consumer), or another API
+            rejoin = False
+        if rejoin:
+            self.src.settle()
+        else:
+            self.src.committer.flush()
 
     def _poll_timeout_ms(self, now: float) -> int:
         if not self.pending:

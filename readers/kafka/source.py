@@ -80,7 +80,7 @@ class KafkaSource(Source):
         self.offsets = PartitionOffsets()       # used on the consumer thread only
         self.committer = Committer(self.offsets, self.health, self.count)
         self.loop = ConsumerLoop(self)
-        self.rebalance = Rebalance(self.offsets, self.loop.abandon, self._settle, self.loop.seek_consumer,
+        self.rebalance = Rebalance(self.offsets, self.loop.abandon, self._settle_in_listener, self.loop.seek_consumer,
                                    self.health.forget)
         self._inflight: deque = deque()         # (offsets, rows, timestamps) handed out, not committed
         self._idle = None                       # the job's idle hook (``batches(idle=...)``)
@@ -239,7 +239,16 @@ class KafkaSource(Source):
         self.handoff.call(lambda: self.loop.seek(offsets), wait=True)
         return True
 
-    def _settle(self) -> None:
+    def _settle_in_listener(self) -> None:
+        """The rebalance listener's settle: where the listener runs on the consumer thread
+        (kafka-python 2, inside ``poll``) or with no consumer thread (a test), as ``settle``;
+        kafka-python 3 runs it on its IO thread, which must not block on the network: there the
+        consumer thread settled before its poll (``ConsumerLoop._before_poll``)."""
+        thread = self.handoff.consumer_thread
+        if thread is None or not thread.is_alive() or thread is threading.current_thread():
+            self.settle()
+
+    def settle(self) -> None:
         """Before a revocation (on the consumer thread): the training thread commits everything
         trained (bounded wait), then every due commit is sent."""
         limit = SETTLE_SHARE * self.loop.keep_alive_s * 4 or 5.0
