@@ -1,8 +1,8 @@
 """``Committer``: sends what ``PartitionOffsets`` says is due, on the consumer's thread.
 
-One synchronous ``consumer.commit`` per ``COMMIT_EVERY`` applied batches, or once the oldest due
-offset waited ``COMMIT_MAX_WAIT_S`` (a quiet topic), and always before partitions are revoked, a
-seek, the close and ``committed_offsets()``; the dead-letter producer is flushed
+One synchronous ``consumer.commit`` per ``COMMIT_EVERY`` applied batches, and always before the
+consumer thread polls (or once the oldest due offset waited ``COMMIT_MAX_WAIT_S`` while it does
+not poll), before partitions are revoked, a seek, the close and ``committed_offsets()``; the dead-letter producer is flushed
 first (a bad line is in its topic before its offset is committed). A failed commit is logged
 and counted, never raised; its offsets are retried once at close.
 """

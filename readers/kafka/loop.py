@@ -21,7 +21,7 @@ beside it). Each turn:
 5. at the end of the stream (``stop_at_end`` / ``idle_timeout_s``) what is queued is handed
    over, then ``END``; the thread then only runs handed-back work until the reader closes.
 
-Rebalance callbacks run inside ``poll``, on this thread (``rebalance.py``).
+Rebalance callbacks run inside ``poll`` (``rebalance.py``; on kafka-python 3's IO thread).
 """
 from __future__ import annotations
 

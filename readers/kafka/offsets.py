@@ -4,8 +4,8 @@ A partition's offset ``n`` is committed only after every message below ``n`` was
 the store (or was a bad line, counted and dead-lettered). ``applied(offsets)`` (the job's
 commit, after the update) makes offsets *due*; the reader sends them (the dead-letter
 producer flushed first, then one synchronous ``consumer.commit``) once ``COMMIT_EVERY``
-batches are due or the oldest has waited 0.2 s (``commits.py``), and always before partitions
-are revoked, ``seek``, ``close`` and ``committed_offsets()``. So at most ``COMMIT_EVERY`` trained batches are
+batches are due, and always before the next ``poll`` (``commits.py``) — and before ``seek``,
+``close`` and ``committed_offsets()``. So at most ``COMMIT_EVERY`` trained batches are
 ever uncommitted (what a crash makes the next owner train again). An offset for a partition
 this trainer no longer owns is skipped (counted); a failed commit is remembered and retried
 once at close (every later commit also carries every owned partition's applied position).

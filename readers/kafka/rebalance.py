@@ -1,8 +1,10 @@
-"""``Rebalance``: kafka-python's rebalance listener, run inside ``poll`` on the consumer's thread.
+"""``Rebalance``: kafka-python's rebalance listener, run inside ``poll`` (on the consumer thread
+with kafka-python 2, on kafka-python 3's IO thread, where nothing may block on the network).
 
 On revocation, first everything trained is made durable and committed while the partitions
 are still owned (``settle``: the job's idle hook with ``due_only=False``, then the due commits
-sent), then the revoked partitions' queued, untrained messages are abandoned (the next owner
+sent — by the consumer thread before the poll that rebalances when the listener runs on
+kafka-python 3's IO thread, ``KafkaSource._settle_in_listener``), then the revoked partitions' queued, untrained messages are abandoned (the next owner
 reads them again from the committed offset; a partition that comes back to this consumer is
 sought back to its first abandoned offset, since kafka-python keeps its position). A lost
 partition (the group moved on without us) is abandoned without the settle: its commits would
