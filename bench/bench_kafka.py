@@ -153,10 +153,10 @@ def main(argv=None) -> int:
     from tests.kafka_broker import TansuBroker, create_topic
     from streamtrain.produce import produce
 
+    data = lines(args.records)              # (before the broker starts: a missing file leaves none behind)
     broker = None if args.bootstrap else TansuBroker().start()
     bootstrap = args.bootstrap or broker.bootstrap
     tag = f"{os.getpid()}-{int(time.time())}"
-    data = lines(args.records)
     tmp = Path(tempfile.mkdtemp(prefix="bench-kafka-"))
     path = tmp / "criteo.tsv"
     path.write_bytes(b"\n".join(data) + b"\n")

@@ -1,28 +1,21 @@
-"""``ConsumerLoop``: the Kafka reader's consumer thread — poll, decode, cut, parse, hand over.
+"""``ConsumerLoop``: the Kafka reader's consumer thread — poll, decode, cut, hand over.
 
-The only thread that uses the kafka-python consumer (kafka-python's own network thread runs
-beside it). Each turn:
-
-1. the work the training thread handed back runs (``Handoff.call``: commits after updates,
-   seeks); due offsets are sent every ``COMMIT_EVERY`` batches (``commits.py``) and before
-   every poll, and when the group is about to rebalance the training thread settles first;
-2. a full batch queued (``batch_size`` lines), or a batch whose deadline passed
-   (``max_wait_ms`` after its first line arrived), is cut at a message boundary and handed
-   over while there is room (``Handoff.ahead`` batches wait at most: a slow model holds the
-   fetching back); a parse worker thread parses it in one vectorised call (``batching.py``) and
-   prepares it (the job's ``prepare``) while this thread polls on;
-3. otherwise ``poll`` fetches more, with a timeout that ends at the open batch's deadline, or
-   after ``IDLE_POLL_S`` when nothing is pending: a quiet stream blocks in ``poll``, it never
-   spins; fetched messages queue up as ``Segment``s (``pending.py``; one per Kafka record batch
-   and partition on the fast path, ``fastpath.py``);
-4. while no batch can be handed over, a poll that fetches nothing (every partition paused) is
-   made once a quarter of ``max_poll_interval_ms`` passed since the last poll (``keep_alive``),
-   so a model slower than one fetch's backlog keeps its group membership;
-5. at the end of the stream (``stop_at_end`` / ``idle_timeout_s``) what is queued is handed
-   over, then ``END``; the thread then only runs handed-back work until the reader closes.
-
-Rebalance callbacks run inside ``poll`` (``rebalance.py``; on kafka-python 3's IO thread).
-"""
+The only thread that uses the kafka-python consumer (beside kafka-python's own IO thread). Each
+turn: (1) the work the training thread handed back runs (``Handoff.call``: commits after
+updates, seeks); due offsets are sent every ``COMMIT_EVERY`` batches and before every poll, and
+when the group is about to rebalance the training thread settles first; (2) a full batch queued
+(``batch_size`` lines), or one whose deadline passed (``max_wait_ms`` after its first line), is
+cut at a message boundary and handed over while there is room (``Handoff.ahead`` batches wait
+at most: a slow model holds the fetching back); a parse worker parses (``batching.py``) and
+prepares it (the job's ``prepare``) while this thread polls on; (3) otherwise ``poll`` fetches
+more, its timeout ending at the open batch's deadline or after ``IDLE_POLL_S`` (a quiet stream
+blocks in ``poll``, it never spins); fetched messages queue up as ``Segment``s (``pending.py``;
+one per record batch and partition on the fast path, ``fastpath.py``); (4) while no batch can be
+handed over, a poll that fetches nothing (every partition paused) is made once a quarter of
+``max_poll_interval_ms`` passed since the last one (``keep_alive``: a slow model keeps its group
+membership); (5) at the end of the stream (``stop_at_end`` / ``idle_timeout_s``) what is queued
+is handed over, then ``END``; the thread then only runs handed-back work until the reader closes.
+Rebalance callbacks run inside ``poll`` (``rebalance.py``; on kafka-python 3's IO thread)."""
 from __future__ import annotations
 
 import logging
@@ -55,9 +48,8 @@ ROOM_WAIT_S = 0.05         # longest sleep while the handed-over batches wait fo
 
 
 class Ready:
-    """A batch handed over: its segments (put back in the queue if it is dropped before training)
-    and the future of its parse in the parse worker: (``Parsed`` with ``batch.offsets`` set,
-    the rows' sources or None)."""
+    """A batch handed over: its segments (queued again if dropped untrained) and the future of
+    its parse: (``Parsed`` with ``batch.offsets`` set, the rows' sources or None)."""
 
     def __init__(self, segs: list, future):
         self.segs, self.future = segs, future
