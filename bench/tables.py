@@ -74,6 +74,21 @@ def graph(d: dict) -> None:
         print(f"movielens {label}: {r['logloss']:.4f} (AUC {r['auc']:.4f})")
 
 
+def kafka(d: dict) -> None:
+    k = d["lines_per_message"]
+    for store, t in d["train"].items():
+        med, runs = t["median"], t["runs"]
+        print(f"| train `{d['model']}` from ({store} store) | examples/s, median of {len(runs['file'])} "
+              f"interleaved runs | runs | ÷ file | target |")
+        print("|---|---:|---|---:|---:|")
+        rows = (("file", "file", None), ("Kafka, 1 line per message", "kafka_1", 0.75),
+                (f"Kafka, {k} lines per message", f"kafka_{k}", 0.9))
+        for label, key, target in rows:
+            ratio = "" if key == "file" else f"**{med[key] / med['file']:.2f}×**"
+            print(f"| {label} | {med[key]:,.0f} | {', '.join(f'{x:,.0f}' for x in runs[key])} | {ratio} | "
+                  f"{'' if target is None else f'≥ {target}×'} |")
+
+
 def quality(d: dict) -> None:
     sets = list(d["data"])
     names = [r["learner"] for r in d["data"][sets[0]]]
@@ -108,8 +123,8 @@ def main(argv=None) -> int:
     ap.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args(argv)
     for name, show in (("targets.json", targets), ("redis_store.json", redis_store), ("serve.json", serve),
-                       ("graph.json", graph), ("quality.json", quality), ("automl_peers.json", automl_peers),
-                       ("automl_cost.json", automl_cost)):
+                       ("graph.json", graph), ("quality.json", quality), ("kafka.json", kafka),
+                       ("automl_peers.json", automl_peers), ("automl_cost.json", automl_cost)):
         path = args.results / name
         if not path.exists():
             print(f"skipped: no {path}", file=sys.stderr)

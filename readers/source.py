@@ -1,4 +1,5 @@
-"""``Source``: what the trainer holds (batches, commit, close), and the reader types.
+"""``Source``: the contract every reader implements (batches, commit, close; seek, stop, lag
+and the idle hook with defaults), and the reader types.
 
 ``READERS`` maps ``reader.type`` to a ``Reader`` class (``kind``, ``options``, ``open``):
 ``file`` here, ``kafka``, ``synthetic`` and ``plugin`` in their modules; a new type is one
@@ -21,22 +22,49 @@ from .malformed import Malformed
 
 
 class Source:
-    """A started reader: ``batches()`` yields ``Batch``; ``commit(offsets)`` after the update."""
+    """The contract every reader implements: what the job holds while it trains.
 
-    def __init__(self, reader: Callable, malformed: Malformed, description: str,
-                 commit: Callable[[dict], None] | None = None,
+    Required: ``batches(idle=None)`` yields ``Batch``es (each with ``offsets`` when the source
+    has any); ``describe()``; ``close()``. The rest have defaults a reader overrides when it
+    has the capability:
+
+    * ``commit(offsets)``: called after the batch's update was applied (no-op here);
+    * ``seek(offsets) -> bool``: resume from a checkpoint's offsets; False (the default) when
+      the source has none to seek to;
+    * ``request_stop()``: end ``batches()`` at its next safe point (thread-safe; no-op here:
+      the job's loop checks its own stop between batches);
+    * ``lag()``: {(topic, partition): records not yet applied}, thread-safe, or None (no lag);
+    * ``waits_for_data``: True when ``batches()`` may block waiting for input (Kafka): the job
+      then never reads a batch ahead of the one it trains;
+    * the idle hook: ``batches(idle=fn)`` — a source that waits for data calls ``fn(due_only)``
+      in the job's own thread while no batch is ready (``due_only=True``: do what is due) and
+      when everything trained must be made durable and committed now (``due_only=False``:
+      before partitions are revoked, at the end of the stream). ``fn`` may call ``commit``.
+    * ``prepare``: a ``compose.Prepare`` run on each batch in the reader's own thread, or None.
+
+    This base class is also the generic source over a generator function
+    (``Source(reader, malformed, description)``), which the file, synthetic and plugin readers use.
+    """
+
+    waits_for_data = False
+
+    def __init__(self, reader: Callable | None = None, malformed: Malformed | None = None,
+                 description: str = "", commit: Callable[[dict], None] | None = None,
                  close: Callable[[], None] | None = None, prepare: Prepare | None = None):
         self._reader = reader
         #: a ``compose.Prepare`` run on each batch in the reader's own thread, for a source that
         #: has one (else None); the job installs its graph's batch-only work there
         self.prepare = prepare
-        self.malformed = malformed
+        self.malformed = malformed if malformed is not None else Malformed()
         self._description = description
         self._commit = commit
         self._close = close
         self._live = []
 
-    def batches(self):
+    def batches(self, idle: Callable[[bool], None] | None = None):
+        """The stream of batches (``idle`` is not called: a generator source never waits)."""
+        if self._reader is None:
+            raise NotImplementedError(f"{type(self).__name__} must implement batches()")
         gen = self._reader()
         self._live.append(gen)
         return gen
@@ -45,6 +73,17 @@ class Source:
         """Record that everything up to ``offsets`` is trained (no-op for files / synthetic)."""
         if self._commit is not None:
             self._commit(offsets)
+
+    def seek(self, offsets: dict) -> bool:
+        """Resume from ``offsets``; False: this source has no offsets to seek to."""
+        return False
+
+    def request_stop(self) -> None:
+        """End ``batches()`` at the next safe point (nothing to wake here)."""
+
+    def lag(self) -> dict | None:
+        """Records not yet applied per partition; None: not a stream with a lag."""
+        return None
 
     def close(self) -> None:
         for gen in self._live:

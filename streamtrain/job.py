@@ -59,8 +59,6 @@ class Job:
         self.writes_back = self.store.writes_back
         if self.writes_back:
             self.store.auto_flush = False       # the job flushes, then commits what was flushed
-            if hasattr(self.source, "before_poll"):     # Kafka: a quiet topic, its end, a rebalance
-                self.source.before_poll = self._before_poll
         self.last_checkpoint: str | None = None
         self.checkpoint_error: str | None = None   # why the final checkpoint failed (exit 3)
         self.store_failures = 0     # steps that failed because the store gave up (then retried)
@@ -149,7 +147,10 @@ class Job:
         every = float(self.config.get("log", {}).get("every_seconds", 10.0))
         next_log = 0.0                      # a first progress line once the first batch is trained
         try:
-            batches = self._read_ahead(self.source.batches())
+            # a source that waits for data calls the idle hook in this thread (Source's contract)
+            waits = getattr(self.source, "waits_for_data", False)
+            batches = self._read_ahead(self.source.batches(idle=self._before_poll) if waits
+                                       else self.source.batches())
             for batch, ahead in batches:
                 self.received_at = time.time()      # freshness fallback when a batch has no event times
                 if self.graph_input is not None:
@@ -231,8 +232,9 @@ class Job:
             self.offsets.update(offsets)
 
     def _before_poll(self, due_only: bool) -> None:
-        """The Kafka reader's call between batches: flush what was trained (when due, or now
-        before the stream ends or partitions are revoked) and commit it."""
+        """The idle hook of a source that waits for data (``Source.batches(idle=...)``), called in
+        this thread while no batch is ready: flush what was trained (when due, or now before the
+        stream ends or partitions are revoked) and commit it."""
         if self.store.undurable and self.trainer is not None and (not due_only or self.store.flush_due()) \
                 and self._flush() is STOPPED:
             self.store_down = True
@@ -244,7 +246,7 @@ class Job:
         else ``ahead()`` is None. Offsets are untouched: a batch read ahead but not trained
         (stop, limit) is not committed."""
         it = iter(batches)
-        waits = getattr(self.source, "request_stop", None) is not None     # Kafka: may wait for data
+        waits = getattr(self.source, "waits_for_data", False)     # Kafka: may wait for data
         eager = getattr(self.store, "prefetches", False) and not waits
         pending = []
 

@@ -32,8 +32,7 @@ def restore(job, where) -> dict:
         job.graph_input.store.restore(meta["arrays"]["graph"])
     job.trainer.batches = meta.get("step", 0)
     job.trainer.examples = job.restored_examples = meta.get("examples", 0)
-    if meta.get("offsets") and hasattr(job.source, "seek"):
-        job.source.seek(meta["offsets"])
+    if meta.get("offsets") and job.source.seek(meta["offsets"]) is not False:    # False: nothing to seek
         job.sought = True
     log.info("restored checkpoint %s (step %d)", checkpoint.resolve(where), meta.get("step", 0))
     return meta

@@ -271,3 +271,64 @@ def test_a_recreated_topic_is_followed_not_skipped(tmp_path):
         assert job.trainer.examples >= 520
     finally:
         broker.stop()
+
+
+def _topics(bootstrap) -> set:
+    """The broker's topics, from a metadata request that creates none (Tansu creates a topic a
+    metadata request names)."""
+    from kafka import KafkaAdminClient
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        return set(admin.list_topics())
+    finally:
+        admin.close()
+
+
+def test_a_topic_the_reader_recreates_is_read_from_its_start(tmp_path):
+    """The recreated-topic case where the consumer reaches the restarted broker first (what made
+    the test above fail now and then under load): its metadata request creates the topic again
+    (Tansu: 4 partitions), the group rejoins and the consumer keeps its old positions (200) past
+    the new, empty logs; Tansu answers those fetches with nothing instead of OffsetOutOfRange,
+    so nothing was ever read from them again (and once a new log passed 200, the records below
+    would have been skipped). The reader now notices a position past the log end (confirmed
+    with the broker's end offset) and reads the partition again from the beginning. The test
+    waits for that case's event — the topic created by the reader, not by the test — before it
+    produces: deterministic."""
+    from streamtrain import config as configmod
+    from streamtrain.job import Job
+    from tests.fixtures_kafka import LR_LAYERS
+
+    trace = tmp_path / "trace"
+    broker = broker_mod.TansuBroker().start()
+    try:
+        topic, group = "recreated-by-reader", "g-recreated-by-reader"
+        broker_mod.create_topic(broker.bootstrap, topic, partitions=2)
+        produce(broker.bootstrap, topic, criteo_lines(400, seed=1))
+        old_ends = broker_mod.end_offsets(broker.bootstrap, topic)
+        cfg = configmod.merge(configmod.defaults(), {
+            "batch_size": 50, "layers": LR_LAYERS, "metrics": {"enabled": False},
+            "reader": {"type": "kafka", "bootstrap": broker.bootstrap, "topic": topic, "group": group,
+                       "format": "criteo", "max_wait_ms": 100, "trace_file": str(trace),
+                       "consumer": dict(broker_mod.TEST_CONSUMER)}})
+        job = Job(configmod.validate(cfg))
+        runner = threading.Thread(target=job.run, daemon=True)
+        runner.start()
+        wait_for(lambda: broker_mod.committed_offsets(broker.bootstrap, topic, group) == old_ends,
+                 60, f"the first 400 records to be committed at {old_ends}")
+        before = len(trace.read_text().splitlines())
+        broker.stop()
+        broker.start()
+        wait_for(lambda: topic in _topics(broker.bootstrap), 60, "the reader to create the topic again")
+        produce(broker.bootstrap, topic, criteo_lines(120, seed=2))
+        ends = broker_mod.end_offsets(broker.bootstrap, topic)
+        assert sum(ends.values()) == 120
+        wait_for(lambda: broker_mod.committed_offsets(broker.bootstrap, topic, group) == ends, 90,
+                 f"committed offsets to reach the new log end {ends}")
+        job.stop_requested = True
+        runner.join(60)
+        assert not runner.is_alive()
+        after = applied(trace, since_line=before)
+        assert {p: after.get(p, set()) for p in ends} == {p: set(range(n)) for p, n in ends.items()}
+        assert set(after) <= set(ends)
+    finally:
+        broker.stop()

@@ -63,7 +63,7 @@ def _reader(**extra):
 def test_the_security_settings_reach_every_client(built, tmp_path):
     assert validate(_reader()) == []
     with pytest.raises(Built):
-        source.KafkaSource(_reader(), 8)._open()
+        source.KafkaSource(_reader(), 8).loop.open()     # (on the consumer thread, normally)
     with pytest.raises(Built):
         deadletter.DeadLetter("dead", clients.producer_settings(source.KafkaSource(_reader(), 8).cfg))
     with pytest.raises(Built):

@@ -128,7 +128,7 @@ def _source():
     src = KafkaSource({"type": "kafka", "bootstrap": "127.0.0.1:1", "topic": "t", "group": "g",
                        "format": "criteo"}, batch_size=8)
     src.consumer = _FakeConsumer()
-    src._assigned = {TopicPartition("t", 0), TopicPartition("t", 1)}
+    src.offsets.assign([TopicPartition("t", 0), TopicPartition("t", 1)])
     return src
 
 
@@ -145,7 +145,7 @@ def test_commits_are_sent_every_other_batch_and_before_the_consumer_is_used_agai
     assert src.stats["commits_skipped"] == 1
     assert src.committed_offsets() == {("t", 0): 30, ("t", 1): 7}   # sends what is due first
     assert c.commits[-1] == {("t", 0): 30, ("t", 1): 7}
-    src._on_revoked([TopicPartition("t", 1)], "revoked")
+    src.rebalance.revoked([TopicPartition("t", 1)], "revoked")
     src.commit({("t", 0): 40, ("t", 1): 9})                    # t/1 was revoked meanwhile
     src.close()
     assert c.commits[-1] == {("t", 0): 40} and c.closed
@@ -181,12 +181,12 @@ class _UnreachableConsumer(_FakeConsumer):
 def test_a_poll_that_cannot_reach_the_broker_is_retried_not_raised(monkeypatch, caplog):
     from kafka.errors import KafkaConnectionError
     from streamtrain.backoff import Backoff
-    from streamtrain.readers.kafka import source as source_mod
+    from streamtrain.readers.kafka import loop as source_mod
     monkeypatch.setattr(source_mod, "POLL_BACKOFF", Backoff(0.001, 0.002))
     src = _source()
     consumer = _UnreachableConsumer(3, KafkaConnectionError("104 ECONNRESET"))
     with caplog.at_level("WARNING", logger="streamtrain.kafka"):
-        assert src._poll(consumer, 100) == {"got": 4}
+        assert src.loop.poll(consumer, 100) == {"got": 4}
     assert consumer.polls == 4 and src.stats["poll_errors"] == 3
     assert sum("poll failed" in r.getMessage() for r in caplog.records) == 1    # not one per retry
 
@@ -194,14 +194,14 @@ def test_a_poll_that_cannot_reach_the_broker_is_retried_not_raised(monkeypatch, 
 def test_a_stop_ends_the_wait_for_the_broker_and_other_errors_propagate(monkeypatch):
     from kafka.errors import KafkaConnectionError, UnsupportedVersionError
     from streamtrain.backoff import Backoff
-    from streamtrain.readers.kafka import source as source_mod
+    from streamtrain.readers.kafka import loop as source_mod
     monkeypatch.setattr(source_mod, "POLL_BACKOFF", Backoff(0.05, 0.05))
     src = _source()
     src.request_stop()
-    assert src._poll(_UnreachableConsumer(10**6, KafkaConnectionError("down")), 100) == {}
+    assert src.loop.poll(_UnreachableConsumer(10**6, KafkaConnectionError("down")), 100) == {}
     src = _source()
     with pytest.raises(UnsupportedVersionError):                 # not retriable: the job reports it
-        src._poll(_UnreachableConsumer(1, UnsupportedVersionError("no")), 100)
+        src.loop.poll(_UnreachableConsumer(1, UnsupportedVersionError("no")), 100)
 
 
 def test_pending_put_back_restores_the_queue_in_order():
@@ -223,3 +223,26 @@ def test_pending_put_back_restores_the_queue_in_order():
     assert [o for o, _ in got] == sorted(o for o, _ in got)
     again = q.cut(6)                            # the same messages come out again
     assert [(s.offset, len(s)) for s in again] == [(s.offset, len(s)) for s in take]
+
+
+def test_the_compiled_decode_matches_the_vectorised_one_and_refuses_corrupt_bytes():
+    rng = np.random.default_rng(3)
+    n = 400
+    values = [None if i % 11 == 0 else bytes(rng.integers(32, 127, i % 300).astype(np.uint8)) for i in range(n)]
+    values[1] = b"x" * 70000                                   # a 3-byte length varint
+    keys = [None if i % 3 else f"k{i}".encode() * (i % 50) for i in range(n)]
+    headers = [[] if i % 4 else [("h", b"v" * (i % 9))] for i in range(n)]
+    batch = _batch(_batch_bytes(values, keys, headers, ts_step=37_000))
+    buf, body = batch._buffer, batch._pos
+    offd, tsd, vstart, vlen = decode.decode_v2_columns(buf, body, n)
+    for skip in (0, 1, n // 2, n):
+        offs, ts, joined, ends = decode.decode_v2_joined(buf, body, n, skip)
+        assert offs.tolist() == offd[skip:].tolist() and ts.tolist() == tsd[skip:].tolist()
+        assert joined == b"".join((v or b"") + b"\n" for v in values[skip:])
+        assert ends.tolist() == (np.cumsum(np.maximum(vlen[skip:], 0) + 1) - 1).tolist()
+    with pytest.raises(ValueError):
+        decode.decode_v2_joined(bytes(buf)[:-3], body, n)       # truncated
+    bad = bytearray(buf)
+    bad[body] += 2                                             # a record length off by one
+    with pytest.raises(ValueError):
+        decode.decode_v2_joined(bytes(bad), body, n)

@@ -121,38 +121,35 @@ def test_csv_over_kafka_takes_columns_from_the_config(kafka_bootstrap, kafka_top
 def test_full_batches_are_parsed_ahead_and_a_stop_puts_the_next_back(kafka_bootstrap, kafka_topic,
                                                                      kafka_names, kafka_test_consumer,
                                                                      criteo_path):
-    """While a batch trains, the next one is parsed (and prepared) in the reader's worker
-    thread; when the reader stops, that next batch goes back to the queue untrained, and
-    nothing past the batches trained is committed."""
+    """While a batch trains, the next ones are parsed (and prepared) in the reader's parse
+    worker; when the reader stops, those go untrained, and nothing past the batches trained is
+    committed."""
     import threading
+    import time
 
     topic = kafka_topic(1)
-    # a keep-alive poll due (a quarter of max_poll_interval_ms since the last poll: 1.25 s with the
-    # test settings, which a loaded machine can spend between two batches) defers the cut of the
-    # batch ahead by one batch; with 60 s none is due within the test
-    consumer = {**kafka_test_consumer, "max_poll_interval_ms": 60_000}
     src = KafkaSource({"type": "kafka", "bootstrap": kafka_bootstrap, "topic": topic,
                        "group": kafka_names("g"), "format": "criteo", "max_wait_ms": 5000,
-                       "consumer": consumer}, batch_size=100)
+                       "consumer": kafka_test_consumer}, batch_size=100)
     prepared = []
     src.prepare.fn = lambda batch: prepared.append((batch.size, threading.current_thread().name))
     produce(_lines(criteo_path)[:1000], kafka_bootstrap, topic)
     try:
         gen = src.batches()
-        first = next(gen)                       # 1000 queued: batch 2 is parsed meanwhile
+        first = next(gen)                       # 1000 queued: the next ones are parsed meanwhile
         assert first.size == 100
         src.commit(first.offsets)
         second = next(gen)
         assert second.size == 100
         src.commit(second.offsets)
-        assert src._ahead is not None           # batch 3 was cut for the worker before 2 was yielded
-        src._ahead[1].result(timeout=30)        # the worker prepares it while batch 2 "trains"
-        assert len(prepared) == 3               # batches 1, 2 and the one ahead
+        deadline = time.monotonic() + 30        # the parse worker prepares two ahead while 2 "trains"
+        while len(prepared) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(prepared) == 4               # batches 1, 2 and the two ahead: no more
         assert all(n == 100 and name.startswith("streamtrain-kafka-parse") for n, name in prepared)
         src.request_stop()
         for _ in gen:                           # the stop ends the loop at its next check
             pass
-        assert src._ahead is None and src._pending.lines == 800   # the one ahead is queued again
         assert sum(src.committed_offsets().values()) == 200
     finally:
         src.close()

@@ -91,7 +91,7 @@ def test_a_job_reads_ahead_on_the_redis_store_with_the_memory_store_results(redi
             "metrics.enabled=false", "checkpoint.dir=null", *store_sets]))
         job = Job(cfg, max_examples=256 * 12)
         if waits:                          # a source that may wait for data (Kafka) is not read ahead
-            job.source.request_stop = lambda: None
+            job.source.waits_for_data = True
         out = []
         job.hooks.append(lambda job, batch, result: out.append(np.array(result.predictions).ravel()))
         job.run()

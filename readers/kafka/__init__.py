@@ -3,14 +3,17 @@ offsets committed only after the update.
 
     config.py      keys, defaults, validation (imports no kafka-python)
     clients.py     the settings of every kafka-python client: security, consumer, producer
-    source.py      ``KafkaSource``: the poll loop          pending.py   the queue batches are cut from
-    batching.py    segments → a parsed batch, line sources offsets.py   applied / due / committed, seek
-    rebalance.py   the rebalance listener                 deadletter.py  bad lines to a topic
+    source.py      ``KafkaSource``: the reader as the job sees it (the training thread's side)
+    loop.py        ``ConsumerLoop``: the consumer thread — poll, decode, cut, parse, hand over
+    handoff.py     batches to the training thread; commits, seeks and settles back
+    offsets.py     ``PartitionOffsets``: owned / applied / due / committed (pure)
+    commits.py     ``Committer``: sends what is due     rebalance.py  ``Rebalance``: the listener
+    pending.py     the queue batches are cut from        batching.py   segments → a parsed batch
     segment.py     ``Segment``: messages as one line buffer decode.py   v2 record-batch bodies
     fastpath.py    kafka-python's fetcher handing out Segments (guarded; falls back)
     lag.py         consumer lag and freshness              trace.py     debug trace of applied rows
     admin.py       topic creation                          connect.py   the consumer made, waiting for a broker
-    oversize.py    records too large to fetch: found, skipped, dead-lettered by reference
+    deadletter.py  bad lines to a topic                    oversize.py  records too large to fetch: skipped
 
 The reader type ``kafka`` is ``KafkaReader`` below, registered in ``readers.source.READERS``:
 its keys are ``config.OPTIONS``.

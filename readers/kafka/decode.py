@@ -5,13 +5,18 @@ one; ``decode_v2_columns`` follows only the record lengths in Python and decodes
 of all records at once with numpy. Both raise ``ValueError``/``IndexError`` when the bytes do
 not add up.
 
-Both loops inline the one- and two-byte case of the record-length varint (the same six lines,
+``decode_v2_joined`` is the compiled one the fast path uses: one pass over the body that also
+joins the values into the segment's line buffer.
+
+Both Python loops inline the one- and two-byte case of the record-length varint (the same six lines,
 on purpose: a function call per record is most of the cost of these loops); longer varints go
 through ``_varint``.
 """
 from __future__ import annotations
 
 import numpy as np
+
+from streamtrain.compiled import njit
 
 
 def _varint(buf, pos):
@@ -148,3 +153,81 @@ def decode_v2_columns(buf, pos: int, count: int):
     return offd, tsd, p, vlen
 
 
+
+
+# ---- compiled: the whole body in one pass, values joined into one line buffer ----------------
+@njit(nogil=True)
+def _zigzag(a, pos, end):
+    """The zigzag varint at ``pos`` (it must end before ``end``): (value, next position)."""
+    raw = np.uint64(0)
+    shift = np.uint64(0)
+    while True:
+        if pos >= end:
+            raise ValueError("a varint runs past its record")
+        b = np.uint64(a[pos])
+        pos += 1
+        raw |= (b & np.uint64(0x7F)) << shift
+        if b < 0x80:
+            break
+        shift += np.uint64(7)
+        if shift > 63:
+            raise ValueError("a varint is longer than 10 bytes")
+    return np.int64(raw >> np.uint64(1)) ^ -np.int64(raw & np.uint64(1)), pos
+
+
+@njit(nogil=True)
+def _decode_join(a, pos, count, min_delta):
+    n = len(a)
+    offd = np.empty(count, np.int64)
+    tsd = np.empty(count, np.int64)
+    vstart = np.empty(count, np.int64)
+    vlen = np.empty(count, np.int64)
+    kept, total = 0, 0
+    for i in range(count):
+        length, pos = _zigzag(a, pos, n)
+        end = pos + length
+        if length <= 0 or end > n:
+            raise ValueError("a record runs past its batch")
+        t, p = _zigzag(a, pos + 1, end)           # + 1: the attributes byte
+        o, p = _zigzag(a, p, end)
+        k, p = _zigzag(a, p, end)
+        if k < -1:
+            raise ValueError("a record's key length is negative")
+        p += max(k, 0)
+        v, p = _zigzag(a, p, end)
+        if v < -1 or p + max(v, 0) > end:
+            raise ValueError("a record's value runs past its end")
+        offd[i], tsd[i], vstart[i], vlen[i] = o, t, p, max(v, 0)     # a null value: an empty line
+        if o >= min_delta:
+            kept += 1
+            total += max(v, 0) + 1
+        pos = end
+    if pos != n:
+        raise ValueError("record batch body has bytes left over")
+    out = np.empty(total, np.uint8)
+    ends = np.empty(kept, np.int64)
+    offs = np.empty(kept, np.int64)
+    ts = np.empty(kept, np.int64)
+    j, w = 0, 0
+    for i in range(count):
+        if offd[i] < min_delta:
+            continue
+        s, m = vstart[i], vlen[i]
+        out[w:w + m] = a[s:s + m]
+        w += m
+        out[w] = 10                                # '\n'
+        ends[j], offs[j], ts[j] = w, offd[i], tsd[i]
+        w += 1
+        j += 1
+    return offs, ts, out, ends
+
+
+def decode_v2_joined(buf, pos: int, count: int, min_delta: int = 0):
+    """The records of an (uncompressed) v2 batch body whose offset delta is at least
+    ``min_delta``, compiled, in one pass: (offset deltas, ts deltas, their values joined as
+    ``value\\n`` lines (bytes; a null value is an empty line), each line's ``\\n`` position).
+    Raises ``ValueError`` when the bytes do not add up (as ``decode_v2_columns``, whose results
+    it matches: ``tests/test_kafka_decode.py``)."""
+    a = np.frombuffer(buf, dtype=np.uint8)
+    offs, ts, out, ends = _decode_join(a, int(pos), int(count), int(min_delta))
+    return offs, ts, out.tobytes(), ends

@@ -29,7 +29,7 @@ import logging
 
 import numpy as np
 
-from .decode import decode_v2, decode_v2_columns
+from .decode import decode_v2, decode_v2_joined
 from .segment import Segment
 
 log = logging.getLogger("streamtrain.kafka")
@@ -54,24 +54,15 @@ def segment_of_batch(tp, batch, fetch_offset: int):
     count = batch.records_count
     if count < VECTOR_MIN_RECORDS:
         return _segment_of_batch_loop(tp, batch, fetch_offset)
-    buf = batch._buffer
-    offd, tsd, vstart, vlen = decode_v2_columns(buf, batch._pos, count)
+    offd, tsd, joined, ends = decode_v2_joined(batch._buffer, batch._pos, count,
+                                               max(0, fetch_offset - batch.base_offset))
+    if not len(offd):
+        return None
     offsets = offd + batch.base_offset
     if batch.timestamp_type == 1:                  # LOG_APPEND_TIME: the broker's time for all
         ts = np.full(len(offsets), float(batch.max_timestamp))
     else:
         ts = tsd.astype(np.float64) + batch.first_timestamp
-    if len(offsets) and offsets[0] < fetch_offset:
-        keep = offsets >= fetch_offset
-        offsets, ts, vstart, vlen = offsets[keep], ts[keep], vstart[keep], vlen[keep]
-    if not len(offsets):
-        return None
-    vlen = np.maximum(vlen, 0)                     # a null value becomes an empty line
-    mv = memoryview(buf)
-    parts = [mv[s:e] for s, e in zip(vstart.tolist(), (vstart + vlen).tolist())]
-    parts.append(b"")                              # the last line's '\n'
-    joined = b"\n".join(parts)
-    ends = np.cumsum(vlen + 1) - 1
     return Segment(tp.topic, tp.partition, joined, ends, offsets, ts / 1000.0, batch.next_offset)
 
 

@@ -175,20 +175,21 @@ class OversizeSearch:
             self.consumer.resume(*paused)
 
 
-def skip_too_large(source, consumer, tp, offset: int, size: int) -> None:
-    """The reader's side of a record found too large: seek past it, queue a blank line in its
-    place (so the commit that covers it comes after the records before it, as for a bad line),
-    count it, dead-letter it by reference, and say so once."""
+def skip_too_large(loop, consumer, tp, offset: int, size: int) -> None:
+    """The reader's side of a record found too large (``loop``: its ``ConsumerLoop``): seek past
+    it, queue a blank line in its place (so the commit that covers it comes after the records
+    before it, as for a bad line), count it, dead-letter it by reference, and say so once."""
     consumer.seek(tp, offset + 1)
     now = time.time()
-    source._take({tp: [Segment.from_values(tp.topic, tp.partition, [b""], [offset], [now * 1000], offset + 1)]},
-                 time.monotonic())
+    loop.take({tp: [Segment.from_values(tp.topic, tp.partition, [b""], [offset], [now * 1000], offset + 1)]},
+              time.monotonic())
+    source, dead = loop.src, loop.src.committer.dead
     source.malformed.add(TOO_LARGE)
-    source.stats["too_large"] += 1
+    source.count("too_large")
     where = (tp.topic, tp.partition, offset)
-    if source.dead is not None:
-        source.dead.send_reference(TOO_LARGE, where, size)
+    if dead is not None:
+        dead.send_reference(TOO_LARGE, where, size)
     log.warning("kafka reader: skipped the record at %s[%d] offset %d: fetched alone it is %d bytes, more than "
                 "the consumer takes (receive_message_max_bytes %s); counted as malformed '%s'%s", tp.topic,
                 tp.partition, offset, size, consumer.config.get("receive_message_max_bytes"), TOO_LARGE,
-                f", dead-lettered by reference to {source.dead.topic}" if source.dead is not None else "")
+                f", dead-lettered by reference to {dead.topic}" if dead is not None else "")

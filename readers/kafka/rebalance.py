@@ -1,75 +1,60 @@
-"""Rebalances: kafka-python's listener, run inside ``poll`` (never while a batch is trained).
+"""``Rebalance``: kafka-python's rebalance listener, run inside ``poll`` (on the consumer thread
+with kafka-python 2, on kafka-python 3's IO thread, where nothing may block on the network).
 
-Revoked partitions lose their queued, untrained messages (abandoned: the next owner reads
-them again from the committed offset; a partition that comes back to this consumer is sought
-back to its first abandoned offset, since kafka-python keeps its position); the in-flight
-batch has already been committed by then (due commits are sent before ``poll``).
-
-``RebalanceMixin`` is part of ``KafkaSource`` (``source.py`` holds ``_assigned``,
-``_pending``, ``_rewind``, ``_seek_later``, ``_fetched``, ``_applied``, ``_unconfirmed``).
+On revocation, first everything trained is made durable and committed while the partitions
+are still owned (``settle``: the job's idle hook with ``due_only=False``, then the due commits
+sent — by the consumer thread before the poll that rebalances when the listener runs on
+kafka-python 3's IO thread, ``KafkaSource._settle_in_listener``), then the revoked partitions' queued, untrained messages are abandoned (the next owner
+reads them again from the committed offset; a partition that comes back to this consumer is
+sought back to its first abandoned offset, since kafka-python keeps its position). A lost
+partition (the group moved on without us) is abandoned without the settle: its commits would
+fail. On assignment, partitions are sought where ``PartitionOffsets.assign`` says.
 """
 from __future__ import annotations
 
 import logging
 
-from kafka import ConsumerRebalanceListener
+from kafka import ConsumerRebalanceListener, TopicPartition
+
+from .offsets import PartitionOffsets
 
 log = logging.getLogger("streamtrain.kafka")
 
 
-class Listener(ConsumerRebalanceListener):
-    def __init__(self, source):
-        self.source = source
+class Rebalance(ConsumerRebalanceListener):
+    """The listener, with what it acts on passed in (it holds no reader state of its own but the
+    count of revocations): ``offsets`` (``PartitionOffsets``), ``abandon(pred) -> (n, {key: first
+    dropped offset})`` (drops the reader's queued messages ``pred(topic, partition)`` selects,
+    counting them), ``settle()`` (trained batches made durable, due commits sent), ``seek(tp,
+    offset)`` (the consumer's), ``forget(keys)`` (lag bookkeeping)."""
+
+    def __init__(self, offsets: PartitionOffsets, abandon, settle, seek, forget):
+        self.offsets = offsets
+        self.abandon, self.settle, self.seek, self.forget = abandon, settle, seek, forget
+        self.revocations = 0
 
     def on_partitions_revoked(self, revoked):
-        self.source._on_revoked(revoked, "revoked")
+        self.revoked(revoked, "revoked")
 
     def on_partitions_lost(self, lost):
-        self.source._on_revoked(lost, "lost")
+        self.revoked(lost, "lost")
 
     def on_partitions_assigned(self, assigned):
-        self.source._on_assigned(assigned)
+        self.assigned(assigned)
 
-
-class RebalanceMixin:
-    def _abandon(self, pred) -> int:
-        """Drop queued segments; remember where each partition must be read again from."""
-        dropped, first = self._pending.abandon(pred)
-        for key, off in first.items():
-            self._rewind[key] = min(self._rewind.get(key, off), off)
-        self.stats["abandoned_messages"] += dropped
-        return dropped
-
-    def _on_revoked(self, tps, how: str) -> None:
-        if self.before_poll is not None and how == "revoked":     # commit trained batches while owned
-            self.before_poll(False)
-            self._flush_commits()
-        tps = set(tps)
-        keys = {(tp.topic, tp.partition) for tp in tps}
-        with self._lock:
-            self.stats["revocations"] += 1
-            dropped = self._abandon(lambda seg: (seg.topic, seg.partition) in keys)
-            self._assigned -= tps
-            for tp in tps:
-                self._unconfirmed.pop(tp, None)
-                self._fetched.pop(tp, None)
-                self._applied.pop((tp.topic, tp.partition), None)
-        self.health.forget(keys)
+    def revoked(self, tps, how: str) -> None:
+        if how == "revoked":                # commit trained batches while still owned
+            self.settle()
+        keys = {(tp[0], tp[1]) for tp in tps}
+        dropped, first = self.abandon(lambda topic, partition: (topic, partition) in keys)
+        self.offsets.abandoned(first)
+        self.offsets.revoke(keys)
+        self.revocations += 1
+        self.forget(keys)
         log.info("kafka reader: partitions %s %s; %d queued untrained messages abandoned",
                  sorted(keys), how, dropped)
 
-    def _on_assigned(self, tps) -> None:
-        with self._lock:
-            self._assigned |= set(tps)
-            for tp in tps:
-                key = (tp.topic, tp.partition)
-                # kafka-python keeps the position of a partition that stays with this consumer
-                # across a rebalance: read the messages abandoned at revocation again
-                target = self._seek_later.pop(key, None)
-                if target is None:
-                    target = self._rewind.get(key)
-                if target is not None:
-                    self.consumer.seek(tp, target)
-                    self._fetched[tp] = target
-            self._rewind.clear()
-        log.info("kafka reader: assigned %s", sorted((tp.topic, tp.partition) for tp in tps))
+    def assigned(self, tps) -> None:
+        for key, target in self.offsets.assign(tps).items():
+            self.seek(TopicPartition(*key), target)
+        log.info("kafka reader: assigned %s", sorted((tp[0], tp[1]) for tp in tps))

@@ -87,3 +87,18 @@ class Segment:
         return cls.from_values(r0.topic, r0.partition, [r.value for r in records],
                                [r.offset for r in records], [r.timestamp for r in records])
 
+
+def segments_of(items: list):
+    """What poll() returned for one partition as Segments: the fast path's as they are,
+    runs of ConsumerRecords (the normal path, or after the fast path fell back) converted."""
+    run = []
+    for item in items:
+        if isinstance(item, Segment):
+            if run:
+                yield Segment.from_records(run)
+                run = []
+            yield item
+        else:
+            run.append(item)
+    if run:
+        yield Segment.from_records(run)

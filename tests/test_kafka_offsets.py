@@ -1,0 +1,73 @@
+"""``PartitionOffsets`` without a broker: what is due, when a commit is sent, what is skipped,
+what a failed commit leaves, where a seek or a reassignment reads from."""
+from __future__ import annotations
+
+from kafka import TopicPartition
+
+from streamtrain.readers.kafka.offsets import COMMIT_EVERY, PartitionOffsets
+
+
+def owned(*parts):
+    o = PartitionOffsets()
+    assert o.assign([("t", p) for p in parts]) == {}
+    return o
+
+
+def test_offsets_are_due_after_the_update_and_sent_every_other_batch():
+    assert COMMIT_EVERY == 2
+    o = owned(0, 1)
+    assert o.applied({("t", 0): 10, ("t", 1): 5}) is False          # due, not sent yet
+    assert o.applied({("t", 0): 20, ("t", 1): 5}) is True
+    assert o.take_due() == {("t", 0): 20, ("t", 1): 5}              # the newer offsets only
+    assert o.take_due() == {} and o.due_batches == 0
+
+
+def test_a_partition_not_owned_is_skipped_and_a_commit_never_goes_back():
+    o = owned(0, 1)
+    o.applied({("t", 0): 30, ("t", 1): 7, ("t", 2): 4})             # t/2 is not owned here
+    assert o.skipped == 1
+    o.applied({("t", 0): 25})                                      # an older position: kept at 30
+    assert o.take_due() == {("t", 0): 30, ("t", 1): 7}
+    o.applied({("t", 0): 40, ("t", 1): 9})
+    o.revoke([TopicPartition("t", 1)])                              # revoked before it was sent
+    assert o.take_due() == {("t", 0): 40} and o.skipped == 2
+
+
+def test_a_failed_commit_is_retried_once_if_still_owned():
+    o = owned(0, 1)
+    o.failed({("t", 0): 12, ("t", 1): 5})
+    o.sent({("t", 1): 6})
+    assert o.take_unconfirmed() == {("t", 0): 12} and o.take_unconfirmed() == {}
+    assert o.committed == {("t", 1): 6}
+    o.failed({("t", 0): 12})
+    o.revoke([("t", 0)])
+    assert o.take_unconfirmed() == {}
+
+
+def test_positions_start_at_the_first_message_follow_a_reset_and_fill_the_batch_offsets():
+    o = owned(0, 1)
+    assert o.took(("t", 0), 100) == "start" and o.took(("t", 0), 150) is None
+    o.applied({("t", 0): 160})
+    assert o.took(("t", 0), 3) == "reset" and o.position[("t", 0)] == 3    # topic recreated
+    assert o.with_owned({("t", 1): 8}) == {("t", 1): 8, ("t", 0): 3}     # t/1 has no position yet
+
+
+def test_abandoned_messages_are_read_again_when_the_partition_comes_back():
+    o = owned(0, 1)
+    o.abandoned({("t", 0): 40})
+    o.abandoned({("t", 0): 35, ("t", 1): 9})
+    o.revoke([("t", 0), ("t", 1)])
+    assert o.assign([TopicPartition("t", 0)]) == {("t", 0): 35}
+    assert o.assign([("t", 1)]) == {}                               # the rewind is spent at the first assignment
+
+
+def test_a_seek_targets_owned_partitions_now_and_the_others_when_assigned():
+    o = owned(0)
+    o.sent({("t", 0): 50})
+    o.failed({("t", 0): 60})
+    assert o.seek({("t", 1): 7}) == {("t", 0): 50}                  # owned, not in the seek: last committed
+    assert o.unconfirmed == {}
+    o.sought(("t", 0), 50)
+    assert o.position[("t", 0)] == 50
+    assert o.assign([("t", 1)]) == {("t", 1): 7}
+    assert o.seek({}) == {("t", 0): 50, ("t", 1): None}              # never committed: the caller asks the broker
