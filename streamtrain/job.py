@@ -7,14 +7,13 @@ store's ``write_back_s``) only after the flush that wrote it.
 """
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
 
 import numpy as np
 
-from . import checkpoint, job_checkpoints, outage, report
+from . import checkpoint, job_checkpoints, outage, readahead, report
 from .backoff import STOPPED, Backoff
 from .automl import attach as automl_attach
 from .drift import DriftMonitor
@@ -240,26 +239,10 @@ class Job:
             self.store_down = True
 
     def _read_ahead(self, batches):
-        """(batch, ahead) pairs: ``ahead()`` reads the next batch now, so that a store that reads
-        ahead (``store.prefetches``: redis) fetches its rows while this batch trains. Only for
-        sources that never wait for data (not Kafka: a quiet topic would hold this batch back);
-        else ``ahead()`` is None. Offsets are untouched: a batch read ahead but not trained
-        (stop, limit) is not committed."""
-        it = iter(batches)
-        waits = getattr(self.source, "waits_for_data", False)     # Kafka: may wait for data
-        eager = getattr(self.store, "prefetches", False) and not waits
-        pending = []
-
-        def ahead():
-            if eager and self.graph is not None and not pending:
-                pending.extend(itertools.islice(it, 1))
-            return pending[0] if pending else None
-
-        while True:
-            batch = pending.pop() if pending else next(it, None)
-            if batch is None:
-                return
-            yield batch, ahead
+        """(batch, ahead) pairs (readahead.py): reading ahead only into a store that prefetches,
+        from a source that never waits for data, once the model is built."""
+        eager = getattr(self.store, "prefetches", False) and not getattr(self.source, "waits_for_data", False)
+        return readahead.pairs(batches, lambda: eager and self.graph is not None)
 
     def _step(self, batch):
         with self.step_lock:            # a server reading this job's store waits for a whole step

@@ -1,7 +1,6 @@
 """Shared helpers for the readers tests: where the real data lives, and batch comparison."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -9,8 +8,8 @@ import pytest
 
 
 def data_dir() -> Path:
-    env = os.environ.get("STREAMTRAIN_DATA")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
+    from tests.conftest import DATA         # one rule for where the public logs are
+    return DATA
 
 
 def data_file(name: str) -> Path:

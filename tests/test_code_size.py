@@ -11,12 +11,11 @@ ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("streamtrain", "readers", "ops")        # the installed package (readers/, ops/ map into it)
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
-SPLITTING = "being split by issue 25 item 1 (the Source contract)"
-MODULES = {
-    "readers/kafka/source.py": SPLITTING,
-}
-FUNCTIONS = {
-}
+MODULES: dict[str, str] = {}           # module -> why it may be longer (none today)
+FUNCTIONS: dict[str, str] = {}         # module:function -> why it may be longer (none today)
+# the job reads as a straight line: reader -> trainer -> store -> commit (issue 25); its helpers
+# live beside it (job_checkpoints, outage, readahead, report)
+TIGHTER = {"streamtrain/job.py": 300}
 
 
 def modules() -> list[Path]:
@@ -60,6 +59,11 @@ def test_no_function_over_60_lines_outside_compiled_kernels():
                 over[f"{rel}:{name}"] = lines
     assert set(over) - set(FUNCTIONS) == set(), f"functions over {MAX_FUNCTION_LINES} lines: split them ({over})"
     assert set(FUNCTIONS) - set(over) == set(), "no longer over the budget: remove from FUNCTIONS"
+
+
+def test_the_job_stays_a_straight_line():
+    for rel, limit in TIGHTER.items():
+        assert len((ROOT / rel).read_text().splitlines()) <= limit, f"{rel} over {limit} lines"
 
 
 def test_every_exception_says_why():
