@@ -154,9 +154,9 @@ class Job:
                 self.received_at = time.time()      # freshness fallback when a batch has no event times
                 if self.graph_input is not None:
                     batch = self.graph_input.clean(batch)
-                    if not batch.size:             # every row was bad graph input (counted)
-                        self._applied(batch.offsets)
-                        continue
+                if not batch.size:      # every line was bad (counted): committed once those before are durable
+                    self._applied(batch.offsets)
+                    continue
                 if self.trainer is None:
                     self._build(batch)
                     if self.trainer is None:        # asked to stop while the store was unreachable

@@ -136,22 +136,42 @@ class Handoff:
         thread = self.consumer_thread
         if thread is None or not thread.is_alive() or thread is threading.current_thread():
             return fn()
-        fut = Future() if wait else None
+        if wait:
+            return self.result(self.submit(fn), timeout)
         with self._cond:
-            self._work.append((fn, fut))
+            self._work.append((fn, None))
             self._cond.notify_all()
-        if fut is None:
+        return None
+
+    def submit(self, fn):
+        """Hand ``fn`` over without waiting; a token for ``result`` (None: it ran here at once)."""
+        thread = self.consumer_thread
+        if thread is None or not thread.is_alive() or thread is threading.current_thread():
+            fn()
             return None
+        token = (fn, Future())
+        with self._cond:
+            self._work.append(token)
+            self._cond.notify_all()
+        return token
+
+    def result(self, token, timeout: float | None = None):
+        """``submit``'s work done: its result (raised if it failed); run here if the consumer
+        thread ended before it ran."""
+        if token is None:
+            return None
+        fn, fut = token
+        thread = self.consumer_thread
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
                 return fut.result(timeout=0.1)
             except TimeoutError:
-                if not thread.is_alive():           # it ended before running it: run it here
+                if thread is None or not thread.is_alive():     # it ended before running it: run it here
                     with self._cond:
-                        mine = (fn, fut) in self._work
+                        mine = token in self._work
                         if mine:
-                            self._work.remove((fn, fut))
+                            self._work.remove(token)
                     if mine:
                         return fn()
                 if deadline is not None and time.monotonic() > deadline:

@@ -82,6 +82,7 @@ class KafkaSource(Source):
         self.loop = ConsumerLoop(self)
         self.rebalance = Rebalance(self.offsets, self.loop.abandon, self._settle_in_listener, self.loop.seek_consumer,
                                    self.health.forget)
+        self._commit_token = None               # the last commit handed to the consumer thread
         self._inflight: deque = deque()         # (offsets, rows, timestamps) handed out, not committed
         self._idle = None                       # the job's idle hook (``batches(idle=...)``)
         self._gen = None
@@ -190,20 +191,17 @@ class KafkaSource(Source):
             handoff.wake()
 
     def _hand_out(self, ready):
-        """A handed-over batch's bad lines and bookkeeping: the batch, or None when it has no
-        good line (then committed at once)."""
+        """A handed-over batch's bad lines and bookkeeping: the batch (empty when it had no good
+        line: the job commits it in turn)."""
         parsed, rows = ready.future.result()   # parsed meanwhile in the parse worker
         batch, dead = parsed.batch, self.committer.dead
         if dead is not None and parsed.chunk.reason.any():
             for line, reason, where in parsed.bad_lines():
                 dead.send(line, reason, where)
                 self.count("dead_lettered")
-        if batch.size == 0:                     # only bad or blank lines: nothing to apply
-            self.count("empty_batches")
-            offsets = batch.offsets
-            self.handoff.call(lambda: self.committer.applied(offsets))
-            return None
-        self.count("batches")
+        # only bad or blank lines: nothing to train, but handed to the job all the same, so that
+        # its offsets are committed after every batch before them is durable (the store says when)
+        self.count("batches" if batch.size else "empty_batches")
         self._inflight.append((batch.offsets, rows, batch.timestamps))
         return batch
 
@@ -220,7 +218,10 @@ class KafkaSource(Source):
             if self.trace is not None and entry[1] is not None:
                 self.trace.write(entry[1])
             self.health.applied(entry[2])
-        self.handoff.call(lambda: self.committer.applied(offsets))
+        # at most one commit handed over and not yet run: so at most COMMIT_EVERY trained batches
+        # are ever uncommitted (what a kill makes the next owner train again), as without a thread
+        self.handoff.result(self._commit_token)
+        self._commit_token = self.handoff.submit(lambda: self.committer.applied(offsets))
 
     def committed_offsets(self) -> dict:
         """{(topic, partition): offset} this trainer committed (what is due is sent first)."""
