@@ -104,6 +104,8 @@ class AutoTrainer:
             if other is not None and other.table == spec.table and (
                     other.dim == spec.dim if spec.table else tuple(other.shape) == tuple(spec.shape)):
                 pairs[src] = name
+        if len(pairs) < len(cand.graph.params):
+            return              # a new term (parameters the champion lacks): the whole model starts cold
         try:
             self.store.copy(pairs)
         except StoreError as err:        # another trainer of a shared search wrote its rows first
