@@ -144,6 +144,29 @@ def test_the_leader_answers_before_it_is_confidently_better_and_never_when_not_f
     assert s.served != 1 and s.slots[s.served] is not None and s.champion == 0
 
 
+def test_a_challenger_with_a_new_term_starts_cold_one_with_the_same_parameters_warm():
+    """``_warm`` copies the champion's parameters into a challenger of the same parameters
+    (another rate), not into one with a term the champion lacks (+ FM: the whole model cold)."""
+    lay = layers()
+    lay[-2:-2] = [{"name": "emb", "type": "embedding", "inputs": ["sparse"], "dim": 4, "shared": True},
+                  {"name": "fm", "type": "fm", "inputs": ["emb"], "reduce": True}]
+    cfg = configmod.validate(configmod.with_defaults(configmod.SCHEMA, {
+        "batch_size": 1000, "layers": lay, "metrics": {"enabled": False}, "automl": {"live": 1, "space": [
+            {"name": "terms", "paths": ["layers.logit.inputs"],
+             "values": [["wide_sum", "bias"], ["wide_sum", "fm", "bias"]], "start": ["wide_sum", "bias"]},
+            {"name": "rate", "paths": ["layers.wide.optimizer.alpha"], "values": [0.1, 0.3]}]}}))
+    t = run(cfg, planted_stream(0), 2)
+    copies = []
+    t.store.copy = copies.append
+    for epoch, (terms, warm) in enumerate([(["wide_sum", "fm", "bias"], False), (["wide_sum", "bias"], True)]):
+        assign = dict(t.champion.assign, terms=terms, rate=0.1)
+        cand = Candidate(1, 100 + epoch, assign, t.space.apply(t.config, assign), t.schema, t.store)
+        copies.clear()
+        t._warm(cand)
+        assert bool(copies) == warm, (terms, copies)
+    assert set(copies[0].values()) == set(cand.graph.params)        # every parameter, from the champion
+
+
 def test_the_confidence_sequence_keeps_its_error_rate_and_finds_a_real_difference():
     """Paired differences of equal candidates (mean 0, sd 0.3), looked at after every batch of
     1,000 for 200 batches: a verdict at any look in under 5 % of 400 streams (alpha = 0.05);
