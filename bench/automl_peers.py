@@ -131,8 +131,9 @@ def run_river_selection(name: str, dicts: list, labels: np.ndarray, n: int) -> t
 # ---- quality ---------------------------------------------------------------------------------
 def quality(data: str, learners, cap: int | None) -> list[dict]:
     s = streams.stream(data)
-    batches = streams.read_batches(s)
-    labels, feats = streams.examples(batches)
+    if any(not name.startswith("st-") for name in learners):   # the peers' inputs (not read for st-* alone)
+        batches = streams.read_batches(s)
+        labels, feats = streams.examples(batches)
     rows = []
     for name in learners:
         if name.startswith("st-"):

@@ -157,6 +157,9 @@ class Metrics:
                                      registry=r)
         self.automl_champion = Gauge("streamtrain_automl_champion_slot", "The slot of the AutoML champion",
                                      registry=r)
+        self.automl_served = Gauge("streamtrain_automl_served_slot",
+                                   "The slot of the AutoML candidate that answers (automl.serve: the leader or the champion)",
+                                   registry=r)
         self.automl_promotions = Counter("streamtrain_automl_promotions_total",
                                          "AutoML challengers promoted to champion", registry=r)
         self.automl_retired = Counter("streamtrain_automl_retirements_total",
@@ -240,6 +243,7 @@ class Metrics:
         if search is None:
             return
         self.automl_champion.set(search.champion)
+        self.automl_served.set(search.served)
         self.automl_promotions.inc(self._delta("automl_promotions", search.promotions))
         self.automl_born.inc(self._delta("automl_born", search.next_epoch))
         for reason, n in search.retired.items():

@@ -4,6 +4,8 @@ confidence sequence keeps its error rate, the search survives a JSON round trip,
 ``automl`` section's errors name their field."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -111,6 +113,58 @@ def test_a_nonfinite_champion_is_replaced_and_the_champion_never_empty():
     events = alone.decide(nonfinite=[0])
     assert [e["event"] for e in events] == ["retired", "born"]
     assert alone.slots[0] is not None and alone.slots[0]["epoch"] == 1 and alone.champion == 0
+
+
+def test_the_leader_answers_before_it_is_confidently_better_and_never_when_not_finite():
+    """``serve: leader``: a challenger better on average but not yet confidently (the champion
+    stays) answers from the next batch; not before ``grace`` paired examples; never one whose
+    step was not finite; ``serve: champion`` keeps ChaCha's rule; a JSON round trip keeps it."""
+    section = with_defaults(AUTOML, {"live": 3, "grace": 100, "space": [
+        {"name": "x", "paths": ["batch_size"], "values": [1, 2, 3, 4]}]})
+    rng = np.random.default_rng(0)
+    base = rng.random((4, 3, 60)) + 0.5
+    shift = np.array([0.0, -0.01, 0.005])[:, None]       # slot 1 a little better, 2 a little worse
+    searches = {}
+    for serve, leader in (("leader", 1), ("champion", 0)):
+        s = searches[serve] = Search({**section, "serve": serve}, Space(section))
+        s.begin({"layers": []}, [])
+        seen = []
+        for b in base:
+            s.observe({i: b[i] + shift[i] for i in range(3)})
+            s.decide()
+            seen.append(s.served)
+        assert s.champion == 0 and s.promotions == 0                # not confidently better
+        assert seen[:2] == [0, 0] and seen[-1] == leader             # 120 > grace paired after 4 batches
+        again = Search({**section, "serve": serve}, Space(section))
+        again.load_json(json.loads(json.dumps(s.to_json())))
+        assert again.served == leader
+    s = searches["leader"]
+    s.observe({0: base[0][0], 2: base[0][2]})
+    s.decide(nonfinite=[1])                       # the leader's step was not finite
+    assert s.served != 1 and s.slots[s.served] is not None and s.champion == 0
+
+
+def test_a_challenger_with_a_new_term_starts_cold_one_with_the_same_parameters_warm():
+    """``_warm`` copies the champion's parameters into a challenger of the same parameters
+    (another rate), not into one with a term the champion lacks (+ FM: the whole model cold)."""
+    lay = layers()
+    lay[-2:-2] = [{"name": "emb", "type": "embedding", "inputs": ["sparse"], "dim": 4, "shared": True},
+                  {"name": "fm", "type": "fm", "inputs": ["emb"], "reduce": True}]
+    cfg = configmod.validate(configmod.with_defaults(configmod.SCHEMA, {
+        "batch_size": 1000, "layers": lay, "metrics": {"enabled": False}, "automl": {"live": 1, "space": [
+            {"name": "terms", "paths": ["layers.logit.inputs"],
+             "values": [["wide_sum", "bias"], ["wide_sum", "fm", "bias"]], "start": ["wide_sum", "bias"]},
+            {"name": "rate", "paths": ["layers.wide.optimizer.alpha"], "values": [0.1, 0.3]}]}}))
+    t = run(cfg, planted_stream(0), 2)
+    copies = []
+    t.store.copy = copies.append
+    for epoch, (terms, warm) in enumerate([(["wide_sum", "fm", "bias"], False), (["wide_sum", "bias"], True)]):
+        assign = dict(t.champion.assign, terms=terms, rate=0.1)
+        cand = Candidate(1, 100 + epoch, assign, t.space.apply(t.config, assign), t.schema, t.store)
+        copies.clear()
+        t._warm(cand)
+        assert bool(copies) == warm, (terms, copies)
+    assert set(copies[0].values()) == set(cand.graph.params)        # every parameter, from the champion
 
 
 def test_the_confidence_sequence_keeps_its_error_rate_and_finds_a_real_difference():

@@ -35,18 +35,21 @@ def automl_config(tmp_path, examples: int, **over) -> dict:
 
 def check_serving(job) -> None:
     """/v1/predict's answer (a JobModel Service, as `streamtrain run` with serve.enabled builds it)
-    is the champion's; /v1/model shows the search. True if another live candidate's differs."""
+    is the served candidate's (the leader now); /v1/model shows the search. True if another live
+    candidate's differs."""
     service = Service(JobModel(job), with_defaults(SERVE_OPTIONS, {}), job.config["reader"])
     records = {"records": [{"f0": "1", "f1": "2", "f2": "3", "f3": "4"}, {"f0": "5", "f1": "0"}]}
     answer = service.predict(json.dumps(records).encode(), "application/json")["predictions"]
     batch = records_batch(records, job.graph.schema, 10)
     search, candidates = job.trainer.search, job.trainer.candidates
-    assert answer == service._answer(candidates[search.champion].graph, batch, True)["predictions"]
+    assert answer == service._answer(candidates[search.served].graph, batch, True)["predictions"]
     others = [service._answer(c.graph, batch, True)["predictions"] for s, c in candidates.items()
-              if s != search.champion]
+              if s != search.served]
     model = service.describe()
     assert model["automl"]["champion"]["slot"] == search.champion
     assert model["automl"]["champion"]["assign"] == candidates[search.champion].assign
+    assert model["automl"]["served"]["slot"] == search.served
+    assert model["automl"]["served"]["assign"] == candidates[search.served].assign
     assert {c["slot"] for c in model["automl"]["candidates"]} == set(candidates)
     return any(p != answer for p in others)     # a challenger (born from the champion) may still agree
 
@@ -66,11 +69,12 @@ def test_metrics_serving_and_model_follow_the_champion(tmp_path):
     assert len(served) >= 3 and served[-1][0] >= 1, served      # served before and after a promotion
     assert any(differs for _, differs in served), served        # ... and not another candidate's answer
     assert summary["examples"] == 60_000 and summary["automl"]["champion"]["slot"] == search.champion
-    assert job.graph is job.trainer.champion.graph
+    assert job.graph is job.trainer.served.graph and search.served in job.trainer.candidates
     value = metrics.registry.get_sample_value
     assert value("streamtrain_automl_promotions_total") == search.promotions
     assert value("streamtrain_automl_candidates_born_total") == search.next_epoch
     assert value("streamtrain_automl_champion_slot") == search.champion
+    assert value("streamtrain_automl_served_slot") == search.served
     for reason, n in search.retired.items():
         assert value("streamtrain_automl_retirements_total", {"reason": reason}) == n
     for i, slot in enumerate(search.slots):                   # one series per slot, never per config
@@ -104,10 +108,11 @@ def test_a_checkpoint_holds_every_candidate_and_the_search(tmp_path):
     finally:
         again.finish()
 
-    # `streamtrain eval` and `serve --restore` load the champion of the checkpoint
+    # `streamtrain eval` and `serve --restore` load the served candidate of the checkpoint
     from streamtrain import saved
     graph, store = saved.read(first.last_checkpoint).build(first.config, first.graph.schema)
-    champion = first.trainer.champion
+    assert saved.read(first.last_checkpoint).meta["automl"]["served"] == first.trainer.search.served
+    champion = first.trainer.served
     assert set(graph.params) == set(champion.graph.params)
     batch = next(iter(Job(automl_config(tmp_path, 2_000)).source.batches()))
     ctx = graph.context(training=False)

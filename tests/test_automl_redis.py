@@ -37,7 +37,7 @@ def test_two_trainers_agree_on_the_champion_through_redis(redis_url, redis_names
             assert t.search.to_json() == shared                  # its view is the shared state
             other = trainers[1 - i % 2]
             other.refresh()
-            assert other.search.champion == t.search.champion
+            assert other.search.champion == t.search.champion and other.search.served == t.search.served
             assert {s: c.epoch for s, c in other.candidates.items()} == {s: c.epoch for s, c in t.candidates.items()}
             if won is None and ["f1", "f2"] in t.champion.assign["crosses"]:
                 won = 1000 * (i + 1)

@@ -1,11 +1,12 @@
 """An AutoML search inside the daemon (``Job``): the trainer, its hooks, its checkpoint part.
 
-* ``job.graph`` is the champion's graph after every step, so ``POST /v1/predict`` answers with
-  the champion (``streamtrain run`` with ``serve.enabled``) and ``GET /v1/model`` shows it,
-  with the search (``describe``: the champion's assignment, every live candidate);
+* ``job.graph`` is the served candidate's graph after every step (``Search.served``: the leader
+  now, or the champion), so ``POST /v1/predict`` answers with it (``streamtrain run`` with
+  ``serve.enabled``) and ``GET /v1/model`` shows it, with the search (``describe``: the
+  champion's and the served candidate's assignments, every live candidate);
 * checkpoints hold every live candidate's parameters (they share the job's store) and, in
   ``meta.json``'s ``automl``, the search state, so a restore resumes the same search;
-* the drift monitor reads the step's losses: the champion's;
+* the drift monitor reads the step's losses: the served candidate's;
 * a promotion is logged as one event line (``automl: slot N promoted``) and counted
   (``streamtrain_automl_promotions_total``, metrics.py).
 """
@@ -34,7 +35,7 @@ def _shared(job):
 
 
 def _follow(job, batch, result) -> None:
-    """After every step: the job's graph is the champion's (serving, /v1/model)."""
+    """After every step: the job's graph is the served candidate's (serving, /v1/model)."""
     job.graph = job.trainer.graph
 
 

@@ -50,14 +50,16 @@ def prefixed(layers: list[dict], pre: str) -> list[dict]:
 
 
 def champion_config(config: dict, state: dict) -> dict:
-    """The champion's job config of a saved search (``state``: ``Search.to_json``), its layers
-    named as its parameters are in the store: what ``streamtrain eval`` and ``serve --restore``
-    build from an AutoML job's checkpoint."""
+    """The served candidate's job config of a saved search (``state``: ``Search.to_json``; its
+    ``served`` slot, the champion in states saved before it existed), its layers named as its
+    parameters are in the store: what ``streamtrain eval`` and ``serve --restore`` build from an
+    AutoML job's checkpoint."""
     from streamtrain.schema import with_defaults
     from .space import AUTOML, Space
-    slot = state["slots"][state["champion"]]
+    served = state.get("served", state["champion"])
+    slot = state["slots"][served]
     cfg = Space(with_defaults(AUTOML, config["automl"])).apply(config, slot["assign"])
-    cfg["layers"] = prefixed(cfg["layers"], prefix(state["champion"], slot["epoch"]))
+    cfg["layers"] = prefixed(cfg["layers"], prefix(served, slot["epoch"]))
     return cfg
 
 

@@ -13,6 +13,14 @@ the paired differences (``bounds.verdict``):
   champion, the live candidate with the lowest mean loss against it takes over, or, alone, it
   is born again from its own assignment: the champion is never empty.
 
+The confidence bound decides what to *keep* (resources, as ChaCha). What *answers* is slot
+``served``: with ``serve: "leader"`` (the default) the live candidate whose progressive loss
+is lowest now on the examples it shared with the champion (the champion itself, or a
+challenger past ``grace`` paired examples whose mean difference to it is negative):
+follow-the-leader, chosen after every batch from the evidence before the next one. A
+challenger that is better, but not yet *confidently* so, answers meanwhile. With
+``serve: "champion"`` the champion answers (ChaCha's rule).
+
 The state is plain JSON (``to_json``/``from_json``): checkpoints hold it, and trainers that
 share a Redis store share it (``shared.py``) so that all of them agree on the champion.
 """
@@ -33,10 +41,12 @@ class Search:
         self.live = int(section["live"])
         self.grace, self.patience = int(section["grace"]), int(section["patience"])
         self.alpha = float(section["confidence"])
+        self.follow = section.get("serve", "leader") == "leader"
         self.rng = np.random.default_rng(int(section["seed"]))
         k = self.live
         self.slots: list[dict | None] = [None] * k     # {"epoch", "assign", "examples", "loss_sum"}
         self.champion = 0
+        self.served = 0                                # the slot that answers (``_lead``)
         self.next_epoch = 0
         self.n = np.zeros((k, k), np.int64)            # paired examples of (i, j)
         self.s = np.zeros((k, k))                      # sum of loss_i - loss_j
@@ -54,6 +64,7 @@ class Search:
         """The first champion (the space's start in ``config``) and its first challengers."""
         self.fields = sorted(fields)
         events = [self._born(0, self.space.start(config, self.fields))]
+        self.champion = self.served = 0
         return events + self._fill()
 
     def _born(self, slot: int, assign: dict) -> dict:
@@ -141,7 +152,25 @@ class Search:
             self.version += 1
             events.append({"event": "promoted", "slot": best, "from": h, "epoch": self.slots[best]["epoch"],
                            "assign": self.slots[best]["assign"], "mean_difference": float(best_mean)})
-        return events + self._fill()
+        events += self._fill()
+        self._lead()
+        return events
+
+    def _lead(self) -> None:
+        """``served``: the champion, or (``serve: "leader"``) the live challenger with the lowest
+        finite mean loss difference to it, negative, over at least ``grace`` paired examples."""
+        h = self.champion
+        self.served = h
+        if not self.follow:
+            return
+        best = 0.0
+        for i, slot in enumerate(self.slots):
+            n = int(self.n[i, h])
+            if slot is None or i == h or n < self.grace:
+                continue
+            mean = self.s[i, h] / n
+            if np.isfinite(mean) and mean < best:
+                self.served, best = i, mean
 
     def _retire(self, i: int, reason: str) -> list[dict]:
         slot = self.slots[i]
@@ -175,7 +204,7 @@ class Search:
         return s["loss_sum"] / s["examples"] if s and s["examples"] else float("nan")
 
     def to_json(self) -> dict:
-        return {"slots": self.slots, "champion": self.champion, "next_epoch": self.next_epoch,
+        return {"slots": self.slots, "champion": self.champion, "served": self.served, "next_epoch": self.next_epoch,
                 "n": self.n.tolist(), "s": self.s.tolist(), "ss": self.ss.tolist(), "tried": self.tried,
                 "fields": self.fields, "promotions": self.promotions, "retired": self.retired,
                 "version": self.version, "exhausted": self.exhausted, "turn": self.turn, "rng": self.rng.bit_generator.state}
@@ -184,6 +213,7 @@ class Search:
         if len(doc["slots"]) != self.live:
             raise ValueError(f"the saved search has {len(doc['slots'])} slots, automl.live is {self.live}")
         self.slots, self.champion, self.next_epoch = doc["slots"], doc["champion"], doc["next_epoch"]
+        self.served = doc.get("served", self.champion)
         self.n = np.array(doc["n"], np.int64)
         self.s, self.ss = np.array(doc["s"], np.float64), np.array(doc["ss"], np.float64)
         self.tried, self.fields = list(doc["tried"]), list(doc["fields"])

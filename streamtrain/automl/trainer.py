@@ -2,8 +2,8 @@
 
 The reader parses a batch once; each candidate feeds it to its own graph, predicts every
 example before learning it (its progressive loss is honest) and pushes to its own namespace
-of the shared store. The job sees one trainer: the champion's predictions are what it scores,
-serves and watches for drift; ``step`` returns once every candidate applied the batch, so the
+of the shared store. The job sees one trainer: the served candidate's predictions (the search's
+``served`` slot: the leader now, or the champion) are what it scores, serves and watches for drift; ``step`` returns once every candidate applied the batch, so the
 job commits the batch's offsets only then.
 """
 from __future__ import annotations
@@ -26,14 +26,14 @@ log = logging.getLogger("streamtrain.automl")
 
 
 class _Status:
-    """The champion's layer states under the base config's layer names (bounded metric labels)."""
+    """The served candidate's layer states under the base config's layer names (bounded metric labels)."""
 
     def __init__(self, owner):
         self.owner = owner
 
     @property
     def status(self) -> dict:
-        champ = self.owner.champion
+        champ = self.owner.served
         n = len(champ.prefix)
         return {name[n:]: s for name, s in champ.trainer.ctx.status.items()}
 
@@ -104,6 +104,8 @@ class AutoTrainer:
             if other is not None and other.table == spec.table and (
                     other.dim == spec.dim if spec.table else tuple(other.shape) == tuple(spec.shape)):
                 pairs[src] = name
+        if len(pairs) < len(cand.graph.params):
+            return              # a new term (parameters the champion lacks): the whole model starts cold
         try:
             self.store.copy(pairs)
         except StoreError as err:        # another trainer of a shared search wrote its rows first
@@ -121,8 +123,13 @@ class AutoTrainer:
         return self.candidates[self.search.champion]
 
     @property
+    def served(self) -> Candidate:
+        """The candidate that answers (``Search.served``)."""
+        return self.candidates[self.search.served]
+
+    @property
     def graph(self):
-        return self.champion.graph
+        return self.served.graph
 
     @property
     def params(self) -> dict:
@@ -134,7 +141,7 @@ class AutoTrainer:
         t0 = time.perf_counter()
         self.refresh()          # other trainers' decisions since this one's last step
         results = {slot: cand.step(batch) for slot, cand in self.candidates.items()}
-        served = results[self.search.champion]
+        served = results[self.search.served]
         seconds = {}
         for r in results.values():
             for k, v in r.seconds.items():
@@ -202,6 +209,7 @@ class AutoTrainer:
         s = self.search
         return {
             "champion": {**self.champion.describe(), "mean_loss": _num(s.mean_loss(s.champion))},
+            "served": {**self.served.describe(), "mean_loss": _num(s.mean_loss(s.served))},
             "candidates": [{**c.describe(), "examples": s.slots[i]["examples"], "mean_loss": _num(s.mean_loss(i))}
                            for i, c in sorted(self.candidates.items())],
             "promotions": s.promotions, "retired": dict(s.retired), "born": s.next_epoch,

@@ -89,7 +89,7 @@ class JobModel:
         return self.job.store.describe()
 
     def automl(self) -> dict | None:
-        """The AutoML search whose champion answers (None without one)."""
+        """The AutoML search whose served candidate (the leader) answers (None without one)."""
         return automl_attach.describe(self.job)
 
     def hit_counts(self):
