@@ -47,6 +47,7 @@ from streamtrain.scores import auc, logloss
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import compare  # noqa: E402
+import raw_inputs  # noqa: E402
 import report  # noqa: E402
 import streams  # noqa: E402
 
@@ -55,30 +56,26 @@ VW_ARGS = {"loss_function": "logistic", "link": "logistic", "bit_precision": 24,
 
 
 # ---- inputs ----------------------------------------------------------------------------------
-def vw_lines_by_field(batches) -> tuple[np.ndarray, list[str]]:
-    """VW lines with a namespace per categorical field (letters, in field order) and the numeric
-    fields together in namespace ``Z``; labels -1/+1."""
-    names = list(batches[0].sparse)
-    letters = [c for c in string.ascii_letters if c != "Z"]
-    if len(names) > len(letters):
-        raise SystemExit(f"{len(names)} categorical fields: more than VW namespaces here")
-    labels, lines = [], []
-    for b in batches:
-        parts = [[f"{1 if y > 0.5 else -1}"] for y in b.labels.tolist()]
-        for ns, name in zip(letters, names):
-            f = b.sparse[name]
-            hexes = [format(int(i), "x") for i in f.ids.tolist()]
-            off = f.offsets.tolist()
-            for r in range(b.size):
-                parts[r].append(f"|{ns} " + " ".join(hexes[off[r]:off[r + 1]]))
-        dense = b.dense.tolist()
-        for r in range(b.size):
-            num = " ".join(f"{k}:{v:.6g}" for k, v in zip(b.dense_names, dense[r]) if v != 0.0)
-            if num:
-                parts[r].append(f"|Z {num}")
-        lines += [" ".join(p) for p in parts]
-        labels.append(np.asarray(b.labels, np.float64))
-    return np.concatenate(labels), lines
+def vw_lines_by_field(rows) -> tuple[np.ndarray, list[str]]:
+    """VW lines of the raw values (``raw_inputs.py``) with a namespace per categorical column
+    (letters, in column order: AutoVW searches interactions between namespaces) and the numeric
+    columns together in namespace ``Z``; labels -1/+1."""
+    names = list(dict.fromkeys(k for cats in rows.cats for k, _ in cats))
+    letters = dict(zip(names, (c for c in string.ascii_letters if c != "Z")))
+    if len(letters) < len(names):
+        raise SystemExit(f"{len(names)} categorical columns: more than VW namespaces here")
+    lines = []
+    for y, nums, cats in zip(rows.labels, rows.nums, rows.cats):
+        by_ns: dict = {}
+        for k, v in cats:
+            by_ns.setdefault(letters[k], []).append(v.translate(raw_inputs._VW_SYNTAX))
+        # every namespace on every line, an empty column as an empty namespace (AutoVW sizes its
+        # interactions from the namespaces it has seen)
+        parts = [("1" if y > 0.5 else "-1")] + [f"|{ns} " + " ".join(by_ns.get(ns, ())) for ns in letters.values()]
+        if nums:
+            parts.append("|Z " + " ".join(f"{k}:{v:g}" for k, v in nums))
+        lines.append(" ".join(parts))
+    return np.asarray(rows.labels, np.float64), lines
 
 
 # ---- peers -----------------------------------------------------------------------------------
@@ -106,9 +103,17 @@ def run_autovw(lines: list[str], n: int) -> tuple[float, np.ndarray]:
 
 
 def river_models():
-    from river import linear_model, optim
-    return ([linear_model.LogisticRegression(optimizer=optim.SGD(lr)) for lr in (0.005, 0.02, 0.05, 0.2)]
-            + [linear_model.LogisticRegression(optimizer=optim.FTRLProximal(alpha=a)) for a in (0.05, 0.1, 0.2, 0.5)])
+    """River's logistic regressions over the raw values, each scaled and one-hot encoded as
+    ``peers.river_model`` does (River's own preprocessing)."""
+    import numbers
+    from river import compose, linear_model, optim, preprocessing
+
+    def encoded(model):
+        return ((compose.SelectType(numbers.Number) | preprocessing.StandardScaler())
+                + (compose.SelectType(str, list) | preprocessing.OneHotEncoder(drop_zeros=True))) | model
+    return ([encoded(linear_model.LogisticRegression(optimizer=optim.SGD(lr))) for lr in (0.005, 0.02, 0.05, 0.2)]
+            + [encoded(linear_model.LogisticRegression(optimizer=optim.FTRLProximal(alpha=a)))
+               for a in (0.05, 0.1, 0.2, 0.5)])
 
 
 def run_river_selection(name: str, dicts: list, labels: np.ndarray, n: int) -> tuple[float, np.ndarray]:
@@ -132,8 +137,8 @@ def run_river_selection(name: str, dicts: list, labels: np.ndarray, n: int) -> t
 def quality(data: str, learners, cap: int | None) -> list[dict]:
     s = streams.stream(data)
     if any(not name.startswith("st-") for name in learners):   # the peers' inputs (not read for st-* alone)
-        batches = streams.read_batches(s)
-        labels, feats = streams.examples(batches)
+        raw = raw_inputs.rows_of(s)             # the raw values, as each peer's users write them
+        labels = np.asarray(raw.labels, np.float64)
     rows = []
     for name in learners:
         if name.startswith("st-"):
@@ -142,10 +147,10 @@ def quality(data: str, learners, cap: int | None) -> list[dict]:
         else:
             n = min(len(labels), cap or len(labels))
             if name == "autovw":
-                y, lines = vw_lines_by_field(batches)
+                y, lines = vw_lines_by_field(raw)
                 seconds, p = run_autovw(lines, n)
             else:
-                seconds, p = run_river_selection(name, streams.river_dicts(feats), labels, n)
+                seconds, p = run_river_selection(name, raw_inputs.river_dicts(raw), labels, n)
             y = labels[:n]
         rows.append({"data": data, "learner": name, "examples": int(n), "seconds": round(seconds, 3),
                      "examples_per_s": round(n / seconds, 1), "logloss": round(logloss(y, p), 5),
