@@ -15,6 +15,7 @@ import numpy as np
 
 from streamtrain.compiled import njit
 
+from .chunk import views
 from .ids import hash_token
 
 N_DENSE, N_SPARSE = 13, 26
@@ -100,13 +101,9 @@ def parse_clean(buf: bytes, seeds: np.ndarray, field_length: int, start: int = 0
     words past a token's end (masked off), so the chunk is copied with zero padding only when
     ``buf`` has no 8 bytes after it: the file reader hands over a piece of its joined blocks as
     it is (no copy held under the GIL)."""
-    end = len(buf) if end is None else end
-    if end <= start or buf[end - 1] != 10:
+    chunk = views(buf, start, end)
+    if chunk is None:
         return None
-    if len(buf) - end < 8:
-        buf, start, end = bytes(buf[start:end]) + bytes(16), 0, end - start
-    arr = np.frombuffer(buf, dtype=np.uint8)[start:end]
-    words = np.ndarray((len(buf) - start - 7,), dtype="<u8", buffer=buf, offset=start,
-                       strides=(1,))
+    buf, start, end, arr, words = chunk
     ok, labels, dense, ids, present = _parse(arr, words, seeds, field_length, lines)
     return (labels, dense, ids, present) if ok else None

@@ -17,7 +17,8 @@ import numpy as np
 
 from streamtrain.compiled import njit
 
-from .csv_kernel import _count_lines, _high, _utf8
+from .chunk import utf8, views
+from .csv_kernel import _count_lines, _high
 from .ids import field_seed, hash_token, hash_values
 from .tokens import number_token
 
@@ -292,17 +293,14 @@ def parse_clean(buf, plan: JsonPlan, field_length: int, start: int = 0, end: int
     """(labels f64[R], numeric f64[R, N], ids u64[C, R], present bool[C, R], [(ids, counts)]
     per multi-valued key) of a chunk of whole ``\\n``-ended lines ``buf[start:end]``, or None
     when some line needs the ``json.loads`` path (see the module docstring)."""
-    end = len(buf) if end is None else end
-    if end <= start or buf[end - 1] != 10:
+    chunk = views(buf, start, end)
+    if chunk is None:
         return None
-    if len(buf) - end < 8:
-        buf, start, end = bytes(buf[start:end]) + bytes(16), 0, end - start
-    arr = np.frombuffer(buf, dtype=np.uint8)[start:end]
-    words = np.ndarray((len(buf) - start - 7,), dtype="<u8", buffer=buf, offset=start, strides=(1,))
+    buf, start, end, arr, words = chunk
     ok, high, out = _parse(arr, words, plan.kinds, plan.slots, plan.key_seed, plan.key_hash,
                            plan.key_start, plan.key_len, plan.key_bytes, plan.key_word, plan.key_mask,
                            plan.n_num, plan.seeds, plan.mv_seeds, field_length, lines)
-    if not ok or (high and not _utf8(buf, start, end)):
+    if not ok or (high and not utf8(buf, start, end)):
         return None
     labels, dense, ids, present, mv_ids, mv_row, mv_n = out
     multi = [(mv_ids[k, :mv_n[k]], np.bincount(mv_row[k, :mv_n[k]], minlength=len(labels)))

@@ -16,7 +16,8 @@ import numpy as np
 
 from streamtrain.compiled import njit
 
-from .csv_kernel import _count_lines, _high, _utf8
+from .chunk import utf8, views
+from .csv_kernel import _count_lines, _high
 from .ids import hash_token
 from .tokens import number_token
 
@@ -91,14 +92,11 @@ def parse_clean(buf, seed, field_length: int, start: int = 0, end: int | None = 
                 lines: int = -1):
     """(labels f64[R], offsets i64[R + 1], ids u64[K], values f32[K]) of a chunk of whole
     ``\\n``-ended lines ``buf[start:end]``, or None when some line needs the vectorised path."""
-    end = len(buf) if end is None else end
-    if end <= start or buf[end - 1] != 10:
+    chunk = views(buf, start, end)
+    if chunk is None:
         return None
-    if len(buf) - end < 8:
-        buf, start, end = bytes(buf[start:end]) + bytes(16), 0, end - start
-    arr = np.frombuffer(buf, dtype=np.uint8)[start:end]
-    words = np.ndarray((len(buf) - start - 7,), dtype="<u8", buffer=buf, offset=start, strides=(1,))
+    buf, start, end, arr, words = chunk
     ok, high, labels, offsets, ids, vals = _parse(arr, words, np.uint64(seed), field_length, lines)
-    if not ok or (high and not _utf8(buf, start, end)):
+    if not ok or (high and not utf8(buf, start, end)):
         return None
     return labels, offsets, ids, vals
