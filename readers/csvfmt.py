@@ -121,18 +121,7 @@ class CsvParser(Parser):
             lines = lines[1:]
         return super().parse(lines)
 
-    def parse_buffer(self, buf: bytes) -> Batch:
-        """A chunk with nothing to mark goes through one compiled pass (``csv_kernel``); any
-        other through the vectorised path. Both give the same Batch."""
-        fast = self._parse_clean(buf) if buf else None
-        return fast if fast is not None else self.parse_chunk(Chunk(buf))
-
-    def parse_batches(self, buf: bytes, cuts: list[int], start: int = 0,
-                      end: int | None = None) -> list[Batch]:
-        fast = self._parse_clean(buf, start, end, cuts[-1])
-        return [fast if fast is not None else self.parse_chunk(Chunk(buf[start:end]))]
-
-    def _parse_clean(self, buf: bytes, start: int = 0, end: int | None = None, lines: int = -1):
+    def parse_compiled(self, buf: bytes, start: int = 0, end: int | None = None, lines: int = -1):
         self._need_header()
         clean = parse_clean(buf, self.plan, self.field_length, start, end, lines)
         if clean is None:

@@ -99,8 +99,11 @@ class Parser:
         return self.parse_chunk(Chunk.from_lines(list(lines)))
 
     def parse_buffer(self, buf: bytes) -> Batch:
-        """Parse whole lines already joined with ``\\n`` (what the file reader hands over)."""
-        return self.parse_chunk(Chunk(buf))
+        """Parse whole lines already joined with ``\\n`` (what the file reader hands over):
+        through the format's compiled pass (``parse_compiled``) when it takes them, else the
+        vectorised ``parse_chunk``; both give the same Batch."""
+        fast = self.parse_compiled(buf) if buf else None
+        return fast if fast is not None else self.parse_chunk(Chunk(buf))
 
     def parse_batches(self, buf: bytes, cuts: list[int], start: int = 0,
                       end: int | None = None) -> list[Batch]:
@@ -108,7 +111,14 @@ class Parser:
         runs from 0 to the line count), for when a format can build them in one pass; the
         default answers one batch of all the rows, which the file reader then re-cuts (the
         same rows either way)."""
-        return [self.parse_buffer(buf[start:end])]
+        fast = self.parse_compiled(buf, start, end, cuts[-1])
+        return [fast if fast is not None else self.parse_chunk(Chunk(buf[start:end]))]
+
+    def parse_compiled(self, buf: bytes, start: int = 0, end: int | None = None, lines: int = -1) -> Batch | None:
+        """The lines of ``buf[start:end]`` (``lines`` of them, -1: not counted) in one compiled
+        pass, or None when some line needs ``parse_chunk`` (bad, quoted, escaped …) or the format
+        has no such pass (the default)."""
+        return None
 
     def parse_chunk(self, chunk: Chunk) -> Batch:
         raise NotImplementedError

@@ -116,18 +116,9 @@ class JsonlParser(Parser):
                 keys.update(dict.fromkeys(obj))
         self._plan(list(keys))
 
-    def parse_buffer(self, buf: bytes) -> Batch:
-        if self.cat is None:
-            return self.parse_chunk(Chunk(buf))
-        fast = self._parse_clean(buf)
-        return fast if fast is not None else self.parse_chunk(Chunk(buf))
-
-    def parse_batches(self, buf: bytes, cuts: list[int], start: int = 0,
-                      end: int | None = None) -> list[Batch]:
-        fast = self._parse_clean(buf, start, end, cuts[-1]) if self.cat is not None else None
-        return [fast if fast is not None else self.parse_chunk(Chunk(buf[start:end]))]
-
-    def _parse_clean(self, buf: bytes, start: int = 0, end: int | None = None, lines: int = -1):
+    def parse_compiled(self, buf: bytes, start: int = 0, end: int | None = None, lines: int = -1):
+        if self.cat is None:                # no keys seen yet: json.loads finds them
+            return None
         clean = parse_clean(buf, self.plan, self.field_length, start, end, lines)
         if clean is None:
             return None

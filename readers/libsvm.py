@@ -37,18 +37,7 @@ class LibsvmParser(Parser):
     def test_params(cls):
         return {"options": {"field": "f"}, "lines": ["1 3:0.5 7:1", "-1 3:2", "oops"], "rows": 2}
 
-    def parse_buffer(self, buf: bytes) -> Batch:
-        """A chunk with nothing to mark goes through one compiled pass (``libsvm_kernel``); any
-        other through the vectorised path. Both give the same Batch."""
-        fast = self._parse_clean(buf)
-        return fast if fast is not None else self.parse_chunk(Chunk(buf))
-
-    def parse_batches(self, buf: bytes, cuts: list[int], start: int = 0,
-                      end: int | None = None) -> list[Batch]:
-        fast = self._parse_clean(buf, start, end, cuts[-1])
-        return [fast if fast is not None else self.parse_chunk(Chunk(buf[start:end]))]
-
-    def _parse_clean(self, buf: bytes, start: int = 0, end: int | None = None, lines: int = -1):
+    def parse_compiled(self, buf: bytes, start: int = 0, end: int | None = None, lines: int = -1):
         clean = parse_clean(buf, self.seed, self.field_length, start, end, lines)
         if clean is None:
             return None

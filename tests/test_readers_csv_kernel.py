@@ -25,7 +25,7 @@ def _both(buf, options=None, header=HEADER, fast_path=True):
     """Batch and malformed counts of the kernel's route, checked against the vectorised path."""
     fast_m, slow_m = Malformed(), Malformed()
     fast_p, slow = _parser(options, fast_m, header), _parser(options, slow_m, header)
-    assert (fast_p._parse_clean(buf) is not None) == fast_path
+    assert (fast_p.parse_compiled(buf) is not None) == fast_path
     fast = fast_p.parse_buffer(buf)
     assert_batches_equal(fast, slow.parse_chunk(Chunk(buf)))
     assert fast.labels.dtype == np.float32 and fast.dense.dtype == np.float32
@@ -101,5 +101,5 @@ def test_other_delimiter_and_columns_option():
     p = make_parser("csv", {"columns": ["label", "a", "b"], "delimiter": "\t", "numeric": ["b"]})
     q = make_parser("csv", {"columns": ["label", "a", "b"], "delimiter": "\t", "numeric": ["b"]})
     buf = b"1\tx\t2\n0\ty\t\n"
-    assert p._parse_clean(buf) is not None
+    assert p.parse_compiled(buf) is not None
     assert_batches_equal(p.parse_buffer(buf), q.parse_chunk(Chunk(buf)))

@@ -25,7 +25,7 @@ def _both(buf, options=None, fast_path=True):
     slow_p = make_parser("jsonl", OPTIONS if options is None else options, slow_m)
     slow = slow_p.parse_chunk(Chunk(buf))
     fast = fast_p.parse_buffer(buf)
-    assert (fast_p._parse_clean(buf) is not None) == fast_path
+    assert (fast_p.parse_compiled(buf) is not None) == fast_path
     assert_batches_equal(fast, slow)
     assert fast.labels.dtype == np.float32 and fast.dense.dtype == np.float32
     assert fast_m.snapshot() == slow_m.snapshot()
@@ -85,7 +85,7 @@ def test_keys_come_from_the_first_block_without_columns():
     batch = p.parse([ln.encode() for ln in lines])
     assert list(batch.sparse) == ["a", "b"] and batch.sparse["b"].offsets.tolist() == [0, 0, 1]
     later = p.parse_buffer(b'{"label": 1, "b": 4, "c": "ignored"}\n')
-    assert list(later.sparse) == ["a", "b"] and p._parse_clean(b'{"label": 1, "b": 4}\n') is not None
+    assert list(later.sparse) == ["a", "b"] and p.parse_compiled(b'{"label": 1, "b": 4}\n') is not None
 
 
 @pytest.mark.parametrize("transform", ["log1p", "none"])

@@ -13,7 +13,7 @@ GOOD = [b"1 3:0.5 7:1", b"-1\t3:2  9:-0.25 ", b"0", b"1 a:1 b:+.5 c:12345678901 
 def _both(buf, options=None, fast_path=True):
     fast_m, slow_m = Malformed(), Malformed()
     fast_p = make_parser("libsvm", options or {}, fast_m)
-    assert (fast_p._parse_clean(buf) is not None) == fast_path
+    assert (fast_p.parse_compiled(buf) is not None) == fast_path
     fast = fast_p.parse_buffer(buf)
     assert_batches_equal(fast, make_parser("libsvm", options or {}, slow_m).parse_chunk(Chunk(buf)))
     assert fast_m.snapshot() == slow_m.snapshot()
