@@ -2,7 +2,7 @@
 
 One poll can hand over far more lines than a slow model trains within
 ``max_poll_interval_ms`` (the fast path counts a whole record batch as one record). The reader
-then polls between batches without fetching (``KafkaSource._keep_alive``); before, the consumer
+then polls between batches without fetching (``ConsumerLoop.keep_alive``); before, the consumer
 left the group, every later commit failed and the batches were trained again after a rejoin."""
 from __future__ import annotations
 
