@@ -29,3 +29,9 @@ def utf8(buf, start: int, end: int) -> bool:
         return True
     except UnicodeDecodeError:
         return False
+
+
+def multi_valued(mv_ids, mv_row, mv_n, rows: int) -> list:
+    """A kernel's multi-valued columns as [(ids, counts per row)]: column ``k`` holds
+    ``mv_n[k]`` ids, ``mv_row[k]`` the row of each."""
+    return [(mv_ids[k, :mv_n[k]], np.bincount(mv_row[k, :mv_n[k]], minlength=rows)) for k in range(len(mv_n))]

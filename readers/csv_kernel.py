@@ -16,7 +16,7 @@ import numpy as np
 
 from streamtrain.compiled import njit
 
-from .chunk import utf8, views
+from .chunk import multi_valued, utf8, views
 from .ids import hash_token
 from .tokens import number_token
 
@@ -158,7 +158,5 @@ def parse_clean(buf, plan: CsvPlan, field_length: int, start: int = 0, end: int 
     if not ok or (high and not utf8(buf, start, end)):
         return None
     labels, dense, ids, present, mv_ids, mv_row, mv_n = out
-    multi = [(mv_ids[k, :mv_n[k]], np.bincount(mv_row[k, :mv_n[k]], minlength=len(labels)))
-             for k in range(len(mv_n))]
-    return labels, dense, ids, present, multi
+    return labels, dense, ids, present, multi_valued(mv_ids, mv_row, mv_n, len(labels))
 
