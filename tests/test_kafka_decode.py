@@ -163,6 +163,47 @@ def test_a_failed_commit_is_counted_not_raised_and_retried_once_at_close():
     assert c.commits == [{("t", 0): 12, ("t", 1): 5}] and src.stats["commits"] == 1
 
 
+def test_a_batch_is_traced_only_once_the_previous_batchs_commit_ran():
+    """At most COMMIT_EVERY traced batches are uncommitted at any instant (the kill -9 test's
+    bound): the training thread hands each commit to the consumer thread and waits for the
+    previous one *before* writing the next batch's trace, not after."""
+    import threading
+    src = _source()
+    order, release = [], threading.Event()
+
+    class Trace:
+        def write(self, rows):
+            order.append(("traced", rows))
+
+    src.trace = Trace()
+    applied = src.committer.applied
+    src.committer.applied = lambda offsets: (order.append(("applied", offsets[("t", 0)])), applied(offsets))
+
+    def consumer_thread():
+        release.wait(10)
+        while not stop.is_set():
+            src.handoff.run_work()
+            src.handoff.wait(0.01)
+
+    stop = threading.Event()
+    src.handoff.consumer_thread = threading.Thread(target=consumer_thread, daemon=True)
+    src.handoff.consumer_thread.start()
+    try:
+        for n in (1, 2):
+            offsets = {("t", 0): 10 * n, ("t", 1): n}
+            src._inflight.append((offsets, n, None))
+            if n == 2:
+                threading.Timer(0.3, release.set).start()   # the consumer thread is busy meanwhile
+            src.commit(offsets)
+        src.handoff.result(src._commit_token, timeout=10)
+    finally:
+        stop.set()
+        release.set()
+        src.handoff.consumer_thread.join(10)
+    assert order == [("traced", 1), ("applied", 10), ("traced", 2), ("applied", 20)]
+    assert src.consumer.commits == [{("t", 0): 20, ("t", 1): 2}]
+
+
 class _UnreachableConsumer(_FakeConsumer):
     """Its polls fail as kafka-python 3's do while the broker is away mid-rejoin, then answer.
     (The same path against a real broker: ``test_faults_kafka.py::test_broker_restart_mid_run``.)"""

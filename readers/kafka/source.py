@@ -208,6 +208,11 @@ class KafkaSource(Source):
     def commit(self, offsets: dict) -> None:
         """Everything up to ``offsets`` ({(topic, partition): next offset}) was applied: the
         trace and freshness are written here, the commit is handed to the consumer thread."""
+        # at most one commit handed over and not yet run: the previous batch's is run before this
+        # one is traced, so at most COMMIT_EVERY traced (trained) batches are ever uncommitted
+        # (what a kill makes the next owner train again), as without a thread
+        self.handoff.result(self._commit_token)
+        self._commit_token = None
         entry = None
         while self._inflight:
             e = self._inflight.popleft()
@@ -218,9 +223,6 @@ class KafkaSource(Source):
             if self.trace is not None and entry[1] is not None:
                 self.trace.write(entry[1])
             self.health.applied(entry[2])
-        # at most one commit handed over and not yet run: so at most COMMIT_EVERY trained batches
-        # are ever uncommitted (what a kill makes the next owner train again), as without a thread
-        self.handoff.result(self._commit_token)
         self._commit_token = self.handoff.submit(lambda: self.committer.applied(offsets))
 
     def committed_offsets(self) -> dict:
