@@ -14,8 +14,9 @@ round; the median of ``--repeat`` is reported):
   binary; this is the same driver). *whole* = the process; *steady* = Workspace construction
   to finish, timed inside the process (import of the Python package excluded).
 * ``st-MODEL`` / ``st-MODEL-redis``: ``streamtrain run examples/MODEL.json`` on the TSV (file
-  reader, format criteo), metrics and checkpoints off, memory store or the redis store with its
-  embedded redis-server. *whole* = the process; *steady* = the job's own
+  reader, format criteo), as shipped: metrics on (``/metrics`` served on any free port, its
+  gauges refreshed), checkpoints off, memory store or the redis store with its embedded
+  redis-server. *whole* = the process; *steady* = the job's own
   ``steady_examples_per_s`` (examples after the first batch ÷ time after it).
 * ``torch-deepfm`` / ``torch-dcn``: ``bench/torch_peers.py``, batch as streamtrain's,
   ``torch.set_num_threads(STREAMTRAIN_THREADS)``: the threads streamtrain keeps busy (training,
@@ -67,7 +68,7 @@ def run_streamtrain(model: str, rows: int, redis: bool = False) -> dict:
     fd, summary = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     sets = [f"reader.path={streams.criteo_tsv(rows)}", "reader.type=file", "reader.format=criteo",
-            "metrics.enabled=false", "checkpoint.dir=null", "log.every_seconds=1000000"]
+            "metrics.port=0", "checkpoint.dir=null", "log.every_seconds=1000000"]
     if redis:
         sets.append("store.backend=redis")
     cmd = [sys.executable, "-m", "streamtrain", "run", str(ROOT / "examples" / f"{model}.json"),
