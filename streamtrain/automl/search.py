@@ -95,6 +95,10 @@ class Search:
                     break
                 events.append(self._born(i, assign))
                 live.add(key(assign))
+                if self.space.cold(assign, champ["assign"]):
+                    # a cold newborn is compared once it learnt what the champion had learnt at
+                    # its birth (at most ``patience``): equal experience, not its cold start
+                    self.slots[i]["grace"] = max(self.grace, min(champ["examples"], self.patience))
         return events
 
     # ---- evidence ----------------------------------------------------------------------------
@@ -108,7 +112,7 @@ class Search:
             self.slots[i]["loss_sum"] += float(np.sum(losses[i]))
         # pairs are compared once both have learnt ``grace`` examples (a newborn's cold start
         # is not held against it for ever)
-        slots = np.array([i for i in slots if self.slots[i]["examples"] > self.grace])
+        slots = np.array([i for i in slots if self.slots[i]["examples"] > self.slots[i].get("grace", self.grace)])
         if len(slots) < 2:
             return
         m = np.stack([np.asarray(losses[i], np.float64) for i in slots])

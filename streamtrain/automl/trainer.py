@@ -46,7 +46,7 @@ class AutoTrainer:
     def __init__(self, config: dict, store, schema, *, seed: int = 0, shared=None):
         self.config, self.store, self.schema, self.seed = config, store, schema, seed
         self.section = with_defaults(AUTOML, config["automl"])
-        self.space = Space(self.section)
+        self.space = Space(self.section, config)
         self.search = Search(self.section, self.space)
         self.shared = shared            # trainers on one Redis store: the search state they share
         self.candidates: dict[int, Candidate] = {}
