@@ -9,13 +9,16 @@ import numpy as np
 import pytest
 
 from streamtrain import config as configmod
-from streamtrain.automl.candidates import reachable
+from streamtrain.automl.candidates import Candidate, reachable
 from streamtrain.automl.search import Search
 from streamtrain.automl.space import AUTOML, Space, key
+from streamtrain.automl.trainer import AutoTrainer
 from streamtrain.errors import ConfigError
+from streamtrain.graph import Schema
 from streamtrain.schema import with_defaults
+from streamtrain.store import make_store
 
-from .automl_helpers import layers
+from .automl_helpers import layers, planted_stream
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -88,7 +91,7 @@ def test_a_cold_newborn_is_compared_once_it_learnt_what_the_champion_had():
     """A challenger with a term the champion lacks starts cold: its pairs begin when it has
     learnt as many examples as the champion had at its birth (at most ``patience``); a warm
     one (another rate) after ``grace``."""
-    cfg = small_job(patience=5000)
+    cfg = small_job(patience=5000, replay=0)
     section = with_defaults(AUTOML, cfg["automl"])
     space = Space(section, cfg)
     s = Search(section, space)
@@ -116,6 +119,40 @@ def test_a_cold_newborn_is_compared_once_it_learnt_what_the_champion_had():
     graces = {tuple(s.slots[i]["assign"]["terms"]): s.slots[i].get("grace") for i in range(4) if i != s.champion}
     assert graces[("deep_out",)] == 5000                # at most patience
     assert not space.cold(dict(s.slots[s.champion]["assign"], rate=1.0), s.slots[s.champion]["assign"])
+    s.replay = 1000                                     # it learns 1,000 recent examples first
+    s.slots[s.champion]["examples"] = 3000
+    s.tried.clear()
+    for i in range(4):
+        if i != s.champion:
+            s._retire(i, "worse")
+    s._fill()
+    graces = {tuple(s.slots[i]["assign"]["terms"]): s.slots[i].get("grace") for i in range(4) if i != s.champion}
+    assert graces[("deep_out",)] == 2000
+
+
+def test_a_cold_newborn_learns_the_recent_batches_first():
+    """The trainer keeps copies of the last ``replay`` examples' batches; a newborn with a term
+    the champion lacks (no parameters to inherit) learns them before its first progressive
+    prediction; a warm one (another rate) does not."""
+    cfg = small_job(replay=2000, grace=10 ** 6)       # no decision: the champion stays LR
+    stream = planted_stream(0)
+    first = next(stream)
+    t = AutoTrainer(cfg, make_store({"backend": "memory"}), Schema.of(first))
+    t.start()
+    batch = first
+    for _ in range(5):
+        t.step(batch)
+        batch = next(stream)
+    assert sum(b.size for b in t.recent) == 2000 and len(t.recent) == 2 and t.replayed == 0
+    lr = t.champion.assign
+    for epoch, (assign, cold) in enumerate([(dict(lr, terms=["deep_out"]), True), (dict(lr, rate=1.0), False)]):
+        cand = Candidate(1, 100 + epoch, assign, t.space.apply(t.config, assign), t.schema, t.store)
+        before, dense = t.replayed, {n: a.copy() for n, a in t.store.dense.items() if n.startswith(cand.prefix)}
+        if not t._warm(cand):
+            t._replay(cand)
+        assert (t.replayed - before == 2000) == cold, assign
+        if cold:        # every dense parameter of it (the bias, the deep part) learnt
+            assert dense and all(not np.array_equal(a, t.store.dense[n]) for n, a in dense.items()), dense
 
 
 def test_pnn_is_one_step_from_the_auto_example_start():

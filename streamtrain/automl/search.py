@@ -41,6 +41,7 @@ class Search:
         self.live = int(section["live"])
         self.grace, self.patience = int(section["grace"]), int(section["patience"])
         self.alpha = float(section["confidence"])
+        self.replay = int(section.get("replay", 0))
         self.follow = section.get("serve", "leader") == "leader"
         self.rng = np.random.default_rng(int(section["seed"]))
         k = self.live
@@ -96,9 +97,10 @@ class Search:
                 events.append(self._born(i, assign))
                 live.add(key(assign))
                 if self.space.cold(assign, champ["assign"]):
-                    # a cold newborn is compared once it learnt what the champion had learnt at
-                    # its birth (at most ``patience``): equal experience, not its cold start
-                    self.slots[i]["grace"] = max(self.grace, min(champ["examples"], self.patience))
+                    # a cold newborn learns the last ``replay`` examples first (the trainer's), and
+                    # is compared once it learnt what the champion had learnt at its birth (at most
+                    # ``patience``): equal experience, not its cold start
+                    self.slots[i]["grace"] = max(self.grace, min(champ["examples"] - self.replay, self.patience))
         return events
 
     # ---- evidence ----------------------------------------------------------------------------

@@ -108,6 +108,8 @@ AUTOML = {
                          doc="error probability of each promotion or retirement (the bound's delta)"),
     "patience": Option(200_000, (int,), check=positive,
                        doc="examples after which a challenger not better on average is retired"),
+    "replay": Option(16384, (int,), check=non_negative,
+                     doc="recent examples a cold newborn (a term the champion lacks) learns before it joins"),
     "explore": Option(0.25, NUMBER, check=probability,
                       doc="chance that a proposal moves two dimensions instead of one"),
     "seed": Option(0, (int,), check=non_negative, doc="the proposals' random seed"),
