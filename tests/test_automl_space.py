@@ -131,7 +131,7 @@ def test_a_cold_newborn_is_compared_once_it_learnt_what_the_champion_had():
 
 
 def test_a_cold_newborn_learns_the_recent_batches_first():
-    """The trainer keeps copies of the last ``replay`` examples' batches; a newborn with a term
+    """The trainer keeps the batches of the last ``replay`` examples; a newborn with a term
     the champion lacks (no parameters to inherit) learns them before its first progressive
     prediction; a warm one (another rate) does not."""
     cfg = small_job(replay=2000, grace=10 ** 6)       # no decision: the champion stays LR

@@ -14,6 +14,7 @@ from collections import deque
 
 import numpy as np
 
+from streamtrain.batch import Batch
 from streamtrain.errors import StoreError
 from streamtrain.progressive import tracker_class
 from streamtrain.schema import with_defaults
@@ -53,7 +54,7 @@ class AutoTrainer:
         self.candidates: dict[int, Candidate] = {}
         self.batches = self.examples = self.nonfinite = self.skipped_examples = 0
         self.events: list[dict] = []    # the last step's decisions
-        self.recent: deque = deque()    # copies of the last batches (``automl.replay`` examples)
+        self.recent: deque = deque()    # the last batches (``automl.replay`` examples)
         self.replayed = 0               # examples cold newborns learnt from ``recent``
         self.on_event = []              # callables(event) (metrics, logs)
         self.ctx = _Status(self)
@@ -129,7 +130,10 @@ class AutoTrainer:
         keep = int(self.section["replay"])
         if keep <= 0:
             return
-        self.recent.append(batch.take(np.arange(batch.size)))
+        # the batch's arrays (a reader makes new ones for every batch), without its source
+        # offsets and the candidates' prepared feeds
+        self.recent.append(Batch(labels=batch.labels, sparse=batch.sparse, dense=batch.dense,
+                                 dense_names=batch.dense_names))
         total = sum(b.size for b in self.recent)
         while self.recent and total - self.recent[0].size >= keep:
             total -= self.recent.popleft().size
