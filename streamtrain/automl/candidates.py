@@ -13,27 +13,13 @@ import copy
 import numpy as np
 
 from streamtrain.graph import Graph
-from streamtrain.ops import LAYERS
 from streamtrain.trainer import StepResult, Trainer
+
+from .space import reachable
 
 
 def prefix(slot: int, epoch: int) -> str:
     return f"a{slot}g{epoch}_"
-
-
-def reachable(layers: list[dict]) -> list[dict]:
-    """The layers the loss depends on (a space may leave a term out of the sum: its layers go)."""
-    by_name = {c["name"]: c for c in layers}
-    losses = [c for c in layers if LAYERS[c["type"]].is_loss]
-    keep, todo = set(), [c["name"] for c in losses]
-    while todo:
-        name = todo.pop()
-        if name in keep or name not in by_name:
-            continue
-        keep.add(name)
-        inputs = by_name[name].get("inputs", [])
-        todo += [inputs] if isinstance(inputs, str) else list(inputs)
-    return [c for c in layers if c["name"] in keep] if losses else layers
 
 
 def prefixed(layers: list[dict], pre: str) -> list[dict]:
@@ -58,7 +44,7 @@ def champion_config(config: dict, state: dict) -> dict:
     from .space import AUTOML, Space
     served = state.get("served", state["champion"])
     slot = state["slots"][served]
-    cfg = Space(with_defaults(AUTOML, config["automl"])).apply(config, slot["assign"])
+    cfg = Space(with_defaults(AUTOML, config["automl"]), config).apply(config, slot["assign"])
     cfg["layers"] = prefixed(cfg["layers"], prefix(served, slot["epoch"]))
     return cfg
 

@@ -41,6 +41,7 @@ class Search:
         self.live = int(section["live"])
         self.grace, self.patience = int(section["grace"]), int(section["patience"])
         self.alpha = float(section["confidence"])
+        self.replay = int(section.get("replay", 0))
         self.follow = section.get("serve", "leader") == "leader"
         self.rng = np.random.default_rng(int(section["seed"]))
         k = self.live
@@ -95,6 +96,11 @@ class Search:
                     break
                 events.append(self._born(i, assign))
                 live.add(key(assign))
+                if self.space.cold(assign, champ["assign"]):
+                    # a cold newborn learns the last ``replay`` examples first (the trainer's), and
+                    # is compared once it learnt what the champion had learnt at its birth (at most
+                    # ``patience``): equal experience, not its cold start
+                    self.slots[i]["grace"] = max(self.grace, min(champ["examples"] - self.replay, self.patience))
         return events
 
     # ---- evidence ----------------------------------------------------------------------------
@@ -108,7 +114,7 @@ class Search:
             self.slots[i]["loss_sum"] += float(np.sum(losses[i]))
         # pairs are compared once both have learnt ``grace`` examples (a newborn's cold start
         # is not held against it for ever)
-        slots = np.array([i for i in slots if self.slots[i]["examples"] > self.grace])
+        slots = np.array([i for i in slots if self.slots[i]["examples"] > self.slots[i].get("grace", self.grace)])
         if len(slots) < 2:
             return
         m = np.stack([np.asarray(losses[i], np.float64) for i in slots])

@@ -10,7 +10,15 @@ A dimension is either
   pairs of categorical fields that layer crosses (Vowpal Wabbit's ``-q``); it starts with what
   the layer itself would cross (its ``pairs``, else every pair when the stream has at most its
   ``max_fields`` fields, else none) and a neighbour adds one pair or drops one, as ChaCha grows
-  interactions from the champion.
+  interactions from the champion;
+* a set of **terms**: ``{"name", "path", "always": [...], "optional": [...], "start"?}``: the
+  list at ``path`` (an ``add`` layer's ``inputs``) is ``always`` plus the chosen ``optional``
+  members; a neighbour adds or drops one member (from LR: + FM, or + a deep part).
+
+A choice may name the layer it ``needs``: it is written only when that layer is in the model
+(reached from the loss), as a deep part's ``batch_size``. A dimension that does not change the
+model (its ``needs`` or every layer its paths name is not reached) is not moved: proposing it
+would give a copy of the champion.
 
 An *assignment* is ``{dimension name: value}`` (a cross dimension's value is a sorted list of
 ``[field, field]`` pairs); ``apply`` writes it into a copy of the job config with ``--set``'s
@@ -38,7 +46,7 @@ def _space_problems(value) -> list[tuple[str, str]]:
         if not isinstance(dim, dict):
             found.append((where, f"expected an object, got {type(dim).__name__}"))
             continue
-        schema = CROSS if "cross" in dim else CHOICE
+        schema = CROSS if "cross" in dim else TERMS if "optional" in dim else CHOICE
         found += [(join(where, k), m) for k, m in check_options(schema, dim, what="an automl dimension")]
         if dim.get("name") in names:
             found.append((join(where, "name"), f"dimension name {dim['name']!r} used twice"))
@@ -46,6 +54,11 @@ def _space_problems(value) -> list[tuple[str, str]]:
         values = dim.get("values")
         if "cross" not in dim and isinstance(values, list) and "start" in dim and dim["start"] not in values:
             found.append((join(where, "start"), f"{dim['start']!r} is not one of values {values!r}"))
+        optional = dim.get("optional")
+        if isinstance(optional, list) and isinstance(dim.get("start", []), list):
+            extra = [m for m in dim.get("start", []) if m not in optional]
+            if extra:
+                found.append((join(where, "start"), f"{extra!r} are not among optional {optional!r}"))
     return found
 
 
@@ -67,6 +80,20 @@ CHOICE = {
     "paths": Option(REQUIRED, (list,), check=_paths, doc="config paths set to the value (a layer group)"),
     "values": Option(REQUIRED, (list,), check=_values, doc="the ordered values to try"),
     "start": Option(None, doc="the first champion's value (default: the middle one)"),
+    "needs": Option(None, (str,), doc="a layer: the paths are written only when the model reaches it"),
+}
+def _names(value) -> str | None:
+    ok = isinstance(value, list) and all(isinstance(v, str) and v for v in value) and len(set(value)) == len(value)
+    return None if ok else f"expected a list of distinct layer names, got {value!r}"
+
+
+TERMS = {
+    "name": Option(None, (str,), doc="the dimension's name"),
+    "path": Option(REQUIRED, (str,), doc="the config path of the list of terms (an add layer's inputs)"),
+    "always": Option([], (list,), check=_names, doc="the terms every candidate has"),
+    "optional": Option(REQUIRED, (list,), check=lambda v: _names(v) or (None if v else "expected a non-empty list"),
+                       doc="the terms a neighbour adds or drops, one at a time"),
+    "start": Option([], (list,), check=_names, doc="the optional terms of the first champion"),
 }
 CROSS = {
     "name": Option(None, (str,), doc="the dimension's name"),
@@ -81,6 +108,8 @@ AUTOML = {
                          doc="error probability of each promotion or retirement (the bound's delta)"),
     "patience": Option(200_000, (int,), check=positive,
                        doc="examples after which a challenger not better on average is retired"),
+    "replay": Option(16384, (int,), check=non_negative,
+                     doc="recent examples a cold newborn (a term the champion lacks) learns before it joins"),
     "explore": Option(0.25, NUMBER, check=probability,
                       doc="chance that a proposal moves two dimensions instead of one"),
     "seed": Option(0, (int,), check=non_negative, doc="the proposals' random seed"),
@@ -116,6 +145,7 @@ def problems(config: dict, layer_problems) -> list[tuple[str, str]]:
     if (config.get("store") or {}).get("mode") == "sync":
         found.append(("automl", "an AutoML job needs store.mode async (each candidate would join the sync "
                                 "barrier, and trainers may hold different candidates for a batch)"))
+    names = {c.get("name") for c in config["layers"] if isinstance(c, dict)}
     for i, dim in enumerate(space.dims):
         where = f"automl.space[{i}]"
         if dim.cross is not None:
@@ -123,21 +153,47 @@ def problems(config: dict, layer_problems) -> list[tuple[str, str]]:
             if layer is None or layer.get("type") != "feature_cross":
                 found.append((f"{where}.cross", f"no feature_cross layer named {dim.cross!r} in layers"))
             continue
-        for j, v in enumerate(dim.values):
-            try:
-                trial = dim.write(copy.deepcopy(config), v)
-            except ConfigError as err:
-                found += [(f"{where}.paths", msg) for _, msg in err.problems]
-                break
-            bad = [(f"layers{p}", m) for p, m in layer_problems(trial["layers"])]
-            size = trial.get("batch_size")
-            if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= config["batch_size"]:
-                bad.append(("batch_size", f"must be an integer in 1..{config['batch_size']} (the job's "
-                                          f"batch_size: candidates split the shared batch), got {size!r}"))
-            if bad:
-                found += [(f"{where}.values[{j}]", f"{v!r} gives {path}: {msg}") for path, msg in bad]
-                break
+        if dim.needs is not None and dim.needs not in names:
+            found.append((f"{where}.needs", f"no layer named {dim.needs!r} in layers"))
+        found += _value_problems(config, dim, where, layer_problems)
     return found
+
+
+def _value_problems(config: dict, dim: "Dim", where: str, layer_problems) -> list[tuple[str, str]]:
+    """The first value of ``dim`` a layer (or the batch size) refuses."""
+    samples = dim.values if dim.optional is None else (
+        [dim.start, list(dim.optional)] + [[m] for m in dim.optional])
+    label = "values" if dim.optional is None else "optional"
+    for j, v in enumerate(samples):
+        try:
+            trial = dim.write(copy.deepcopy(config), v)
+        except ConfigError as err:
+            return [(f"{where}.{'paths' if dim.optional is None else 'path'}", msg) for _, msg in err.problems]
+        bad = [(f"layers{p}", m) for p, m in layer_problems(trial["layers"])]
+        size = trial.get("batch_size")
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= config["batch_size"]:
+            bad.append(("batch_size", f"must be an integer in 1..{config['batch_size']} (the job's "
+                                      f"batch_size: candidates split the shared batch), got {size!r}"))
+        if bad:
+            at = f"{where}.{label}[{j}]" if dim.optional is None else f"{where}.{label}"
+            return [(at, f"{v!r} gives {path}: {msg}") for path, msg in bad]
+    return []
+
+
+def reachable(layers: list[dict]) -> list[dict]:
+    """The layers the loss depends on (a space may leave a term out of the sum: its layers go)."""
+    from streamtrain.ops import LAYERS
+    by_name = {c["name"]: c for c in layers}
+    losses = [c for c in layers if LAYERS[c["type"]].is_loss]
+    keep, todo = set(), [c["name"] for c in losses]
+    while todo:
+        name = todo.pop()
+        if name in keep or name not in by_name:
+            continue
+        keep.add(name)
+        inputs = by_name[name].get("inputs", [])
+        todo += [inputs] if isinstance(inputs, str) else list(inputs)
+    return [c for c in layers if c["name"] in keep] if losses else layers
 
 
 class Dim:
@@ -146,14 +202,23 @@ class Dim:
     def __init__(self, cfg: dict):
         self.name = cfg["name"]
         self.cross = cfg.get("cross")
+        self.optional = cfg.get("optional")            # a set of terms (else None)
+        self.always, self.path = cfg.get("always") or [], cfg.get("path")
         self.paths = cfg.get("paths") or []
         self.values = cfg.get("values") or []
         self.max_pairs = cfg.get("max_pairs", 32)
-        self.start = cfg.get("start", self.values[len(self.values) // 2] if self.values else None)
+        self.needs = cfg.get("needs")
+        if self.optional is not None:
+            self.start = [m for m in self.optional if m in (cfg.get("start") or [])]
+        else:
+            self.start = cfg.get("start", self.values[len(self.values) // 2] if self.values else None)
+        # the layers this dimension changes (a choice of ``layers.<name>...`` paths), else None
+        named = [p.split(".")[1] for p in self.paths if p.startswith("layers.") and p.count(".") >= 2]
+        self.layers = set(named) if self.paths and len(named) == len(self.paths) else None
 
     def first(self, config: dict, fields: list[str]):
         if self.cross is None:
-            return self.start
+            return copy.deepcopy(self.start)
         layer = next(c for c in config["layers"] if c.get("name") == self.cross)
         if layer.get("pairs") is not None:
             pairs = [tuple(p) for p in layer["pairs"]]
@@ -166,6 +231,8 @@ class Dim:
     def write(self, config: dict, value) -> dict:
         if self.cross is not None:
             set_path(config, f"layers.{self.cross}.pairs", [list(p) for p in value])
+        elif self.optional is not None:
+            set_path(config, self.path, list(self.always) + [m for m in self.optional if m in value])
         else:
             for path in self.paths:
                 set_path(config, path, copy.deepcopy(value))
@@ -173,6 +240,9 @@ class Dim:
 
     def neighbours(self, value, fields: list[str]) -> list:
         """Every value one step from ``value``."""
+        if self.optional is not None:
+            have = set(value)
+            return [[m for m in self.optional if (m in have) != (m == t)] for t in self.optional]
         if self.cross is None:
             i = self.values.index(value) if value in self.values else len(self.values) // 2
             return [self.values[j] for j in (i - 1, i + 1) if 0 <= j < len(self.values)]
@@ -184,46 +254,85 @@ class Dim:
 
 
 class Space:
-    """The dimensions, the first assignment and the neighbourhood of an assignment."""
+    """The dimensions, the first assignment and the neighbourhood of an assignment. With the
+    job ``config``, a proposal moves only dimensions that change the model (``active``)."""
 
-    def __init__(self, section: dict):
+    def __init__(self, section: dict, config: dict | None = None):
         self.dims = [Dim({"name": d.get("name") or f"d{i}", **d}) for i, d in enumerate(section["space"])]
         self.explore = float(section.get("explore", 0.25))
+        self.config = config
 
     def start(self, config: dict, fields: list[str]) -> dict:
         return {d.name: d.first(config, fields) for d in self.dims}
 
     def apply(self, config: dict, assign: dict) -> dict:
-        """A copy of the job config with the assignment written in (``automl`` removed)."""
+        """A copy of the job config with the assignment written in (``automl`` removed); a
+        dimension that ``needs`` a layer the loss does not reach is left out."""
         out = copy.deepcopy(config)
         out.pop("automl", None)
         for dim in self.dims:
-            dim.write(out, assign[dim.name])
+            if dim.needs is None:
+                dim.write(out, assign[dim.name])
+        live = {c["name"] for c in reachable(out["layers"])}
+        for dim in self.dims:
+            if dim.needs is not None and dim.needs in live:
+                dim.write(out, assign[dim.name])
         return out
+
+    def active(self, assign: dict) -> list[int]:
+        """The dimensions whose move changes the model of ``assign`` (all without a config)."""
+        if self.config is None:
+            return list(range(len(self.dims)))
+        live = {c["name"] for c in reachable(self.apply(self.config, assign)["layers"])}
+        return [i for i, d in enumerate(self.dims)
+                if (d.needs is None or d.needs in live) and (d.layers is None or d.layers & live)]
+
+    def cold(self, assign: dict, parent: dict) -> bool:
+        """Whether a candidate of ``assign`` born from ``parent`` has a layer the parent lacks
+        or one of another ``dim``: it cannot inherit the parent's parameters and starts cold."""
+        if self.config is None:
+            return False
+        mine, theirs = ({c["name"]: c.get("dim") for c in reachable(self.apply(self.config, a)["layers"])}
+                        for a in (assign, parent))
+        return any(name not in theirs or theirs[name] != dim for name, dim in mine.items())
+
+    def units(self) -> list[tuple[int, str | None]]:
+        """What takes turns: every dimension, and every optional member of a set of terms."""
+        return [(d, m) for d, dim in enumerate(self.dims) for m in (dim.optional or [None])]
 
     def propose(self, assign: dict, fields: list[str], rng: np.random.Generator, avoid,
                 turn: int = 0) -> tuple[dict | None, int]:
         """A neighbour of ``assign`` not in ``avoid`` (keys), and the next turn. Dimensions take
-        turns (``turn``: whose it is), so every one of them is tried from each champion; the
-        dimension whose turn it is moves one step (and, with chance ``explore``, another one at
-        random too). None when every dimension's neighbours were tried."""
-        n = len(self.dims)
+        turns (``turn``: whose it is; each optional term of a set has a turn of its own), so every
+        one of them is tried from each champion; the dimension whose turn it is moves one step
+        (and, with chance ``explore``, another one at random too). Dimensions that would not
+        change the model are passed over. None when every dimension's neighbours were tried."""
+        units = self.units()
+        n = len(units)
+        active = set(self.active(assign))
         for k in range(n):
-            d = (turn + k) % n
+            u = (turn + k) % n
+            d, member = units[u]
             dim = self.dims[d]
-            options = dim.neighbours(assign[dim.name], fields)
+            if d not in active:
+                continue
+            if member is None:
+                options = dim.neighbours(assign[dim.name], fields)
+            else:
+                options = [v for v in dim.neighbours(assign[dim.name], fields) if (member in v) != (member in assign[dim.name])]
             for i in rng.permutation(len(options)):
                 out = dict(assign)
                 out[dim.name] = options[int(i)]
-                if n > 1 and rng.random() < self.explore:
-                    other = self.dims[int(rng.choice([j for j in range(n) if j != d]))]
+                others = [j for j in self.active(out) if j != d] if len(self.dims) > 1 else []
+                if others and rng.random() < self.explore:
+                    other = self.dims[int(rng.choice(others))]
                     more = other.neighbours(out[other.name], fields)
                     if more:
                         moved = dict(out, **{other.name: more[int(rng.integers(len(more)))]})
                         if key(moved) not in avoid:
-                            return moved, d + 1
+                            return moved, u + 1
                 if key(out) not in avoid:
-                    return out, d + 1
+                    return out, u + 1
         return None, turn
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 
 import numpy as np
 
+from streamtrain.batch import Batch
 from streamtrain.errors import StoreError
 from streamtrain.progressive import tracker_class
 from streamtrain.schema import with_defaults
@@ -46,12 +48,14 @@ class AutoTrainer:
     def __init__(self, config: dict, store, schema, *, seed: int = 0, shared=None):
         self.config, self.store, self.schema, self.seed = config, store, schema, seed
         self.section = with_defaults(AUTOML, config["automl"])
-        self.space = Space(self.section)
+        self.space = Space(self.section, config)
         self.search = Search(self.section, self.space)
         self.shared = shared            # trainers on one Redis store: the search state they share
         self.candidates: dict[int, Candidate] = {}
         self.batches = self.examples = self.nonfinite = self.skipped_examples = 0
         self.events: list[dict] = []    # the last step's decisions
+        self.recent: deque = deque()    # the last batches (``automl.replay`` examples)
+        self.replayed = 0               # examples cold newborns learnt from ``recent``
         self.on_event = []              # callables(event) (metrics, logs)
         self.ctx = _Status(self)
         self.progressive = None
@@ -86,17 +90,17 @@ class AutoTrainer:
                 cfg = self.space.apply(self.config, s["assign"])
                 self.candidates[slot] = Candidate(slot, s["epoch"], s["assign"], cfg, self.schema, self.store,
                                                   seed=self.seed)
-                if s["epoch"] in born:
-                    self._warm(self.candidates[slot])
+                if s["epoch"] in born and not self._warm(self.candidates[slot]):
+                    self._replay(self.candidates[slot])
 
-    def _warm(self, cand: Candidate) -> None:
+    def _warm(self, cand: Candidate) -> bool:
         """ChaCha's challengers start cold, and a cold challenger is compared with a warm
         champion: it loses for as long as it catches up. Here a challenger inherits what the
         champion learnt (every parameter of the same name and shape; a new cross's table starts
         empty), so the paired losses compare the two configurations from the same knowledge."""
         champ = self.candidates.get(self.search.champion)
         if champ is None or champ is cand or not self.search.slots[champ.slot]["examples"]:
-            return
+            return True         # nothing learnt yet: nothing to copy, nothing to catch up
         pairs = {}
         for name, spec in cand.graph.params.items():
             src = champ.prefix + name[len(cand.prefix):]
@@ -105,12 +109,34 @@ class AutoTrainer:
                     other.dim == spec.dim if spec.table else tuple(other.shape) == tuple(spec.shape)):
                 pairs[src] = name
         if len(pairs) < len(cand.graph.params):
-            return              # a new term (parameters the champion lacks): the whole model starts cold
+            return False        # a new term (parameters the champion lacks): the whole model starts cold
         try:
             self.store.copy(pairs)
         except StoreError as err:        # another trainer of a shared search wrote its rows first
             log.warning("automl: slot %d starts cold (copying the champion's parameters failed: %s)",
                         cand.slot, err)
+        return True
+
+    def _replay(self, cand: Candidate) -> None:
+        """A cold newborn first learns the recent batches (``automl.replay`` examples, oldest
+        first), so that it joins having learnt what the champion learnt lately instead of
+        nothing; its progressive loss counts from the next batch on."""
+        for batch in self.recent:
+            if not cand.step(batch).applied:
+                break
+            self.replayed += batch.size
+
+    def _remember(self, batch) -> None:
+        keep = int(self.section["replay"])
+        if keep <= 0:
+            return
+        # the batch's arrays (a reader makes new ones for every batch), without its source
+        # offsets and the candidates' prepared feeds
+        self.recent.append(Batch(labels=batch.labels, sparse=batch.sparse, dense=batch.dense,
+                                 dense_names=batch.dense_names))
+        total = sum(b.size for b in self.recent)
+        while self.recent and total - self.recent[0].size >= keep:
+            total -= self.recent.popleft().size
 
     def refresh(self) -> None:
         """Follow the shared search (trainers on one Redis store) without stepping."""
@@ -163,6 +189,7 @@ class AutoTrainer:
         else:
             self.search.observe(good)
             events = self.search.decide(bad)
+        self._remember(batch)
         self._sync(_born(events))
         self._report(events)
         seconds["search"] = time.perf_counter() - t1

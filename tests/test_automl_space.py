@@ -1,0 +1,197 @@
+"""The AutoML space's sets of terms, ``needs`` and dimensions that would not change the model
+(streamtrain/automl/space.py), a cold newborn's later comparison (search.py), and the example
+job's space: PNN (``examples/pnn.json``) is one step from its LR start."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamtrain import config as configmod
+from streamtrain.automl.candidates import Candidate, reachable
+from streamtrain.automl.search import Search
+from streamtrain.automl.space import AUTOML, Space, key
+from streamtrain.automl.trainer import AutoTrainer
+from streamtrain.errors import ConfigError
+from streamtrain.graph import Schema
+from streamtrain.schema import with_defaults
+from streamtrain.store import make_store
+
+from .automl_helpers import layers, planted_stream
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def auto_job() -> dict:
+    return configmod.validate(configmod.load(EXAMPLES / "auto.json", []))
+
+
+def small_job(**automl) -> dict:
+    """LR (wide + bias) with an optional FM term, an optional dense-free deep part of its own
+    batch size, and the deep part's rate."""
+    lay = layers()
+    lay[-2:-2] = [{"name": "emb", "type": "embedding", "inputs": ["sparse"], "dim": 4, "shared": True},
+                  {"name": "fm", "type": "fm", "inputs": ["emb"], "reduce": True},
+                  {"name": "products", "type": "inner_product", "inputs": ["emb"]},
+                  {"name": "deep_in", "type": "concat", "inputs": ["emb", "products"]},
+                  {"name": "deep_out", "type": "fc", "inputs": ["deep_in"], "dim": 1,
+                   "optimizer": {"type": "adam", "lr": 0.001}}]
+    space = [{"name": "terms", "path": "layers.logit.inputs", "always": ["wide_sum", "bias"],
+              "optional": ["deep_out", "fm"]},
+             {"name": "rate", "paths": ["layers.wide.optimizer.alpha"], "values": [0.1, 0.3, 1.0], "start": 0.3},
+             {"name": "deep_rate", "paths": ["layers.deep_out.optimizer.lr"], "values": [0.001, 0.01]},
+             {"name": "deep_batch", "paths": ["batch_size"], "values": [10, 100], "start": 10, "needs": "deep_out"}]
+    cfg = {"batch_size": 1000, "layers": lay, "metrics": {"enabled": False},
+           "automl": {"live": 4, "grace": 100, "explore": 0.0, **automl, "space": space}}
+    return configmod.validate(configmod.with_defaults(configmod.SCHEMA, cfg))
+
+
+def names(cfg: dict) -> set:
+    return {c["name"] for c in reachable(cfg["layers"])}
+
+
+def test_a_set_of_terms_adds_or_drops_one_member_and_each_member_takes_a_turn():
+    cfg = small_job()
+    space = Space(with_defaults(AUTOML, cfg["automl"]), cfg)
+    start = space.start(cfg, ["f0", "f1"])
+    assert start["terms"] == []
+    assert space.apply(cfg, start)["layers"][-2]["inputs"] == ["wide_sum", "bias"]
+    both = space.apply(cfg, dict(start, terms=["deep_out", "fm"]))
+    assert [c for c in both["layers"] if c["name"] == "logit"][0]["inputs"] == ["wide_sum", "bias", "deep_out", "fm"]
+    terms = space.dims[0]
+    assert terms.neighbours([], []) == [["deep_out"], ["fm"]]
+    assert terms.neighbours(["fm"], []) == [["deep_out", "fm"], []]
+    # from LR the turns are: + deep, + fm, the rate (deep_rate and deep_batch change nothing)
+    rng, tried, turn, moved = np.random.default_rng(0), set(), 0, []
+    for _ in range(4):
+        out, turn = space.propose(start, [], rng, tried, turn)
+        tried.add(key(out))
+        moved.append(next(k for k in out if out[k] != start[k]))
+        assert out["deep_rate"] == start["deep_rate"] and out["deep_batch"] == start["deep_batch"]
+        if moved[-1] == "terms":
+            assert len(out["terms"]) == 1
+    assert moved == ["terms", "terms", "rate", "rate"]
+    assert space.propose(start, [], rng, tried, turn)[0] is None       # no move that changes nothing
+
+
+def test_needs_writes_a_setting_only_when_the_layer_is_in_the_model():
+    cfg = small_job()
+    space = Space(with_defaults(AUTOML, cfg["automl"]), cfg)
+    lr = space.start(cfg, [])
+    assert space.apply(cfg, lr)["batch_size"] == 1000 and "deep_out" not in names(space.apply(cfg, lr))
+    deep = space.apply(cfg, dict(lr, terms=["deep_out"]))
+    assert deep["batch_size"] == 10 and {"deep_out", "products", "emb"} <= names(deep)
+    assert [space.dims[i].name for i in space.active(lr)] == ["terms", "rate"]
+    assert [space.dims[i].name for i in space.active(dict(lr, terms=["deep_out"]))] == \
+        ["terms", "rate", "deep_rate", "deep_batch"]
+
+
+def test_a_cold_newborn_is_compared_once_it_learnt_what_the_champion_had():
+    """A challenger with a term the champion lacks starts cold: its pairs begin when it has
+    learnt as many examples as the champion had at its birth (at most ``patience``); a warm
+    one (another rate) after ``grace``."""
+    cfg = small_job(patience=5000, replay=0)
+    section = with_defaults(AUTOML, cfg["automl"])
+    space = Space(section, cfg)
+    s = Search(section, space)
+    s.begin(cfg, ["f0", "f1"])
+    s.slots[s.champion]["examples"] = 3000              # as if the champion had learnt 3,000
+    s.tried.clear()                                     # the same three proposals again
+    for i in range(4):
+        if i != s.champion:
+            s._retire(i, "worse")
+    s._fill()
+    graces = {tuple(s.slots[i]["assign"]["terms"]): s.slots[i].get("grace", s.grace)
+              for i in range(4) if i != s.champion}
+    assert graces[("deep_out",)] == 3000 and graces[("fm",)] == 3000 and graces[()] == 100
+    cold = next(i for i in range(4) if s.slots[i]["assign"]["terms"] == ["deep_out"])
+    warm = next(i for i in range(4) if i != s.champion and s.slots[i]["assign"]["terms"] == [])
+    for _ in range(20):                                 # 2,000 examples: the cold one is not paired yet
+        s.observe({i: np.full(100, 0.5) for i in s.live_slots()})
+    assert s.n[cold, s.champion] == 0 and s.n[warm, s.champion] > 0
+    s.slots[s.champion]["examples"] = 10 ** 6
+    s.tried.clear()
+    for i in range(4):
+        if i != s.champion:
+            s._retire(i, "worse")
+    s._fill()
+    graces = {tuple(s.slots[i]["assign"]["terms"]): s.slots[i].get("grace") for i in range(4) if i != s.champion}
+    assert graces[("deep_out",)] == 5000                # at most patience
+    assert not space.cold(dict(s.slots[s.champion]["assign"], rate=1.0), s.slots[s.champion]["assign"])
+    s.replay = 1000                                     # it learns 1,000 recent examples first
+    s.slots[s.champion]["examples"] = 3000
+    s.tried.clear()
+    for i in range(4):
+        if i != s.champion:
+            s._retire(i, "worse")
+    s._fill()
+    graces = {tuple(s.slots[i]["assign"]["terms"]): s.slots[i].get("grace") for i in range(4) if i != s.champion}
+    assert graces[("deep_out",)] == 2000
+
+
+def test_a_cold_newborn_learns_the_recent_batches_first():
+    """The trainer keeps the batches of the last ``replay`` examples; a newborn with a term
+    the champion lacks (no parameters to inherit) learns them before its first progressive
+    prediction; a warm one (another rate) does not."""
+    cfg = small_job(replay=2000, grace=10 ** 6)       # no decision: the champion stays LR
+    stream = planted_stream(0)
+    first = next(stream)
+    t = AutoTrainer(cfg, make_store({"backend": "memory"}), Schema.of(first))
+    t.start()
+    batch = first
+    for _ in range(5):
+        t.step(batch)
+        batch = next(stream)
+    assert sum(b.size for b in t.recent) == 2000 and len(t.recent) == 2 and t.replayed == 0
+    lr = t.champion.assign
+    for epoch, (assign, cold) in enumerate([(dict(lr, terms=["deep_out"]), True), (dict(lr, rate=1.0), False)]):
+        cand = Candidate(1, 100 + epoch, assign, t.space.apply(t.config, assign), t.schema, t.store)
+        before, dense = t.replayed, {n: a.copy() for n, a in t.store.dense.items() if n.startswith(cand.prefix)}
+        if not t._warm(cand):
+            t._replay(cand)
+        assert (t.replayed - before == 2000) == cold, assign
+        if cold:        # every dense parameter of it (the bias, the deep part) learnt
+            assert dense and all(not np.array_equal(a, t.store.dense[n]) for n, a in dense.items()), dense
+
+
+def test_pnn_is_one_step_from_the_auto_example_start():
+    """examples/auto.json starts at LR; the move `+ deep_out` gives pnn.json's model: the same
+    layers (inner products of the field embeddings and an MLP beside the wide terms), rates,
+    sizes and batch size."""
+    cfg, pnn = auto_job(), configmod.validate(configmod.load(EXAMPLES / "pnn.json", []))
+    space = Space(with_defaults(AUTOML, cfg["automl"]), cfg)
+    start = space.start(cfg, ["app", "ip"])
+    assert start["terms"] == []
+    moved = space.apply(cfg, dict(start, terms=["deep_out"]))
+    mine = {c["name"]: c for c in reachable(moved["layers"])}
+    theirs = {c["name"]: c for c in reachable(pnn["layers"])}
+    assert set(mine) == set(theirs)
+    for name, layer in theirs.items():
+        if name == "crosses":
+            continue
+        assert {k: v for k, v in mine[name].items() if k != "inputs"} == {k: v for k, v in layer.items() if k != "inputs"}
+        assert sorted(mine[name].get("inputs", [])) == sorted(layer.get("inputs", [])), name
+    assert moved["batch_size"] == pnn["batch_size"] == 64
+
+
+@pytest.mark.parametrize("change, path, words", [
+    ({"optional": ["fm", "nope"]}, "automl.space[0].optional", "nope"),
+    ({"start": ["wide_sum"]}, "automl.space[0].start", "not among optional"),
+    ({"optional": []}, "automl.space[0].optional", "non-empty"),
+])
+def test_a_set_of_terms_errors_name_the_field(change, path, words):
+    cfg = small_job()
+    cfg["automl"]["space"][0].update(change)
+    with pytest.raises(ConfigError) as err:
+        configmod.validate(cfg)
+    found = [(p, m) for p, m in err.value.problems if p.startswith(path)]
+    assert found and words in " ".join(m for _, m in found), err.value.problems
+
+
+def test_needs_must_name_a_layer():
+    cfg = small_job()
+    cfg["automl"]["space"][3]["needs"] = "deep_outt"
+    with pytest.raises(ConfigError) as err:
+        configmod.validate(cfg)
+    assert any(p == "automl.space[3].needs" and "deep_outt" in m for p, m in err.value.problems)
