@@ -2,10 +2,18 @@
 jsonl kernels): its bytes, and an unaligned 8-byte word at every offset, which the hashing reads
 past a token's end (masked off). The chunk is copied with zero padding only when the buffer has
 no 8 bytes after it: the file reader hands over a piece of its joined blocks as it is (no copy
-held under the GIL)."""
+held under the GIL). Also the pieces the kernels' hottest loops share: a byte or an unaligned
+word read straight from the chunk (``byte_at``, ``load_word``), the quote / backslash / control
+bytes of a word (``specials``, ``first_byte``) and one counting pass (``lines_and_high``)."""
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.cpython.unsafe.numbers import trailing_zeros
+from numba.extending import intrinsic
+
+from streamtrain.compiled import njit
 
 
 def views(buf, start: int = 0, end: int | None = None):
@@ -35,3 +43,62 @@ def multi_valued(mv_ids, mv_row, mv_n, rows: int) -> list:
     """A kernel's multi-valued columns as [(ids, counts per row)]: column ``k`` holds
     ``mv_n[k]`` ids, ``mv_row[k]`` the row of each."""
     return [(mv_ids[k, :mv_n[k]], np.bincount(mv_row[k, :mv_n[k]], minlength=rows)) for k in range(len(mv_n))]
+
+
+@intrinsic
+def load_word(typingctx, arr, p):
+    """``arr[p:p+8]`` as one little-endian uint64 (an unaligned load; the bytes past ``arr``'s end
+    must be there, as ``views`` makes sure), inside compiled code: what ``words[p]`` gives,
+    without the strided view's multiply and bounds wrap, for the kernels' hottest loops."""
+    sig = types.uint64(arr, types.intp)
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        word = builder.bitcast(builder.gep(data, [args[1]]), ir.IntType(64).as_pointer())
+        return builder.load(word, align=1)
+    return sig, codegen
+
+
+@intrinsic
+def byte_at(typingctx, arr, p):
+    """``arr[p]`` for ``0 <= p`` (no wrap of negative indices): a plain load, for the kernels'
+    hottest loops."""
+    sig = types.uint8(arr, types.intp)
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        return builder.load(builder.gep(data, [args[1]]))
+    return sig, codegen
+
+
+_ONES = np.uint64(0x0101010101010101)
+_HIGH = np.uint64(0x8080808080808080)
+_QUOTES = np.uint64(0x2222222222222222)
+_SLASHES = np.uint64(0x5C5C5C5C5C5C5C5C)
+_SPACES = np.uint64(0x2020202020202020)
+
+
+@njit(nogil=True, inline="always")
+def specials(w):
+    """The bytes of the word ``w`` that are a quote, a backslash or a control byte, as their top
+    bits; the lowest set bit is exact (a borrow only ever marks bytes above the first hit)."""
+    q, b = w ^ _QUOTES, w ^ _SLASHES
+    return (((q - _ONES) & ~q) | ((b - _ONES) & ~b) | ((w - _SPACES) & ~w)) & _HIGH
+
+
+@njit(nogil=True, inline="always")
+def first_byte(hit):
+    """The index (0..7) of the lowest byte marked in ``hit`` (not 0)."""
+    t = np.int64(trailing_zeros(hit))
+    return t >> 3
+
+
+@njit(nogil=True)
+def lines_and_high(arr):
+    """(the ``\\n`` count, whether any byte is >= 0x80) in one pass the compiler vectorises."""
+    n = 0
+    m = 0
+    for c in arr:
+        m |= c
+        n += c == 10
+    return n, m >= 128

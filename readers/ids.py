@@ -79,13 +79,20 @@ def fold_token(words, last, s, n, x):
     bytes (``last = len(words) - 1``)."""
     k = 0
     while k < n:
-        w = words[min(s + k, last)]
-        if n - k < 8:
-            w &= MASKS[n - k]
-        x = (x ^ w) * _MIX
-        x ^= x >> _S32
+        x = fold_word(x, words[min(s + k, last)], n - k)
         k += 8
     return x
+
+
+@njit(nogil=True, inline="always")
+def fold_word(x, w, left):
+    """One step of the fold: ``mix(x ^ w)``, ``w`` cut to its low ``left`` bytes when ``left < 8``
+    (scalars only, so a kernel can fold a token it scans without passing the words array to an
+    inlined function, which costs numba an atomic reference count up and down per call)."""
+    if left < 8:
+        w &= MASKS[left]
+    x = (x ^ w) * _MIX
+    return x ^ (x >> _S32)
 
 
 @njit(nogil=True, inline="always")
@@ -100,7 +107,13 @@ def splitmix64_one(x):
 @njit(nogil=True, inline="always")
 def hash_token(words, last, s, n, seed):
     """The id of one token, inside compiled code: what ``hash_spans`` gives for it."""
-    return splitmix64_one(fold_token(words, last, s, n, splitmix64_one(seed + np.uint64(n))))
+    return splitmix64_one(fold_token(words, last, s, n, start_state(seed, n)))
+
+
+@njit(nogil=True, inline="always")
+def start_state(seed, n):
+    """The fold's start state for a token of ``n`` bytes of the field ``seed``."""
+    return splitmix64_one(seed + np.uint64(n))
 
 
 def _start_state(seeds: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -1,10 +1,13 @@
 """The JSON-lines parse of a simple chunk as one compiled pass over its bytes (no GIL held).
 
-``parse_clean`` reads each line as a flat JSON object: keys matched to the plan's by a hash of
-their bytes (the position after the previous key tried first), the label and numeric keys'
-numbers parsed (``tokens.number_token``), categorical strings, numbers (as written) and
-booleans hashed, a multi-valued key's list split, giving exactly what ``JsonlParser``'s
-``json.loads`` path gives. It takes only chunks where nothing needs a decision: every line one
+``parse_clean`` reads each line as a flat JSON object: a key compared by its first 8 bytes
+(one word) and its closing quote with the ``AHEAD`` keys of the plan after the previous one
+(keys mostly come in the same order, some left out), else matched by a hash of its bytes; the
+label and numeric keys' numbers parsed (an integer as its digits are scanned, others by
+``tokens.number_token``), categorical strings, numbers (as written) and booleans hashed (a
+string's end found 8 bytes at a time, its hash's start state looked up per length), a
+multi-valued key's list split, giving exactly what ``JsonlParser``'s ``json.loads`` path
+gives. It takes only chunks where nothing needs a decision: every line one
 object of strings without escapes or control bytes, JSON numbers (no exponent where a number
 is read), true / false / null, and lists only under multi-valued keys; no duplicate known key,
 the label present, no categorical value longer than ``field_length``, no blank line, bytes
@@ -16,13 +19,16 @@ from __future__ import annotations
 import numpy as np
 
 from streamtrain.compiled import njit
+from streamtrain.hashing import splitmix64
 
-from .chunk import multi_valued, utf8, views
-from .csv_kernel import _count_lines, _high
-from .ids import field_seed, hash_token, hash_values
-from .tokens import number_token
+from .chunk import byte_at, first_byte, lines_and_high, load_word, multi_valued, specials, utf8, views
+from .csv_kernel import _high
+from .ids import field_seed, fold_word, hash_token, hash_values, splitmix64_one, start_state
+from .tokens import MAX_DIGITS, number_token
 
 LABEL, NUMERIC, CATEGORICAL, MULTI = 0, 1, 2, 3
+SHORT = 32                                       # values this long or longer: start state computed
+AHEAD = 8                                        # keys tried in order before the hash
 KEY_FIELD = "\x00jsonl-key"                      # the hash seed of key bytes (never a field name)
 
 
@@ -34,30 +40,16 @@ def _ws(arr, p):
     return p
 
 
-_ONES = np.uint64(0x0101010101010101)
-_HIGH = np.uint64(0x8080808080808080)
-_QUOTES = np.uint64(0x2222222222222222)
-_SLASHES = np.uint64(0x5C5C5C5C5C5C5C5C)
-_SPACES = np.uint64(0x2020202020202020)
-
-
 @njit(nogil=True, inline="always")
 def _string_end(arr, words, p):
     """``arr[p]`` is after an opening quote: the position of the closing one, or -1 (an escape,
-    a control byte or the line's end). Eight bytes at a time while none of them is a quote, a
-    backslash or a control byte (``words[p]`` is ``arr[p:p+8]`` as one little-endian word)."""
+    a control byte or the line's end), eight bytes at a time (``words[p]`` is ``arr[p:p+8]`` as
+    one little-endian word)."""
     while True:
-        w = words[p]
-        q, b = w ^ _QUOTES, w ^ _SLASHES
-        if not (((q - _ONES) & ~q) | ((b - _ONES) & ~b) | ((w - _SPACES) & ~w)) & _HIGH:
-            p += 8
-            continue
-        for i in range(8):
-            c = arr[p + i]
-            if c == 34:
-                return p + i
-            if c == 92 or c < 32:
-                return -1
+        hit = specials(words[p])
+        if hit:
+            e = p + first_byte(hit)
+            return e if arr[e] == 34 else -1
         p += 8
 
 
@@ -120,6 +112,20 @@ def _value_end(arr, words, p):
 
 
 @njit(nogil=True, inline="always")
+def _number_value(arr, words, p, label):
+    """(ok, end, value) of the label's or a numeric key's value at ``p``: a number as
+    ``number_token`` reads it, or null (0; not for the label)."""
+    s, e = _value_end(arr, words, p)
+    c = arr[p]
+    if e < 0 or c == 34 or c == 116 or c == 102 or (c == 110 and label):
+        return False, e, 0.0
+    if c == 110:
+        return True, e, 0.0
+    ok, v = number_token(arr, s, e - s)
+    return ok, e, v
+
+
+@njit(nogil=True, inline="always")
 def _prefix(arr, s, key_bytes, start, n):
     """How many of the first ``n`` bytes of ``arr[s:]`` equal ``key_bytes[start:start+n]``."""
     i = 0
@@ -148,10 +154,15 @@ def _key_index(arr, words, last, s, n, guess, key_seed, key_hash, key_start, key
 
 @njit(nogil=True)
 def _parse(arr, words, kinds, slots, key_seed, key_hash, key_start, key_len, key_bytes, key_word,
-           key_mask, n_num, seeds, mv_seeds, field_length, n):
-    """Everything per value is written out here (see ``csv_kernel._parse``)."""
-    if n < 0:
-        n = _count_lines(arr)
+           key_mask, n_num, seeds, starts, mv_seeds, field_length, n):
+    """Everything per value is written out here (see ``csv_kernel._parse``); the common path
+    (a key in order, a string or an integer) reads the bytes with ``byte_at`` / ``load_word``
+    and calls no inlined function that takes an array: numba counts such an array's references
+    up and down (two atomic operations) at every call, which cost a quarter of the time."""
+    if n < 0:                                   # one pass for both when the lines are not counted
+        n, high = lines_and_high(arr)
+    else:
+        high = _high(arr)
     labels = np.zeros(n, np.float64)
     dense = np.zeros((n, n_num), np.float64)
     ids = np.empty((len(seeds), n), np.uint64)
@@ -165,79 +176,125 @@ def _parse(arr, words, kinds, slots, key_seed, key_hash, key_start, key_len, key
     mv_n = np.zeros(len(mv_seeds), np.int64)
     seen = np.full(len(kinds), -1, np.int64)
     out = (labels, dense, ids, present, mv_ids, mv_row, mv_n)
-    high = _high(arr)
     last = len(words) - 1
     pos = 0
     for row in range(n):
         if pos >= len(arr):
             return False, high, out
         p = _ws(arr, pos)
-        if arr[p] != 123:
+        if byte_at(arr, p) != 123:
             return False, high, out
         p = _ws(arr, p + 1)
         k = -1
-        while arr[p] == 34:                      # "key": value
+        while byte_at(arr, p) == 34:             # "key": value
             ks = p + 1
-            g = k + 1                            # keys mostly come in the same order: try the next
-            if g < len(kinds) and (words[ks] & key_mask[g]) == key_word[g] and arr[ks + key_len[g]] == 34 \
-                    and (key_len[g] <= 8 or _prefix(arr, ks, key_bytes, key_start[g], key_len[g]) == key_len[g]):
-                k = g
-                ke = ks + key_len[g]
+            g = k + 1                            # keys mostly come in the plan's order, some left
+            k = -1                               # out: the next AHEAD keys' first words compared
+            w = load_word(arr, ks)
+            for j in range(g, min(g + AHEAD, len(key_len))):
+                kn = key_len[j]
+                if (w & key_mask[j]) == key_word[j] and byte_at(arr, ks + kn) == 34 \
+                        and (kn <= 8 or _prefix(arr, ks, key_bytes, key_start[j], kn) == kn):
+                    k = j
+                    break
+            if k >= 0:
+                ke = ks + key_len[k]
             else:
                 ke = _string_end(arr, words, ks)
                 if ke < 0:
                     return False, high, out
                 k = _key_index(arr, words, last, ks, ke - ks, g, key_seed, key_hash, key_start,
                                key_len, key_bytes)
-            p = _ws(arr, ke + 1)
-            if arr[p] != 58:
+            p = ke + 1
+            if byte_at(arr, p) <= 32:            # (_ws only where there is white space)
+                p = _ws(arr, p)
+            if byte_at(arr, p) != 58:
                 return False, high, out
-            p = _ws(arr, p + 1)
+            p += 1
+            if byte_at(arr, p) <= 32:
+                p = _ws(arr, p)
             kind = kinds[k] if k >= 0 else -1
             if k >= 0:
                 if seen[k] == row:               # a duplicate key: json.loads keeps the last
                     return False, high, out
                 seen[k] = row
-            if arr[p] == 91:                     # a list: only under a multi-valued key
+            c = byte_at(arr, p)
+            if kind == CATEGORICAL and c == 34:  # a string: its end eight bytes at a time
+                s = p + 1
+                e = s
+                while True:
+                    w = load_word(arr, e)
+                    hit = specials(w)
+                    if hit:
+                        e += first_byte(hit)
+                        break
+                    e += 8
+                if byte_at(arr, e) != 34 or e - s > field_length:
+                    return False, high, out
+                slot = slots[k]
+                h = starts[slot, e - s] if e - s < SHORT else start_state(seeds[slot], e - s)
+                for i in range(s, e, 8):
+                    h = fold_word(h, load_word(arr, i), e - i)
+                ids[slot, row] = splitmix64_one(h)
+                present[slot, row] = True
+                p = e + 1
+            elif (kind == NUMERIC or kind == LABEL) and (c == 45 or 48 <= c <= 57):
+                q = p + 1 if c == 45 else p      # an integer read as its digits are found
+                m = 0
+                e = q
+                while 48 <= byte_at(arr, e) <= 57:
+                    m = m * 10 + (byte_at(arr, e) - 48)
+                    e += 1
+                c = byte_at(arr, e)
+                if e == q or e - q > MAX_DIGITS or (byte_at(arr, q) == 48 and e - q > 1) \
+                        or c == 46 or c == 101 or c == 69:       # 0 digits, 01, 1.5, 1e5: the long way
+                    ok, e, v = _number_value(arr, words, p, kind == LABEL)
+                    if not ok:
+                        return False, high, out
+                else:
+                    v = -float(m) if q > p else float(m)
+                if kind == LABEL:
+                    labels[row] = v
+                else:
+                    dense[row, slots[k]] = v
+                p = e
+            elif c == 91:                        # a list: only under a multi-valued key
                 if kind != MULTI:
                     return False, high, out
                 slot = slots[k]
                 p = _ws(arr, p + 1)
-                while arr[p] != 93:
-                    quoted = arr[p] == 34
+                while byte_at(arr, p) != 93:
+                    quoted = byte_at(arr, p) == 34
                     s, e = _value_end(arr, words, p)
                     if e < 0 or e - s > field_length:
                         return False, high, out
-                    if quoted or arr[s] != 110:  # null is no value
+                    if quoted or byte_at(arr, s) != 110:  # null is no value
                         mv_ids[slot, mv_n[slot]] = hash_token(words, last, s, e - s, mv_seeds[slot])
                         mv_row[slot, mv_n[slot]] = row
                         mv_n[slot] += 1
                     p = _ws(arr, e + 1 if quoted else e)
-                    if arr[p] == 44:
+                    if byte_at(arr, p) == 44:
                         p = _ws(arr, p + 1)
-                        if arr[p] == 93:
+                        if byte_at(arr, p) == 93:
                             return False, high, out
-                    elif arr[p] != 93:
+                    elif byte_at(arr, p) != 93:
                         return False, high, out
                 p += 1
+            elif kind == NUMERIC or kind == LABEL:
+                ok, p, v = _number_value(arr, words, p, kind == LABEL)
+                if not ok:
+                    return False, high, out
+                if kind == LABEL:
+                    labels[row] = v
+                else:
+                    dense[row, slots[k]] = v
             else:
                 s, e = _value_end(arr, words, p)
                 if e < 0:
                     return False, high, out
-                quoted = arr[p] == 34
-                null = not quoted and arr[s] == 110
-                if kind == LABEL or kind == NUMERIC:
-                    if quoted or (null and kind == LABEL) or arr[s] == 116 or arr[s] == 102:
-                        return False, high, out
-                    if not null:
-                        ok, v = number_token(arr, s, e - s)
-                        if not ok:
-                            return False, high, out
-                        if kind == LABEL:
-                            labels[row] = v
-                        else:
-                            dense[row, slots[k]] = v
-                elif kind == CATEGORICAL or kind == MULTI:
+                quoted = byte_at(arr, p) == 34
+                null = not quoted and byte_at(arr, s) == 110
+                if kind == CATEGORICAL or kind == MULTI:
                     if e - s > field_length:
                         return False, high, out
                     if not null:
@@ -250,17 +307,20 @@ def _parse(arr, words, kinds, slots, key_seed, key_hash, key_start, key_len, key
                             mv_row[slot, mv_n[slot]] = row
                             mv_n[slot] += 1
                 p = e + 1 if quoted else e
-            p = _ws(arr, p)
-            if arr[p] == 44:
-                p = _ws(arr, p + 1)
-                if arr[p] != 34:
+            if byte_at(arr, p) <= 32:
+                p = _ws(arr, p)
+            if byte_at(arr, p) == 44:
+                p += 1
+                if byte_at(arr, p) <= 32:
+                    p = _ws(arr, p)
+                if byte_at(arr, p) != 34:
                     return False, high, out
-            elif arr[p] != 125:
+            elif byte_at(arr, p) != 125:
                 return False, high, out
-        if arr[p] != 125 or seen[0] != row:      # the object's end, and its label (key 0)
+        if byte_at(arr, p) != 125 or seen[0] != row:      # the object's end, and its label (key 0)
             return False, high, out
         p = _ws(arr, p + 1)
-        if arr[p] != 10:
+        if byte_at(arr, p) != 10:
             return False, high, out
         pos = p + 1
     return pos == len(arr), high, out
@@ -286,6 +346,8 @@ class JsonPlan:
         self.n_num = len(numeric)
         self.seeds = np.array([field_seed(c) for c in categorical], np.uint64)
         self.mv_seeds = np.array([field_seed(c) for c in multi], np.uint64)
+        # the hash's start state of a categorical value of each length below SHORT, looked up
+        self.starts = splitmix64(self.seeds[:, None] + np.arange(SHORT, dtype=np.uint64)[None, :])
 
 
 def parse_clean(buf, plan: JsonPlan, field_length: int, start: int = 0, end: int | None = None,
@@ -299,7 +361,7 @@ def parse_clean(buf, plan: JsonPlan, field_length: int, start: int = 0, end: int
     buf, start, end, arr, words = chunk
     ok, high, out = _parse(arr, words, plan.kinds, plan.slots, plan.key_seed, plan.key_hash,
                            plan.key_start, plan.key_len, plan.key_bytes, plan.key_word, plan.key_mask,
-                           plan.n_num, plan.seeds, plan.mv_seeds, field_length, lines)
+                           plan.n_num, plan.seeds, plan.starts, plan.mv_seeds, field_length, lines)
     if not ok or (high and not utf8(buf, start, end)):
         return None
     labels, dense, ids, present, mv_ids, mv_row, mv_n = out

@@ -58,6 +58,9 @@ def test_values_as_written_and_the_kernel_agrees():
     (b'{"user": "a"}', "label"),                           # no label
     (b'{"label": "1"}', "label"),                          # a label that is not a number
     (b'{"label": 2}', "label"),                            # a label not allowed
+    (b'{"label": 1, "age": 1234567890123456}', None),     # 16 digits: past an exact double's
+    (b'{"label": 1, "age": -01}', "decode"),
+    (b'{"label": 1, "age": -}', "decode"),
     (b'{"label": 1, "age": "31"}', "number"),
     (b'{"label": 1, "age": true}', "number"),
     (b'{"label": 1, "user": "' + b"q" * 40 + b'"}', "field_length"),
@@ -115,3 +118,35 @@ def test_a_region_read_in_place_parses_as_its_own_copy():
     for after in (b"", b'{"l', b'{"label": 1, "user": "zzzzzzzzzzzzzzzzz"}'):
         got = p.parse_batches(head + piece + after, [0, 4], len(head), len(head) + len(piece))
         assert_batches_equal(got[0], alone)
+
+
+def test_keys_in_any_order_left_out_or_unknown_and_strings_of_every_length():
+    """The kernel's ways: a key among the next ones of the plan by its first word, else by its
+    hash (shuffled lines, more than AHEAD keys left out, unknown keys, keys that share their
+    first 8 bytes or are a prefix of another), strings of 0 to 39 bytes (across the word size
+    and the start-state table's end) with some UTF-8, integers of every sign and size, compact
+    and spaced separators: the same batch as json.loads, all on the compiled path."""
+    from streamtrain.readers.jsonl_kernel import AHEAD, SHORT
+    rng = np.random.default_rng(7)
+    cat = [f"c{i}" for i in range(2 * AHEAD)] + ["long_key_one", "long_key_two", "long_key_three"]
+    num = ["n1", "n10", "n2"]
+    keys = [*num, *cat, "unknown", "long_key_on", "c1x"]
+    lines = [b'{"label":1,"n1":-0,"n2":123456789012345,"n10":-7,"c0":""}']
+    for r in range(400):
+        items = [("label", int(rng.integers(0, 2)))]
+        for k in keys:
+            if rng.random() < (0.05 if r % 4 == 0 else 0.7):
+                if k in num:
+                    items.append((k, int(rng.integers(-10 ** 9, 10 ** 9)) // 10 ** int(rng.integers(0, 9))))
+                else:
+                    text = "".join(rng.choice(list("abcxyz09 é"), int(rng.integers(0, SHORT + 8))))
+                    items.append((k, text))
+        if r % 3 == 0:
+            rng.shuffle(items)
+        sep = (",", ":") if r % 2 else (", ", ": ")
+        lines.append(json.dumps(dict(items), separators=sep, ensure_ascii=False).encode())
+    options = {"numeric": num, "columns": cat, "field_length": 64}
+    batch, m = _both(b"\n".join(lines) + b"\n", options)
+    assert batch.size == len(lines) and m.total == 0
+    assert np.signbit(batch.dense[0, 0]) and batch.dense[0, 0] == 0                  # -0 kept
+    np.testing.assert_allclose(batch.dense[0, 1:], [-np.log1p(7), np.log1p(123456789012345)], rtol=1e-6)
