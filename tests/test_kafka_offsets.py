@@ -71,3 +71,26 @@ def test_a_seek_targets_owned_partitions_now_and_the_others_when_assigned():
     assert o.position[("t", 0)] == 50
     assert o.assign([("t", 1)]) == {("t", 1): 7}
     assert o.seek({}) == {("t", 0): 50, ("t", 1): None}              # never committed: the caller asks the broker
+
+
+def test_a_batch_applied_after_its_revocation_is_committed_if_the_partition_comes_straight_back():
+    """The trainer held a batch of t/0 when t/0 was revoked (eager rebalancing revokes all):
+    kafka-python keeps t/0's position past it when the partition is assigned back, so its offset
+    is due then, or a partition that gets no more messages stays uncommitted below it."""
+    o = owned(0, 1)
+    o.applied({("t", 0): 10, ("t", 1): 5})
+    assert o.take_due() == {("t", 0): 10, ("t", 1): 5}
+    o.revoke([("t", 0), ("t", 1)])
+    o.applied({("t", 0): 30, ("t", 1): 9})                          # trained after the revocation
+    assert o.take_due() == {} and o.skipped == 2
+    o.assign([("t", 0), ("t", 2)])                                  # t/1 went to another trainer
+    assert o.take_due() == {("t", 0): 30}
+    o.revoke([("t", 0), ("t", 2)], lost=True)                       # lost: another may have committed
+    o.applied({("t", 0): 40})
+    o.assign([("t", 0)])
+    assert o.take_due() == {}
+    o.revoke([("t", 0)])
+    o.applied({("t", 0): 50})
+    o.assign([("t", 1)])                                            # not straight back: forgotten
+    o.assign([("t", 0)])
+    assert o.take_due() == {}

@@ -27,11 +27,11 @@ def _every_offset(ends):
     return {(p, o) for p, n in ends.items() for o in range(n)}
 
 
-def _wait_for(cond, timeout, what):
+def _wait_for(cond, timeout, what, detail=lambda: ""):
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            raise AssertionError(f"timed out waiting for {what}{detail()}")
         time.sleep(0.05)
 
 
@@ -136,7 +136,9 @@ def test_a_dead_trainers_partitions_are_taken_over(criteo_path, kafka_bootstrap,
     a.kill()
     feeder.join()
     ends = end_offsets(kafka_bootstrap, topic)
-    _wait_for(lambda: committed_offsets(kafka_bootstrap, topic, group) == ends, 90, "every record committed")
+    _wait_for(lambda: committed_offsets(kafka_bootstrap, topic, group) == ends, 90, "every record committed",
+              lambda: f": committed {committed_offsets(kafka_bootstrap, topic, group)}, ends {ends}; "
+                      f"b's log:\n{b.log()[-4000:]}")
     sb = b.drain()
     ta, tb = read_trace(tmp_path / "trace-a"), read_trace(tmp_path / "trace-b")
     assert set(ta) | set(tb) == _every_offset(ends)

@@ -9,6 +9,11 @@ batches are due, and always before the next ``poll`` (``commits.py``) — and be
 ever uncommitted (what a crash makes the next owner train again). An offset for a partition
 this trainer no longer owns is skipped (counted); a failed commit is remembered and retried
 once at close (every later commit also carries every owned partition's applied position).
+A batch the trainer held when its partition was revoked is applied after the revocation: its
+offsets are skipped then, and made due again if the next assignment gives the partition straight
+back (kafka-python keeps its position past those rows: else a quiet partition would stay
+uncommitted below them), never after a loss (the group moved on: another owner may have
+committed since).
 
 Pure bookkeeping: no consumer, no broker, no lock (the reader's consumer thread is the only
 one that calls it). Keys are ``(topic, partition)`` (a kafka ``TopicPartition`` is equal to
@@ -52,6 +57,9 @@ class PartitionOffsets:
         self.rewind: dict = {}          # first abandoned offset: read again when assigned back
         self.seek_later: dict = {}      # sought while not owned: applied on assignment
         self.skipped = 0                # offsets not committed: partition no longer owned
+        self.revoked: set = set()       # revoked (not lost) since the last assignment
+        self.orphaned: dict = {}        # of those, applied after the revocation (a batch the
+                                        # trainer held): due again if assigned straight back
 
     # ---- ownership ---------------------------------------------------------------------------
     def assign(self, keys) -> dict:
@@ -61,17 +69,27 @@ class PartitionOffsets:
         seek = {}
         for k in map(_key, keys):
             self.owned.add(k)
+            if k in self.orphaned:          # kafka-python keeps its position past those rows
+                self.due[k] = max(self.orphaned[k], self.due.get(k, 0))
             target = self.seek_later.pop(k, None)
             if target is None:
                 target = self.rewind.get(k)
             if target is not None:
                 seek[k] = target
         self.rewind.clear()
+        self.revoked.clear()
+        self.orphaned.clear()
         return seek
 
-    def revoke(self, keys) -> None:
+    def revoke(self, keys, lost: bool = False) -> None:
+        """``lost``: the group moved on without this consumer (another may have committed since)."""
         for k in map(_key, keys):
             self.owned.discard(k)
+            if lost:
+                self.revoked.discard(k)
+                self.orphaned.pop(k, None)
+            else:
+                self.revoked.add(k)
             self.unconfirmed.pop(k, None)
             self.position.pop(k, None)
 
@@ -109,6 +127,9 @@ class PartitionOffsets:
         partitions not owned are skipped). True when a commit should be sent now."""
         owned = {k: int(o) for k, o in ((_key(k), o) for k, o in offsets.items()) if k in self.owned}
         self.skipped += len(offsets) - len(owned)
+        for k, o in ((_key(k), int(o)) for k, o in offsets.items()):
+            if k in self.revoked:
+                self.orphaned[k] = max(o, self.orphaned.get(k, o))
         for k, o in owned.items():
             self.position[k] = self.due[k] = max(o, self.position.get(k, o))
         if owned:
@@ -144,6 +165,7 @@ class PartitionOffsets:
         offsets = {_key(k): int(v) for k, v in offsets.items()}
         self.unconfirmed.clear()
         self.rewind.clear()
+        self.orphaned.clear()
         plan = {k: offsets.get(k, self.committed.get(k)) for k in sorted(self.owned)}
         self.seek_later = {k: v for k, v in offsets.items() if k not in self.owned}
         return plan

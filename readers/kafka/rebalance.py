@@ -48,7 +48,7 @@ class Rebalance(ConsumerRebalanceListener):
         keys = {(tp[0], tp[1]) for tp in tps}
         dropped, first = self.abandon(lambda topic, partition: (topic, partition) in keys)
         self.offsets.abandoned(first)
-        self.offsets.revoke(keys)
+        self.offsets.revoke(keys, lost=how == "lost")
         self.revocations += 1
         self.forget(keys)
         log.info("kafka reader: partitions %s %s; %d queued untrained messages abandoned",
