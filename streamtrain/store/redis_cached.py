@@ -20,11 +20,13 @@ class Cached:
     def __init__(self, layout, capacity=1024):
         self.layout = layout
         self.table = layout.spec.table
+        if not self.table:          # one row, as wide as the parameter (an MLP's weights: 10^4+ wide)
+            capacity = 1
         self.index = IdIndex()
         self.w = np.zeros((capacity, layout.dim), layout.dtype)
         self.state = {k: np.zeros((capacity, width), layout.dtype) for k, width in layout.slots}
-        self.base_w = np.zeros_like(self.w)
-        self.base_state = {k: np.zeros_like(a) for k, a in self.state.items()}
+        self.base_w = np.zeros(self.w.shape, self.w.dtype)       # (np.zeros: pages zeroed lazily)
+        self.base_state = {k: np.zeros(a.shape, a.dtype) for k, a in self.state.items()}
         self.tags = np.zeros(capacity, np.uint64)
         self.dirty = np.zeros(capacity, bool)
         self.stale = np.zeros(capacity, bool)

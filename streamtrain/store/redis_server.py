@@ -86,6 +86,7 @@ class RedisServer:
         client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.2,
                              retry=redis.retry.Retry(NoBackoff(), 0), **self.probe)
         deadline = time.monotonic() + wait_s
+        pause = 0.001               # it answers ~10 ms after its start: poll often, then less
         while True:
             if self.proc.poll() is not None:
                 err = self.proc.stdout.read().decode(errors="replace")[-400:]
@@ -100,7 +101,8 @@ class RedisServer:
             if time.monotonic() > deadline:
                 self.stop()
                 raise StoreError(f"redis-server on port {self.port} did not answer within {wait_s} s")
-            time.sleep(0.02)
+            time.sleep(pause)
+            pause = min(pause * 1.5, 0.02)
 
     def _started(self, client) -> "RedisServer":
         client.close()
