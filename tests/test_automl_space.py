@@ -110,23 +110,23 @@ def test_a_cold_newborn_is_compared_once_it_learnt_what_the_champion_had():
     for _ in range(20):                                 # 2,000 examples: the cold one is not paired yet
         s.observe({i: np.full(100, 0.5) for i in s.live_slots()})
     assert s.n[cold, s.champion] == 0 and s.n[warm, s.champion] > 0
+
+    def rebirth():
+        """Every challenger retired and replaced: {terms: grace} of the newborns."""
+        s.tried.clear()
+        for i in range(4):
+            if i != s.champion:
+                s._retire(i, "worse")
+        s._fill()
+        return {tuple(s.slots[i]["assign"]["terms"]): s.slots[i].get("grace") for i in range(4) if i != s.champion}
+
     s.slots[s.champion]["examples"] = 10 ** 6
-    s.tried.clear()
-    for i in range(4):
-        if i != s.champion:
-            s._retire(i, "worse")
-    s._fill()
-    graces = {tuple(s.slots[i]["assign"]["terms"]): s.slots[i].get("grace") for i in range(4) if i != s.champion}
+    graces = rebirth()
     assert graces[("deep_out",)] == 5000                # at most patience
     assert not space.cold(dict(s.slots[s.champion]["assign"], rate=1.0), s.slots[s.champion]["assign"])
     s.replay = 1000                                     # it learns 1,000 recent examples first
     s.slots[s.champion]["examples"] = 3000
-    s.tried.clear()
-    for i in range(4):
-        if i != s.champion:
-            s._retire(i, "worse")
-    s._fill()
-    graces = {tuple(s.slots[i]["assign"]["terms"]): s.slots[i].get("grace") for i in range(4) if i != s.champion}
+    graces = rebirth()
     assert graces[("deep_out",)] == 2000
 
 
