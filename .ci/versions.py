@@ -44,6 +44,12 @@ LOWEST_TESTS = [
     "tests/test_kafka_fastpath.py", "tests/test_kafka_recovery.py", "tests/test_faults_kafka.py",
     "tests/test_redis_store.py", "tests/test_redis_writeback.py", "tests/test_redis_sync.py",
     "tests/test_faults_redis.py", "tests/test_gnn_graphstore.py",
+    # Left to the suite stage (newest versions) to keep .ci/run under 15 minutes (it took 15 min
+    # 9 s with them): the broker restart (49 s at the floors; the poll-retry path at the floor
+    # is test_kafka_decode's) and the environment-variable options (17 s of two `streamtrain
+    # run` subprocesses: config parsing, which no dependency touches)
+    "--deselect", "tests/test_faults_kafka.py::test_broker_restart_mid_run",
+    "--deselect", "tests/test_job.py::test_env_variables_stand_in_for_options",
 ]
 
 
