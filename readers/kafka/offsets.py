@@ -125,9 +125,10 @@ class PartitionOffsets:
     def applied(self, offsets: dict) -> bool:
         """Everything below ``offsets`` was applied: due for commit (never backwards; offsets of
         partitions not owned are skipped). True when a commit should be sent now."""
-        owned = {k: int(o) for k, o in ((_key(k), o) for k, o in offsets.items()) if k in self.owned}
-        self.skipped += len(offsets) - len(owned)
-        for k, o in ((_key(k), int(o)) for k, o in offsets.items()):
+        keyed = {_key(k): int(o) for k, o in offsets.items()}
+        owned = {k: o for k, o in keyed.items() if k in self.owned}
+        self.skipped += len(keyed) - len(owned)
+        for k, o in keyed.items():
             if k in self.revoked:
                 self.orphaned[k] = max(o, self.orphaned.get(k, o))
         for k, o in owned.items():
