@@ -47,14 +47,18 @@ def best(fn, repeat):
 
 
 def parse_only(name, fmt, options, lines, piece=1024):
-    raw = gzip.open(DATA / name, "rb").read()
-    all_lines = raw.split(b"\n")[:-1]
+    return parse_lines(gzip.open(DATA / name, "rb").read().split(b"\n")[:-1], fmt, options, lines, piece)
+
+
+def parse_lines(all_lines, fmt, options, lines, piece=1024):
+    """A pass of ``parse_buffer`` over ``all_lines`` in ``piece``-line buffers, repeated until
+    ``lines`` are parsed (the kernels compiled or loaded first); returns the lines parsed."""
     p = make_parser(fmt, options, Malformed())
     if p.needs_header:
         p.set_header(all_lines[0])
         all_lines = all_lines[1:]
     bufs = [b"\n".join(all_lines[i:i + piece]) + b"\n" for i in range(0, len(all_lines), piece)]
-    per_pass = sum(b.count(b"\n") for b in bufs)
+    per_pass = len(all_lines)
     p.parse_buffer(bufs[0])                                  # compile / load the kernels first
 
     def run():
@@ -119,23 +123,7 @@ def same_fields_files() -> dict:
 
 
 def parse_file(path, fmt, options, lines, piece=1024):
-    all_lines = Path(path).read_bytes().split(b"\n")[:-1]
-    p = make_parser(fmt, options, Malformed())
-    if p.needs_header:
-        p.set_header(all_lines[0])
-        all_lines = all_lines[1:]
-    bufs = [b"\n".join(all_lines[i:i + piece]) + b"\n" for i in range(0, len(all_lines), piece)]
-    per_pass = len(all_lines)
-    p.parse_buffer(bufs[0])                                  # compile / load the kernels first
-
-    def run():
-        done = 0
-        while done < lines:
-            for buf in bufs:
-                p.parse_buffer(buf)
-            done += per_pass
-        return done
-    return run
+    return parse_lines(Path(path).read_bytes().split(b"\n")[:-1], fmt, options, lines, piece)
 
 
 def same_fields(args) -> None:
