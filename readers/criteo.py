@@ -69,8 +69,8 @@ class CriteoParser(Parser):
         if clean is None:
             return None
         vals, dense, ids, present = clean
-        labels, ok = self.labels.apply(vals, np.ones(len(vals), dtype=bool))
-        return (labels, dense, ids, present) if ok.all() else None
+        labels = self.labels.all_valid(vals)
+        return None if labels is None else (labels, dense, ids, present)
 
     def _dense(self, vals) -> np.ndarray:
         return (signed_log1p(vals) if self.transform == "log1p" else vals).astype(np.float32)

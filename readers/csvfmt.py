@@ -127,8 +127,8 @@ class CsvParser(Parser):
         if clean is None:
             return None
         vals, dense, ids, present, multi = clean
-        labels, ok = self.labels.apply(vals, np.ones(len(vals), dtype=bool))
-        if not ok.all():
+        labels = self.labels.all_valid(vals)
+        if labels is None:
             return None
         if self.transform == "log1p":
             dense = signed_log1p(dense)

@@ -74,6 +74,12 @@ class LabelRule:
             ok &= np.isin(vals, self.allowed)
         return vals.astype(np.float32), ok
 
+    def all_valid(self, vals):
+        """A compiled pass's labels (float32), or None when one is not allowed: the exact path
+        then parses the piece again and names the bad lines."""
+        labels, ok = self.apply(vals, np.ones(len(vals), dtype=bool))
+        return labels if ok.all() else None
+
 
 class Parser:
     """Base class: ``parse(lines) -> Batch``; subclasses implement ``parse_chunk``."""

@@ -123,8 +123,8 @@ class JsonlParser(Parser):
         if clean is None:
             return None
         vals, dense, ids, present, multi = clean
-        labels, ok = self.labels.apply(vals, np.ones(len(vals), dtype=bool))
-        if not ok.all():
+        labels = self.labels.all_valid(vals)
+        if labels is None:
             return None
         sparse = dict(zip(self.cat, fields_from_columns(ids, present))) if self.cat else {}
         for name, (mv_ids, counts) in zip(self.multi, multi):

@@ -42,8 +42,8 @@ class LibsvmParser(Parser):
         if clean is None:
             return None
         vals, offsets, ids, values = clean
-        labels, ok = self.labels.apply(vals, np.ones(len(vals), dtype=bool))
-        if not ok.all():
+        labels = self.labels.all_valid(vals)
+        if labels is None:
             return None
         field = SparseField(ids, offsets, values)
         return Batch(labels=labels, sparse={self.field: field})
