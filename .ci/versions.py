@@ -112,7 +112,7 @@ def main(argv: list[str]) -> int:
                  if not marker or Marker(marker).evaluate()]
         if subprocess.run([sys.executable, "-c", CHECK, *names], env=env, cwd=ROOT).returncode != 0:
             return 1
-        rc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", "--durations=15", *tests],
+        rc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "-rs", "--durations=15", *tests],
                             env=env, cwd=ROOT).returncode
     if rc == 5:
         print("WARNING: pytest collected no tests (exit 5)", file=sys.stderr)

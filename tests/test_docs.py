@@ -172,4 +172,4 @@ def test_the_readme_stays_short_and_points_at_the_docs():
         assert (DOCS / page).exists(), page
     # the README's two commands, exactly (.ci/run runs the second)
     assert "```sh\npip install -e . && streamtrain run examples/synthetic.json\n```" in readme
-    assert re.search(r"```sh\npip install -e '\.\[dev[\w,]*\]' && python -m pytest\n```", readme)
+    assert re.search(r"```sh\npip install -e '\.\[dev[\w,]*\]' && python -m pytest -n 2\n```", readme)
