@@ -294,3 +294,28 @@ def test_a_compile_says_so_before_it_starts_and_a_cache_load_says_nothing(tmp_pa
     assert "(kernel 1, " in first[done[0]]
     again = run()
     assert "compil" not in again, again
+
+
+GC_PROBE = """
+import gc, json, sys
+from streamtrain import startup
+startup.settled()                                  # without defer_gc: nothing changes
+untouched = [gc.isenabled(), gc.get_freeze_count()]
+startup.defer_gc()                                 # the process entry point's start
+deferred = gc.isenabled()
+from streamtrain.cli import main
+rc = main(["run", sys.argv[1], "--max-examples", "512", "--set", "metrics.enabled=false",
+           "--set", "checkpoint.dir=null", "--log-level", "WARNING"])
+print(json.dumps({"rc": rc, "untouched": untouched, "deferred": deferred, "after": gc.isenabled(),
+                  "frozen": gc.get_freeze_count()}))
+"""
+
+
+def test_collection_is_deferred_until_the_job_is_built_then_resumes_with_start_up_frozen():
+    out = subprocess.run([sys.executable, "-c", GC_PROBE, str(ROOT / "examples" / "synthetic.json")],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["rc"] == 0 and got["untouched"] == [True, 0]
+    assert got["deferred"] is False and got["after"] is True
+    assert got["frozen"] > 50_000           # numpy's, numba's and the package's objects: never scanned again
