@@ -4,6 +4,7 @@
 
 def entry() -> None:
     from streamtrain import startup
+    startup.defer_gc()               # until the job is built (startup.settled)
     startup.apply()
     from streamtrain.cli import entry as command_line
     command_line()

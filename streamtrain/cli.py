@@ -169,6 +169,8 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _check_log_flags(parser, args)
+    if args.command != "run":
+        startup.settled()            # (a job settles once it is built: daemon.run_job)
     try:
         if args.command == "validate":
             load_config(args)

@@ -114,6 +114,7 @@ def run_job(cfg: dict, args) -> int:
         watchdog = systemd.Watchdog(lambda: health.alive()[0], status=lambda: _status(job)).start()
         systemd.notify("READY=1\nSTATUS=training")
         ran = True
+        startup.settled()            # built: what start-up made is frozen, collection resumes
         summary = job.run()          # its own finally: final checkpoint, reader and store closed
     finally:
         if not ran:

@@ -57,6 +57,15 @@ class BulkHistogram(Collector):
                                        minlength=len(self.counts))
             self.sum += float(values.sum())
 
+    def observe_same(self, value: float, count: int) -> None:
+        """``count`` observations of one value (a batch without event times: every example's
+        arrival → update is the batch's), without an array of them."""
+        if count > 0 and np.isfinite(value):
+            counts = self.counts.copy()
+            counts[np.searchsorted(self.bounds, value, side="left")] += count
+            self.counts = counts
+            self.sum += float(value) * count
+
     def describe(self):
         return [HistogramMetricFamily(self.name, self.documentation)]
 
@@ -103,8 +112,7 @@ class Metrics:
         self._store_counters(r)
         r.register(LiveCounts(self))
         self._state_gauges(r)
-        for phase in PHASES:
-            self.step_seconds.labels(phase)
+        self._phase_seconds = {phase: self.step_seconds.labels(phase) for phase in PHASES}
         self._automl_metrics(r)
 
     def _store_counters(self, r: CollectorRegistry) -> None:
@@ -182,8 +190,9 @@ class Metrics:
             self.examples.inc(batch.size)
         self.last_batch_ts.set_to_current_time()
         for phase, seconds in result.seconds.items():
-            if phase in PHASES:
-                self.step_seconds.labels(phase).observe(seconds)
+            child = self._phase_seconds.get(phase)
+            if child is not None:
+                child.observe(seconds)
         if not result.applied:
             self.nonfinite.inc()
         elif result.losses is not None:           # a loss with progressive figures (any kind)
@@ -207,7 +216,7 @@ class Metrics:
         if batch.timestamps is not None:
             self.freshness.observe_many(now - np.asarray(batch.timestamps, np.float64))
         elif getattr(job, "received_at", None) is not None:
-            self.freshness.observe_many(np.full(batch.size, now - job.received_at))
+            self.freshness.observe_same(now - job.received_at, batch.size)
 
     def on_checkpoint(self, job, path, ok: bool = True) -> None:
         if ok:

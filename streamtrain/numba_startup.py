@@ -14,6 +14,10 @@ command line's start), never by an import. Without it numba behaves as numba doe
   two above) before it compiles and also before it loads a kernel from its cache, although cached
   object code needs only numba's runtime (NRT). Patched, a cache load initialises the runtime
   alone; the registries load, with the two answers above, at the first real compile.
+* numba types an array argument (at a kernel's first call) by asking first whether it is a
+  ``numpy.ma.MaskedArray``: numpy 2 then imports ``numpy.ma`` (~30 ms, on the parse thread's
+  first batch, which the trainer waits for). A plain ``numpy.ndarray`` is typed without asking
+  (the same type numba gives it); any subclass still goes through numba's own function.
 * ``import numba`` imports ``scipy`` (only to check its version) and ``yaml`` (only to read a
   ``.numba_config.yaml`` in the working directory; kept when there is one): ~20 ms of every start.
   When numba is not imported yet, it is imported without them.
@@ -116,6 +120,29 @@ def _registries_at_first_compile() -> None:
         ctx.load_additional_registries = ours_first(ctx.load_additional_registries)
 
 
+def _plain_arrays_typed_directly() -> None:
+    """numba's ``typeof`` of an exact ``numpy.ndarray`` without the ``numpy.ma`` import (module
+    docstring); other arrays (subclasses, masked ones) are numba's own function's."""
+    import numpy as np
+    from numba.core import errors, types
+    from numba.core.typing.typeof import typeof_impl
+    from numba.np import numpy_support
+    original = typeof_impl.dispatch(np.ndarray)
+    if "MaskedArray" not in getattr(getattr(original, "__code__", None), "co_names", ()):
+        return                       # (a numba that does not ask: nothing to spare)
+
+    def typeof_ndarray(val, c):
+        if type(val) is not np.ndarray:
+            return original(val, c)
+        try:
+            dtype = numpy_support.from_dtype(val.dtype)
+        except errors.NumbaNotImplementedError:
+            raise errors.NumbaValueError(f"Unsupported array dtype: {val.dtype}") from None
+        return types.Array(dtype, val.ndim, numpy_support.map_layout(val), readonly=not val.flags.writeable)
+    typeof_ndarray._streamtrain = True
+    typeof_impl.register(np.ndarray)(typeof_ndarray)
+
+
 def _version() -> tuple:
     return tuple(int(part) for part in metadata.version("numba").split(".")[:2])
 
@@ -137,6 +164,7 @@ def patch() -> bool:
             return False
         _import_numba()
         _registries_at_first_compile()
+        _plain_arrays_typed_directly()
     except Exception as err:        # numba's internals moved: its own behaviour, one line
         log.warning("numba start-up patch not applied (%s: %s): numba's own start-up kept", type(err).__name__, err)
         return False

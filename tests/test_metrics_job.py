@@ -96,6 +96,16 @@ def test_bulk_histogram_buckets_are_cumulative_and_le_inclusive():
     assert v("x_seconds_count") == 4 and v("x_seconds_sum") == pytest.approx(6.0)
 
 
+def test_bulk_histogram_one_value_many_times_equals_the_array_of_it():
+    r = CollectorRegistry()
+    one, many = BulkHistogram("a_seconds", "a", (1, 2), r), BulkHistogram("b_seconds", "b", (1, 2), r)
+    for value, count in ((1.0, 3), (1.5, 2048), (7.0, 5), (float("nan"), 4), (0.5, 0)):
+        one.observe_same(value, count)
+        many.observe_many(np.full(count, value))
+    assert one.counts.tolist() == many.counts.tolist() == [3, 2048, 5]
+    assert one.sum == pytest.approx(many.sum, rel=1e-12)
+
+
 def test_json_progress_line_carries_fields(tmp_path, fake_stream, capsys):
     import json
     from streamtrain.logs import setup_logging

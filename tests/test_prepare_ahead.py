@@ -44,6 +44,10 @@ def test_batches_prepared_ahead_train_bit_for_bit_as_batches_fed_in_the_step(mod
         fed = twin.prepared.of(ahead.graph)
         if ahead.engine is not None and ahead.engine.layers and not multi[seed]:   # the engine's too
             assert [k for k in fed.memo if k[0] == GRID]
+            room = ahead.engine._room          # made with room for its block's other terms (once known)
+            if seed and model in ("lr", "fm"):
+                (param, extra), = room.items()
+                assert extra > 0 and fed.memo[(GRID, param)][1].shape[1] > extra
         got_plain, got_ahead = plain.step(batch), ahead.step(twin)
         assert all(ahead.ctx.table_ids[t] is fed.table_ids[t] for t in fed.table_ids)   # taken, not redone
         np.testing.assert_array_equal(got_ahead.predictions, got_plain.predictions)

@@ -188,8 +188,10 @@ import streamtrain
 for module in pkgutil.walk_packages(streamtrain.__path__, "streamtrain."):
     if module.name != "streamtrain.__main__":
         importlib.import_module(module.name)
+import numpy as np
 from numba.core import caching, config, cpu
 from numba.core.typing import context
+from numba.core.typing.typeof import typeof_impl
 try:
     from kafka.net import transport
 except ImportError:                  # kafka-python 2.x (the floor): no kafka.net, nothing to patch
@@ -199,7 +201,8 @@ except ImportError:                  # kafka-python 2.x (the floor): no kafka.ne
 def patched():
     found = {"numba cache load": caching.Cache.load_overload,
              "numba registries": cpu.CPUContext.load_additional_registries,
-             "numba typing registries": context.Context.load_additional_registries}
+             "numba typing registries": context.Context.load_additional_registries,
+             "numba typeof of ndarray": typeof_impl.dispatch(np.ndarray)}
     if transport is not None:
         found["kafka socket reads"] = transport.KafkaTCPTransport._sock_recv
     return found
@@ -294,3 +297,57 @@ def test_a_compile_says_so_before_it_starts_and_a_cache_load_says_nothing(tmp_pa
     assert "(kernel 1, " in first[done[0]]
     again = run()
     assert "compil" not in again, again
+
+
+GC_PROBE = """
+import gc, json, sys
+from streamtrain import startup
+startup.settled()                                  # without defer_gc: nothing changes
+untouched = [gc.isenabled(), gc.get_freeze_count()]
+startup.defer_gc()                                 # the process entry point's start
+deferred = gc.isenabled()
+from streamtrain.cli import main
+rc = main(["run", sys.argv[1], "--max-examples", "512", "--set", "metrics.enabled=false",
+           "--set", "checkpoint.dir=null", "--log-level", "WARNING"])
+print(json.dumps({"rc": rc, "untouched": untouched, "deferred": deferred, "after": gc.isenabled(),
+                  "frozen": gc.get_freeze_count()}))
+"""
+
+
+def test_collection_is_deferred_until_the_job_is_built_then_resumes_with_start_up_frozen():
+    out = subprocess.run([sys.executable, "-c", GC_PROBE, str(ROOT / "examples" / "synthetic.json")],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["rc"] == 0 and got["untouched"] == [True, 0]
+    assert got["deferred"] is False and got["after"] is True
+    assert got["frozen"] > 50_000           # numpy's, numba's and the package's objects: never scanned again
+
+
+TYPEOF_PROBE = """
+import sys
+import numpy as np
+from streamtrain import startup
+startup.apply()
+from numba import typeof
+plain = [np.zeros(3, np.float32), np.zeros((2, 3))[:, 1], np.zeros((2, 2), order="F"), np.zeros(2)[::-1]]
+plain[0].flags.writeable = False
+got = [typeof(a) for a in plain]
+assert "numpy.ma" not in sys.modules, "typing plain arrays imported numpy.ma"
+import numpy.ma
+import numba.core.typing.typeof as t
+want = [t._typeof_ndarray(a, None) for a in plain]             # numba's own function
+assert got == want, (got, want)
+try:
+    typeof(np.ma.masked_array([1.0]))
+except Exception as err:
+    assert "MaskedArray" in str(err), err
+else:
+    raise AssertionError("a masked array was typed")
+print("ok")
+"""
+
+
+def test_plain_arrays_are_typed_as_numba_types_them_without_importing_numpy_ma():
+    out = subprocess.run([sys.executable, "-c", TYPEOF_PROBE], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]

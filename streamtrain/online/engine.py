@@ -125,17 +125,21 @@ def _block(arrays: _Arrays, ctx, terms: list, group_of: dict, d: int, key: str, 
 GRID = "per-example grid"        # ctx.memo key (with the term's parameter) of a grid made ahead
 
 
-def present_grids(ctx, layers) -> None:
+def present_grids(ctx, layers, room: dict | None = None) -> None:
     """For each term of ``layers`` given by present flags, its ``[B, m]`` grid of rows (from 0)
     and coefficients, into ``ctx.memo``: work that depends on the batch alone, done ahead in
-    the reader's thread (``PerExample.prepare``); ``_by_example`` offsets and copies it (or,
-    a block's only term, takes it as it is) instead of filling it from the term."""
+    the reader's thread (``PerExample.prepare``); ``_by_example`` offsets and copies it instead
+    of filling it from the term. ``room[param]`` more columns (the block's other terms, when
+    the term is its first: ``PerExample.learn`` says how many) make it ``[B, m + room]``: the
+    block's grid itself, whose last columns ``_by_example`` fills in place."""
     batch = ctx.batch.size
+    room = room or {}
     for layer in layers:
         for t in layer.field_terms(ctx):
             if t.present is not None:
                 m = len(t.present) // batch
-                row, x = np.empty((batch, m), np.int64), np.empty((batch, m))
+                width = m + room.get(t.param, 0)
+                row, x = np.empty((batch, width), np.int64), np.empty((batch, width))
                 prep.put_present(row, x, 0, m, t.present, t.pos, 0,
                                  _EMPTY_F if t.x is None else np.asarray(t.x, np.float64))
                 ctx.memo[(GRID, t.param)] = (t.pos, row, x)
@@ -157,17 +161,19 @@ def _by_example(arrays: _Arrays, terms, blk: _Block, batch: int, fm: bool, key: 
     if all(t.example is None for t in terms):
         widths = [len(t.present) // batch if t.present is not None else t.pos.shape[1] for t in terms]
         ahead = [_made_ahead(memo, t) if t.present is not None else None for t in terms]
-        if len(terms) == 1 and ahead[0] is not None and lows[0] == 0:      # the grid as it is
-            row, x = ahead[0]
-            field = arrays.fields(batch, [terms[0].field]) if fm else _EMPTY_I
-            return arrays.offsets(batch, widths[0]), row.reshape(-1), x.reshape(-1), field
-        row = arrays.grid((key, "row"), batch, sum(widths), np.int64)
-        x = arrays.grid((key, "x"), batch, sum(widths), np.float64)
-        col = 0
-        for t, lo, m, made in zip(terms, lows, widths, ahead):
+        total = sum(widths)
+        first = 0
+        if ahead[0] is not None and lows[0] == 0 and ahead[0][0].shape[1] == total:
+            row, x = ahead[0]            # made ahead with room for the other terms: the grid itself
+            first = 1
+        else:
+            row = arrays.grid((key, "row"), batch, total, np.int64)
+            x = arrays.grid((key, "x"), batch, total, np.float64)
+        col = sum(widths[:first])
+        for t, lo, m, made in zip(terms[first:], lows[first:], widths[first:], ahead[first:]):
             if made is not None:
-                np.add(made[0], lo, out=row[:, col:col + m])
-                x[:, col:col + m] = made[1]
+                np.add(made[0][:, :m], lo, out=row[:, col:col + m])
+                x[:, col:col + m] = made[1][:, :m]
             elif t.present is not None:
                 prep.put_present(row, x, col, m, t.present, t.pos, lo,
                                  _EMPTY_F if t.x is None else np.asarray(t.x, np.float64))
@@ -176,7 +182,7 @@ def _by_example(arrays: _Arrays, terms, blk: _Block, batch: int, fm: bool, key: 
                 x[:, col:col + m] = t.x
             col += m
         field = arrays.fields(batch, [t.field for t in terms]) if fm else _EMPTY_I
-        return arrays.offsets(batch, sum(widths)), row.reshape(-1), x.reshape(-1), field
+        return arrays.offsets(batch, total), row.reshape(-1), x.reshape(-1), field
     ex, row, x, field = [], [], [], []
     for t, lo in zip(terms, lows):
         if t.example is None:
@@ -227,6 +233,7 @@ class PerExample:
         self.rules = kernels.Rules(self.code, self.hyper)
         self._blocks: tuple = ()
         self._arrays = _Arrays()
+        self._room: dict = {}     # param -> the columns of its block's other terms (``present_grids``)
 
     @property
     def layers(self) -> list:
@@ -248,7 +255,7 @@ class PerExample:
     def prepare(self, ctx) -> None:
         """The occurrence grids of this batch's embedding terms, from a context fed with the
         batch alone (``Trainer.prepare``, in the reader's thread): see ``present_grids``."""
-        present_grids(ctx, [layer for layer in self.layers if layer.pools_rows])
+        present_grids(ctx, [layer for layer in self.layers if layer.pools_rows], self._room)
 
     def learn(self, ctx, z0: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each example's logit after the examples before it, and its residual ρ (the logit
@@ -257,6 +264,7 @@ class PerExample:
         linear = [t for layer in self.plan.linear for t in layer.linear_terms(ctx)]
         arrays = self._arrays
         lin = _block(arrays, ctx, linear, self.group_of, 1, "linear", not self.assign)
+        self._make_room(linear, B)
         lptr, slot, x, lfield = _by_example(arrays, linear, lin, B, False, "linear", ctx.memo)
         if self.plan.fm:
             fm_terms, fterm = [], []
@@ -280,6 +288,13 @@ class PerExample:
             kernels.Slots(fm.w, fm.n, fm.z, fm.grp))
         self._blocks = (lin, fm) if self.plan.fm else (lin,)
         return zs, rho
+
+    def _make_room(self, terms: list, batch: int) -> None:
+        """A block of dense terms whose first is made ahead: the next batches' grids of that term
+        are made with room for the others' columns (``present_grids``), so it is the block's grid."""
+        if terms and terms[0].present is not None and all(t.example is None for t in terms[1:]):
+            self._room = {terms[0].param: sum(t.pos.shape[1] if t.present is None else len(t.present) // batch
+                                              for t in terms[1:])}
 
     def push(self, ctx) -> dict:
         """Add to ``ctx`` one gradient (and, for Adagrad/FTRL, squares) per owned parameter whose
