@@ -57,6 +57,14 @@ class BulkHistogram(Collector):
                                        minlength=len(self.counts))
             self.sum += float(values.sum())
 
+    def observe_repeated(self, value: float, n: int) -> None:
+        """``observe_many`` of ``n`` copies of ``value`` (a batch without event times), without them."""
+        if n > 0 and np.isfinite(value):
+            counts = self.counts.copy()
+            counts[np.searchsorted(self.bounds, value, side="left")] += n
+            self.counts = counts
+            self.sum += value * n
+
     def describe(self):
         return [HistogramMetricFamily(self.name, self.documentation)]
 
@@ -103,8 +111,7 @@ class Metrics:
         self._store_counters(r)
         r.register(LiveCounts(self))
         self._state_gauges(r)
-        for phase in PHASES:
-            self.step_seconds.labels(phase)
+        self._phase_seconds = {phase: self.step_seconds.labels(phase) for phase in PHASES}
         self._automl_metrics(r)
 
     def _store_counters(self, r: CollectorRegistry) -> None:
@@ -181,9 +188,10 @@ class Metrics:
             self.batches.inc()
             self.examples.inc(batch.size)
         self.last_batch_ts.set_to_current_time()
+        phases = self._phase_seconds
         for phase, seconds in result.seconds.items():
-            if phase in PHASES:
-                self.step_seconds.labels(phase).observe(seconds)
+            if phase in phases:
+                phases[phase].observe(seconds)
         if not result.applied:
             self.nonfinite.inc()
         elif result.losses is not None:           # a loss with progressive figures (any kind)
@@ -207,7 +215,7 @@ class Metrics:
         if batch.timestamps is not None:
             self.freshness.observe_many(now - np.asarray(batch.timestamps, np.float64))
         elif getattr(job, "received_at", None) is not None:
-            self.freshness.observe_many(np.full(batch.size, now - job.received_at))
+            self.freshness.observe_repeated(now - job.received_at, batch.size)
 
     def on_checkpoint(self, job, path, ok: bool = True) -> None:
         if ok:
@@ -223,21 +231,28 @@ class Metrics:
         self._seen[key] = total
         return total - before if total >= before else total
 
+    def _grow(self, counter, key, total) -> None:
+        """``counter.inc`` by what ``total`` grew since the last look (no call when nothing did)."""
+        delta = self._delta(key, total)
+        if delta:
+            counter.inc(delta)
+
     def _sync_counters(self, job) -> None:
         stats = getattr(job.store, "stats", None)
         if stats is not None:
-            self.rows_pulled.inc(self._delta("pulled", stats.rows_pulled))
-            self.rows_pushed.inc(self._delta("pushed", stats.rows_pushed))
+            for name, counter in (("pulled", self.rows_pulled), ("pushed", self.rows_pushed)):
+                self._grow(counter, name, getattr(stats, f"rows_{name}"))
             for name in ("flushes", "rows_flushed", "flush_conflicts", "flush_seconds", "nonfinite_rows",
                          "rows_vanished"):
-                getattr(self, name).inc(self._delta(name, getattr(stats, name)))
+                self._grow(getattr(self, name), name, getattr(stats, name))
 
     def _sync_drift(self, drift) -> None:
         if drift is None:
             return
         for kind, n in drift.alarms.items():
-            self.drift_alarms.labels(kind).inc(self._delta(("drift", kind), n))
-            self.drift_last.labels(kind).set(drift.last_alarm.get(kind, 0.0))
+            if self._seen.get(("drift", kind)) != float(n):     # (nothing changed: no label lookups)
+                self.drift_alarms.labels(kind).inc(self._delta(("drift", kind), n))
+                self.drift_last.labels(kind).set(drift.last_alarm.get(kind, 0.0))
 
     def _sync_automl(self, search) -> None:
         if search is None:
