@@ -36,13 +36,11 @@ def activation_grad(kind: str, y: np.ndarray, gy: np.ndarray) -> np.ndarray:
 
 
 def sigmoid(z: np.ndarray) -> np.ndarray:
-    """Overflow-free logistic function."""
-    out = np.empty_like(z)
-    pos = z >= 0
-    out[pos] = 1.0 / (1.0 + np.exp(-z[pos]))
-    ez = np.exp(z[~pos])
-    out[~pos] = ez / (1.0 + ez)
-    return out
+    """Overflow-free logistic function: ``1 / (1 + exp(-z))`` for ``z >= 0``, ``exp(z) / (1 +
+    exp(z))`` below; ``exp(-|z|)`` is either exponential, so both sides come from one pass."""
+    e = np.exp(-np.abs(z))
+    d = 1.0 + e
+    return np.where(z >= 0, 1.0 / d, e / d)
 
 
 @register

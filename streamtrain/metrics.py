@@ -189,10 +189,10 @@ class Metrics:
             self.batches.inc()
             self.examples.inc(batch.size)
         self.last_batch_ts.set_to_current_time()
+        phases = self._phase_seconds
         for phase, seconds in result.seconds.items():
-            child = self._phase_seconds.get(phase)
-            if child is not None:
-                child.observe(seconds)
+            if phase in phases:
+                phases[phase].observe(seconds)
         if not result.applied:
             self.nonfinite.inc()
         elif result.losses is not None:           # a loss with progressive figures (any kind)
@@ -232,21 +232,28 @@ class Metrics:
         self._seen[key] = total
         return total - before if total >= before else total
 
+    def _grow(self, counter, key, total) -> None:
+        """``counter.inc`` by what ``total`` grew since the last look (no call when nothing did)."""
+        delta = self._delta(key, total)
+        if delta:
+            counter.inc(delta)
+
     def _sync_counters(self, job) -> None:
         stats = getattr(job.store, "stats", None)
         if stats is not None:
-            self.rows_pulled.inc(self._delta("pulled", stats.rows_pulled))
-            self.rows_pushed.inc(self._delta("pushed", stats.rows_pushed))
+            for name, counter in (("pulled", self.rows_pulled), ("pushed", self.rows_pushed)):
+                self._grow(counter, name, getattr(stats, f"rows_{name}"))
             for name in ("flushes", "rows_flushed", "flush_conflicts", "flush_seconds", "nonfinite_rows",
                          "rows_vanished"):
-                getattr(self, name).inc(self._delta(name, getattr(stats, name)))
+                self._grow(getattr(self, name), name, getattr(stats, name))
 
     def _sync_drift(self, drift) -> None:
         if drift is None:
             return
         for kind, n in drift.alarms.items():
-            self.drift_alarms.labels(kind).inc(self._delta(("drift", kind), n))
-            self.drift_last.labels(kind).set(drift.last_alarm.get(kind, 0.0))
+            if self._seen.get(("drift", kind)) != float(n):     # (nothing changed: no label lookups)
+                self.drift_alarms.labels(kind).inc(self._delta(("drift", kind), n))
+                self.drift_last.labels(kind).set(drift.last_alarm.get(kind, 0.0))
 
     def _sync_automl(self, search) -> None:
         if search is None:

@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from .scores import class_log_losses, log_losses, squared_errors
+from .scores import EPS, class_log_losses, log_losses, squared_errors
 
 BINS = 1 << 16
 LIMIT = 30.0
+BIN_EPS = 1e-13         # the bins' clip of p (log-odds within ±LIMIT)
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_PASS = np.array([BIN_EPS, EPS, LIMIT, BINS / (2 * LIMIT)])    # binary_pass's constants
 
 
 def logit_bins(p: np.ndarray) -> np.ndarray:
-    p = np.clip(np.asarray(p, np.float64), 1e-13, 1 - 1e-13)
+    p = np.clip(np.asarray(p, np.float64), BIN_EPS, 1 - BIN_EPS)
     z = np.log(p) - np.log1p(-p)
     return np.clip(((z + LIMIT) * (BINS / (2 * LIMIT))).astype(np.int64), 0, BINS - 1)
 
@@ -49,11 +52,24 @@ class Progressive:
 
     def update(self, labels: np.ndarray, p: np.ndarray) -> np.ndarray:
         """Add a batch; returns its per-example losses (the drift monitor's input, computed once)."""
-        labels = np.asarray(labels).reshape(-1)
-        p = np.asarray(p, np.float64).reshape(-1)
+        labels = np.ascontiguousarray(labels).reshape(-1)
+        p = np.ascontiguousarray(p, np.float64).reshape(-1)
+        if len(p) != len(labels) or labels.dtype not in _FLOATS:
+            return self._update(labels, p)
+        from ._progressive_kernels import binary_pass   # numba: not paid at start-up
+        losses = np.empty(len(p))
+        sums = binary_pass(labels, p, self.pos, self.neg, losses, _PASS)   # O(batch), not O(BINS)
+        self.count += len(labels)
+        self.loss_sum += sums[0]
+        self.label_sum += sums[1]
+        self.pred_sum += sums[2]
+        return losses
+
+    def _update(self, labels, p) -> np.ndarray:
+        """``update`` in numpy (labels that are not floats): the compiled pass's arithmetic."""
         bins = logit_bins(p)
         positive = labels > 0.5
-        np.add.at(self.pos, bins[positive], 1)      # O(batch), not O(BINS) per batch
+        np.add.at(self.pos, bins[positive], 1)
         np.add.at(self.neg, bins[~positive], 1)
         self.count += len(labels)
         losses = log_losses(labels, p)

@@ -86,3 +86,23 @@ def test_fc_layer_takes_the_kernels_and_keeps_numpy_numbers():
     W2 = ctx.values["out.W"]
     gout = ctx.grad_out["out"]
     _same_bits(gh, gout @ W2.T)                   # the one-output outer product
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sigmoid_is_the_two_sided_logistic(dtype):
+    """``sigmoid`` (one ``exp(-|z|)`` for both sides) gives the numbers of the two-sided form it
+    replaced: ``1 / (1 + exp(-z))`` where ``z >= 0``, ``exp(z) / (1 + exp(z))`` below."""
+    from streamtrain.ops.dense import sigmoid
+    rng = np.random.default_rng(2)
+    z = np.concatenate([rng.standard_normal(20_000) * 10, rng.standard_normal(5000) * 200,
+                        [0.0, -0.0, np.inf, -np.inf, 88.7, -88.7, 1e-40, -1e-40]]).astype(dtype)
+    want = np.empty_like(z)
+    pos = z >= 0
+    with np.errstate(over="ignore"):
+        want[pos] = 1.0 / (1.0 + np.exp(-z[pos]))
+        ez = np.exp(z[~pos])
+        want[~pos] = ez / (1.0 + ez)
+    got = sigmoid(z)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+    assert np.array_equal(np.signbit(got), np.signbit(want))
+    assert np.isnan(sigmoid(np.array([np.nan], dtype)))[0]

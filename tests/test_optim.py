@@ -275,3 +275,32 @@ def test_compiled_updates_divide_by_zero_as_numpy_does(kind, hyper):
                                  np.arange(4), g)
     np.testing.assert_array_equal(weights, want)
     assert not np.isfinite(want).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_dense_adam_is_each_step(dtype):
+    """``step_dense`` takes the dense Adam parameters of one hyperparameter set in compiled passes
+    of several (``_rows.adam_many``): the same numbers as each one's own ``step``, step counts
+    that differ included, more parameters than one pass takes, a different ``lr`` and a
+    parameter with squares (stepped alone) beside them."""
+    from streamtrain.optim import _rows
+    from streamtrain.optim.base import step_dense
+    rng = np.random.default_rng(11)
+    shapes = [(7, 3), (3,), (4, 1), (1,), (2, 5)] * 2
+    opts = [make_optimizer({"type": "adam", "lr": 0.01 if i % 4 else 0.05}) for i in range(len(shapes))]
+    assert len(shapes) > _rows.FUSED
+    fused = [rng.standard_normal(s).astype(dtype) for s in shapes]
+    alone = [w.copy() for w in fused]
+    states = [[o.init_state(s, table=False, dtype=dtype) for o, s in zip(opts, shapes)] for _ in range(2)]
+    for st in states:
+        st[2]["t"] += 5                           # a parameter further on than the others
+    for _ in range(3):
+        grads = [rng.standard_normal(s).astype(dtype) for s in shapes]
+        step_dense([(o, w, g, st, None) for o, w, g, st in zip(opts, fused, grads, states[0])])
+        for o, w, g, st in zip(opts, alone, grads, states[1]):
+            o.step(w, g, st)
+    for i in range(len(shapes)):
+        assert np.array_equal(fused[i], alone[i])
+        for k in ("m", "v", "t"):
+            assert np.array_equal(states[0][i][k], states[1][i][k])
+    assert states[0][2]["t"][0] == 8 and states[0][0]["t"][0] == 3

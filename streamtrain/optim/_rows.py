@@ -115,3 +115,27 @@ def adam_dense(w, m, v, g, h, c1, c2):
         m[i] = mi
         v[i] = vi
         w[i] -= lr * (mi / c1) / (np.sqrt(vi / c2) + eps)
+
+
+FUSED = 8          # parameters per ``adam_many`` call: one compiled signature whatever the model
+
+
+def fused_args(parts: list) -> tuple:
+    """``adam_many``'s arrays of up to ``FUSED`` dense ``(w, g, state)``: flat weights, moments,
+    gradients and step counts, each a tuple of ``FUSED`` (the last repeated), and how many count."""
+    flat = [(w.reshape(-1), st["m"].reshape(-1), st["v"].reshape(-1), g.reshape(-1), st["t"].reshape(-1))
+            for w, g, st in parts]
+    flat += [flat[-1]] * (FUSED - len(flat))
+    return (*(tuple(column) for column in zip(*flat)), len(parts))
+
+
+@njit(nogil=True, error_model="numpy")
+def adam_many(ws, ms, vs, gs, ts, n, h):
+    """``adam_dense`` on the first ``n`` parameters of the tuples, each after its step count
+    ``t`` moved on by one and with its own corrections ``1 − β^t``, computed as ``Adam.step``
+    does (``corrections``: float32 or float64 powers of ``t``'s precision)."""
+    one = h[6]
+    for k in range(n):
+        t = ts[k]
+        t[0] += one
+        adam_dense(ws[k], ms[k], vs[k], gs[k], h, one - h[1] ** t[0], one - h[2] ** t[0])

@@ -38,3 +38,21 @@ class Adam(Optimizer):
         m_hat = m / (1 - self.beta1 ** t)
         v_hat = v / (1 - self.beta2 ** t)
         w -= self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
+
+    def fuse_key(self, w, g, state):
+        """A dense float parameter (one step count; weights, slots and gradient of one dtype, C
+        order) steps with the others of the same hyperparameters and dtype in one compiled pass."""
+        from . import _rows as rows_
+        m, v, t = state["m"], state["v"], state["t"]
+        if t.size != 1 or not rows_.flat(w, m, v, g):
+            return None
+        return Adam, w.dtype, self.lr, self.beta1, self.beta2, self.eps
+
+    @staticmethod
+    def step_fused(key, parts):
+        """``step`` of each dense ``(w, g, state)``: ``rows_.adam_many``, ``FUSED`` at a time."""
+        from . import _rows as rows_
+        _, dtype, lr, beta1, beta2, eps = key
+        h = rows_.hyper(dtype, lr, beta1, beta2, eps, 1 - beta1, 1 - beta2, 1)
+        for start in range(0, len(parts), rows_.FUSED):
+            rows_.adam_many(*rows_.fused_args(parts[start:start + rows_.FUSED]), h)

@@ -76,6 +76,16 @@ class Optimizer:
     #: whether ``step`` uses ``sq``: layers then send per-example squared gradients
     squares = False
 
+    def fuse_key(self, w: np.ndarray, g: np.ndarray, state: dict):
+        """A key under which ``step_fused`` takes this dense parameter's step together with the
+        others of the same key (one compiled pass), or None: ``step`` alone (the default)."""
+        return None
+
+    @staticmethod
+    def step_fused(key, parts: list) -> None:
+        """``step`` of each ``(w, g, state)`` of ``parts``, all of ``fuse_key`` ``key``."""
+        raise NotImplementedError
+
     #: The per-coordinate rule, written once: a function ``rule(h, w, n, z, g, sq) -> (w, n, z)``
     #: of plain arithmetic and numpy ufuncs on one coordinate or on arrays of them (``n``, ``z``:
     #: the slots it keeps, else passed through), with ``h`` its hyperparameters and, last, a zero
@@ -91,6 +101,20 @@ class Optimizer:
         the core would learn whose rule has a ``rule`` but no ``kernel_rule`` is refused when the
         job starts (``online/plan.py``); one without a ``rule`` learns per batch."""
         return None
+
+
+def step_dense(steps) -> None:
+    """``opt.step(w, g, state, sq)`` of each ``(opt, w, g, state, sq)``: the parameters whose
+    rule steps several at once (``fuse_key``; no ``sq``) go to it, one group per key."""
+    groups: dict = {}
+    for opt, w, g, state, sq in steps:
+        key = opt.fuse_key(w, g, state) if sq is None else None
+        if key is None:
+            opt.step(w, g, state, sq)
+        else:
+            groups.setdefault(key, (opt, []))[1].append((w, g, state))
+    for key, (opt, parts) in groups.items():
+        opt.step_fused(key, parts)
 
 
 def make_optimizer(config: dict | None, *, where: str = "optimizer") -> Optimizer:

@@ -8,6 +8,7 @@ import numpy as np
 from streamtrain.context import Gradients
 from streamtrain.growth import capacity_for, grow_rows
 from streamtrain.optim import Optimizer
+from streamtrain.optim.base import step_dense
 from streamtrain.params import ParamSpec
 
 from .base import ParamStore, Snapshot, initial_dense, initial_rows, register
@@ -223,9 +224,9 @@ class MemoryStore(ParamStore):
 
     def push(self, grads: Gradients) -> None:
         with self._lock:
-            for name, g in grads.dense.items():
-                self.optimizers[name].step(self.dense[name], g.astype(self.dtype, copy=False),
-                                           self.dense_state[name], _squares(grads, name, self.dtype))
+            step_dense([(self.optimizers[name], self.dense[name], g.astype(self.dtype, copy=False),
+                         self.dense_state[name], _squares(grads, name, self.dtype))
+                        for name, g in grads.dense.items()])
             for name, (ids, g) in grads.tables.items():
                 table = self.tables[name]
                 rows, _ = table.rows(ids, create=True)
