@@ -18,33 +18,13 @@ from streamtrain.graph import Schema
 from streamtrain.schema import with_defaults
 from streamtrain.store import make_store
 
-from .automl_helpers import layers, planted_stream
+from .automl_helpers import layers, planted_stream, small_job
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def auto_job() -> dict:
     return configmod.validate(configmod.load(EXAMPLES / "auto.json", []))
-
-
-def small_job(**automl) -> dict:
-    """LR (wide + bias) with an optional FM term, an optional dense-free deep part of its own
-    batch size, and the deep part's rate."""
-    lay = layers()
-    lay[-2:-2] = [{"name": "emb", "type": "embedding", "inputs": ["sparse"], "dim": 4, "shared": True},
-                  {"name": "fm", "type": "fm", "inputs": ["emb"], "reduce": True},
-                  {"name": "products", "type": "inner_product", "inputs": ["emb"]},
-                  {"name": "deep_in", "type": "concat", "inputs": ["emb", "products"]},
-                  {"name": "deep_out", "type": "fc", "inputs": ["deep_in"], "dim": 1,
-                   "optimizer": {"type": "adam", "lr": 0.001}}]
-    space = [{"name": "terms", "path": "layers.logit.inputs", "always": ["wide_sum", "bias"],
-              "optional": ["deep_out", "fm"]},
-             {"name": "rate", "paths": ["layers.wide.optimizer.alpha"], "values": [0.1, 0.3, 1.0], "start": 0.3},
-             {"name": "deep_rate", "paths": ["layers.deep_out.optimizer.lr"], "values": [0.001, 0.01]},
-             {"name": "deep_batch", "paths": ["batch_size"], "values": [10, 100], "start": 10, "needs": "deep_out"}]
-    cfg = {"batch_size": 1000, "layers": lay, "metrics": {"enabled": False},
-           "automl": {"live": 4, "grace": 100, "explore": 0.0, **automl, "space": space}}
-    return configmod.validate(configmod.with_defaults(configmod.SCHEMA, cfg))
 
 
 def names(cfg: dict) -> set:
