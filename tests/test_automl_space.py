@@ -175,3 +175,34 @@ def test_needs_must_name_a_layer():
     with pytest.raises(ConfigError) as err:
         configmod.validate(cfg)
     assert any(p == "automl.space[3].needs" and "deep_outt" in m for p, m in err.value.problems)
+
+
+def test_a_challenger_of_another_model_is_judged_on_its_recent_examples():
+    """Learning curves cross: a challenger with a term the champion lacks (FM) that was worse
+    over its first 2,000 paired examples and better over the next 4,000 is promoted, confidently
+    better on its recent window (the last half to three quarters of its pairs); one of the same
+    model (another rate) with the very same losses is judged on all of them: no better on
+    average, kept."""
+    cfg = small_job(replay=0)
+    section = with_defaults(AUTOML, cfg["automl"])
+    s = Search(section, Space(section, cfg))
+    s.begin(cfg, ["f0", "f1"])
+    h = s.champion
+    same = next(i for i in s.live_slots() if i != h and s.slots[i]["assign"]["terms"] == [])
+    other = [i for i in s.live_slots() if s.slots[i]["assign"]["terms"]]
+    assert other and s.space.same_model(s.slots[same]["assign"], s.slots[h]["assign"])
+    rng = np.random.default_rng(0)
+    for delta, batches in ((0.02, 21), (-0.01, 40)):        # the first 100 are grace (unpaired)
+        for _ in range(batches):
+            loss = rng.random(100)
+            late = loss + delta + rng.normal(0, 0.01, 100)
+            s.observe({i: (loss if i == h else late) for i in s.live_slots()})
+    n = int(s.n[same, h])
+    assert n == 6000 and s.evidence(same, h) == [(n, s.s[same, h], s.ss[same, h], s.alpha)]
+    assert abs(s.s[same, h] / n) < 0.001                     # all its pairs: no better
+    every, (recent, total, _, alpha) = s.evidence(other[0], h)
+    assert every[0] == n and n / 2 <= recent <= 3 * n / 4 and total / recent < -0.005 and alpha < s.alpha
+    events = s.decide()
+    promoted = [e for e in events if e["event"] == "promoted"]
+    assert len(promoted) == 1 and promoted[0]["slot"] in other, events
+    assert not any(e["event"] == "retired" and e["slot"] == same for e in events)
