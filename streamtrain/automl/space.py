@@ -247,7 +247,7 @@ class Dim:
             i = self.values.index(value) if value in self.values else len(self.values) // 2
             return [self.values[j] for j in (i - 1, i + 1) if 0 <= j < len(self.values)]
         have = {tuple(p) for p in value}
-        out = [sorted(have - {p}) for p in have]
+        out = [sorted(have - {p}) for p in sorted(have)]      # in a fixed order: not the hash seed's
         if len(have) < self.max_pairs:
             out += [sorted(have | {p}) for p in combinations(sorted(fields), 2) if p not in have]
         return [[list(p) for p in pairs] for pairs in out]
