@@ -30,6 +30,7 @@ def restore(job, where) -> dict:
     job.store.restore(snap)
     if job.graph_input is not None and "graph" in meta["arrays"]:
         job.graph_input.store.restore(meta["arrays"]["graph"])
+    automl_attach.restore(job, meta)
     job.trainer.batches = meta.get("step", 0)
     job.trainer.examples = job.restored_examples = meta.get("examples", 0)
     if meta.get("offsets") and job.source.seek(meta["offsets"]) is not False:    # False: nothing to seek
@@ -80,12 +81,13 @@ def write(job):
     job._ckpt_batches, job._ckpt_time = 0, time.monotonic()
     if job.writes_back and job._flush() is STOPPED:   # the snapshot sees every update
         raise OSError("stopped while the store was unreachable: checkpoint not written")
-    graph = {"graph": job.graph_input.store.snapshot()} if job.graph_input is not None else None
+    more = {"graph": job.graph_input.store.snapshot()} if job.graph_input is not None else {}
+    more.update(automl_attach.arrays(job))
     try:
         path = checkpoint.write(cfg["dir"], job.store.snapshot(), step=job.trainer.batches,
                                 examples=job.trainer.examples, offsets=job.offsets,
                                 keep=cfg.get("keep") or None, extra={"schema": schema_json(job.graph.schema), **automl_attach.extra(job)},
-                                more_arrays=graph)
+                                more_arrays=more)
     except BaseException:
         for hook in job.checkpoint_hooks:
             hook(job, None, False)

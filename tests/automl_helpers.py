@@ -50,3 +50,23 @@ def job_config(live: int = 4, grace: int = 1000, rates=(0.03, 0.1, 0.3, 1.0), sg
            "automl": {"live": live, "grace": grace, **automl, "space": [
                {"name": "crosses", "cross": "crosses", "max_pairs": 2}, rate]}}
     return configmod.validate(configmod.with_defaults(configmod.SCHEMA, cfg))
+
+
+def small_job(over: dict | None = None, **automl) -> dict:
+    """LR (wide + bias) with an optional FM term, an optional dense-free deep part of its own
+    batch size, and the deep part's rate (``over``: more of the job's keys)."""
+    lay = layers()
+    lay[-2:-2] = [{"name": "emb", "type": "embedding", "inputs": ["sparse"], "dim": 4, "shared": True},
+                  {"name": "fm", "type": "fm", "inputs": ["emb"], "reduce": True},
+                  {"name": "products", "type": "inner_product", "inputs": ["emb"]},
+                  {"name": "deep_in", "type": "concat", "inputs": ["emb", "products"]},
+                  {"name": "deep_out", "type": "fc", "inputs": ["deep_in"], "dim": 1,
+                   "optimizer": {"type": "adam", "lr": 0.001}}]
+    space = [{"name": "terms", "path": "layers.logit.inputs", "always": ["wide_sum", "bias"],
+              "optional": ["deep_out", "fm"]},
+             {"name": "rate", "paths": ["layers.wide.optimizer.alpha"], "values": [0.1, 0.3, 1.0], "start": 0.3},
+             {"name": "deep_rate", "paths": ["layers.deep_out.optimizer.lr"], "values": [0.001, 0.01]},
+             {"name": "deep_batch", "paths": ["batch_size"], "values": [10, 100], "start": 10, "needs": "deep_out"}]
+    cfg = {"batch_size": 1000, "layers": lay, "metrics": {"enabled": False},
+           "automl": {"live": 4, "grace": 100, "explore": 0.0, **automl, "space": space}, **(over or {})}
+    return configmod.validate(configmod.with_defaults(configmod.SCHEMA, cfg))

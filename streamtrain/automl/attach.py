@@ -4,14 +4,16 @@
   now, or the champion), so ``POST /v1/predict`` answers with it (``streamtrain run`` with
   ``serve.enabled``) and ``GET /v1/model`` shows it, with the search (``describe``: the
   champion's and the served candidate's assignments, every live candidate);
-* checkpoints hold every live candidate's parameters (they share the job's store) and, in
-  ``meta.json``'s ``automl``, the search state, so a restore resumes the same search;
+* checkpoints hold every live candidate's parameters (they share the job's store), in
+  ``meta.json``'s ``automl`` the search state and, in ``automl_replay.npz``, the replay buffer
+  (``replay.py``), so a restore resumes the same search;
 * the drift monitor reads the step's losses: the served candidate's;
 * a promotion is logged as one event line (``automl: slot N promoted``) and counted
   (``streamtrain_automl_promotions_total``, metrics.py).
 """
 from __future__ import annotations
 
+from .replay import ARRAYS
 from .trainer import AutoTrainer
 
 
@@ -40,9 +42,23 @@ def _follow(job, batch, result) -> None:
 
 
 def extra(job) -> dict:
-    """What a checkpoint's meta.json holds of the search (nothing without one)."""
-    search = getattr(job.trainer, "search", None)
-    return {"automl": search.to_json()} if search is not None else {}
+    """What a checkpoint's meta.json holds of the search (nothing without one): its state and
+    the replay buffer's layout."""
+    trainer = job.trainer
+    if not hasattr(trainer, "search"):
+        return {}
+    return {"automl": trainer.search.to_json(), ARRAYS: trainer.recent.describe()}
+
+
+def arrays(job) -> dict:
+    """The checkpoint's arrays files of the search: the replay buffer's (nothing without one)."""
+    return {ARRAYS: job.trainer.recent.arrays()} if hasattr(job.trainer, "search") else {}
+
+
+def restore(job, meta: dict) -> None:
+    """The replay buffer of a checkpoint (``checkpoint.read``'s meta; empty if it has none)."""
+    if hasattr(job.trainer, "search"):
+        job.trainer.recent.load(meta.get(ARRAYS), meta["arrays"].get(ARRAYS))
 
 
 def describe(job) -> dict | None:

@@ -4,7 +4,9 @@
 candidate's identity, new at every birth). Slot ``champion`` serves. After every batch the
 trainer adds each live candidate's per-example progressive losses (``observe``); ``decide``
 then, for every challenger that shared at least ``grace`` examples with the champion, looks at
-the paired differences (``bounds.verdict``):
+the paired differences (``bounds.verdict``): all of them for a challenger of the same model
+(other settings), the recent window (the last half to three quarters of them) for one of
+another model (a term one of them lacks: learning curves cross, see ``evidence``):
 
 * confidently better: **promoted** (the old champion stays, as a challenger);
 * confidently worse, or not better on average after ``patience`` examples: **retired**, and
@@ -16,7 +18,8 @@ the paired differences (``bounds.verdict``):
 The confidence bound decides what to *keep* (resources, as ChaCha). What *answers* is slot
 ``served``: with ``serve: "leader"`` (the default) the live candidate whose progressive loss
 is lowest now on the examples it shared with the champion (the champion itself, or a
-challenger past ``grace`` paired examples whose mean difference to it is negative):
+challenger past ``grace`` paired examples whose mean difference to it is negative, on its
+evidence and over all its pairs):
 follow-the-leader, chosen after every batch from the evidence before the next one. A
 challenger that is better, but not yet *confidently* so, answers meanwhile. With
 ``serve: "champion"`` the champion answers (ChaCha's rule).
@@ -52,6 +55,10 @@ class Search:
         self.n = np.zeros((k, k), np.int64)            # paired examples of (i, j)
         self.s = np.zeros((k, k))                      # sum of loss_i - loss_j
         self.ss = np.zeros((k, k))                     # sum of (loss_i - loss_j) ** 2
+        # the recent window of each pair (``recent``): the sums at its start, and at its midpoint
+        self.start = np.zeros((3, k, k))
+        self.mid = np.zeros((3, k, k))
+        self.windows = np.zeros((k, k), np.int64)      # windows each pair's evidence has had
         self.tried: list[str] = []                     # keys of the last TRIED assignments born
         self.fields: list[str] = []                    # the stream's categorical fields (crosses)
         self.promotions = 0
@@ -75,9 +82,10 @@ class Search:
         if k not in self.tried:
             self.tried.append(k)
             del self.tried[:-TRIED]         # the oldest may be tried again (the state stays small)
-        self.n[slot, :] = self.n[:, slot] = 0
-        self.s[slot, :] = self.s[:, slot] = 0
-        self.ss[slot, :] = self.ss[:, slot] = 0
+        for a in (self.n, self.s, self.ss, self.windows):
+            a[slot, :] = a[:, slot] = 0
+        for a in (self.start, self.mid):
+            a[:, slot, :] = a[:, :, slot] = 0
         self.version += 1
         return {"event": "born", "slot": slot, "epoch": self.slots[slot]["epoch"], "assign": assign}
 
@@ -124,12 +132,55 @@ class Search:
         self.n[ix] += m.shape[1]
         self.s[ix] += total[:, None] - total[None, :]
         self.ss[ix] += square[:, None] + square[None, :] - 2.0 * (m @ m.T)
+        self._slide()
 
-    def add_pairs(self, n, s, ss) -> None:
-        """Add pair sums gathered elsewhere (another trainer's batches)."""
-        self.n += n
-        self.s += s
-        self.ss += ss
+    def _slide(self) -> None:
+        """Move each pair's recent window on once its paired examples doubled since the window's
+        midpoint (and are at least 2 ``grace``): the old midpoint starts the window, now is its
+        new midpoint. The window then holds the last half to three quarters of the pair's
+        examples: the first ones, when a newborn was still learning, are forgotten."""
+        now = np.stack([self.n, self.s, self.ss]).astype(np.float64)
+        due = (self.n >= np.maximum(2 * self.mid[0], 2 * self.grace)) & (self.n > 0)
+        if due.any():
+            self.start[:, due] = self.mid[:, due]
+            self.mid[:, due] = now[:, due]
+            self.windows[due] += 1
+
+    def evidence(self, i: int, j: int) -> list[tuple[int, float, float, float]]:
+        """The paired evidence of ``i`` against ``j``: (examples, sum and sum of squares of the
+        differences, the error probability it may spend) on every example they shared and, for
+        two candidates of different models (a term one lacks), on their recent window too.
+        Learning curves cross: a richer model learns slower at first, so its first examples
+        understate what it is worth now; two of the same model (other rates, crosses: a warm
+        newborn starts from its parent's parameters) are on the same point of the curve."""
+        every = (int(self.n[i, j]), self.s[i, j], self.ss[i, j], self.alpha)
+        if self.space.same_model(self.slots[i]["assign"], self.slots[j]["assign"]):
+            return [every]
+        return [every, self.recent(i, j)]
+
+    def verdict(self, i: int, j: int) -> tuple[int, float]:
+        """-1: ``i`` is confidently better than ``j``, +1: confidently worse, else 0; and the
+        smallest mean difference of its evidences. Early evidence understates the richer model
+        (a term the other lacks): a decision *for* it needs one of the evidences, a decision
+        *against* it both (so a slow starter better lately is kept, and a simpler model is not
+        promoted on the richer one's first examples). Where one evidence may decide, each
+        spends a share of the error probability (a union bound)."""
+        found = self.evidence(i, j)
+        richer = self.space.cold(self.slots[i]["assign"], self.slots[j]["assign"])
+        share = {True: len(found), False: 1}        # richer: its promotion needs one; else its retirement
+        better = [verdict(n, t, q, a / share[richer], self.grace) < 0 for n, t, q, a in found]
+        worse = [verdict(n, t, q, a / share[not richer], self.grace) > 0 for n, t, q, a in found]
+        low = _means(found)[1]
+        if any(better) if richer else all(better):
+            return -1, low
+        return (1 if (all(worse) if richer else any(worse)) else 0), low
+
+    def recent(self, i: int, j: int) -> tuple[int, float, float, float]:
+        """The paired evidence of ``i`` against ``j`` in their recent window (``evidence``)."""
+        n = int(self.n[i, j] - self.start[0, i, j])
+        # one confidence sequence per window start: a union bound over them (sum 6/(pi^2 w^2) = 1)
+        alpha = self.alpha * 6.0 / (np.pi ** 2 * max(int(self.windows[i, j]), 1) ** 2)
+        return n, self.s[i, j] - self.start[1, i, j], self.ss[i, j] - self.start[2, i, j], alpha
 
     # ---- decisions ---------------------------------------------------------------------------
     def decide(self, nonfinite=()) -> list[dict]:
@@ -143,14 +194,12 @@ class Search:
         for i, slot in enumerate(self.slots):
             if slot is None or i == h:
                 continue
-            n = int(self.n[i, h])
-            v = verdict(n, self.s[i, h], self.ss[i, h], self.alpha, self.grace)
-            mean = self.s[i, h] / n if n else 0.0
-            if v < 0 and mean < best_mean:
-                best, best_mean = i, mean
+            v, low = self.verdict(i, h)
+            if v < 0 and low < best_mean:
+                best, best_mean = i, low
             elif v > 0:
                 events += self._retire(i, "worse")
-            elif n >= self.patience and mean >= 0:
+            elif self.n[i, h] >= self.patience and low >= 0:
                 events += self._retire(i, "patience")
         if best is not None:
             self.champion = best
@@ -164,17 +213,20 @@ class Search:
 
     def _lead(self) -> None:
         """``served``: the champion, or (``serve: "leader"``) the live challenger with the lowest
-        finite mean loss difference to it, negative, over at least ``grace`` paired examples."""
+        finite mean loss difference to it over at least ``grace`` paired examples of its evidence
+        (``evidence``: the recent window of another model), negative there and over all its pairs."""
         h = self.champion
         self.served = h
         if not self.follow:
             return
         best = 0.0
         for i, slot in enumerate(self.slots):
-            n = int(self.n[i, h])
-            if slot is None or i == h or n < self.grace:
+            if slot is None or i == h:
                 continue
-            mean = self.s[i, h] / n
+            found = self.evidence(i, h)
+            if min(e[0] for e in found) < self.grace:
+                continue
+            mean = _means(found)[0]         # better on all of its evidence (over all pairs and lately)
             if np.isfinite(mean) and mean < best:
                 self.served, best = i, mean
 
@@ -212,6 +264,7 @@ class Search:
     def to_json(self) -> dict:
         return {"slots": self.slots, "champion": self.champion, "served": self.served, "next_epoch": self.next_epoch,
                 "n": self.n.tolist(), "s": self.s.tolist(), "ss": self.ss.tolist(), "tried": self.tried,
+                "start": self.start.tolist(), "mid": self.mid.tolist(), "windows": self.windows.tolist(),
                 "fields": self.fields, "promotions": self.promotions, "retired": self.retired,
                 "version": self.version, "exhausted": self.exhausted, "turn": self.turn, "rng": self.rng.bit_generator.state}
 
@@ -222,8 +275,18 @@ class Search:
         self.served = doc.get("served", self.champion)
         self.n = np.array(doc["n"], np.int64)
         self.s, self.ss = np.array(doc["s"], np.float64), np.array(doc["ss"], np.float64)
+        k = self.live            # a state saved before the recent windows: every pair's starts at 0
+        self.start = np.array(doc.get("start", np.zeros((3, k, k))), np.float64)
+        self.mid = np.array(doc.get("mid", np.zeros((3, k, k))), np.float64)
+        self.windows = np.array(doc.get("windows", np.zeros((k, k))), np.int64)
         self.tried, self.fields = list(doc["tried"]), list(doc["fields"])
         self.promotions, self.retired, self.version = doc["promotions"], dict(doc["retired"]), doc["version"]
         self.exhausted = doc.get("exhausted", -1)
         self.turn = doc.get("turn", 0)
         self.rng.bit_generator.state = doc["rng"]
+
+
+def _means(found) -> tuple[float, float]:
+    """The largest and the smallest mean difference of a list of evidences (0 without examples)."""
+    means = [total / n if n else 0.0 for n, total, _, _ in found]
+    return max(means), min(means)

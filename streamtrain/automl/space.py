@@ -247,7 +247,7 @@ class Dim:
             i = self.values.index(value) if value in self.values else len(self.values) // 2
             return [self.values[j] for j in (i - 1, i + 1) if 0 <= j < len(self.values)]
         have = {tuple(p) for p in value}
-        out = [sorted(have - {p}) for p in have]
+        out = [sorted(have - {p}) for p in sorted(have)]      # in a fixed order: not the hash seed's
         if len(have) < self.max_pairs:
             out += [sorted(have | {p}) for p in combinations(sorted(fields), 2) if p not in have]
         return [[list(p) for p in pairs] for pairs in out]
@@ -261,6 +261,7 @@ class Space:
         self.dims = [Dim({"name": d.get("name") or f"d{i}", **d}) for i, d in enumerate(section["space"])]
         self.explore = float(section.get("explore", 0.25))
         self.config = config
+        self._structures: dict = {}
 
     def start(self, config: dict, fields: list[str]) -> dict:
         return {d.name: d.first(config, fields) for d in self.dims}
@@ -287,14 +288,27 @@ class Space:
         return [i for i, d in enumerate(self.dims)
                 if (d.needs is None or d.needs in live) and (d.layers is None or d.layers & live)]
 
+    def structure(self, assign: dict) -> dict:
+        """The layers of the model of ``assign`` (those the loss reaches) and their ``dim``s."""
+        k = key(assign)
+        if k not in self._structures:
+            self._structures[k] = {c["name"]: c.get("dim") for c in reachable(self.apply(self.config, assign)["layers"])}
+            if len(self._structures) > 1000:            # bounded: the oldest goes
+                del self._structures[next(iter(self._structures))]
+        return self._structures[k]
+
     def cold(self, assign: dict, parent: dict) -> bool:
         """Whether a candidate of ``assign`` born from ``parent`` has a layer the parent lacks
         or one of another ``dim``: it cannot inherit the parent's parameters and starts cold."""
         if self.config is None:
             return False
-        mine, theirs = ({c["name"]: c.get("dim") for c in reachable(self.apply(self.config, a)["layers"])}
-                        for a in (assign, parent))
+        mine, theirs = self.structure(assign), self.structure(parent)
         return any(name not in theirs or theirs[name] != dim for name, dim in mine.items())
+
+    def same_model(self, a: dict, b: dict) -> bool:
+        """Whether two assignments give models of the same layers (they differ only in settings:
+        rates, crosses, batch size), so that one starts where the other is on its learning curve."""
+        return self.config is None or self.structure(a) == self.structure(b)
 
     def units(self) -> list[tuple[int, str | None]]:
         """What takes turns: every dimension, and every optional member of a set of terms."""

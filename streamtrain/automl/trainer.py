@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
-
 import numpy as np
 
-from streamtrain.batch import Batch
 from streamtrain.errors import StoreError
 from streamtrain.progressive import tracker_class
 from streamtrain.schema import with_defaults
 from streamtrain.trainer import StepResult
 
 from .candidates import Candidate
+from .replay import Replay
 from .search import Search
 from .space import AUTOML, Space
 
@@ -54,8 +52,7 @@ class AutoTrainer:
         self.candidates: dict[int, Candidate] = {}
         self.batches = self.examples = self.nonfinite = self.skipped_examples = 0
         self.events: list[dict] = []    # the last step's decisions
-        self.recent: deque = deque()    # the last batches (``automl.replay`` examples)
-        self.replayed = 0               # examples cold newborns learnt from ``recent``
+        self.recent = Replay(self.section["replay"])    # the last batches (``automl.replay`` examples)
         self.on_event = []              # callables(event) (metrics, logs)
         self.ctx = _Status(self)
         self.progressive = None
@@ -124,19 +121,12 @@ class AutoTrainer:
         for batch in self.recent:
             if not cand.step(batch).applied:
                 break
-            self.replayed += batch.size
+            self.recent.replayed += batch.size
 
-    def _remember(self, batch) -> None:
-        keep = int(self.section["replay"])
-        if keep <= 0:
-            return
-        # the batch's arrays (a reader makes new ones for every batch), without its source
-        # offsets and the candidates' prepared feeds
-        self.recent.append(Batch(labels=batch.labels, sparse=batch.sparse, dense=batch.dense,
-                                 dense_names=batch.dense_names))
-        total = sum(b.size for b in self.recent)
-        while self.recent and total - self.recent[0].size >= keep:
-            total -= self.recent.popleft().size
+    @property
+    def replayed(self) -> int:
+        """Examples cold newborns learnt from the replay buffer."""
+        return self.recent.replayed
 
     def refresh(self) -> None:
         """Follow the shared search (trainers on one Redis store) without stepping."""
@@ -189,7 +179,7 @@ class AutoTrainer:
         else:
             self.search.observe(good)
             events = self.search.decide(bad)
-        self._remember(batch)
+        self.recent.remember(batch)
         self._sync(_born(events))
         self._report(events)
         seconds["search"] = time.perf_counter() - t1

@@ -1,0 +1,86 @@
+"""One AutoML run and what its search did: events, the served slot, logloss by tenths (issue 28).
+
+    python bench/automl_search.py movielens [--model auto] [--set automl.seed=1 ...] [--quiet]
+    python bench/automl_search.py synfm      # a synthetic stream with a planted FM (held out)
+
+``Job(config).run()`` of ``examples/<model>.json`` on a public stream (``bench/streams.py``) or
+on a synthetic one that no example was tuned on: ``synfm`` (a planted FM) and ``synlr`` (a
+planted LR), 10 categorical fields of 300 values, 2 numeric, 100,000 examples. Prints every
+birth, retirement and promotion with the example it happened at, each change of the served
+slot, and one JSON line: the progressive logloss and that of each tenth of the stream. A run's
+figure depends on ``automl.seed`` alone (runs are deterministic).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import streams  # noqa: E402
+
+from streamtrain import config as C  # noqa: E402
+from streamtrain.job import Job  # noqa: E402
+from streamtrain.scores import logloss  # noqa: E402
+
+SYNTHETIC = ["reader.type=synthetic", "reader.fields=10", "reader.cardinality=300", "reader.dense=2",
+             "reader.weight_scale=0.6", "reader.examples=100000"]
+STREAMS = {"synfm": SYNTHETIC + ["reader.model=fm", "reader.fm_dim=4", "reader.seed=11"],
+           "synlr": SYNTHETIC + ["reader.model=lr", "reader.seed=12"]}
+
+
+def run(data: str, model: str, sets: list[str]) -> dict:
+    over = STREAMS[data] if data in STREAMS else streams.stream(data).sets()
+    cfg = C.validate(C.load(ROOT / "examples" / f"{model}.json",
+                            over + ["metrics.enabled=false", "log.every_seconds=1000000"] + sets))
+    out = {"p": [], "y": [], "served": [], "events": []}
+
+    def keep(job, batch, result):
+        out["p"].append(np.array(result.predictions, np.float64).reshape(-1))
+        out["y"].append(batch.labels)
+        search = getattr(job.trainer, "search", None)
+        if search is not None:
+            out["served"].append((job.trainer.examples, search.served, search.champion))
+            out["events"] += [(job.trainer.examples, e) for e in job.trainer.events]
+    t0 = time.perf_counter()
+    job = Job(cfg)
+    job.hooks.append(keep)
+    job.run()
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("data", choices=("criteo", "talkingdata", "movielens", *STREAMS))
+    ap.add_argument("--model", default="auto", help="an example's name (default: auto)")
+    ap.add_argument("--set", nargs="*", default=[], help="--set style overrides")
+    ap.add_argument("--quiet", action="store_true", help="the JSON line only")
+    args = ap.parse_args(argv)
+    out = run(args.data, args.model, args.set)
+    if not args.quiet:
+        for at, e in out["events"]:
+            extra = {k: e[k] for k in ("reason", "mean_difference", "from") if k in e}
+            assign = {k: (len(v) if k == "crosses" else v) for k, v in e["assign"].items()}
+            print(f"{at:>7} {e['event']:9} slot {e['slot']} epoch {e['epoch']} {extra} {assign}")
+        last = None
+        for at, served, champion in out["served"]:
+            if (served, champion) != last:
+                print(f"  from example {at}: served slot {served}, champion {champion}")
+                last = (served, champion)
+    y, p = np.concatenate(out["y"]), np.concatenate(out["p"])
+    n = len(y)
+    tenths = [round(logloss(y[i * n // 10:(i + 1) * n // 10], p[i * n // 10:(i + 1) * n // 10]), 5) for i in range(10)]
+    print(json.dumps({"data": args.data, "model": args.model, "set": args.set, "logloss": round(logloss(y, p), 5),
+                      "examples": n, "seconds": round(out["seconds"], 1), "tenths": tenths}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
