@@ -3,8 +3,10 @@
     python -m streamtrain.online.warm
 
 trains two small batches of a model with linear and FM terms, which compiles every kernel for
-the argument types the engine passes (they do not depend on the model), and runs the id
-index's and the drift detectors' kernels once (a job runs them on its first batch). The Dockerfile runs it
+the argument types the engine passes (they do not depend on the model) and the progressive
+figures' pass, steps a dense Adam parameter in the memory store (an MLP's: the fused Adam pass,
+one signature whatever the model), and runs the id index's and the drift detectors' kernels once
+(a job runs them on its first batch). The Dockerfile runs it
 at build time, while the installed package's directory is still writable: a container then
 loads the kernels instead of compiling them (numba's cache is next to ``kernels.py``).
 """
@@ -12,8 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from streamtrain.context import Gradients
 from streamtrain.drift import DriftMonitor
 from streamtrain.graph import Graph, Schema
+from streamtrain.params import ParamSpec
 from streamtrain.readers.synthetic import SyntheticStream
 from streamtrain.store.idindex import IdIndex
 from streamtrain.store.memory import MemoryStore
@@ -41,6 +45,9 @@ def main() -> int:
     trainer = Trainer(graph, store)
     for _ in range(2):
         trainer.step(batch)
+    mlp = MemoryStore()
+    mlp.declare({"w": ParamSpec("w", (4, 2))}, {"type": "adam"})
+    mlp.push(Gradients(dense={"w": np.ones((4, 2), np.float32)}))
     index = IdIndex(capacity=1)
     index.find_or_add(np.arange(64, dtype=np.uint64))         # grows: the rehash kernel
     index.lookup(np.arange(8, dtype=np.uint64))
