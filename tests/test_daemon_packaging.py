@@ -17,6 +17,8 @@ import yaml
 
 from streamtrain import config as configmod
 
+from . import tree_build
+
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 
@@ -114,8 +116,7 @@ def test_the_image_builds_its_wheel_from_every_file_of_the_sdist_and_runs_a_ship
     copied = {src for sources, _ in copies for src in sources}
     assert own == [("deploy/install.sh", "/usr/local/share/streamtrain/install.sh")]
     assert install.startswith("sh /usr/local/share/streamtrain/install.sh /tmp/wheels/streamtrain-")
-    done = subprocess.run([sys.executable, "-m", "build", "--sdist", "--outdir", str(tmp_path), str(ROOT)],
-                          capture_output=True, text=True, timeout=300)
+    done = tree_build.build("--sdist", "--outdir", str(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
     sdist, = tmp_path.glob("*.tar.gz")
     with tarfile.open(sdist) as tar:

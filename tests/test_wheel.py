@@ -6,7 +6,6 @@ and nothing else. The numba cache (``__pycache__``) is never shipped."""
 from __future__ import annotations
 
 import subprocess
-import sys
 import tarfile
 import zipfile
 from pathlib import Path
@@ -14,6 +13,8 @@ from pathlib import Path
 import pytest
 
 import streamtrain
+
+from . import tree_build
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"streamtrain": "streamtrain", "readers": "streamtrain/readers", "ops": "streamtrain/ops",
@@ -37,8 +38,7 @@ def installed_path(path: str) -> str:
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dist")
-    done = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
-                          capture_output=True, text=True, timeout=300)
+    done = tree_build.build("--outdir", str(out))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return out
 
