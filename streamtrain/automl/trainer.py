@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+
 import numpy as np
 
 from streamtrain.errors import StoreError
