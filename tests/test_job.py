@@ -17,7 +17,7 @@ from tests.conftest import ROOT
 EXAMPLES = ROOT / "examples"
 MODELS = ["lr", "fm", "deepfm", "wide_deep", "dcn", "pnn", "nfm"]
 SUMMARY_KEYS = {"examples", "batches", "malformed", "elapsed_s", "examples_per_s", "logloss", "auc"}
-QUIET = ["metrics.enabled=false", "log.every_seconds=1000"]
+QUIET = ["metrics.enabled=false", "log.every_seconds=1000", "checkpoint.dir=null"]    # nothing written into the checkout
 
 
 def run_job(path, sets, **kw):
