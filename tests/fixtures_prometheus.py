@@ -62,8 +62,15 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
 
 
 # ---- querying a real Prometheus --------------------------------------------------------------
-# an alert's threshold: a plain number right after a comparison (deploy/prometheus/alerts*.yml)
-THRESHOLD = re.compile(r"\s*(==|!=|>=|<=|>|<)\s*-?[0-9.]+(e[0-9]+)?")
+# a comparison between series or with a number (not a label matcher's `!=` inside braces)
+COMPARISON = re.compile(r"(\{[^}]*\})|(==|!=|>=|<=|>|<)")
+
+
+def signal(expr: str) -> str:
+    """An alert's condition with every comparison made ``bool``: a 0/1 sample wherever both sides
+    have data, so "the condition has data" holds whether or not the alert fires (thresholds that are
+    series, like the base-rate logloss, included)."""
+    return COMPARISON.sub(lambda m: m.group(1) or f"{m.group(2)} bool", expr)
 
 
 def query(base: str, expr: str) -> list:
