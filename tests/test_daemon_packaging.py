@@ -65,6 +65,7 @@ def test_systemd_unit_is_notify_with_watchdog_and_sandbox():
     unit.read_string((DEPLOY / "systemd" / "streamtrain.service").read_text().replace("\\\n", " "))
     svc = unit["Service"]
     assert svc["Type"] == "notify" and svc["Restart"] == "on-failure" and svc["WatchdogSec"]
+    assert svc["RestartPreventExitStatus"] == "2"           # a config error is not retried every 5 s
     assert svc["ExecReload"].endswith("-HUP $MAINPID")
     for key in ("NoNewPrivileges", "ProtectSystem", "PrivateTmp", "DynamicUser", "RestrictAddressFamilies"):
         assert key in svc, key
