@@ -237,6 +237,17 @@ def test_a_challenger_of_the_same_model_no_better_by_the_margin_is_retired():
         assert not any(e["event"] == "promoted" for e in events)
 
 
+def test_a_search_saved_before_the_no_gain_reason_loads_with_it_at_zero():
+    cfg = small_job(replay=0)
+    section = with_defaults(AUTOML, cfg["automl"])
+    s = Search(section, Space(section, cfg))
+    s.begin(cfg, ["f0", "f1"])
+    doc = json.loads(json.dumps(s.to_json()))
+    doc["retired"] = {"worse": 2, "patience": 1, "nonfinite": 0}     # the counts of an older release
+    s.load_json(doc)
+    assert s.retired == {"worse": 2, "no_gain": 0, "patience": 1, "nonfinite": 0}
+
+
 PROPOSALS = """
 import json, numpy as np
 from tests.test_automl_space import auto_job

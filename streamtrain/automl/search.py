@@ -291,7 +291,7 @@ class Search:
         self.windows = np.array(doc.get("windows", np.zeros((k, k))), np.int64)
         self.tried, self.fields = list(doc["tried"]), list(doc["fields"])
         self.promotions, self.retired, self.version = doc["promotions"], dict(doc["retired"]), doc["version"]
-        self.retired = dict.fromkeys(REASONS, 0) | self.retired    # a state saved before a reason existed
+        self.retired = dict.fromkeys(REASONS, 0) | self.retired    # saved before a reason existed
         self.exhausted = doc.get("exhausted", -1)
         self.turn = doc.get("turn", 0)
         self.rng.bit_generator.state = doc["rng"]
