@@ -183,8 +183,8 @@ def test_a_challenger_of_another_model_is_judged_on_its_recent_examples():
     over its first 2,000 paired examples and better over the next 4,000 is promoted, confidently
     better on its recent window (the last half to three quarters of its pairs); one of the same
     model (another rate) with the very same losses is judged on all of them: no better on
-    average, kept."""
-    cfg = small_job(replay=0)
+    average, kept (``margin`` 0: the test below retires it as no gain)."""
+    cfg = small_job(replay=0, margin=0.0)
     section = with_defaults(AUTOML, cfg["automl"])
     s = Search(section, Space(section, cfg))
     s.begin(cfg, ["f0", "f1"])
@@ -207,6 +207,45 @@ def test_a_challenger_of_another_model_is_judged_on_its_recent_examples():
     promoted = [e for e in events if e["event"] == "promoted"]
     assert len(promoted) == 1 and promoted[0]["slot"] in other, events
     assert not any(e["event"] == "retired" and e["slot"] == same for e in events)
+
+
+def test_a_challenger_of_the_same_model_no_better_by_the_margin_is_retired():
+    """A challenger of the champion's model (another rate) whose paired differences are noise
+    around 0 is retired as no gain once its interval lies above -margin x the champion's mean
+    loss (here 0.002 x 0.5), long before ``patience``; challengers of another model with the
+    very same differences are kept (their learning curve may still cross the champion's), and
+    with ``margin`` 0 the same one is kept too."""
+    for margin, retired in ((0.002, True), (0.0, False)):
+        cfg = small_job(replay=0, margin=margin, patience=10**6)
+        section = with_defaults(AUTOML, cfg["automl"])
+        s = Search(section, Space(section, cfg))
+        s.begin(cfg, ["f0", "f1"])
+        h = s.champion
+        same = next(i for i in s.live_slots() if i != h and s.slots[i]["assign"]["terms"] == [])
+        other = [i for i in s.live_slots() if s.slots[i]["assign"]["terms"]]
+        rng = np.random.default_rng(1)
+        events = []
+        for _ in range(40):
+            loss = rng.random(100)
+            s.observe({i: (loss if i == h else loss + rng.normal(0, 0.01, 100)) for i in s.live_slots()})
+            events += s.decide()
+            if any(e["event"] == "retired" for e in events):
+                break
+        gone = [e for e in events if e["event"] == "retired"]
+        assert [(e["slot"], e["reason"]) for e in gone] == ([(same, "no_gain")] if retired else []), gone
+        assert s.retired["no_gain"] == int(retired) and all(s.slots[i] is not None for i in other)
+        assert not any(e["event"] == "promoted" for e in events)
+
+
+def test_a_search_saved_before_the_no_gain_reason_loads_with_it_at_zero():
+    cfg = small_job(replay=0)
+    section = with_defaults(AUTOML, cfg["automl"])
+    s = Search(section, Space(section, cfg))
+    s.begin(cfg, ["f0", "f1"])
+    doc = json.loads(json.dumps(s.to_json()))
+    doc["retired"] = {"worse": 2, "patience": 1, "nonfinite": 0}     # the counts of an older release
+    s.load_json(doc)
+    assert s.retired == {"worse": 2, "no_gain": 0, "patience": 1, "nonfinite": 0}
 
 
 PROPOSALS = """

@@ -44,9 +44,11 @@ def radius(n, mean, var_sum, alpha: float, grace: int):
     return float(out) if out.ndim == 0 else out
 
 
-def verdict(n: int, total: float, squares: float, alpha: float, grace: int) -> int:
-    """-1: the challenger is confidently better (lower loss); +1: confidently worse; 0: not yet.
-    ``total`` and ``squares`` are the sums of the paired differences and of their squares."""
+def verdict(n: int, total: float, squares: float, alpha: float, grace: int, margin: float = 0.0) -> int:
+    """-1: the challenger is confidently better (lower loss); +1: confidently worse, or with
+    ``margin`` > 0 confidently not better by more than ``margin`` (the interval's lower end above
+    ``-margin``); 0: not yet. ``total`` and ``squares`` are the sums of the paired differences
+    and of their squares."""
     if n < grace:
         return 0
     mean = total / n
@@ -54,4 +56,4 @@ def verdict(n: int, total: float, squares: float, alpha: float, grace: int) -> i
     r = radius(n, mean, var_sum, alpha, grace)
     if not math.isfinite(mean):
         return 1
-    return -1 if mean + r < 0 else (1 if mean - r > 0 else 0)
+    return -1 if mean + r < 0 else (1 if mean - r > -margin else 0)

@@ -34,7 +34,7 @@ import numpy as np
 from .bounds import verdict
 from .space import Space, key
 
-REASONS = ("worse", "patience", "nonfinite")
+REASONS = ("worse", "no_gain", "patience", "nonfinite")
 TRIED = 1000          # assignments remembered as tried (never proposed again while remembered)
 
 
@@ -44,6 +44,7 @@ class Search:
         self.live = int(section["live"])
         self.grace, self.patience = int(section["grace"]), int(section["patience"])
         self.alpha = float(section["confidence"])
+        self.margin = float(section.get("margin", 0.002))
         self.replay = int(section.get("replay", 0))
         self.follow = section.get("serve", "leader") == "leader"
         self.rng = np.random.default_rng(int(section["seed"]))
@@ -158,7 +159,7 @@ class Search:
             return [every]
         return [every, self.recent(i, j)]
 
-    def verdict(self, i: int, j: int) -> tuple[int, float]:
+    def verdict(self, i: int, j: int, margin: float = 0.0) -> tuple[int, float]:
         """-1: ``i`` is confidently better than ``j``, +1: confidently worse, else 0; and the
         smallest mean difference of its evidences. Early evidence understates the richer model
         (a term the other lacks): a decision *for* it needs one of the evidences, a decision
@@ -169,7 +170,7 @@ class Search:
         richer = self.space.cold(self.slots[i]["assign"], self.slots[j]["assign"])
         share = {True: len(found), False: 1}        # richer: its promotion needs one; else its retirement
         better = [verdict(n, t, q, a / share[richer], self.grace) < 0 for n, t, q, a in found]
-        worse = [verdict(n, t, q, a / share[not richer], self.grace) > 0 for n, t, q, a in found]
+        worse = [verdict(n, t, q, a / share[not richer], self.grace, margin) > 0 for n, t, q, a in found]
         low = _means(found)[1]
         if any(better) if richer else all(better):
             return -1, low
@@ -199,6 +200,8 @@ class Search:
                 best, best_mean = i, low
             elif v > 0:
                 events += self._retire(i, "worse")
+            elif self._no_gain(i, h):
+                events += self._retire(i, "no_gain")
             elif self.n[i, h] >= self.patience and low >= 0:
                 events += self._retire(i, "patience")
         if best is not None:
@@ -210,6 +213,13 @@ class Search:
         events += self._fill()
         self._lead()
         return events
+
+    def _no_gain(self, i: int, h: int) -> bool:
+        """``i`` is of the champion ``h``'s model (other rates, crosses: on the same point of the
+        learning curve) and confidently not better than it by ``margin`` × its mean loss."""
+        if self.margin <= 0 or not self.space.same_model(self.slots[i]["assign"], self.slots[h]["assign"]):
+            return False
+        return self.verdict(i, h, self.margin * self.mean_loss(h))[0] > 0
 
     def _lead(self) -> None:
         """``served``: the champion, or (``serve: "leader"``) the live challenger with the lowest
@@ -281,6 +291,7 @@ class Search:
         self.windows = np.array(doc.get("windows", np.zeros((k, k))), np.int64)
         self.tried, self.fields = list(doc["tried"]), list(doc["fields"])
         self.promotions, self.retired, self.version = doc["promotions"], dict(doc["retired"]), doc["version"]
+        self.retired = dict.fromkeys(REASONS, 0) | self.retired    # saved before a reason existed
         self.exhausted = doc.get("exhausted", -1)
         self.turn = doc.get("turn", 0)
         self.rng.bit_generator.state = doc["rng"]

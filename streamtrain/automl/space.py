@@ -106,6 +106,9 @@ AUTOML = {
                     doc="examples a challenger and the champion share before any decision about it"),
     "confidence": Option(0.05, NUMBER, check=lambda v: None if 0 < v < 1 else f"must be in (0, 1), got {v!r}",
                          doc="error probability of each promotion or retirement (the bound's delta)"),
+    "margin": Option(0.002, NUMBER, check=non_negative,
+                     doc="a challenger of the champion's model confidently not better than it by this fraction "
+                         "of its mean loss is retired (0: never)"),
     "patience": Option(200_000, (int,), check=positive,
                        doc="examples after which a challenger not better on average is retired"),
     "replay": Option(16384, (int,), check=non_negative,
