@@ -173,3 +173,15 @@ def test_the_readme_stays_short_and_points_at_the_docs():
     # the README's two commands, exactly (.ci/run runs the second)
     assert "```sh\npip install -e . && streamtrain run examples/synthetic.json\n```" in readme
     assert re.search(r"```sh\npip install -e '\.\[dev[\w,]*\]' && python -m pytest -n 2\n```", readme)
+
+
+def test_the_readme_speed_summary_is_benchmarks_figures():
+    """Every number in the README's "How fast" table (examples/s, ratios, latencies) is one of
+    BENCHMARKS.md's: a table re-measured there cannot leave an older, better one in the README."""
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("## How fast"):readme.index("Quality, one pass")]
+    bench = (ROOT / "BENCHMARKS.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| |")]
+    numbers = {n for line in rows for n in re.findall(r"\d[\d,]*\.\d+|\d{1,3}(?:,\d{3})+", line)}
+    assert len(numbers) >= 12
+    assert not [n for n in numbers if n not in bench]
