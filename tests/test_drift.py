@@ -280,7 +280,8 @@ def test_the_monitor_is_fed_the_progressive_losses_of_the_step():
         result = job.trainer.step(batch)
         monitor.on_step(job, batch, result)
         assert fed[-1] is result.losses
-        np.testing.assert_array_equal(result.losses, logloss(batch.labels, np.asarray(result.predictions).reshape(-1)))
+        # the step's compiled log against numpy's (a SIMD routine per CPU): equal to the last bit or two
+        np.testing.assert_array_max_ulp(result.losses, logloss(batch.labels, np.asarray(result.predictions).reshape(-1)), 2)
     assert len(fed) == len(batches) and monitor.examples == 2048
     assert job.trainer.progressive.loss_sum == pytest.approx(sum(float(f.sum()) for f in fed), rel=1e-12)
 

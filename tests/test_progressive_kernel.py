@@ -25,7 +25,9 @@ def test_compiled_binary_figures_are_the_numpy_arithmetic(label_dtype):
         with np.errstate(invalid="ignore"):
             want = slow._update(np.asarray(labels).reshape(-1), np.asarray(p, np.float64).reshape(-1))
         got = fast.update(labels, p)
-        np.testing.assert_array_equal(got, want)
+        # numpy's log is a SIMD routine chosen by the CPU (AVX-512 on some hosts), the kernel's is libm's:
+        # they may differ in the last bit; the sums and the AUC below are still compared exactly
+        np.testing.assert_array_max_ulp(got, want, maxulp=2)
         assert got.dtype == want.dtype == np.float64
     assert np.array_equal(fast.pos, slow.pos) and np.array_equal(fast.neg, slow.neg)
     assert fast.pos.sum() + fast.neg.sum() == fast.count == slow.count
