@@ -178,19 +178,25 @@ def test_needs_must_name_a_layer():
     assert any(p == "automl.space[3].needs" and "deep_outt" in m for p, m in err.value.problems)
 
 
-def test_a_challenger_of_another_model_is_judged_on_its_recent_examples():
-    """Learning curves cross: a challenger with a term the champion lacks (FM) that was worse
-    over its first 2,000 paired examples and better over the next 4,000 is promoted, confidently
-    better on its recent window (the last half to three quarters of its pairs); one of the same
-    model (another rate) with the very same losses is judged on all of them: no better on
-    average, kept (``margin`` 0: the test below retires it as no gain)."""
-    cfg = small_job(replay=0, margin=0.0)
+def begun_with_slots(cfg):
+    """A search begun on ``cfg``: (search, champion, a challenger of the champion's model, the
+    challengers of another model)."""
     section = with_defaults(AUTOML, cfg["automl"])
     s = Search(section, Space(section, cfg))
     s.begin(cfg, ["f0", "f1"])
     h = s.champion
     same = next(i for i in s.live_slots() if i != h and s.slots[i]["assign"]["terms"] == [])
     other = [i for i in s.live_slots() if s.slots[i]["assign"]["terms"]]
+    return s, h, same, other
+
+
+def test_a_challenger_of_another_model_is_judged_on_its_recent_examples():
+    """Learning curves cross: a challenger with a term the champion lacks (FM) that was worse
+    over its first 2,000 paired examples and better over the next 4,000 is promoted, confidently
+    better on its recent window (the last half to three quarters of its pairs); one of the same
+    model (another rate) with the very same losses is judged on all of them: no better on
+    average, kept (``margin`` 0: the test below retires it as no gain)."""
+    s, h, same, other = begun_with_slots(small_job(replay=0, margin=0.0))
     assert other and s.space.same_model(s.slots[same]["assign"], s.slots[h]["assign"])
     rng = np.random.default_rng(0)
     for delta, batches in ((0.02, 21), (-0.01, 40)):        # the first 100 are grace (unpaired)
@@ -216,13 +222,7 @@ def test_a_challenger_of_the_same_model_no_better_by_the_margin_is_retired():
     very same differences are kept (their learning curve may still cross the champion's), and
     with ``margin`` 0 the same one is kept too."""
     for margin, retired in ((0.002, True), (0.0, False)):
-        cfg = small_job(replay=0, margin=margin, patience=10**6)
-        section = with_defaults(AUTOML, cfg["automl"])
-        s = Search(section, Space(section, cfg))
-        s.begin(cfg, ["f0", "f1"])
-        h = s.champion
-        same = next(i for i in s.live_slots() if i != h and s.slots[i]["assign"]["terms"] == [])
-        other = [i for i in s.live_slots() if s.slots[i]["assign"]["terms"]]
+        s, h, same, other = begun_with_slots(small_job(replay=0, margin=margin, patience=10**6))
         rng = np.random.default_rng(1)
         events = []
         for _ in range(40):
