@@ -44,9 +44,9 @@ class Search:
         self.live = int(section["live"])
         self.grace, self.patience = int(section["grace"]), int(section["patience"])
         self.alpha = float(section["confidence"])
-        self.margin = float(section.get("margin", 0.002))
-        self.replay = int(section.get("replay", 0))
-        self.follow = section.get("serve", "leader") == "leader"
+        self.margin = float(section["margin"])
+        self.replay = int(section["replay"])
+        self.follow = section["serve"] == "leader"
         self.rng = np.random.default_rng(int(section["seed"]))
         k = self.live
         self.slots: list[dict | None] = [None] * k     # {"epoch", "assign", "examples", "loss_sum"}
