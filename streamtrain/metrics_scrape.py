@@ -22,6 +22,8 @@ QUALITY = {   # figure of progressive.py's trackers -> (gauge, help); each expor
     "rmse": ("streamtrain_progressive_rmse", "Predict-then-learn root mean squared error over the sliding "
                                              "window (mse)"),
     "mae": ("streamtrain_progressive_mae", "Predict-then-learn mean absolute error over the sliding window (mse)"),
+    "label_stddev": ("streamtrain_label_stddev", "Standard deviation of the label over the sliding window: the "
+                                                 "RMSE of always predicting its mean (mse)"),
 }
 
 

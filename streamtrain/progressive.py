@@ -132,7 +132,9 @@ class MultiClass:
 
 
 class Regression:
-    """Running RMSE and MAE of the outputs against the labels over every example seen."""
+    """Running RMSE and MAE of the outputs against the labels over every example seen, and the
+    labels' standard deviation: the RMSE of always predicting their mean, the baseline a model
+    must beat (the regression counterpart of the entropy of the observed CTR)."""
 
     names = ("rmse", "mae")
 
@@ -140,12 +142,17 @@ class Regression:
         self.count = 0
         self.sq_sum = 0.0
         self.abs_sum = 0.0
+        self.label_sum = 0.0
+        self.label_sq_sum = 0.0
 
     def update(self, labels: np.ndarray, outputs: np.ndarray) -> np.ndarray:
         losses = squared_errors(labels, outputs)
+        y = np.asarray(labels, np.float64).reshape(-1)
         self.count += len(losses)
         self.sq_sum += float(losses.sum())
         self.abs_sum += float(np.sqrt(losses).sum())
+        self.label_sum += float(y.sum())
+        self.label_sq_sum += float(y @ y)
         return losses
 
     @property
@@ -156,8 +163,15 @@ class Regression:
     def mae(self) -> float:
         return self.abs_sum / self.count if self.count else float("nan")
 
+    @property
+    def label_stddev(self) -> float:
+        if not self.count:
+            return float("nan")
+        mean = self.label_sum / self.count
+        return float(np.sqrt(max(self.label_sq_sum / self.count - mean * mean, 0.0)))
+
     def figures(self) -> dict:
-        return {"rmse": self.rmse, "mae": self.mae}
+        return {"rmse": self.rmse, "mae": self.mae, "label_stddev": self.label_stddev}
 
 
 class Unscored:

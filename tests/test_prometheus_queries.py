@@ -43,7 +43,7 @@ def alert_rules() -> list[dict]:
 QUALITY = {"logloss": {"streamtrain_progressive_logloss", "streamtrain_progressive_auc", "streamtrain_predicted_ctr",
                        "streamtrain_observed_ctr"},
            "softmax_ce": {"streamtrain_progressive_logloss", "streamtrain_progressive_accuracy"},
-           "mse": {"streamtrain_progressive_rmse", "streamtrain_progressive_mae"}}
+           "mse": {"streamtrain_progressive_rmse", "streamtrain_progressive_mae", "streamtrain_label_stddev"}}
 
 
 def start_daemons(tmp_path, fake_stream) -> dict:
@@ -83,11 +83,15 @@ def test_dashboard_and_alert_expressions_return_data(tmp_path, fake_stream, run_
         logloss_rule = next(r for r in rules if r["alert"] == "StreamtrainLoglossHigh")
         compared = {x["metric"]["instance"] for x in query(base, signal(logloss_rule["expr"]))}
         assert compared == {f"127.0.0.1:{daemons['logloss'][0]}"}
+        # the RMSE alert's threshold is the window's label standard deviation: mse models only
+        rmse_rule = next(r for r in rules if r["alert"] == "StreamtrainRmseHigh")
+        compared = {x["metric"]["instance"] for x in query(base, signal(rmse_rule["expr"]))}
+        assert compared == {f"127.0.0.1:{daemons['mse'][0]}"}
         up = query(base, 'up{job="streamtrain"}')
         assert len(up) == 3 and all(x["value"][1] == "1" for x in up)
         for loss, (port, *_) in daemons.items():      # each kind's gauges, and no other kind's
             have = {x["metric"]["__name__"] for x in query(base, f'{{instance="127.0.0.1:{port}", '
-                                                                 f'__name__=~"streamtrain_(progressive_.*|.*_ctr)"}}')}
+                                                                 f'__name__=~"streamtrain_(progressive_.*|.*_ctr|label_.*)"}}')}
             assert have == QUALITY[loss], loss
     finally:
         for _, job, server, worker in daemons.values():

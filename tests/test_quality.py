@@ -30,7 +30,7 @@ MODELS = {
 GAUGES = {"logloss": "streamtrain_progressive_logloss", "auc": "streamtrain_progressive_auc",
           "accuracy": "streamtrain_progressive_accuracy", "rmse": "streamtrain_progressive_rmse",
           "mae": "streamtrain_progressive_mae", "predicted_ctr": "streamtrain_predicted_ctr",
-          "observed_ctr": "streamtrain_observed_ctr"}
+          "observed_ctr": "streamtrain_observed_ctr", "label_stddev": "streamtrain_label_stddev"}
 
 
 def test_multiclass_figures_are_the_closed_form():
@@ -52,7 +52,9 @@ def test_regression_figures_are_the_closed_form():
     t.update(np.array([-1.0]), np.array([2.0]))
     assert t.rmse == pytest.approx(np.sqrt((0.25 + 4 + 0 + 9) / 4), rel=1e-12)
     assert t.mae == pytest.approx((0.5 + 2 + 0 + 3) / 4, rel=1e-12)
-    assert set(t.figures()) == {"rmse", "mae"}
+    assert t.label_stddev == pytest.approx(np.std([1.0, 2.0, 0.0, -1.0]), rel=1e-12)
+    assert set(t.figures()) == {"rmse", "mae", "label_stddev"}
+    assert Regression().figures()["label_stddev"] != Regression().figures()["label_stddev"]   # nan: no label yet
 
 
 def test_the_window_keeps_the_last_examples_of_any_kind():
@@ -144,11 +146,13 @@ def test_mse_reports_rmse_and_mae(tmp_path, fake_stream, caplog):
     np.testing.assert_allclose(fed, (p - y) ** 2, rtol=1e-12)
     assert summary["rmse"] == round(float(np.sqrt(((p - y) ** 2).mean())), 6)
     assert summary["mae"] == round(float(np.abs(p - y).mean()), 6)
+    assert summary["label_stddev"] == round(float(y.std()), 6)
     assert summary["logloss"] is None and summary["auc"] is None and "accuracy" not in summary
     wy, wp = seen.all(window_start(seen))
     got = exported(metrics)
-    assert set(got) == {"rmse", "mae"}
+    assert set(got) == {"rmse", "mae", "label_stddev"}
     assert got["rmse"] == pytest.approx(np.sqrt(((wp - wy) ** 2).mean()), rel=1e-12)
+    assert got["label_stddev"] == pytest.approx(np.std(wy, dtype=np.float64), rel=1e-9)
     assert got["mae"] == pytest.approx(np.abs(wp - wy).mean(), rel=1e-12)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("examples=")]
     assert lines and "rmse=" in lines[-1] and "mae=" in lines[-1] and "logloss" not in lines[-1]
