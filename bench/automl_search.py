@@ -2,6 +2,7 @@
 
     python bench/automl_search.py movielens [--model auto] [--set automl.seed=1 ...] [--quiet]
     python bench/automl_search.py synfm      # a synthetic stream with a planted FM (held out)
+    python bench/automl_search.py synlr --seeds 0-9 --best 0.50621   # mean, seeds at or below
 
 ``Job(config).run()`` of ``examples/<model>.json`` on a public stream (``bench/streams.py``) or
 on a synthetic one that no example was tuned on: ``synfm`` (a planted FM) and ``synlr`` (a
@@ -62,8 +63,35 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="auto", help="an example's name (default: auto)")
     ap.add_argument("--set", nargs="*", default=[], help="--set style overrides")
     ap.add_argument("--quiet", action="store_true", help="the JSON line only")
+    ap.add_argument("--seeds", help="automl.seed values, e.g. 0-9: one JSON line each, then their mean")
+    ap.add_argument("--best", type=float, help="with --seeds: count the seeds at or below this logloss")
     args = ap.parse_args(argv)
-    out = run(args.data, args.model, args.set)
+    if args.seeds:
+        return seeds(args)
+    report(args, run(args.data, args.model, args.set))
+    return 0
+
+
+def seeds(args) -> int:
+    """One quiet run per ``automl.seed`` of ``--seeds`` (``a-b`` or ``a,b,c``), then one JSON
+    line: the per-seed figures, their mean and how many are at or below ``--best``."""
+    lo, _, hi = args.seeds.partition("-")
+    values = list(range(int(lo), int(hi) + 1)) if hi else [int(v) for v in args.seeds.split(",")]
+    figures = []
+    for n in values:
+        sets = args.set + [f"automl.seed={n}"]
+        one = argparse.Namespace(**{**vars(args), "quiet": True, "set": sets})
+        figures.append(report(one, run(args.data, args.model, sets))["logloss"])
+    summary = {"data": args.data, "model": args.model, "set": args.set, "seeds": values, "logloss": figures,
+               "mean": round(float(np.mean(figures)), 5)}
+    if args.best is not None:
+        summary |= {"best": args.best, "at_or_below": sum(f <= args.best for f in figures)}
+    print(json.dumps(summary))
+    return 0
+
+
+def report(args, out: dict) -> dict:
+    """Print a run's events (unless ``--quiet``) and its JSON line; return the line's dict."""
     if not args.quiet:
         for at, e in out["events"]:
             extra = {k: e[k] for k in ("reason", "mean_difference", "from") if k in e}
@@ -77,9 +105,10 @@ def main(argv=None) -> int:
     y, p = np.concatenate(out["y"]), np.concatenate(out["p"])
     n = len(y)
     tenths = [round(logloss(y[i * n // 10:(i + 1) * n // 10], p[i * n // 10:(i + 1) * n // 10]), 5) for i in range(10)]
-    print(json.dumps({"data": args.data, "model": args.model, "set": args.set, "logloss": round(logloss(y, p), 5),
-                      "examples": n, "seconds": round(out["seconds"], 1), "tenths": tenths}))
-    return 0
+    line = {"data": args.data, "model": args.model, "set": args.set, "logloss": round(logloss(y, p), 5),
+            "examples": n, "seconds": round(out["seconds"], 1), "tenths": tenths}
+    print(json.dumps(line), flush=True)
+    return line
 
 
 if __name__ == "__main__":

@@ -180,3 +180,23 @@ def test_offsets_are_committed_after_every_candidate_applied_the_batch(tmp_path,
         assert steps and len({s[2] for s in steps}) == 1, steps          # one batch
         assert len({s[1] for s in steps}) == len(steps) >= 1               # each live candidate once
         assert all(s[3] for s in steps)                                     # applied
+
+
+def test_the_search_bench_runs_seeds_and_counts_those_at_or_below_the_best(capsys):
+    """``bench/automl_search.py --seeds`` prints each seed's line and then their mean and how
+    many are at or below ``--best``: the figures of single runs of the same seeds."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import automl_search
+    short = ["reader.examples=3000"]
+    single = []
+    for n in (0, 1):
+        automl_search.main(["synlr", "--quiet", "--set", *short, f"automl.seed={n}"])
+        single.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1])["logloss"])
+    automl_search.main(["synlr", "--seeds", "0-1", "--best", str(max(single)), "--set", *short])
+    lines = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    assert [line["logloss"] for line in lines[:2]] == single and lines[0]["examples"] == 3000
+    summary = lines[-1]
+    assert summary["seeds"] == [0, 1] and summary["logloss"] == single
+    assert summary["mean"] == round(sum(single) / 2, 5) and summary["at_or_below"] == 2
