@@ -24,6 +24,8 @@ class Parsed:
 
     def __init__(self, parser, segs: list[Segment]):
         buf, self._ends = joined([(s.buf, s.ends) for s in segs])     # message ends in ``buf``
+        if not isinstance(buf, bytes):          # one segment, decoded into a memoryview
+            buf = bytes(buf)
         self.chunk = chunk = Chunk(buf)
         self.batch = parser.parse_chunk(chunk)
         self.offsets: dict = {}
