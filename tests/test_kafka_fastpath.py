@@ -82,3 +82,24 @@ def test_a_failing_first_decode_falls_back_and_loses_nothing(kafka_bootstrap, ka
     assert rows == 600 and src.stats["messages"] == 600
     assert committed_offsets(kafka_bootstrap, topic, group) == end_offsets(kafka_bootstrap, topic)
     assert caplog.text.count("kafka fast path: decoding a record batch failed") == 1
+
+
+
+def test_the_patched_frame_reads_return_what_the_librarys_do():
+    """``KafkaBytes.read`` copies once after ``patch_socket_reads`` and returns the same bytes and
+    positions as the library's own (reads inside, at and past the end)."""
+    pytest.importorskip("kafka.net")                # kafka-python 3 only
+    from kafka.protocol.frame import KafkaBytes
+
+    def reads(read):
+        buf = KafkaBytes(10)
+        buf.write(b"0123456789")
+        buf.seek(0)
+        out = [read(buf, 3), read(buf, 4), read(buf), read(buf, 5), buf.tell()]
+        buf.seek(8)
+        return out + [read(buf, 10), buf.tell()]
+
+    theirs = reads(getattr(KafkaBytes.read, "original", KafkaBytes.read))
+    fastpath.patch_socket_reads()
+    assert getattr(KafkaBytes.read, "_streamtrain", False)
+    assert reads(KafkaBytes.read) == theirs == [b"012", b"3456", b"789", b"", 10, b"89", 10]

@@ -205,6 +205,8 @@ def patched():
              "numba typeof of ndarray": typeof_impl.dispatch(np.ndarray)}
     if transport is not None:
         found["kafka socket reads"] = transport.KafkaTCPTransport._sock_recv
+        from kafka.protocol.frame import KafkaBytes
+        found["kafka frame reads"] = KafkaBytes.read
     return found
 
 

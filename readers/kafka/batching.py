@@ -24,6 +24,8 @@ class Parsed:
 
     def __init__(self, parser, segs: list[Segment]):
         buf, self._ends = joined([(s.buf, s.ends) for s in segs])     # message ends in ``buf``
+        if not isinstance(buf, bytes):          # one segment, decoded into a memoryview
+            buf = bytes(buf)
         self.chunk = chunk = Chunk(buf)
         self.batch = parser.parse_chunk(chunk)
         self.offsets: dict = {}
@@ -31,8 +33,9 @@ class Parsed:
             key = (s.topic, s.partition)
             self.offsets[key] = max(self.offsets.get(key, 0), s.next_offset)
         self._topics = sorted({s.topic for s in segs})
-        self._msg_topic = np.concatenate([np.full(len(s), self._topics.index(s.topic)) for s in segs])
-        self._msg_part = np.concatenate([np.full(len(s), s.partition) for s in segs])
+        counts = [len(s) for s in segs]                 # (one numpy call each, not one per segment)
+        self._msg_topic = np.repeat([self._topics.index(s.topic) for s in segs], counts)
+        self._msg_part = np.repeat([s.partition for s in segs], counts)
         self._msg_off = np.concatenate([s.offsets for s in segs])
         self._msg_ts = np.concatenate([s.ts for s in segs])
 

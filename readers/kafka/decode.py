@@ -225,9 +225,9 @@ def _decode_join(a, pos, count, min_delta):
 def decode_v2_joined(buf, pos: int, count: int, min_delta: int = 0):
     """The records of an (uncompressed) v2 batch body whose offset delta is at least
     ``min_delta``, compiled, in one pass: (offset deltas, ts deltas, their values joined as
-    ``value\\n`` lines (bytes; a null value is an empty line), each line's ``\\n`` position).
-    Raises ``ValueError`` when the bytes do not add up (as ``decode_v2_columns``, whose results
-    it matches: ``tests/test_kafka_decode.py``)."""
+    ``value\\n`` lines (a memoryview of bytes, not a copy; a null value is an empty line), each
+    line's ``\\n`` position). Raises ``ValueError`` when the bytes do not add up (as
+    ``decode_v2_columns``, whose results it matches: ``tests/test_kafka_decode.py``)."""
     a = np.frombuffer(buf, dtype=np.uint8)
     offs, ts, out, ends = _decode_join(a, int(pos), int(count), int(min_delta))
-    return offs, ts, out.tobytes(), ends
+    return offs, ts, memoryview(out), ends

@@ -15,13 +15,14 @@ class Segment:
 
     ``ends[i]`` is the index in ``buf`` of the ``\\n`` that closes message ``i``; a message may
     itself hold several lines. ``offsets`` are the messages' Kafka offsets, ``ts`` their
-    timestamps in seconds.
+    timestamps in seconds. ``buf`` is bytes, or a memoryview of bytes (the fast path's decode,
+    not copied again).
     """
 
     __slots__ = ("topic", "partition", "buf", "ends", "offsets", "ts", "next_offset", "arrived",
                  "_lines")
 
-    def __init__(self, topic, partition, buf: bytes, ends, offsets, ts, next_offset=None):
+    def __init__(self, topic, partition, buf, ends, offsets, ts, next_offset=None):
         self.topic, self.partition = topic, partition
         self.buf = buf
         self.ends = ends
