@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from streamtrain import lazy
 from streamtrain.online.terms import Term
 
 from .base import INIT_OPTIONS, REQUIRED, Layer, Option, flat_dim, positive, register
@@ -41,6 +42,8 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
     e = np.exp(-np.abs(z))
     d = 1.0 + e
     return np.where(z >= 0, 1.0 / d, e / d)
+
+_kernels = lazy.module("streamtrain.ops._dense_kernels")     # numba: imported by the first batch
 
 
 @register
@@ -140,18 +143,6 @@ class FC(Layer):
 
 _ZERO_ONE = {np.dtype(t): np.array([0, 1], t) for t in (np.float32, np.float64)}
 _EMPTY = {np.dtype(t): np.zeros(0, t) for t in (np.float32, np.float64)}
-
-
-def _kernels():
-    """``_dense_kernels`` (numba), imported by the first batch, not at start-up."""
-    global _KERNELS
-    if _KERNELS is None:
-        from . import _dense_kernels
-        _KERNELS = _dense_kernels
-    return _KERNELS
-
-
-_KERNELS = None
 
 
 def _compiled(a: np.ndarray, other: np.ndarray | None) -> bool:

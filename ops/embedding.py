@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from streamtrain import lazy
 from streamtrain.errors import ShapeError
 from streamtrain.online.terms import Term
 
 from ._field_layout import field_slots
 from .base import INIT_OPTIONS, SPARSE, Layer, Option, SparseShape, positive, register
 from .inputs import batch_fields
+
+_kernels = lazy.module("streamtrain.ops._embedding_kernels")
 
 
 @register
@@ -127,7 +130,6 @@ class Embedding(Layer):
         rows = [ctx.value(t) for t in self.tables]
         weights = self._weights(ctx, fields, counts)
         if slot is not None:
-            from ._embedding_kernels import gather_rows
             index = np.full(B * F, total, np.int64)                             # missing -> zero row
             index[slot] = pos
             table = rows[0] if len(rows) == 1 else np.concatenate(rows)
@@ -137,7 +139,7 @@ class Embedding(Layer):
                 w = np.ones(B * F, ctx.dtype)
                 w[slot] = weights
             out = ctx.buffer((self.name, "out"), (B * F, dim))
-            gather_rows(table, index, w, out)
+            _kernels().gather_rows(table, index, w, out)
             ctx.saved[self.name] = ("take", index, w, total)
             return out.reshape(B, F, dim)
         data = weights if weights is not None else np.ones(len(pos), ctx.dtype)
@@ -169,11 +171,10 @@ class Embedding(Layer):
         squares = any(ctx.wants_squares(t) for t in self.tables)
         sq_rows = None
         if how == "take":
-            from ._embedding_kernels import scatter_rows
             g = np.ascontiguousarray(gy).reshape(-1, dim)
             grad_rows = ctx.rows((self.name, "grad_rows"), (total, dim))
             sq_rows = ctx.rows((self.name, "sq_rows"), (total if squares else 0, dim))
-            scatter_rows(a, g, w.astype(g.dtype, copy=False), total, grad_rows, sq_rows)
+            _kernels().scatter_rows(a, g, w.astype(g.dtype, copy=False), total, grad_rows, sq_rows)
             sq_rows = sq_rows if squares else None
         else:
             g = np.ascontiguousarray(gy.transpose(1, 0, 2)).reshape(-1, dim)

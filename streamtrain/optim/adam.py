@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from streamtrain import lazy
+
 from .base import Optimizer, hyper, register
+
+_rows = lazy.module("streamtrain.optim._rows")     # numba: imported by the first step, not at start-up
 
 
 @register
@@ -55,15 +59,3 @@ class Adam(Optimizer):
         h = rows_.hyper(dtype, lr, beta1, beta2, eps, 1 - beta1, 1 - beta2, 1)
         for start in range(0, len(parts), rows_.FUSED):
             rows_.adam_many(*rows_.fused_args(parts[start:start + rows_.FUSED]), h)
-
-
-def _rows():
-    """``optim._rows`` (numba), imported by the first step, not at start-up."""
-    global _ROWS
-    if _ROWS is None:
-        from . import _rows as rows_
-        _ROWS = rows_
-    return _ROWS
-
-
-_ROWS = None
