@@ -64,9 +64,10 @@ class Embedding(Layer):
         return (len(self.fields), dim)
 
     def _layout(self, ctx):
-        """(fields, all ids field after field, per-(field, example) id counts [F*B], and for
-        single-valued data the batch-major slot of every id), once per batch for every
-        embedding layer over the same fields (an LR part and an FM part share it)."""
+        """(fields, all ids field after field, per-(field, example) id counts [F*B], for
+        single-valued data the batch-major slot of every id, whether any field has values),
+        once per batch for every embedding layer over the same fields (an LR part and an FM
+        part share it), in the parse thread when the batch is prepared ahead."""
         key = ("embedding-layout", self.fields)
         got = ctx.memo.get(key)
         if got is None:
@@ -75,14 +76,15 @@ class Embedding(Layer):
             ids = fields[0].ids if F == 1 else np.concatenate([f.ids for f in fields])
             offs = np.concatenate([f.offsets for f in fields]).reshape(F, B + 1)
             counts, slot = field_slots(offs)            # field-major [F*B]; batch-major row of each id
-            got = ctx.memo[key] = (fields, ids, counts, slot)
+            valued = any(f.values is not None for f in fields)
+            got = ctx.memo[key] = (fields, ids, counts, slot, valued)
         return got
 
     ids_from_batch = True          # the batch's fields, or a feature_cross of them
 
     def table_ids(self, ctx):
         """Ids per table, field after field: the order of the batch's CSR data."""
-        fields, ids, _, _ = self._layout(ctx)
+        fields, ids, _, _, _ = self._layout(ctx)
         if len(self.tables) == 1:
             return {self.tables[0]: ids}
         return {t: field.ids for t, field in zip(self.tables, fields)}
@@ -96,9 +98,9 @@ class Embedding(Layer):
         return self.field_terms(ctx)
 
     def field_terms(self, ctx):
-        fields, _, counts, slot = self._layout(ctx)
+        fields, _, counts, slot, valued = self._layout(ctx)
         B, F = ctx.batch.size, len(fields)
-        weights = self._weights(ctx, fields, counts)
+        weights = self._weights(ctx, fields, counts, valued)
         if slot is not None and len(self.tables) == 1:     # single-valued: dense [B, F], by slot
             t = self.tables[0]
             return [Term(t, ctx.table_pos[(self.name, t)], weights, len(ctx.table_ids[t]),
@@ -116,7 +118,7 @@ class Embedding(Layer):
         return terms
 
     def forward(self, ctx, xs):
-        fields, _, counts, slot = self._layout(ctx)
+        fields, _, counts, slot, valued = self._layout(ctx)
         B, F, dim = ctx.batch.size, len(self.fields), self.opts["dim"]
         bases, total = [], 0
         for t in self.tables:
@@ -128,7 +130,7 @@ class Embedding(Layer):
             pos = np.concatenate([ctx.table_pos[(self.name, t)] + base for t, base in zip(self.tables, bases)]) \
                 if total else np.zeros(0, np.int64)
         rows = [ctx.value(t) for t in self.tables]
-        weights = self._weights(ctx, fields, counts)
+        weights = self._weights(ctx, fields, counts, valued)
         if slot is not None:
             index = np.full(B * F, total, np.int64)                             # missing -> zero row
             index[slot] = pos
@@ -154,10 +156,10 @@ class Embedding(Layer):
         out[...] = pooled.reshape(F, B, dim).transpose(1, 0, 2)
         return out
 
-    def _weights(self, ctx, fields, counts):
+    def _weights(self, ctx, fields, counts, valued):
         """Per-id multipliers: the reader's values, divided by the field's count for ``mean``."""
         mean = self.opts["combiner"] == "mean" and counts.max(initial=0) > 1
-        if not mean and all(f.values is None for f in fields):
+        if not mean and not valued:
             return None
         w = np.concatenate([f.values if f.values is not None else np.ones(len(f.ids), ctx.dtype)
                             for f in fields]).astype(ctx.dtype, copy=False)
