@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from streamtrain import lazy
 from streamtrain.online.terms import Term
 
 from .base import INIT_OPTIONS, REQUIRED, Layer, Option, flat_dim, positive, register
@@ -42,6 +43,8 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
     d = 1.0 + e
     return np.where(z >= 0, 1.0 / d, e / d)
 
+_kernels = lazy.module("streamtrain.ops._dense_kernels")     # numba: imported by the first batch
+
 
 @register
 class FC(Layer):
@@ -69,9 +72,8 @@ class FC(Layer):
         (shape,) = input_shapes
         self.n_in = flat_dim(shape)
         dim = self.opts["dim"]
-        self.declare("W", (self.n_in, dim))
-        if self.opts["bias"]:
-            self.declare("b", (dim,), init="zeros")
+        self._w_name = self.declare("W", (self.n_in, dim)).name
+        self._b_name = self.declare("b", (dim,), init="zeros").name if self.opts["bias"] else None
         return (dim,)
 
     def is_linear(self):
@@ -89,15 +91,15 @@ class FC(Layer):
     def forward(self, ctx, xs):
         (x,) = xs
         x2 = x.reshape(len(x), -1)
-        W = ctx.value(self.param_name("W"))
+        W = ctx.value(self._w_name)
         # into buffers reused across batches, bias and activation in place: the same numbers
         # as ``act(x2 @ W + b)`` without a temporary per operation
-        z = np.matmul(x2, W, out=ctx.buffer((self.name, "z"), (len(x2), W.shape[1]), np.result_type(x2, W)))
-        b = ctx.value(self.param_name("b")) if self.opts["bias"] else None
+        dtype = x2.dtype if x2.dtype == W.dtype else np.result_type(x2, W)
+        z = np.matmul(x2, W, out=ctx.buffer((self.name, "z"), (len(x2), W.shape[1]), dtype))
+        b = ctx.value(self._b_name) if self._b_name else None
         act = self.opts["activation"]
         if act == "relu" and len(z) and _compiled(z, b):
-            from ._dense_kernels import bias_relu
-            bias_relu(z, _EMPTY[z.dtype] if b is None else b, _ZERO_ONE[z.dtype])
+            _kernels().bias_relu(z, _EMPTY[z.dtype] if b is None else b, _ZERO_ONE[z.dtype])
             y = z
         else:
             if b is not None:
@@ -109,27 +111,29 @@ class FC(Layer):
     def backward(self, ctx, gy):
         x, x2, y = ctx.saved[self.name]
         act = self.opts["activation"]
-        bias = self.opts["bias"]
+        b_name = self._b_name
         gb = None
         if act == "relu" and len(y) and gy.shape == y.shape and _compiled(y, gy):
-            from ._dense_kernels import relu_backward
             gz = ctx.buffer((self.name, "gz"), y.shape, y.dtype)
-            gb = np.empty(y.shape[1] if bias else 0, y.dtype)
-            relu_backward(y, gy, gz, gb, _ZERO_ONE[y.dtype])
+            gb = ctx.buffer((self.name, "gb"), (y.shape[1] if b_name else 0,), y.dtype)
+            _kernels().relu_backward(y, gy, gz, gb, _ZERO_ONE[y.dtype])
         elif act == "relu":
             gz = gy * (y > 0)
         else:
             gz = activation_grad(act, y, gy)
-        W = ctx.value(self.param_name("W"))
+        W = ctx.value(self._w_name)
         x2t = x2.T
-        ctx.add_param_grad(self.param_name("W"),
-                           np.matmul(x2t, gz, out=ctx.buffer((self.name, "gW"), W.shape, np.result_type(x2t, gz))))
-        if bias:
-            ctx.add_param_grad(self.param_name("b"), gz.sum(axis=0) if gb is None else gb)
-        if not ctx.input_needs_grad(self)[0]:
+        dtype = gz.dtype if x2t.dtype == gz.dtype else np.result_type(x2t, gz)
+        ctx.add_param_grad(self._w_name, np.matmul(x2t, gz, out=ctx.buffer((self.name, "gW"), W.shape, dtype)))
+        if b_name:
+            if gb is None:            # numpy's row sum, into a buffer kept across batches
+                gb = np.sum(gz, axis=0, out=ctx.buffer((self.name, "gb"), (gz.shape[1],), gz.dtype))
+            ctx.add_param_grad(b_name, gb)
+        if not ctx.needs_grad.get(self.inputs[0], True):
             return [None]
         Wt = W.T
-        gx = ctx.buffer((self.name, "gx"), (len(gz), Wt.shape[1]), np.result_type(gz, Wt))
+        dtype = gz.dtype if gz.dtype == Wt.dtype else np.result_type(gz, Wt)
+        gx = ctx.buffer((self.name, "gx"), (len(gz), Wt.shape[1]), dtype)
         if Wt.shape[0] == 1:            # one output: an outer product (the same products; BLAS is slow at k = 1)
             np.multiply(gz, Wt, out=gx)
         else:

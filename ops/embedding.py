@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from streamtrain import lazy
 from streamtrain.errors import ShapeError
 from streamtrain.online.terms import Term
 
 from ._field_layout import field_slots
 from .base import INIT_OPTIONS, SPARSE, Layer, Option, SparseShape, positive, register
 from .inputs import batch_fields
+
+_kernels = lazy.module("streamtrain.ops._embedding_kernels")
 
 
 @register
@@ -61,9 +64,10 @@ class Embedding(Layer):
         return (len(self.fields), dim)
 
     def _layout(self, ctx):
-        """(fields, all ids field after field, per-(field, example) id counts [F*B], and for
-        single-valued data the batch-major slot of every id), once per batch for every
-        embedding layer over the same fields (an LR part and an FM part share it)."""
+        """(fields, all ids field after field, per-(field, example) id counts [F*B], for
+        single-valued data the batch-major slot of every id, whether any field has values),
+        once per batch for every embedding layer over the same fields (an LR part and an FM
+        part share it), in the parse thread when the batch is prepared ahead."""
         key = ("embedding-layout", self.fields)
         got = ctx.memo.get(key)
         if got is None:
@@ -72,14 +76,15 @@ class Embedding(Layer):
             ids = fields[0].ids if F == 1 else np.concatenate([f.ids for f in fields])
             offs = np.concatenate([f.offsets for f in fields]).reshape(F, B + 1)
             counts, slot = field_slots(offs)            # field-major [F*B]; batch-major row of each id
-            got = ctx.memo[key] = (fields, ids, counts, slot)
+            valued = any(f.values is not None for f in fields)
+            got = ctx.memo[key] = (fields, ids, counts, slot, valued)
         return got
 
     ids_from_batch = True          # the batch's fields, or a feature_cross of them
 
     def table_ids(self, ctx):
         """Ids per table, field after field: the order of the batch's CSR data."""
-        fields, ids, _, _ = self._layout(ctx)
+        fields, ids, _, _, _ = self._layout(ctx)
         if len(self.tables) == 1:
             return {self.tables[0]: ids}
         return {t: field.ids for t, field in zip(self.tables, fields)}
@@ -93,9 +98,9 @@ class Embedding(Layer):
         return self.field_terms(ctx)
 
     def field_terms(self, ctx):
-        fields, _, counts, slot = self._layout(ctx)
+        fields, _, counts, slot, valued = self._layout(ctx)
         B, F = ctx.batch.size, len(fields)
-        weights = self._weights(ctx, fields, counts)
+        weights = self._weights(ctx, fields, counts, valued)
         if slot is not None and len(self.tables) == 1:     # single-valued: dense [B, F], by slot
             t = self.tables[0]
             return [Term(t, ctx.table_pos[(self.name, t)], weights, len(ctx.table_ids[t]),
@@ -113,7 +118,7 @@ class Embedding(Layer):
         return terms
 
     def forward(self, ctx, xs):
-        fields, _, counts, slot = self._layout(ctx)
+        fields, _, counts, slot, valued = self._layout(ctx)
         B, F, dim = ctx.batch.size, len(self.fields), self.opts["dim"]
         bases, total = [], 0
         for t in self.tables:
@@ -125,9 +130,8 @@ class Embedding(Layer):
             pos = np.concatenate([ctx.table_pos[(self.name, t)] + base for t, base in zip(self.tables, bases)]) \
                 if total else np.zeros(0, np.int64)
         rows = [ctx.value(t) for t in self.tables]
-        weights = self._weights(ctx, fields, counts)
+        weights = self._weights(ctx, fields, counts, valued)
         if slot is not None:
-            from ._embedding_kernels import gather_rows
             index = np.full(B * F, total, np.int64)                             # missing -> zero row
             index[slot] = pos
             table = rows[0] if len(rows) == 1 else np.concatenate(rows)
@@ -137,7 +141,7 @@ class Embedding(Layer):
                 w = np.ones(B * F, ctx.dtype)
                 w[slot] = weights
             out = ctx.buffer((self.name, "out"), (B * F, dim))
-            gather_rows(table, index, w, out)
+            _kernels().gather_rows(table, index, w, out)
             ctx.saved[self.name] = ("take", index, w, total)
             return out.reshape(B, F, dim)
         data = weights if weights is not None else np.ones(len(pos), ctx.dtype)
@@ -152,10 +156,10 @@ class Embedding(Layer):
         out[...] = pooled.reshape(F, B, dim).transpose(1, 0, 2)
         return out
 
-    def _weights(self, ctx, fields, counts):
+    def _weights(self, ctx, fields, counts, valued):
         """Per-id multipliers: the reader's values, divided by the field's count for ``mean``."""
         mean = self.opts["combiner"] == "mean" and counts.max(initial=0) > 1
-        if not mean and all(f.values is None for f in fields):
+        if not mean and not valued:
             return None
         w = np.concatenate([f.values if f.values is not None else np.ones(len(f.ids), ctx.dtype)
                             for f in fields]).astype(ctx.dtype, copy=False)
@@ -169,11 +173,10 @@ class Embedding(Layer):
         squares = any(ctx.wants_squares(t) for t in self.tables)
         sq_rows = None
         if how == "take":
-            from ._embedding_kernels import scatter_rows
             g = np.ascontiguousarray(gy).reshape(-1, dim)
             grad_rows = ctx.rows((self.name, "grad_rows"), (total, dim))
             sq_rows = ctx.rows((self.name, "sq_rows"), (total if squares else 0, dim))
-            scatter_rows(a, g, w.astype(g.dtype, copy=False), total, grad_rows, sq_rows)
+            _kernels().scatter_rows(a, g, w.astype(g.dtype, copy=False), total, grad_rows, sq_rows)
             sq_rows = sq_rows if squares else None
         else:
             g = np.ascontiguousarray(gy.transpose(1, 0, 2)).reshape(-1, dim)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from streamtrain import lazy
 from streamtrain.errors import ShapeError
 
 from .base import INIT_OPTIONS, Layer, Option, SparseShape, flat_dim, positive, register
@@ -16,6 +17,8 @@ def _fields_shape(layer: Layer, shape) -> tuple[int, int]:
         got = "sparse" if isinstance(shape, SparseShape) else f"per-example shape {tuple(shape)}"
         raise ShapeError(f"layer '{layer.name}' ({layer.kind}): expects [B, F, d] (an embedding output), got {got}")
     return int(shape[0]), int(shape[1])
+
+_kernels = lazy.module("streamtrain.ops._fm_kernels")
 
 
 @register
@@ -42,21 +45,19 @@ class FM(Layer):
         return self.inputs[0] if self.opts["reduce"] else None
 
     def forward(self, ctx, xs):
-        from ._fm_kernels import fm_forward
         (v,) = xs
         v = np.ascontiguousarray(v)
         s = ctx.buffer((self.name, "sum"), (len(v), v.shape[2]), v.dtype)      # [B, d]: Σ_f v_f
         y = ctx.buffer((self.name, "out"), (len(v), 1 if self.opts["reduce"] else v.shape[2]), v.dtype)
-        fm_forward(v, s, y)
+        _kernels().fm_forward(v, s, y)
         ctx.saved[self.name] = (v, s)
         return y
 
     def backward(self, ctx, gy):
-        from ._fm_kernels import fm_backward
         v, s = ctx.saved[self.name]
         # d/dv_f 0.5((Σv)² − Σv²) = Σv − v_f; a reduced output broadcasts over d
         gx = ctx.buffer((self.name, "gx"), v.shape, v.dtype)
-        fm_backward(v, s, np.ascontiguousarray(gy, v.dtype).reshape(len(v), -1), gx)
+        _kernels().fm_backward(v, s, np.ascontiguousarray(gy, v.dtype).reshape(len(v), -1), gx)
         return [gx]
 
 

@@ -80,3 +80,23 @@ def test_nonfinite_loss_and_gradient_skip_the_update(tmp_path, fake_stream):
     # every batch's offsets were committed exactly once, in order, after its step
     assert [c[("fake", 0)] for c in source.committed] == list(range(1, 9))
     assert np.isfinite(summary["logloss"])
+
+
+def test_all_finite_finds_one_bad_number_in_any_array():
+    """Small arrays are checked joined, large ones one by one: a NaN or an infinity anywhere,
+    in either precision, is found; finite numbers whose sum overflows are not flagged."""
+    from streamtrain.context import Gradients
+
+    def grads():
+        return Gradients(dense={"w": np.full((40, 40), 3e38, np.float32), "b": np.ones(3, np.float32)},
+                         tables={"t": (np.arange(5, dtype=np.uint64), np.ones((5, 2), np.float32))},
+                         squares={"t": np.ones((5, 2), np.float32)},
+                         assigned={"e": (None, np.zeros((2000, 1)), {"n": np.zeros(7)})})
+    assert grads().all_finite()
+    for where in ("w", "b", "t", "sq", "e", "n"):
+        for bad in (np.nan, np.inf, -np.inf):
+            g = grads()
+            a = {"w": g.dense["w"], "b": g.dense["b"], "t": g.tables["t"][1], "sq": g.squares["t"],
+                 "e": g.assigned["e"][1], "n": g.assigned["e"][2]["n"]}[where]
+            a.reshape(-1)[-1] = bad
+            assert not g.all_finite(), (where, bad)

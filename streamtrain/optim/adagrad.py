@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from streamtrain import lazy
 from streamtrain.online import terms as kernel
 
 from .base import Optimizer, hyper, register
+
+_rows = lazy.module("streamtrain.optim._rows")
 
 
 def rule(h, w, n, z, g, sq):
@@ -63,7 +66,7 @@ class Adagrad(Optimizer):
         w[...], n[...], _ = rule((self.lr, self.eps), w, n, None, g, g * g if sq is None else sq)
 
     def step_rows(self, weights, state, rows, g, sq=None):
-        from . import _rows as rows_        # numba: imported by the first push, not at start-up
+        rows_ = _rows()                     # numba: imported by the first push, not at start-up
         if not rows_.usable(weights, state, g):
             return False
         rows_.adagrad_rows(weights, state["n"], rows, g, rows_.squares(sq, g),

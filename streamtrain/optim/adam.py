@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from streamtrain import lazy
+
 from .base import Optimizer, hyper, register
+
+_rows = lazy.module("streamtrain.optim._rows")     # numba: imported by the first step, not at start-up
 
 
 @register
@@ -22,7 +26,7 @@ class Adam(Optimizer):
 
     def step(self, w, g, state, sq=None):
         m, v, t = state["m"], state["v"], state["t"]
-        from . import _rows as rows_        # numba: imported by the first step, not at start-up
+        rows_ = _rows()
         if t.size == 1 and rows_.flat(w, m, v, g):
             t += 1                          # a dense parameter: one pass, compiled
             c1, c2 = rows_.corrections(self.beta1, self.beta2, t)
@@ -42,16 +46,15 @@ class Adam(Optimizer):
     def fuse_key(self, w, g, state):
         """A dense float parameter (one step count; weights, slots and gradient of one dtype, C
         order) steps with the others of the same hyperparameters and dtype in one compiled pass."""
-        from . import _rows as rows_
-        m, v, t = state["m"], state["v"], state["t"]
-        if t.size != 1 or not rows_.flat(w, m, v, g):
+        t = state["t"]
+        if t.size != 1 or not _rows().flat(w, state["m"], state["v"], g):
             return None
         return Adam, w.dtype, self.lr, self.beta1, self.beta2, self.eps
 
     @staticmethod
     def step_fused(key, parts):
         """``step`` of each dense ``(w, g, state)``: ``rows_.adam_many``, ``FUSED`` at a time."""
-        from . import _rows as rows_
+        rows_ = _rows()
         _, dtype, lr, beta1, beta2, eps = key
         h = rows_.hyper(dtype, lr, beta1, beta2, eps, 1 - beta1, 1 - beta2, 1)
         for start in range(0, len(parts), rows_.FUSED):

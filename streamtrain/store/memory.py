@@ -5,6 +5,7 @@ import threading
 
 import numpy as np
 
+from streamtrain import lazy
 from streamtrain.context import Gradients
 from streamtrain.growth import capacity_for, grow_rows
 from streamtrain.optim import Optimizer
@@ -13,6 +14,8 @@ from streamtrain.params import ParamSpec
 
 from .base import ParamStore, Snapshot, initial_dense, initial_rows, register
 from .idindex import IdIndex
+
+_scatter = lazy.module("streamtrain.store.scatter")
 
 
 def take_rows(arr: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -240,7 +243,7 @@ class MemoryStore(ParamStore):
         """Write final values and slots (cast to the store's dtype): one scatter per array."""
         if not assigned:
             return
-        from .scatter import scatter_rows      # numba: imported by the first push, not at start-up
+        scatter_rows = _scatter().scatter_rows     # numba: imported by the first push, not at start-up
         for name, (ids, value, slots) in assigned.items():
             if ids is None:
                 self.dense[name][...] = value
