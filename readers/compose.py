@@ -98,7 +98,7 @@ class Prepare:
     (or after ``PACE_WAIT_S``). The job calls it as its trainer enters the batch's compiled
     per-example loop, which holds no GIL for milliseconds: the parse thread's Python (which
     needs the GIL) runs then, not beside the training thread's own Python, where each had to
-    wait for the other's GIL (``docs/architecture.md``, "The parse thread's turn")."""
+    wait for the other's GIL (ARCHITECTURE.md, "The parse thread's turn")."""
 
     def __init__(self):
         self.fn = None
