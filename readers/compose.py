@@ -84,7 +84,7 @@ class _End:
         self.error = error
 
 
-PACE_WAIT_S = 0.01      # a paced producer waits at most this long for its turn
+PACE_WAIT_S = 0.1       # a paced producer waits at most this long for its turn
 
 
 class Prepare:
