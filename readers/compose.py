@@ -93,12 +93,13 @@ class Prepare:
     first batches are already on their way). An error in ``fn`` is logged once and leaves the
     item as it is: the consumer then does that work itself and meets the error there.
 
-    ``pace()`` also times the producer's work: while the consumer has an item ready, the
-    producer starts its next one only when the consumer calls the function ``pace`` returned
-    (or after ``PACE_WAIT_S``). The job calls it as its trainer enters the batch's compiled
-    per-example loop, which holds no GIL for milliseconds: the parse thread's Python (which
-    needs the GIL) runs then, not beside the training thread's own Python, where each had to
-    wait for the other's GIL (ARCHITECTURE.md, "The parse thread's turn")."""
+    ``pace()`` also times the producer's work: while all but one of the items ``buffered``
+    holds are ready, the producer starts its next one only when the consumer calls the
+    function ``pace`` returned (or after ``PACE_WAIT_S``). The job calls it as its trainer
+    enters the batch's compiled per-example loop, which holds no GIL for milliseconds: the
+    parse thread's Python (which needs the GIL) runs then, not beside the training thread's
+    own Python, where each had to wait for the other's GIL (ARCHITECTURE.md, "The parse
+    thread's turn")."""
 
     def __init__(self):
         self.fn = None
@@ -134,11 +135,12 @@ class Prepare:
             log.exception("preparing batches in the reader's thread failed; the trainer does it from now on")
 
 
-def _paced(items, q, prepare: Prepare | None):
-    """``items``, each taken once the producer's turn came while ``q`` has one ready (``Prepare.pace``)."""
+def _paced(items, q, prepare: Prepare | None, ready: int = 1):
+    """``items``, each taken once the producer's turn came while ``q`` has ``ready`` items
+    (``Prepare.pace``); with fewer the producer goes on at once: it catches up freely."""
     it = iter(items)
     while True:
-        if prepare is not None and q.qsize():
+        if prepare is not None and q.qsize() >= ready:
             prepare.wait_turn()
         try:
             item = next(it)
@@ -171,7 +173,7 @@ def buffered(reader, size: int, prepare: Prepare | None = None):
 
         def work():
             try:
-                for item in _paced(reader(), q, prepare):
+                for item in _paced(reader(), q, prepare, max(1, size - 1)):
                     if prepare is not None:
                         prepare(item)
                     if not put(item):
