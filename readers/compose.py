@@ -84,15 +84,45 @@ class _End:
         self.error = error
 
 
+PACE_WAIT_S = 0.1       # a paced producer waits at most this long for its turn
+
+
 class Prepare:
     """Work on each item in the producing thread before it is handed over: ``fn``, once the
     consumer sets it (the job sets its graph's ``prepare`` once the graph is built, after the
     first batches are already on their way). An error in ``fn`` is logged once and leaves the
-    item as it is: the consumer then does that work itself and meets the error there."""
+    item as it is: the consumer then does that work itself and meets the error there.
+
+    ``pace()`` also times the producer's work: while all but one of the items ``buffered``
+    holds are ready, the producer starts its next one only when the consumer calls the
+    function ``pace`` returned (or after ``PACE_WAIT_S``). The job calls it as its trainer
+    enters the batch's compiled per-example loop, which holds no GIL for milliseconds: the
+    parse thread's Python (which needs the GIL) runs then, not beside the training thread's
+    own Python, where each had to wait for the other's GIL (ARCHITECTURE.md, "The parse
+    thread's turn")."""
 
     def __init__(self):
         self.fn = None
         self._failed = False
+        self._turn: threading.Event | None = None
+
+    def pace(self):
+        """Pace the producer from now on; the consumer's signal: the producer's turn has come."""
+        if self._turn is None:
+            self._turn = threading.Event()
+        return self._turn.set
+
+    def give_turn(self) -> None:
+        """The consumer waits for an item: the producer's turn, if it is paced."""
+        if self._turn is not None:
+            self._turn.set()
+
+    def wait_turn(self) -> None:
+        """In the producer, before an item while the consumer has one ready: wait for the turn."""
+        turn = self._turn
+        if turn is not None:
+            turn.wait(PACE_WAIT_S)
+            turn.clear()
 
     def __call__(self, item) -> None:
         fn = self.fn
@@ -103,6 +133,20 @@ class Prepare:
         except Exception:                        # noqa: BLE001 - the consumer's own pass reports it
             self._failed = True
             log.exception("preparing batches in the reader's thread failed; the trainer does it from now on")
+
+
+def _paced(items, q, prepare: Prepare | None, ready: int = 1):
+    """``items``, each taken once the producer's turn came while ``q`` has ``ready`` items
+    (``Prepare.pace``); with fewer the producer goes on at once: it catches up freely."""
+    it = iter(items)
+    while True:
+        if prepare is not None and q.qsize() >= ready:
+            prepare.wait_turn()
+        try:
+            item = next(it)
+        except StopIteration:
+            return
+        yield item
 
 
 def buffered(reader, size: int, prepare: Prepare | None = None):
@@ -129,7 +173,7 @@ def buffered(reader, size: int, prepare: Prepare | None = None):
 
         def work():
             try:
-                for item in reader():
+                for item in _paced(reader(), q, prepare, max(1, size - 1)):
                     if prepare is not None:
                         prepare(item)
                     if not put(item):
@@ -142,6 +186,8 @@ def buffered(reader, size: int, prepare: Prepare | None = None):
         t.start()
         try:
             while True:
+                if prepare is not None and q.empty():
+                    prepare.give_turn()          # nothing ready: a paced producer goes on at once
                 item = q.get()
                 if isinstance(item, _End):
                     if item.error is not None:

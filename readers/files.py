@@ -33,7 +33,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 BLOCK_BYTES = 1 << 18      # 256 KiB: keeps numpy temporaries small (fewer page faults)
 GZ_READ_BYTES = 1 << 20    # compressed bytes per zlib call: long GIL-free stretches
 GZ_FIRST_BYTES = 1 << 15   # ... after a ramp from this: the reader's first lines come at once
-PARSE_AHEAD = 2            # batches parsed ahead on the other core while the trainer runs
+PARSE_AHEAD = 3            # batches parsed ahead on the other core while the trainer runs
 
 
 class TruncatedInput(ReaderError):

@@ -114,6 +114,7 @@ class Job:
         prepare = getattr(self.source, "prepare", None)
         if prepare is not None and self.graph_input is None and ahead:
             prepare.fn = self.trainer.prepare    # the parse thread works out each batch's ids ahead
+            self.trainer.pace(prepare.pace)      # ... in turns the trainer's compiled loop gives
         if self.restore_from:
             try:
                 self._until_store_answers("restore the checkpoint", lambda: self.restore(self.restore_from))

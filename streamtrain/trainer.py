@@ -134,6 +134,13 @@ class Trainer:
         if self.ctx.engine is not None:
             self.ctx.engine.prepare(ctx)
 
+    def pace(self, turn) -> None:
+        """Let the reader's thread work while each step's compiled per-example loop runs (it
+        holds no GIL): ``turn()`` gives the function to call as the loop starts
+        (``compose.Prepare.pace``). A model without a per-example engine is not paced."""
+        if self.ctx.engine is not None:
+            self.ctx.engine.before_loop = turn()
+
     def prefetch(self, next_batch) -> None:
         """Let the next ``step`` start reading ``next_batch``'s rows once its own are pulled (a
         store with ``prefetches``; others ignore it). The rows are found in a context of their

@@ -200,3 +200,16 @@ def test_the_search_bench_runs_seeds_and_counts_those_at_or_below_the_best(capsy
     summary = lines[-1]
     assert summary["seeds"] == [0, 1] and summary["logloss"] == single
     assert summary["mean"] == round(sum(single) / 2, 5) and summary["at_or_below"] == 2
+
+
+def test_a_search_trains_from_a_file_source(criteo_path):
+    """A file source's parse thread prepares every batch for the live candidates; a search does
+    not pace it (``AutoTrainer.pace``), it trains the whole file."""
+    cfg = configmod.validate(configmod.with_defaults(configmod.SCHEMA, {
+        "reader": {"type": "file", "path": str(criteo_path), "format": "criteo"},
+        "batch_size": 500, "layers": layers(), "metrics": {"enabled": False}, "checkpoint": {"dir": None},
+        "automl": {"live": 2, "grace": 1000, "space": [
+            {"name": "rate", "paths": ["layers.wide.optimizer.alpha"], "values": [0.1, 0.3]}]}}))
+    job = Job(cfg)
+    summary = job.run()
+    assert summary["examples"] == 7625 and job.trainer.candidates

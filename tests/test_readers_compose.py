@@ -70,6 +70,47 @@ def test_buffered_order_errors_and_early_stop():
     assert len(produced) <= 10 + 4 + 2      # bounded prefetch
 
 
+def test_paced_producer_takes_its_next_item_on_its_turn(monkeypatch):
+    """While the consumer has an item ready, a paced producer starts the next one only when
+    the consumer gives it the turn (the trainer: as its compiled loop starts); a consumer that
+    waits for an item gives it the turn itself."""
+    import queue
+    from streamtrain.readers import compose
+    monkeypatch.setattr(compose, "PACE_WAIT_S", 60.0)       # no turn by time-out in this test
+    produced, waiting = [], threading.Event()
+
+    class Watched(compose.Prepare):
+        def wait_turn(self):
+            waiting.set()
+            super().wait_turn()
+
+    prepare = Watched()
+    turn = prepare.pace()
+    ready = queue.Queue()
+    ready.put("an item the consumer has not taken")
+    paced = compose._paced(iter(range(3)), ready, prepare)
+    worker = threading.Thread(target=lambda: produced.extend(paced), daemon=True)
+    worker.start()
+    assert waiting.wait(10)
+    assert produced == []                   # waits for its turn
+    waiting.clear()
+    turn()
+    assert waiting.wait(10)                 # took item 0, waits again for item 1
+    assert produced == [0]
+    ready.get()                             # nothing ready any more: no turn needed after this one
+    turn()
+    worker.join(10)
+    assert not worker.is_alive() and produced == [0, 1, 2]
+
+    got = []
+    prepare = Watched()
+    prepare.pace()
+    consumer = threading.Thread(target=lambda: got.extend(buffered(rng_reader(50), 2, prepare)()), daemon=True)
+    consumer.start()
+    consumer.join(20)                       # never given a turn: its own waits for items give them
+    assert not consumer.is_alive() and got == list(range(50))
+
+
 def test_records_to_batch():
     recs = [{"label": 1, "user": "u1", "age": 31.0, "genres": ["a", "b"], "n": 7},
             {"label": 0, "user": None, "age": 20.5, "genres": []},

@@ -222,6 +222,10 @@ class AutoTrainer:
     def prefetch(self, next_batch) -> None:
         """Candidates do not read ahead."""
 
+    def pace(self, turn) -> None:
+        """The reader's thread is not paced by a search (``Trainer.pace``): each candidate runs
+        its own compiled loop, none of them the step's one long GIL-free stretch."""
+
     def describe(self) -> dict:
         """The search for ``/v1/model`` and the summary: champion, live candidates, counts."""
         s = self.search

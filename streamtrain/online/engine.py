@@ -234,6 +234,7 @@ class PerExample:
         self._blocks: tuple = ()
         self._arrays = _Arrays()
         self._room: dict = {}     # param -> the columns of its block's other terms (``present_grids``)
+        self.before_loop = None   # called as the compiled loop (no GIL held) is about to start
 
     @property
     def layers(self) -> list:
@@ -280,6 +281,8 @@ class PerExample:
         else:
             fm, (fptr, frow, fx, ffield, fterm) = _NO_FM, _no_occurrences(B)
         base = np.asarray(z0, np.float64)     # the rest of the logit: the owned terms are elided
+        if self.before_loop is not None:      # (the job: the parse thread's turn, Prepare.pace)
+            self.before_loop()
         zs, rho = kernels.learn(
             base, np.asarray(y, np.float64), self.implicit, self.normalize, self.rules,
             kernels.Occurrences(lptr, slot, x, lfield, _EMPTY_I, 0),

@@ -19,6 +19,7 @@ import numpy as np
 
 from streamtrain.compiled import njit
 from streamtrain.growth import capacity_for, grow_rows
+from streamtrain.prefetch import prefetch
 from streamtrain.uniq import FIBONACCI, table_bits
 
 
@@ -87,11 +88,20 @@ def _lookup(slots, bits, ids):
     return rows
 
 
+AHEAD = 16       # ids whose home slot is prefetched ahead of the probe (``prefetch``)
+
+
 @njit(nogil=True)
 def _find_or_add(slots, bits, row_ids, size, ids):
+    """The probes of a batch's ids: each id's home slot is requested ``AHEAD`` ids before its
+    probe, so the cache misses of a table larger than the caches overlap instead of queueing."""
     mask, shift = (1 << bits) - 1, np.uint64(64 - bits)
     rows = np.empty(len(ids), np.int64)
+    for i in range(min(AHEAD, len(ids))):
+        prefetch(slots, np.int64((ids[i] * FIBONACCI) >> shift))
     for i in range(len(ids)):
+        if i + AHEAD < len(ids):
+            prefetch(slots, np.int64((ids[i + AHEAD] * FIBONACCI) >> shift))
         x = ids[i]
         s = _slot(slots, mask, shift, x)
         r = slots[s, 1]
