@@ -1,7 +1,7 @@
 """Kafka reader and kafka → trainer throughput, next to file → trainer on the same data, in one run.
 
-    python bench/bench_kafka.py [--bootstrap HOST:PORT] [--records 100000] [--lines-per-message 100]
-                                [--batch-size 1024] [--model examples/lr.json] [--rounds 3] [--train-only]
+    python bench/bench_kafka.py [--bootstrap HOST:PORT] [--records 2000000] [--lines-per-message 100]
+                                [--batch-size N] [--model examples/lr.json] [--rounds 3] [--train-only]
                                 [--no-redis] [--json FILE]
 
 Without --bootstrap a Tansu broker is started on a free loopback port. The Criteo sample is
@@ -109,12 +109,13 @@ def bench_reader(source) -> float:
 
 
 def model(name: str) -> dict:
-    """The model keys of ``--model``: a model file's layers and optimizer, or ``simple`` (``LR``)."""
+    """The model keys of ``--model``: a model file's layers, optimizer and batch size, or
+    ``simple`` (``LR``)."""
     if name == "simple":
         return {"layers": LR}
     import json
     cfg = json.loads((ROOT / name if not Path(name).is_absolute() else Path(name)).read_text())
-    return {k: cfg[k] for k in ("layers", "default_optimizer") if k in cfg}
+    return {k: cfg[k] for k in ("layers", "default_optimizer", "batch_size") if k in cfg}
 
 
 def bench_job(reader_cfg, batch_size, store, model_keys) -> tuple[float, dict]:
@@ -137,9 +138,10 @@ def bench_job(reader_cfg, batch_size, store, model_keys) -> tuple[float, dict]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bootstrap", help="an existing broker (default: start Tansu)")
-    ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--records", type=int, default=2_000_000,
+                    help="lines (fewer leave too short a steady window: 300,000 swing the ratios by 0.1)")
     ap.add_argument("--lines-per-message", type=int, default=100)
-    ap.add_argument("--batch-size", type=int, default=1024)
+    ap.add_argument("--batch-size", type=int, help="default: the model file's batch_size (simple: 1024)")
     ap.add_argument("--model", default="examples/lr.json", help="a model file, or 'simple' (plain LR)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the train figures")
     ap.add_argument("--train-only", action="store_true", help="skip the transport and reader figures")
@@ -147,6 +149,9 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write the figures (and the run's provenance) to this file")
     args = ap.parse_args(argv)
     model_keys = model(args.model)
+    if args.batch_size is None:
+        args.batch_size = model_keys.pop("batch_size", 1024)
+    model_keys.pop("batch_size", None)
     figures = {"records": args.records, "batch_size": args.batch_size, "model": args.model,
                "lines_per_message": args.lines_per_message, "train": {}}
 
