@@ -135,7 +135,7 @@ def bench_job(reader_cfg, batch_size, store, model_keys) -> tuple[float, dict]:
     return clock.rate, s
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bootstrap", help="an existing broker (default: start Tansu)")
     ap.add_argument("--records", type=int, default=2_000_000,
@@ -147,7 +147,11 @@ def main(argv=None) -> int:
     ap.add_argument("--train-only", action="store_true", help="skip the transport and reader figures")
     ap.add_argument("--no-redis", action="store_true")
     ap.add_argument("--json", help="write the figures (and the run's provenance) to this file")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     model_keys = model(args.model)
     if args.batch_size is None:
         args.batch_size = model_keys.pop("batch_size", 1024)
