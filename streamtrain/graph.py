@@ -17,7 +17,7 @@ from .batch import Feed
 from .context import Context, Gradients
 from .errors import ConfigError, ShapeError
 from .params import ParamSpec
-from .state import Status, advance, advance_all
+from .state import Status, advance
 from .uniq import unique_inverse
 
 
@@ -140,7 +140,6 @@ class Graph:
         self.loss = next(layer for layer in self.order if layer.is_loss)
         live = self._ancestors(self.loss.name)
         self.train_order = [layer for layer in self.order if layer.name in live]
-        self._train_names = [layer.name for layer in self.train_order]
         self._reverse_order = self.train_order[::-1]
         self._orders: dict[str, list] = {}       # target -> what forward computes for it, in order
         self.params: dict[str, ParamSpec] = {}
@@ -317,7 +316,8 @@ class Graph:
 
     def gradients(self, ctx: Context) -> Gradients:
         """Collect parameter gradients for the push; every layer moves to Gradient."""
-        advance_all(ctx.status, self._train_names, "gradient")
+        for layer in self.train_order:
+            advance(ctx.status, layer.name, "gradient")
         grads = Gradients()
         for name, g in ctx.param_grads.items():
             if self.params[name].table:
@@ -331,7 +331,8 @@ class Graph:
 
     def update(self, ctx: Context) -> None:
         """Mark the update applied (the store applied it where the parameters live)."""
-        advance_all(ctx.status, self._train_names, "update")
+        for layer in self.train_order:
+            advance(ctx.status, layer.name, "update")
 
 
 def _describe(spec: ParamSpec) -> str:

@@ -42,14 +42,3 @@ def advance(statuses: dict, layer: str, phase: str) -> bool:
         raise LayerStateError(layer, phase, need, current)
     statuses[layer] = leave
     return True
-
-
-def advance_all(statuses: dict, layers, phase: str) -> None:
-    """``advance`` of each layer of ``layers`` (names) in turn, in one loop."""
-    need, leave = TRANSITIONS[phase]
-    for layer in layers:
-        current = statuses[layer]
-        if current == need:
-            statuses[layer] = leave
-        elif current != leave:
-            raise LayerStateError(layer, phase, need, current)
