@@ -208,8 +208,9 @@ def patch_socket_reads() -> bool:
     response is ~4000 calls, each a bytes object and a GIL hand-off. Read ``RECV_BYTES`` per
     call instead, otherwise exactly as the library does (until the socket would block; an
     empty read is a disconnect); and its response buffer's ``read`` copies once, not twice.
-    Applies to every kafka-python connection in the process (the bytes delivered are the same), so it is applied by an explicit call at start-up
-    (``streamtrain.startup.for_job``), never by an import. Only at the kafka-python versions of
+    Applies to every kafka-python connection in the process (the bytes delivered are the
+    same), so it is applied by an explicit call at start-up (``streamtrain.startup.for_job``),
+    never by an import. Only at the kafka-python versions of
     ``SOCKET_READS_TESTED`` and when the transport looks as expected; else the library's reads
     stay and one log line says why. True when the patch is in place."""
     try:
