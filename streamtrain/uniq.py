@@ -20,6 +20,12 @@ from streamtrain.compiled import njit
 FIBONACCI = np.uint64(0x9E3779B97F4A7C15)      # 2^64 / golden ratio: Knuth's multiplicative hash
 
 
+@njit(nogil=True, inline="always")
+def home(x, shift):
+    """The home slot of id ``x`` in a table of ``2 ** (64 - shift)`` slots (the hash above)."""
+    return np.int64((x * FIBONACCI) >> shift)
+
+
 def table_bits(n: int) -> int:
     """log2 of a power-of-two slot count of at least ``2 n`` (at most half full), at least 16 slots."""
     return max(4, int(2 * n - 1).bit_length())
@@ -45,7 +51,7 @@ def _unique_inverse(ids, bits):
     m = 0
     for i in range(n):
         x = ids[i]
-        s = np.int64((x * FIBONACCI) >> shift)
+        s = home(x, shift)
         while True:
             k = slots[s]
             if k < 0:

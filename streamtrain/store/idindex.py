@@ -20,7 +20,7 @@ import numpy as np
 from streamtrain.compiled import njit
 from streamtrain.growth import capacity_for, grow_rows
 from streamtrain.prefetch import prefetch
-from streamtrain.uniq import FIBONACCI, table_bits
+from streamtrain.uniq import home, table_bits
 
 
 class IdIndex:
@@ -72,7 +72,7 @@ class IdIndex:
 @njit(nogil=True, inline="always")
 def _slot(slots, mask, shift, x):
     """The slot holding ``x``, else the empty slot where it goes (linear probing)."""
-    s = np.int64((x * FIBONACCI) >> shift)
+    s = home(x, shift)
     while True:
         if slots[s, 1] == 0 or slots[s, 0] == x:
             return s
@@ -98,10 +98,10 @@ def _find_or_add(slots, bits, row_ids, size, ids):
     mask, shift = (1 << bits) - 1, np.uint64(64 - bits)
     rows = np.empty(len(ids), np.int64)
     for i in range(min(AHEAD, len(ids))):
-        prefetch(slots, np.int64((ids[i] * FIBONACCI) >> shift))
+        prefetch(slots, home(ids[i], shift))
     for i in range(len(ids)):
         if i + AHEAD < len(ids):
-            prefetch(slots, np.int64((ids[i + AHEAD] * FIBONACCI) >> shift))
+            prefetch(slots, home(ids[i + AHEAD], shift))
         x = ids[i]
         s = _slot(slots, mask, shift, x)
         r = slots[s, 1]
