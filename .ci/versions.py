@@ -34,7 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # (BLAS threads at start-up). The whole suite takes twice as long: tests/ by hand with ``--``.
 LOWEST_TESTS = [
     "tests/test_startup.py", "tests/test_ops_conformance.py", "tests/test_optim.py",
-    "tests/test_sequential.py", "tests/test_dense_kernels.py", "tests/test_embedding_kernels.py",
+    "tests/test_sequential.py", "tests/test_sequential_steps.py", "tests/test_dense_kernels.py",
+    "tests/test_embedding_kernels.py",
     "tests/test_ids_hashing.py", "tests/test_ids_index.py", "tests/test_readers_criteo_kernel.py",
     "tests/test_readers_numbers.py", "tests/test_readers_line_ends.py", "tests/test_readers_formats.py",
     "tests/test_gnn_ops.py", "tests/test_drift.py", "tests/test_metrics_job.py", "tests/test_metrics_live.py",

@@ -1,7 +1,7 @@
 """Per-example (sequential) learning inside a mini-batch by the compiled engine
 (``streamtrain.online``): a batch of B predicts and learns exactly as B batches of one (linear
-and FM terms, every rule, both stores); one step of each rule against its closed form; which
-layers the engine owns."""
+and FM terms, every rule, both stores); which layers the engine owns. One step against its closed
+form: test_sequential_steps.py."""
 from __future__ import annotations
 
 import subprocess
@@ -9,98 +9,13 @@ import sys
 
 import numpy as np
 import pytest
-from scipy.optimize import brentq
 
-from streamtrain.batch import Batch
-from streamtrain.graph import Graph, Schema
+from streamtrain.graph import Graph
 from streamtrain.store.memory import MemoryStore
-from streamtrain.testing import random_batch
 from streamtrain.trainer import Trainer
 
-SCHEMA = Schema(sparse=("a", "b", "c"), dense=("d0", "d1", "d2"))
-OPTIMIZERS = {
-    "sgd": {"type": "sgd", "lr": 0.3},
-    "adagrad": {"type": "adagrad", "lr": 0.5},
-    "ftrl": {"type": "ftrl", "alpha": 0.5, "beta": 1.0, "l1": 0.0, "l2": 0.5},
-    "ftrl-l1": {"type": "ftrl", "alpha": 0.5, "beta": 1.0, "l1": 0.4, "l2": 0.5},
-}
+from .sequential_helpers import OPTIMIZERS, SCHEMA, arrays, assert_same_training, lr_layers, stream, train
 
-
-def lr_layers(loss_opts: dict, optimizer: dict, *, cross=False, deep=False, fm=None) -> list:
-    """A wide part, a linear term on the numeric fields and a bias; with ``fm`` (the FM
-    embedding's optimizer) an FM of dim-3 embeddings; with ``deep`` an MLP over embeddings."""
-    wide_in = "cross" if cross else "sparse"
-    layers = [
-        {"name": "sparse", "type": "sparse_input"},
-        {"name": "dense", "type": "dense_input"},
-        {"name": "wide", "type": "embedding", "inputs": [wide_in], "dim": 1, "shared": True,
-         "init": "zeros", "optimizer": optimizer},
-        {"name": "wide_sum", "type": "sum_pooling", "inputs": ["wide"]},
-        {"name": "linear", "type": "fc", "inputs": ["dense"], "dim": 1, "init": "zeros", "optimizer": optimizer},
-        {"name": "bias", "type": "bias", "optimizer": optimizer},
-    ]
-    logits = ["wide_sum", "linear", "bias"]
-    if cross:
-        layers.insert(1, {"name": "cross", "type": "feature_cross", "inputs": ["sparse"]})
-    if fm is not None:
-        layers += [{"name": "v", "type": "embedding", "inputs": ["sparse"], "dim": 3, "shared": True,
-                    "init_scale": 0.3, "optimizer": fm},
-                   {"name": "fm", "type": "fm", "inputs": ["v"], "reduce": True}]
-        logits.append("fm")
-    if deep:
-        layers += [
-            {"name": "emb", "type": "embedding", "inputs": ["sparse"], "dim": 3, "shared": True},
-            {"name": "flat", "type": "sum_pooling", "inputs": ["emb"]},
-            {"name": "hidden", "type": "fc", "inputs": ["flat"], "dim": 4, "activation": "tanh",
-             "optimizer": {"type": "adam", "lr": 0.01}},
-            {"name": "deep_out", "type": "fc", "inputs": ["hidden"], "dim": 1,
-             "optimizer": {"type": "adam", "lr": 0.01}},
-        ]
-        logits.append("deep_out")
-    layers += [{"name": "logit", "type": "add", "inputs": logits},
-               {"name": "loss", "type": "logloss", "inputs": ["logit"], **loss_opts}]
-    return layers
-
-
-def stream(n=96, seed=3, **kw) -> Batch:
-    """Few distinct values per field, so examples of a batch share many rows (strong coupling)."""
-    batch = random_batch(n, cardinality=4, missing=0.1, seed=seed, **kw)
-    batch.dense = np.where(batch.dense < 0, -1.0, 2.0).astype(np.float32)
-    return batch
-
-
-def train(layers, data: Batch, batch_size: int, dtype=np.float64, store=None):
-    graph = Graph.from_config(layers, SCHEMA)
-    store = store if store is not None else MemoryStore(dtype=dtype)
-    store.declare(graph.params, {"type": "adagrad", "lr": 0.1})
-    trainer = Trainer(graph, store, dtype=dtype)
-    preds = []
-    for start in range(0, data.size, batch_size):
-        part = data.take(np.arange(start, min(start + batch_size, data.size)))
-        preds.append(np.array(trainer.step(part).predictions, np.float64).reshape(-1))
-    return np.concatenate(preds), store.snapshot(), trainer
-
-
-def arrays(snap) -> dict:
-    """Every parameter's value and optimizer slots, table rows in id order."""
-    out = {}
-    for name, slots in snap.dense.items():
-        out.update({f"{name}.{k}": v for k, v in slots.items()})
-    for name, slots in snap.tables.items():
-        order = np.argsort(slots["ids"])
-        out.update({f"{name}.{k}": v[order] for k, v in slots.items() if k != "ids"})
-    return out
-
-
-def assert_same_training(layers, data, batch_size, atol, rtol=0.0, **kw):
-    p1, snap1, _ = train(layers, data, 1, **kw.get("one", {}))
-    pb, snapb, trainer = train(layers, data, batch_size, **kw.get("batch", {}))
-    np.testing.assert_allclose(pb, p1, rtol=rtol, atol=atol)
-    a1, ab = arrays(snap1), arrays(snapb)
-    assert sorted(a1) == sorted(ab)
-    for name in a1:          # weights and the accumulators (n, z): each example's own squares
-        np.testing.assert_allclose(ab[name], a1[name], rtol=rtol, atol=atol, err_msg=name)
-    return trainer
 
 
 @pytest.mark.parametrize("implicit,normalize", [(False, False), (True, True)])
@@ -226,114 +141,6 @@ def test_memory_store_assigns_what_a_combined_gradient_would_step_to(opt, tmp_pa
     for name, value in a.items():
         np.testing.assert_array_equal(back[name], value, err_msg=name)
     assert np.abs(a["v.table.n"]).min() > 0 and np.abs(a["wide.table.value"]).max() > 0
-
-
-# ---- one step against its closed form -------------------------------------------------------
-
-def _one(layers, labels, dense=None, sparse_ids=None):
-    graph = Graph.from_config(layers, SCHEMA)
-    store = MemoryStore(dtype=np.float64)
-    store.declare(graph.params, {"type": "sgd", "lr": 0.1})
-    trainer = Trainer(graph, store, dtype=np.float64)
-    batch = stream(len(labels))
-    batch.labels[:] = labels
-    result = trainer.step(batch)
-    return store, np.asarray(result.predictions, np.float64), batch
-
-
-def _bias(opt, **loss):
-    return [{"name": "bias", "type": "bias", "optimizer": opt},
-            {"name": "loss", "type": "logloss", "inputs": ["bias"], "sequential": True, **loss}]
-
-
-@pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
-def test_one_explicit_step_of_each_rule(opt):
-    """Two examples, one bias: the first is predicted at 0.5, its step is the rule's closed form,
-    the second is predicted after it."""
-    store, p, _ = _one(_bias(OPTIMIZERS[opt], implicit=False), [1.0, 0.0])
-    g = 0.5 - 1.0                                    # the first example's logit gradient
-    h = OPTIMIZERS[opt]
-    if opt == "sgd":
-        w1 = -h["lr"] * g
-    elif opt == "adagrad":
-        w1 = -h["lr"] * g / (abs(g) + 1e-7)
-    else:                                            # FTRL from z = n = 0: z = g, n = g²
-        w1 = -np.sign(g) * max(abs(g) - h["l1"], 0) / ((h["beta"] + abs(g)) / h["alpha"] + h["l2"])
-    assert p[0] == pytest.approx(0.5, abs=1e-12)
-    assert p[1] == pytest.approx(1 / (1 + np.exp(-w1)), abs=1e-12)
-
-
-def test_implicit_step_solves_its_fixed_point():
-    """One example, a bias only, SGD: the update uses rho = sigmoid(z - lr*rho) - y."""
-    lr = 2.0
-    store, _, _ = _one(_bias({"type": "sgd", "lr": lr}), [1.0])
-    rho = brentq(lambda r: r - (1 / (1 + np.exp(lr * r)) - 1.0), -1, 1)     # z = 0 before
-    assert store.dense["bias.b"][0] == pytest.approx(-lr * rho, abs=1e-12)
-    # an explicit step would have jumped to lr * 0.5 = 1.0; the implicit one stops short of it
-    assert 0 < store.dense["bias.b"][0] < lr * 0.5
-
-
-def test_implicit_step_with_l1_solves_its_fixed_point():
-    """FTRL with L1 from zero: w(ρ) = −shrink(ρ, l1) / d with d from the explicit squares; the
-    implicit residual solves ρ = σ(−w(ρ)) − y, with w inside L1's dead zone for small ρ."""
-    h = {"type": "ftrl", "alpha": 2.0, "beta": 1.0, "l1": 0.1, "l2": 0.0}
-    store, _, _ = _one(_bias(h), [1.0])
-    r = 0.5 - 1.0
-    d = (h["beta"] + abs(r)) / h["alpha"]
-
-    def w(rho):
-        return -np.sign(rho) * max(abs(rho) - h["l1"], 0) / d
-
-    rho = brentq(lambda q: q - (1 / (1 + np.exp(-w(q))) - 1.0), -1, 0)
-    assert store.dense["bias.b"][0] == pytest.approx(w(rho), abs=1e-12)
-
-
-def test_normalization_divides_an_examples_gradients_by_its_norm():
-    layers = [{"name": "sparse", "type": "sparse_input"},
-              {"name": "wide", "type": "embedding", "inputs": ["sparse"], "dim": 1, "shared": True,
-               "init": "zeros", "optimizer": {"type": "sgd", "lr": 1.0}},
-              {"name": "wide_sum", "type": "sum_pooling", "inputs": ["wide"]},
-              {"name": "loss", "type": "logloss", "inputs": ["wide_sum"], "sequential": True,
-               "implicit": False}]
-    store, _, batch = _one(layers, [1.0])
-    active = sum(int(batch.sparse[f].offsets[1]) for f in SCHEMA.sparse)
-    w = store.tables["wide.table"].weights[:active, 0]
-    np.testing.assert_allclose(w, 0.5 / np.sqrt(active))
-
-
-def test_fm_step_is_the_gradient_of_the_fm_term():
-    """One example, SGD, explicit: each FM row moves by −lr·ρ·∂φ/∂v, ∂φ/∂v by finite differences
-    of the fm layer's own forward."""
-    lr = 0.7
-    layers = [{"name": "sparse", "type": "sparse_input"},
-              {"name": "v", "type": "embedding", "inputs": ["sparse"], "dim": 3, "shared": True,
-               "init_scale": 0.5, "optimizer": {"type": "sgd", "lr": lr}},
-              {"name": "fm", "type": "fm", "inputs": ["v"], "reduce": True},
-              {"name": "loss", "type": "logloss", "inputs": ["fm"], "sequential": True, "implicit": False}]
-    graph = Graph.from_config(layers, SCHEMA)
-    store = MemoryStore(dtype=np.float64)
-    store.declare(graph.params, {"type": "sgd", "lr": lr})
-    batch = random_batch(1, cardinality=50, missing=0.0, seed=1)
-    batch.labels[:] = 1.0
-    ctx = graph.context(training=False, dtype=np.float64)
-    graph.feed(ctx, batch)
-    ids = ctx.table_ids["v.table"]
-    v0 = store.pull([], {"v.table": ids})["v.table"].copy()
-
-    def phi(v):
-        ctx.values = {"v.table": v}
-        graph.feed(ctx, batch)
-        return float(graph.forward(ctx, "fm")[0, 0])
-
-    rho = 1 / (1 + np.exp(-phi(v0))) - 1.0
-    grad = np.zeros_like(v0)
-    for i in np.ndindex(v0.shape):
-        e = np.zeros_like(v0)
-        e[i] = 1e-6
-        grad[i] = (phi(v0 + e) - phi(v0 - e)) / 2e-6
-    Trainer(graph, store, dtype=np.float64).step(batch)
-    v1 = store.pull([], {"v.table": ids}, create=False)["v.table"]
-    np.testing.assert_allclose(v1, v0 - lr * rho * grad, atol=1e-8)
 
 
 # ---- which layers, and the rest of the model ------------------------------------------------

@@ -1,0 +1,120 @@
+"""One step of the per-example (sequential) engine against its closed form: each rule, the
+implicit step's fixed point (with and without L1), per-example normalization, the FM term."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.optimize import brentq
+
+from streamtrain.graph import Graph
+from streamtrain.store.memory import MemoryStore
+from streamtrain.testing import random_batch
+from streamtrain.trainer import Trainer
+
+from .sequential_helpers import OPTIMIZERS, SCHEMA, stream
+
+
+def _one(layers, labels, dense=None, sparse_ids=None):
+    graph = Graph.from_config(layers, SCHEMA)
+    store = MemoryStore(dtype=np.float64)
+    store.declare(graph.params, {"type": "sgd", "lr": 0.1})
+    trainer = Trainer(graph, store, dtype=np.float64)
+    batch = stream(len(labels))
+    batch.labels[:] = labels
+    result = trainer.step(batch)
+    return store, np.asarray(result.predictions, np.float64), batch
+
+
+def _bias(opt, **loss):
+    return [{"name": "bias", "type": "bias", "optimizer": opt},
+            {"name": "loss", "type": "logloss", "inputs": ["bias"], "sequential": True, **loss}]
+
+
+@pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
+def test_one_explicit_step_of_each_rule(opt):
+    """Two examples, one bias: the first is predicted at 0.5, its step is the rule's closed form,
+    the second is predicted after it."""
+    store, p, _ = _one(_bias(OPTIMIZERS[opt], implicit=False), [1.0, 0.0])
+    g = 0.5 - 1.0                                    # the first example's logit gradient
+    h = OPTIMIZERS[opt]
+    if opt == "sgd":
+        w1 = -h["lr"] * g
+    elif opt == "adagrad":
+        w1 = -h["lr"] * g / (abs(g) + 1e-7)
+    else:                                            # FTRL from z = n = 0: z = g, n = g²
+        w1 = -np.sign(g) * max(abs(g) - h["l1"], 0) / ((h["beta"] + abs(g)) / h["alpha"] + h["l2"])
+    assert p[0] == pytest.approx(0.5, abs=1e-12)
+    assert p[1] == pytest.approx(1 / (1 + np.exp(-w1)), abs=1e-12)
+
+
+def test_implicit_step_solves_its_fixed_point():
+    """One example, a bias only, SGD: the update uses rho = sigmoid(z - lr*rho) - y."""
+    lr = 2.0
+    store, _, _ = _one(_bias({"type": "sgd", "lr": lr}), [1.0])
+    rho = brentq(lambda r: r - (1 / (1 + np.exp(lr * r)) - 1.0), -1, 1)     # z = 0 before
+    assert store.dense["bias.b"][0] == pytest.approx(-lr * rho, abs=1e-12)
+    # an explicit step would have jumped to lr * 0.5 = 1.0; the implicit one stops short of it
+    assert 0 < store.dense["bias.b"][0] < lr * 0.5
+
+
+def test_implicit_step_with_l1_solves_its_fixed_point():
+    """FTRL with L1 from zero: w(ρ) = −shrink(ρ, l1) / d with d from the explicit squares; the
+    implicit residual solves ρ = σ(−w(ρ)) − y, with w inside L1's dead zone for small ρ."""
+    h = {"type": "ftrl", "alpha": 2.0, "beta": 1.0, "l1": 0.1, "l2": 0.0}
+    store, _, _ = _one(_bias(h), [1.0])
+    r = 0.5 - 1.0
+    d = (h["beta"] + abs(r)) / h["alpha"]
+
+    def w(rho):
+        return -np.sign(rho) * max(abs(rho) - h["l1"], 0) / d
+
+    rho = brentq(lambda q: q - (1 / (1 + np.exp(-w(q))) - 1.0), -1, 0)
+    assert store.dense["bias.b"][0] == pytest.approx(w(rho), abs=1e-12)
+
+
+def test_normalization_divides_an_examples_gradients_by_its_norm():
+    layers = [{"name": "sparse", "type": "sparse_input"},
+              {"name": "wide", "type": "embedding", "inputs": ["sparse"], "dim": 1, "shared": True,
+               "init": "zeros", "optimizer": {"type": "sgd", "lr": 1.0}},
+              {"name": "wide_sum", "type": "sum_pooling", "inputs": ["wide"]},
+              {"name": "loss", "type": "logloss", "inputs": ["wide_sum"], "sequential": True,
+               "implicit": False}]
+    store, _, batch = _one(layers, [1.0])
+    active = sum(int(batch.sparse[f].offsets[1]) for f in SCHEMA.sparse)
+    w = store.tables["wide.table"].weights[:active, 0]
+    np.testing.assert_allclose(w, 0.5 / np.sqrt(active))
+
+
+def test_fm_step_is_the_gradient_of_the_fm_term():
+    """One example, SGD, explicit: each FM row moves by −lr·ρ·∂φ/∂v, ∂φ/∂v by finite differences
+    of the fm layer's own forward."""
+    lr = 0.7
+    layers = [{"name": "sparse", "type": "sparse_input"},
+              {"name": "v", "type": "embedding", "inputs": ["sparse"], "dim": 3, "shared": True,
+               "init_scale": 0.5, "optimizer": {"type": "sgd", "lr": lr}},
+              {"name": "fm", "type": "fm", "inputs": ["v"], "reduce": True},
+              {"name": "loss", "type": "logloss", "inputs": ["fm"], "sequential": True, "implicit": False}]
+    graph = Graph.from_config(layers, SCHEMA)
+    store = MemoryStore(dtype=np.float64)
+    store.declare(graph.params, {"type": "sgd", "lr": lr})
+    batch = random_batch(1, cardinality=50, missing=0.0, seed=1)
+    batch.labels[:] = 1.0
+    ctx = graph.context(training=False, dtype=np.float64)
+    graph.feed(ctx, batch)
+    ids = ctx.table_ids["v.table"]
+    v0 = store.pull([], {"v.table": ids})["v.table"].copy()
+
+    def phi(v):
+        ctx.values = {"v.table": v}
+        graph.feed(ctx, batch)
+        return float(graph.forward(ctx, "fm")[0, 0])
+
+    rho = 1 / (1 + np.exp(-phi(v0))) - 1.0
+    grad = np.zeros_like(v0)
+    for i in np.ndindex(v0.shape):
+        e = np.zeros_like(v0)
+        e[i] = 1e-6
+        grad[i] = (phi(v0 + e) - phi(v0 - e)) / 2e-6
+    Trainer(graph, store, dtype=np.float64).step(batch)
+    v1 = store.pull([], {"v.table": ids}, create=False)["v.table"]
+    np.testing.assert_allclose(v1, v0 - lr * rho * grad, atol=1e-8)
