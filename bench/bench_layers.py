@@ -26,6 +26,38 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import streams  # noqa: E402
 
 
+def fastest_us(fn, repeat: int) -> float:
+    """The fastest of ``repeat`` calls of ``fn``, in µs."""
+    fastest = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        fastest = min(fastest, time.perf_counter() - t0)
+    return 1e6 * fastest
+
+
+def measure_deep(trainer, batch, grads, push, forward, best) -> dict:
+    """The batchwise MLP: its layers called directly, and the store's push of its (Adam) parameters."""
+    graph, ctx, store = trainer.graph, trainer.ctx, trainer.store
+    deep = [layer for layer in graph.train_order if layer.kind == "fc" and layer.name not in graph_skip(ctx)]
+    if not deep:
+        return {}
+    forward()
+    outs = {layer.name: [ctx.outputs[src] for src in layer.inputs] for layer in deep}
+    fwd = {layer.name: best(lambda layer=layer: layer.forward(ctx, outs[layer.name])) for layer in deep}
+    for layer in deep:
+        layer.forward(ctx, outs[layer.name])
+    bwd = {}
+    for layer in deep:
+        gy = np.full((batch.size, *layer.output_shape), 0.01, ctx.dtype)
+        bwd[layer.name] = best(lambda layer=layer, gy=gy: layer.backward(ctx, gy))
+    from streamtrain.context import Gradients
+    dense = Gradients(dense=dict(grads.dense))
+    return {"fc layers forward (" + ", ".join(fwd) + ")": sum(fwd.values()),
+            "fc layers backward": sum(bwd.values()),
+            "store push of the dense parameters (Adam)": best(lambda: push(store, dense))}
+
+
 def measure(model: str, repeat: int) -> dict:
     from streamtrain.state import Status
     trainer, batches = streams.built_trainer(model, 30000)
@@ -45,12 +77,7 @@ def measure(model: str, repeat: int) -> dict:
     graph.forward(ctx)
 
     def best(fn) -> float:
-        fastest = float("inf")
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            fn()
-            fastest = min(fastest, time.perf_counter() - t0)
-        return 1e6 * fastest
+        return fastest_us(fn, repeat)
 
     def forward():
         for name in ctx.status:
@@ -77,22 +104,7 @@ def measure(model: str, repeat: int) -> dict:
             ctx.engine.push(ctx)
         out["engine learn + push"] = best(learn_push)
     out["store push"] = best(lambda: push(store, pushed["grads"]))
-    deep = [layer for layer in graph.train_order if layer.kind == "fc" and layer.name not in graph_skip(ctx)]
-    if deep:                                    # the batchwise MLP: its layers called directly
-        forward()
-        outs = {layer.name: [ctx.outputs[src] for src in layer.inputs] for layer in deep}
-        fwd = {layer.name: best(lambda layer=layer: layer.forward(ctx, outs[layer.name])) for layer in deep}
-        for layer in deep:
-            layer.forward(ctx, outs[layer.name])
-        bwd = {}
-        for layer in deep:
-            gy = np.full((batch.size, *layer.output_shape), 0.01, ctx.dtype)
-            bwd[layer.name] = best(lambda layer=layer, gy=gy: layer.backward(ctx, gy))
-        out["fc layers forward (" + ", ".join(fwd) + ")"] = sum(fwd.values())
-        out["fc layers backward"] = sum(bwd.values())
-        from streamtrain.context import Gradients
-        dense = Gradients(dense=dict(pushed["grads"].dense))
-        out["store push of the dense parameters (Adam)"] = best(lambda: push(store, dense))
+    out.update(measure_deep(trainer, batch, pushed["grads"], push, forward, best))
     return out
 
 

@@ -150,7 +150,7 @@ def closed_loop(base, batch, clients, seconds, rng):
     return sum(counts) / (time.perf_counter() - t0), ages
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=15.0)
     ap.add_argument("--rate", type=float, default=200.0)
@@ -163,16 +163,50 @@ def main() -> None:
                     help="also write the figures, the run's provenance and every single-record latency to FILE")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
                     help="a serve setting for the server, e.g. refresh_window_s=0 (repeatable)")
-    args = ap.parse_args()
-    rng = np.random.default_rng(0)
-    tmp = Path(tempfile.mkdtemp(prefix="bench-serve-"))
-    redis_server = RedisServer().start()
+    return ap.parse_args()
+
+
+def job_config(args, redis_url: str) -> dict:
+    """examples/deepfm.json on the synthetic stream, its store the bench's redis-server, serving on."""
     cfg = json.loads((ROOT / "examples" / "deepfm.json").read_text())
     cfg.update(name="bench", reader={"type": "synthetic", "fields": FIELDS, "dense": DENSE, "cardinality": CARD, "seed": 1},
-               store={"backend": "redis", "urls": [redis_server.url]}, metrics={"enabled": False},
+               store={"backend": "redis", "urls": [redis_url]}, metrics={"enabled": False},
                serve={"port": 0, "max_staleness_s": 1.0, "max_records": 1024,
                       **{k: json.loads(v) for k, v in (item.split("=", 1) for item in args.set)}})
-    (tmp / "job.json").write_text(json.dumps(cfg))
+    return cfg
+
+
+def wait_ready(base: str, log: Path) -> None:
+    deadline = time.monotonic() + 120
+    while httpx.get(base + "/readyz").status_code != 200:       # a trainer has published
+        if time.monotonic() > deadline:
+            raise SystemExit("not ready:\n" + log.read_text()[-2000:])
+        time.sleep(0.2)
+
+
+def load_phases(base: str, args, server_pid: int, rng) -> dict:
+    """The single-record open loop, then the batched closed loop: the raw readings."""
+    closed_loop(base, args.batch, 1, 2.0, rng)                      # warm the row cache
+    # the load generator's own garbage collector: a full collection of its ~10^5 objects
+    # (numpy, httpx, redis-py) stops it for tens of ms, and the requests due meanwhile
+    # would count that as the server's latency
+    gc.collect()
+    gc.freeze()
+    print(f"single-record phase, serve pid {server_pid}", file=sys.stderr, flush=True)
+    c0, k0 = cpu_seconds(server_pid), cache_lookups(base)
+    lat, first, ages1, errors = open_loop(base, args.rate, args.seconds, rng)
+    c1, k1 = cpu_seconds(server_pid), cache_lookups(base)
+    print("batched phase", file=sys.stderr, flush=True)
+    rps, ages2 = closed_loop(base, args.batch, args.clients, args.seconds, rng)
+    c2 = cpu_seconds(server_pid)
+    return {"lat": lat, "first": first, "errors": errors, "rps": rps, "cpu": (c0, c1, c2), "cache": (k0, k1),
+            "ages": np.array(ages1 + ages2), "model": httpx.get(base + "/v1/model").json()}
+
+
+def serve_under_load(args, tmp: Path, rng) -> dict:
+    """Trainer and server on a fresh redis-server, the load phases, every process stopped."""
+    redis_server = RedisServer().start()
+    (tmp / "job.json").write_text(json.dumps(job_config(args, redis_server.url)))
     procs = []
     try:
         trainer = start(["run", "--summary", str(tmp / "summary.json")], tmp / "job.json", tmp / "trainer.log",
@@ -181,30 +215,11 @@ def main() -> None:
         server = start(["serve"], tmp / "job.json", tmp / "serve.log")
         procs.append(server)
         base = f"http://127.0.0.1:{wait_port(tmp / 'serve.log', server)}"
-        deadline = time.monotonic() + 120
-        while httpx.get(base + "/readyz").status_code != 200:       # a trainer has published
-            if time.monotonic() > deadline:
-                raise SystemExit("not ready:\n" + (tmp / "serve.log").read_text()[-2000:])
-            time.sleep(0.2)
+        wait_ready(base, tmp / "serve.log")
         if args.no_trainer:
             trainer.send_signal(signal.SIGTERM)
             trainer.wait(60)
-        closed_loop(base, args.batch, 1, 2.0, rng)                      # warm the row cache
-        # the load generator's own garbage collector: a full collection of its ~10^5 objects
-        # (numpy, httpx, redis-py) stops it for tens of ms, and the requests due meanwhile
-        # would count that as the server's latency
-        gc.collect()
-        gc.freeze()
-        print(f"single-record phase, serve pid {server.pid}", file=sys.stderr, flush=True)
-        c0, k0 = cpu_seconds(server.pid), cache_lookups(base)
-        lat, first, ages1, errors = open_loop(base, args.rate, args.seconds, rng)
-        c1, k1 = cpu_seconds(server.pid), cache_lookups(base)
-        print("batched phase", file=sys.stderr, flush=True)
-        rps, ages2 = closed_loop(base, args.batch, args.clients, args.seconds, rng)
-        c2 = cpu_seconds(server.pid)
-        batched_records = rps * args.seconds
-        model = httpx.get(base + "/v1/model").json()
-        ages = np.array(ages1 + ages2)
+        return load_phases(base, args, server.pid, rng)
     finally:
         for p in reversed(procs):
             if p.poll() is None:
@@ -215,31 +230,42 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 p.kill()
         redis_server.stop()
-    summary = json.loads((tmp / "summary.json").read_text()) if (tmp / "summary.json").exists() else {}
+
+
+def figures(args, run: dict, summary: dict) -> dict:
+    lat, first, ages, model = run["lat"], run["first"], run["ages"], run["model"]
+    (c0, c1, c2), (k0, k1) = run["cpu"], run["cache"]
     hits, lookups = k1["hit"] - k0["hit"], k1["hit"] + k1["miss"] - k0["hit"] - k0["miss"]
-    result = {
+    return {
         "machine": f"{platform.machine()} {os.cpu_count()} cpu, {platform.python_implementation()} {platform.python_version()}",
         "load": os.getloadavg(),
         "model": "deepfm", "fields": FIELDS, "dense": DENSE, "trainer": not args.no_trainer,
         "trainer_nice": args.trainer_nice,
         "trainer_examples_per_s": summary.get("examples_per_s"), "served_step": model["step"],
-        "single": {"rate": args.rate, "requests": len(lat), "errors": errors,
+        "single": {"rate": args.rate, "requests": len(lat), "errors": run["errors"],
                    "p50_ms": ms(lat, 50), "p99_ms": ms(lat, 99),
                    # each of the 512 bodies' first send (its rare ids not yet cached) and the repeats
                    "first_send": split(lat[first]), "repeat": split(lat[~first]),
                    "row_cache_hit_ratio": round(hits / max(1.0, lookups), 4),
                    "server_cpu_ms_per_request": round(1000 * (c1 - c0) / max(len(lat), 1), 3)},
-        "batched": {"batch": args.batch, "clients": args.clients, "records_per_s": round(rps),
-                    "server_cpu_records_per_s": round(batched_records / max(c2 - c1, 1e-9))},
+        "batched": {"batch": args.batch, "clients": args.clients, "records_per_s": round(run["rps"]),
+                    "server_cpu_records_per_s": round(run["rps"] * args.seconds / max(c2 - c1, 1e-9))},
         "replica": model.get("replica"),
         "param_age_s": {"p50": round(float(np.percentile(ages, 50)), 3), "p99": round(float(np.percentile(ages, 99)), 3),
                         "max_staleness_s": 1.0},
     }
+
+
+def main() -> None:
+    args = parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-serve-"))
+    run = serve_under_load(args, tmp, np.random.default_rng(0))
+    summary = json.loads((tmp / "summary.json").read_text()) if (tmp / "summary.json").exists() else {}
+    result = figures(args, run, summary)
     print(json.dumps(result, indent=2))
     if args.json:
         report.write(args.json, {**report.meta("bench/bench_serve.py"), **result,
-                                 "single_latency_ms": [round(1000 * float(v), 3) for v in lat]})
-
+                                 "single_latency_ms": [round(1000 * float(v), 3) for v in run["lat"]]})
 
 if __name__ == "__main__":
     main()

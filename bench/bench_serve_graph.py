@@ -95,7 +95,7 @@ def closed_loop(base, bodies, batch, clients, seconds):
     return sum(counts) / (time.perf_counter() - t0)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--source", choices=("checkpoint", "redis"), default="checkpoint")
     ap.add_argument("--seconds", type=float, default=15.0)
@@ -103,47 +103,70 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--clients", type=int, default=2)
     ap.add_argument("--train-rows", type=int, default=90_000)
-    args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="bench-serve-graph-"))
-    train, records = split_stream(movielens_csv(), args.train_rows, tmp)
+    return ap.parse_args()
+
+
+def job_config(args, train: Path, tmp: Path, redis_url: str | None) -> dict:
+    """examples/graphsage_rec.json on the training part; its stores on ``redis_url`` when given."""
     cfg = json.loads((ROOT / "examples" / "graphsage_rec.json").read_text())
     cfg["reader"]["path"] = str(train)
     cfg.update(name="bench-graph", metrics={"enabled": False}, log={"every_seconds": 30},
                checkpoint={"dir": str(tmp / "ckpt")}, serve={"port": 0, "max_records": 1024})
+    if redis_url is not None:
+        cfg["store"] = {"backend": "redis", "urls": [redis_url], "write_back_s": 0}
+        cfg["graph"]["store"] = {"backend": "redis", "url": redis_url, "neighbours": 128}
+    return cfg
+
+
+def train_job(args, cfg: dict, tmp: Path) -> dict:
+    """Run the training job to its end; its summary. For the Redis source the job file gets the
+    checkpoint's schema (the server reads the model from Redis, its schema from the job)."""
+    t0 = time.monotonic()
+    trainer = start(["run", "--summary", str(tmp / "summary.json")], tmp / "job.json", tmp / "trainer.log")
+    if trainer.wait() != 0:
+        raise SystemExit("training failed:\n" + (tmp / "trainer.log").read_text()[-2000:])
+    trained = json.loads((tmp / "summary.json").read_text())
+    print(f"trained {trained['examples']} examples in {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    if args.source == "redis":
+        ckpt_meta = json.loads(next((tmp / "ckpt").glob("ckpt-*/meta.json")).read_text())
+        cfg["serve"]["schema"] = ckpt_meta["schema"]
+        (tmp / "job.json").write_text(json.dumps(cfg))
+    return trained
+
+
+def load_phases(base: str, args, records: list, server_pid: int) -> dict:
+    """The single-record open loop, then the batched closed loop: the raw readings."""
+    singles = [json.dumps({"records": [r]}).encode() for r in records[:2048]]
+    batches = [json.dumps({"records": records[i:i + args.batch]}).encode()
+               for i in range(0, len(records) - args.batch, args.batch)][:32]
+    closed_loop(base, batches, args.batch, 1, 2.0)                 # warm up (caches, first compiles)
+    gc.collect()
+    gc.freeze()
+    c0 = cpu_seconds(server_pid)
+    lat, errors = open_loop(base, args.rate, args.seconds, singles)
+    c1 = cpu_seconds(server_pid)
+    rps = closed_loop(base, batches, args.batch, args.clients, args.seconds)
+    c2 = cpu_seconds(server_pid)
+    return {"lat": lat, "errors": errors, "rps": rps, "cpu": (c0, c1, c2),
+            "model": httpx.get(base + "/v1/model").json()}
+
+
+def main() -> None:
+    args = parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-serve-graph-"))
+    train, records = split_stream(movielens_csv(), args.train_rows, tmp)
     redis_server = None
     if args.source == "redis":
         from streamtrain.store.redis_server import RedisServer
         redis_server = RedisServer().start()
-        cfg["store"] = {"backend": "redis", "urls": [redis_server.url], "write_back_s": 0}
-        cfg["graph"]["store"] = {"backend": "redis", "url": redis_server.url, "neighbours": 128}
+    cfg = job_config(args, train, tmp, redis_server.url if redis_server is not None else None)
     (tmp / "job.json").write_text(json.dumps(cfg))
     server = None
     try:
-        t0 = time.monotonic()
-        trainer = start(["run", "--summary", str(tmp / "summary.json")], tmp / "job.json", tmp / "trainer.log")
-        if trainer.wait() != 0:
-            raise SystemExit("training failed:\n" + (tmp / "trainer.log").read_text()[-2000:])
-        trained = json.loads((tmp / "summary.json").read_text())
-        print(f"trained {trained['examples']} examples in {time.monotonic() - t0:.1f} s", file=sys.stderr)
-        if args.source == "redis":
-            ckpt_meta = json.loads(next((tmp / "ckpt").glob("ckpt-*/meta.json")).read_text())
-            cfg["serve"]["schema"] = ckpt_meta["schema"]
-            (tmp / "job.json").write_text(json.dumps(cfg))
+        trained = train_job(args, cfg, tmp)
         serve_args = ["serve"] + (["--restore", str(tmp / "ckpt")] if args.source == "checkpoint" else [])
         server = start(serve_args, tmp / "job.json", tmp / "serve.log")
-        base = f"http://127.0.0.1:{wait_port(tmp / 'serve.log', server)}"
-        singles = [json.dumps({"records": [r]}).encode() for r in records[:2048]]
-        batches = [json.dumps({"records": records[i:i + args.batch]}).encode()
-                   for i in range(0, len(records) - args.batch, args.batch)][:32]
-        closed_loop(base, batches, args.batch, 1, 2.0)                 # warm up (caches, first compiles)
-        gc.collect()
-        gc.freeze()
-        c0 = cpu_seconds(server.pid)
-        lat, errors = open_loop(base, args.rate, args.seconds, singles)
-        c1 = cpu_seconds(server.pid)
-        rps = closed_loop(base, batches, args.batch, args.clients, args.seconds)
-        c2 = cpu_seconds(server.pid)
-        model = httpx.get(base + "/v1/model").json()
+        run = load_phases(f"http://127.0.0.1:{wait_port(tmp / 'serve.log', server)}", args, records, server.pid)
     finally:
         if server is not None and server.poll() is None:
             server.send_signal(signal.SIGTERM)
@@ -153,16 +176,16 @@ def main() -> None:
                 server.kill()
         if redis_server is not None:
             redis_server.stop()
+    lat, (c0, c1, c2), rps = run["lat"], run["cpu"], run["rps"]
     print(json.dumps({
         "machine": f"{platform.machine()} {os.cpu_count()} cpu, {platform.python_implementation()} {platform.python_version()}",
         "load": os.getloadavg(), "source": args.source, "model": "graphsage_rec", "fanouts": cfg["graph"]["fanouts"],
-        "trained_examples": trained["examples"], "trained_graph": trained.get("graph"), "served_step": model["step"],
-        "single": {"rate": args.rate, "requests": len(lat), "errors": errors, "p50_ms": ms(lat, 50),
+        "trained_examples": trained["examples"], "trained_graph": trained.get("graph"), "served_step": run["model"]["step"],
+        "single": {"rate": args.rate, "requests": len(lat), "errors": run["errors"], "p50_ms": ms(lat, 50),
                    "p99_ms": ms(lat, 99), "server_cpu_ms_per_request": round(1000 * (c1 - c0) / max(len(lat), 1), 3)},
         "batched": {"batch": args.batch, "clients": args.clients, "records_per_s": round(rps),
                     "server_cpu_records_per_s": round(rps * args.seconds / max(c2 - c1, 1e-9))},
     }, indent=2))
-
 
 if __name__ == "__main__":
     main()
