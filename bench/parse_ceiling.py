@@ -2,14 +2,16 @@
 
     python bench/parse_ceiling.py [--models deepfm fm] [--rows 300000] [--rounds 4]
 
-Each round runs, per model, two fresh processes, interleaved: the job as ``streamtrain run``
-builds it (``streams.criteo_job``: file reader, its parse thread preparing each batch ahead),
-and the same job fed the same batches parsed and prepared *before* its loop (kept in memory:
-no parse work and no second thread while it trains). Printed per run: the loop's wall time
+Each round runs, per model, three fresh processes, interleaved: the job as ``streamtrain run``
+builds it (``streams.criteo_job``: file reader, its parse thread preparing each batch ahead);
+the same job fed the same batches parsed and prepared *before* its loop (kept in memory: no
+parse work and no second thread while it trains); and that again beside a process that parses
+the file meanwhile, at most half of its time (each batch, then as long a sleep): a parse
+process's load on the cores, without its hand-over. Printed per run: the loop's wall time
 from the second batch to the end, and the training thread's own CPU seconds
 (``time.thread_time``). The wall gap is what the parse thread costs the trainer (the GIL, and
 on a busy host the CPU); a parse process could at best win it back, minus its hand-over
-(``bench/parse_handover.py``) and plus its own parse work on a core it shares.
+(``bench/parse_handover.py``).
 """
 from __future__ import annotations
 
@@ -24,6 +26,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import streams  # noqa: E402
+
+WAYS = ("parse-thread", "preloaded", "preloaded+process")
+HOG = """import sys, time
+from streamtrain.readers import Malformed, open_reader
+while True:
+    src = open_reader({{'type': 'file', 'path': {path!r}, 'format': 'criteo'}}, {batch}, Malformed())
+    t = time.perf_counter()
+    for b in src.batches():
+        time.sleep(time.perf_counter() - t)
+        t = time.perf_counter()
+    src.close()
+"""
 
 
 def _preloaded(job):
@@ -53,10 +67,19 @@ def one_run(model: str, way: str, rows: int) -> str:
         if j.trainer.batches == 2 and not marks:
             marks.update(t=time.perf_counter(), c=time.thread_time())
     job.hooks.append(hook)
-    if way == "preloaded":
+    hog = None
+    if way.startswith("preloaded"):
+        if way.endswith("process"):
+            code = HOG.format(path=str(streams.criteo_tsv(rows)), batch=job.config["batch_size"])
+            hog = subprocess.Popen([sys.executable, "-c", code])
         _preloaded(job)
     gc.freeze()
-    summary = job.run()
+    try:
+        summary = job.run()
+    finally:
+        if hog is not None:
+            hog.kill()
+            hog.wait()
     wall, cpu = time.perf_counter() - marks["t"], time.thread_time() - marks["c"]
     return f"{wall:.2f} {cpu:.2f} {summary['logloss']:.6f}"
 
@@ -78,10 +101,9 @@ def main() -> None:
     print("|---:|---|---|---:|---:|---:|---:|")
     for r in range(args.rounds):
         for model in args.models:
-            for way in ("parse thread", "preloaded"):
+            for way in WAYS:
                 load = os.getloadavg()[0]
-                out = subprocess.run([sys.executable, __file__, "--rows", str(args.rows), "--one", model,
-                                      way.replace(" ", "-")],
+                out = subprocess.run([sys.executable, __file__, "--rows", str(args.rows), "--one", model, way],
                                      capture_output=True, text=True, check=True)
                 wall, cpu, loss = out.stdout.split()[-3:]
                 print(f"| {r + 1} | {model} | {way} | {load:.1f} | {wall} | {cpu} | {loss} |", flush=True)
