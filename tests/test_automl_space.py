@@ -56,6 +56,44 @@ def test_a_set_of_terms_adds_or_drops_one_member_and_each_member_takes_a_turn():
     assert space.propose(start, [], rng, tried, turn)[0] is None       # no move that changes nothing
 
 
+def test_a_later_term_has_its_turn_only_once_the_other_terms_are_decided():
+    cfg = small_job()
+    cfg["automl"]["space"][0]["later"] = ["fm"]
+    cfg = configmod.validate(cfg)
+    space = Space(with_defaults(AUTOML, cfg["automl"]), cfg)
+    start = space.start(cfg, ["f0", "f1"])
+    deep = dict(start, terms=["deep_out"])
+
+    def terms_proposed(tried, live):
+        rng, turn, out = np.random.default_rng(0), 0, []
+        while True:         # every proposal from ``start`` until none is left
+            a, turn = space.propose(start, [], rng, tried | live, turn, live)
+            if a is None:
+                return out
+            out.append(a["terms"])
+            tried, live = tried | {key(a)}, live | {key(a)}     # a newborn is live
+    # + deep not yet tried, or tried and still live: + FM's turn is passed over (the rates move)
+    assert terms_proposed(set(), set()) == [["deep_out"], [], []]
+    assert terms_proposed({key(deep)}, {key(deep)}) == [[], []]
+    # + deep decided (tried, no longer live): + FM has its turn
+    assert terms_proposed({key(deep)}, set()) == [["fm"], [], []]
+    # a champion that has + deep: decided (it was promoted)
+    rng = np.random.default_rng(0)
+    assert space.propose(deep, [], rng, set(), 0, set())[0]["terms"] in (["deep_out", "fm"], [])
+    # nor does a second, exploring move add it (explore 1: every proposal moves two dimensions)
+    space.explore = 1.0
+    for seed in range(20):
+        rng, tried, turn = np.random.default_rng(seed), set(), 0
+        for _ in range(3):
+            a, turn = space.propose(start, [], rng, tried, turn, tried)
+            assert a is None or "fm" not in a["terms"]
+            tried = tried | ({key(a)} if a else set())
+    with pytest.raises(ConfigError, match="later"):
+        bad = small_job()
+        bad["automl"]["space"][0]["later"] = ["cross_out"]
+        configmod.validate(bad)
+
+
 def test_needs_writes_a_setting_only_when_the_layer_is_in_the_model():
     cfg = small_job()
     space = Space(with_defaults(AUTOML, cfg["automl"]), cfg)

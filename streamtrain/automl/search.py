@@ -99,7 +99,7 @@ class Search:
         for i, slot in enumerate(self.slots):
             if slot is None:
                 assign, self.turn = self.space.propose(champ["assign"], self.fields, self.rng,
-                                                       set(self.tried) | live, self.turn)
+                                                       set(self.tried) | live, self.turn, live)
                 if assign is None:          # every neighbour tried: slots wait for a new champion
                     self.exhausted = champ["epoch"]
                     break

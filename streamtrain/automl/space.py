@@ -55,10 +55,11 @@ def _space_problems(value) -> list[tuple[str, str]]:
         if "cross" not in dim and isinstance(values, list) and "start" in dim and dim["start"] not in values:
             found.append((join(where, "start"), f"{dim['start']!r} is not one of values {values!r}"))
         optional = dim.get("optional")
-        if isinstance(optional, list) and isinstance(dim.get("start", []), list):
-            extra = [m for m in dim.get("start", []) if m not in optional]
-            if extra:
-                found.append((join(where, "start"), f"{extra!r} are not among optional {optional!r}"))
+        if isinstance(optional, list) and all(isinstance(dim.get(p, []), list) for p in ("start", "later")):
+            for part in ("start", "later"):
+                extra = [m for m in dim.get(part, []) if m not in optional]
+                if extra:
+                    found.append((join(where, part), f"{extra!r} are not among optional {optional!r}"))
     return found
 
 
@@ -94,6 +95,9 @@ TERMS = {
     "optional": Option(REQUIRED, (list,), check=lambda v: _names(v) or (None if v else "expected a non-empty list"),
                        doc="the terms a neighbour adds or drops, one at a time"),
     "start": Option([], (list,), check=_names, doc="the optional terms of the first champion"),
+    "later": Option([], (list,), check=_names,
+                    doc="optional terms whose turn comes only once each other optional term is decided "
+                        "from the champion (it has it, or that neighbour was tried and is no longer live)"),
 }
 CROSS = {
     "name": Option(None, (str,), doc="the dimension's name"),
@@ -211,6 +215,7 @@ class Dim:
         self.values = cfg.get("values") or []
         self.max_pairs = cfg.get("max_pairs", 32)
         self.needs = cfg.get("needs")
+        self.later = cfg.get("later") or []
         if self.optional is not None:
             self.start = [m for m in self.optional if m in (cfg.get("start") or [])]
         else:
@@ -317,13 +322,27 @@ class Space:
         """What takes turns: every dimension, and every optional member of a set of terms."""
         return [(d, m) for d, dim in enumerate(self.dims) for m in (dim.optional or [None])]
 
+    def _decided(self, dim: Dim, assign: dict, avoid, live) -> bool:
+        """Every optional term of ``dim`` but its ``later`` ones is decided from ``assign``: the
+        champion has it, or the champion with it added was tried and is no longer live."""
+        have = assign[dim.name]
+        for m in dim.optional:
+            if m in dim.later or m in have:
+                continue
+            k = key(dict(assign, **{dim.name: [t for t in dim.optional if t in have or t == m]}))
+            if k not in avoid or k in live:
+                return False
+        return True
+
     def propose(self, assign: dict, fields: list[str], rng: np.random.Generator, avoid,
-                turn: int = 0) -> tuple[dict | None, int]:
+                turn: int = 0, live=frozenset()) -> tuple[dict | None, int]:
         """A neighbour of ``assign`` not in ``avoid`` (keys), and the next turn. Dimensions take
         turns (``turn``: whose it is; each optional term of a set has a turn of its own), so every
         one of them is tried from each champion; the dimension whose turn it is moves one step
         (and, with chance ``explore``, another one at random too). Dimensions that would not
-        change the model are passed over. None when every dimension's neighbours were tried."""
+        change the model are passed over, and so is a ``later`` term of a set until the set's other
+        terms are decided (``_decided``; ``live``: the live candidates' keys, also in ``avoid``).
+        None when every dimension's neighbours were tried."""
         units = self.units()
         n = len(units)
         active = set(self.active(assign))
@@ -332,6 +351,8 @@ class Space:
             d, member = units[u]
             dim = self.dims[d]
             if d not in active:
+                continue
+            if member in dim.later and not self._decided(dim, assign, avoid, live):
                 continue
             if member is None:
                 options = dim.neighbours(assign[dim.name], fields)
@@ -344,6 +365,8 @@ class Space:
                 if others and rng.random() < self.explore:
                     other = self.dims[int(rng.choice(others))]
                     more = other.neighbours(out[other.name], fields)
+                    if other.later and not self._decided(other, assign, avoid, live):
+                        more = [v for v in more if not (set(v) ^ set(out[other.name])) & set(other.later)]
                     if more:
                         moved = dict(out, **{other.name: more[int(rng.integers(len(more)))]})
                         if key(moved) not in avoid:
