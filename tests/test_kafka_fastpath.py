@@ -58,14 +58,14 @@ def test_a_failing_first_decode_falls_back_and_loses_nothing(kafka_bootstrap, ka
     lines = [b"\t".join([str(i % 2).encode(), *[b"%d" % (i % 7)] * 13, *[b"%08x" % (i % 97)] * 26])
              for i in range(600)]
     produce(lines, kafka_bootstrap, topic)
-    calls, real = [], fastpath.segment_of_batch
+    calls, real = [], fastpath.segment_of_run
 
-    def broken(tp, batch, fetch_offset):                # the install-time sample still decodes
+    def broken(tp, buf, table, fetch_offset):           # the install-time sample still decodes
         if tp.topic != topic:
-            return real(tp, batch, fetch_offset)
-        calls.append(batch.base_offset)
-        raise AttributeError("'DefaultRecordBatch' object has no attribute 'next_offset'")
-    monkeypatch.setattr(fastpath, "segment_of_batch", broken)
+            return real(tp, buf, table, fetch_offset)
+        calls.append(fetch_offset)
+        raise ValueError("a record runs past its batch")
+    monkeypatch.setattr(fastpath, "segment_of_run", broken)
     caplog.set_level(logging.WARNING, logger="streamtrain.kafka")
     src = KafkaSource({"type": "kafka", "bootstrap": kafka_bootstrap, "topic": topic, "group": group,
                        "format": "criteo", "stop_at_end": True, "max_wait_ms": 50,

@@ -29,6 +29,7 @@ import logging
 
 import numpy as np
 
+from . import fetchdecode, zerocopy
 from .decode import decode_v2, decode_v2_joined
 from .segment import Segment
 
@@ -47,7 +48,7 @@ PARTITION_RECORDS_STATE = ("fetch_offset", "next_fetch_offset", "records_read", 
 BATCH_ATTRS = ("magic", "is_control_batch", "validate_crc", "leader_epoch", "base_offset",
                "next_offset", "records_count", "_maybe_uncompress", "_buffer", "_pos",
                "timestamp_type", "max_timestamp", "first_timestamp", "size_in_bytes")
-RECORDS_ATTRS = ("next_batch",)
+RECORDS_ATTRS = ("next_batch", "_buffer")
 ERRORS_ATTRS = ("CorruptRecordError",)
 
 def segment_of_batch(tp, batch, fetch_offset: int):
@@ -66,6 +67,19 @@ def segment_of_batch(tp, batch, fetch_offset: int):
     else:
         ts = tsd.astype(np.float64) + batch.first_timestamp
     return Segment(tp.topic, tp.partition, joined, ends, offsets, ts / 1000.0, batch.next_offset)
+
+
+def _next_offset(table) -> int:
+    return int(table[-1, fetchdecode.BASE] + table[-1, fetchdecode.LAST_DELTA] + 1)
+
+
+def segment_of_run(tp, buf, table, fetch_offset: int):
+    """One ``Segment`` of the batches ``fetchdecode.batch_table`` found in ``buf`` (records
+    before ``fetch_offset`` and control batches dropped; None if nothing is left)."""
+    offs, ts, joined, ends = fetchdecode.decode_batches(buf, table, fetch_offset)
+    if not len(offs):
+        return None
+    return Segment(tp.topic, tp.partition, joined, ends, offs, ts / 1000.0, _next_offset(table))
 
 
 def _segment_of_batch_loop(tp, batch, fetch_offset: int):
@@ -88,14 +102,25 @@ def _segment_of_batch_loop(tp, batch, fetch_offset: int):
 
 
 def _sample():
-    """A two-record v2 batch built by kafka-python itself, and the MemoryRecords around it."""
+    """Two two-record v2 batches (offsets 0-1 and 2-3) built by kafka-python itself, in the
+    MemoryRecords of a fetch."""
     from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 
-    b = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 16)
-    b.append(timestamp=1_700_000_000_000, key=None, value=b"1\ta", headers=[])
-    b.append(timestamp=1_700_000_000_007, key=b"k", value=b"0\tb", headers=[("h", b"v")])
-    b.close()
-    return MemoryRecords(b.buffer())
+    raw = b""
+    for offset in (0, 2):
+        b = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 16, offset=offset)
+        b.append(timestamp=1_700_000_000_000 + offset, key=None, value=b"1\ta%d" % offset, headers=[])
+        b.append(timestamp=1_700_000_000_007, key=b"k", value=b"0\tb", headers=[("h", b"v")])
+        b.close()
+        raw += b.buffer()
+    return MemoryRecords(raw)
+
+
+def _agrees(seg, records) -> bool:
+    """``seg`` holds what the library decodes from ``records`` (values, offsets, timestamps)."""
+    return (seg is not None and bytes(seg.buf) == b"".join(r.value + b"\n" for r in records)
+            and seg.offsets.tolist() == [r.offset for r in records]
+            and (seg.ts * 1000).round().tolist() == [r.timestamp for r in records])
 
 
 def missing(consumer) -> list[str]:
@@ -118,12 +143,13 @@ def missing(consumer) -> list[str]:
         gaps += [f"DefaultRecordBatch.{a}" for a in BATCH_ATTRS if not hasattr(batch, a)]
         if not gaps:
             tp = TopicPartition("sample", 0)
-            seg = segment_of_batch(tp, batch, 0)
-            theirs = list(_sample().next_batch())
-            if (seg.buf != b"".join(r.value + b"\n" for r in theirs)
-                    or seg.offsets.tolist() != [r.offset for r in theirs]
-                    or (seg.ts * 1000).round().tolist() != [r.timestamp for r in theirs]):
+            if not _agrees(segment_of_batch(tp, batch, 0), list(_sample().next_batch())):
                 gaps.append("a decode that agrees with the library's on a sample batch")
+            theirs = [r for b in _sample() for r in b]
+            table, stop = fetchdecode.batch_table(records._buffer)
+            if (stop != len(records._buffer) or len(table) != 2
+                    or not _agrees(segment_of_run(tp, records._buffer, table, 0), theirs)):
+                gaps.append("a decode of whole fetches that agrees with the library's on a sample")
     except Exception as err:                # any surprise in the library's objects: not here
         gaps.append(f"a sample batch ({err!r})")
     return gaps
@@ -142,10 +168,22 @@ class _Replay:
         return self._records.next_batch(*args, **kw)
 
 
+def _crc_good(buf, table) -> int:
+    """How many of ``table``'s batches, from the first, hold the CRC-32C of their bytes."""
+    from kafka.record.util import calc_crc32c
+
+    view = memoryview(buf)
+    for i, (start, end, crc) in enumerate(fetchdecode.crc_spans(table)):
+        if calc_crc32c(view[start:end]) != crc:
+            return i
+    return len(table)
+
+
 def _segment_records_class(base, fall_back):
     """A subclass of kafka-python's ``PartitionRecords`` yielding ``Segment``s; on a decode
     failure it calls ``fall_back(err)`` and hands the rest to ``base``'s own decoder."""
     from kafka import errors as Errors
+    from kafka.record.memory_records import MemoryRecords
 
     class SegmentRecords(base):
         def _maybe_skip_record(self, record):
@@ -154,6 +192,41 @@ def _segment_records_class(base, fall_back):
             return super()._maybe_skip_record(record)
 
         def _unpack_records(self, tp, records, key_deserializer, value_deserializer):
+            """The leading run of plain v2 batches as one Segment (``_run``), then what is left
+            batch by batch (``_per_batch``); any surprise: the library's decoder from the start."""
+            try:
+                for a in PARTITION_RECORDS_STATE:
+                    getattr(self, a)            # AttributeError here: fall back before any effect
+                buf = records._buffer
+                table, stop = fetchdecode.batch_table(buf)
+                good = _crc_good(buf, table) if self.check_crcs else len(table)
+                seg = self._run(tp, buf, table[:good]) if good else None
+            except Exception as err:
+                fall_back(err)
+                yield from base._unpack_records(self, tp, records, key_deserializer, value_deserializer)
+                return
+            if seg is not None:
+                yield seg
+            if good < len(table):
+                raise Errors.CorruptRecordError(f"record batch for partition {tp} at offset "
+                                                f"{int(table[good, fetchdecode.BASE])} failed crc check")
+            if stop < len(buf):                 # a compressed or legacy batch, or a partial one
+                yield from self._per_batch(tp, MemoryRecords(memoryview(buf)[stop:]),
+                                           key_deserializer, value_deserializer)
+            else:
+                self.drain()
+
+        def _run(self, tp, buf, table):
+            """The batches of ``table`` as one Segment (None: nothing at or past the fetch offset)."""
+            seg = segment_of_run(tp, buf, table, self.fetch_offset)
+            last = table[-1]
+            self.leader_epoch = int(last[fetchdecode.EPOCH])
+            self.next_fetch_offset = _next_offset(table)
+            self.bytes_read += int(last[fetchdecode.END] - table[0, fetchdecode.START])
+            self.records_read += len(seg) if seg is not None else 0
+            return seg
+
+        def _per_batch(self, tp, records, key_deserializer, value_deserializer):
             batch = records.next_batch()
             last = None
             while batch is not None:
@@ -258,6 +331,7 @@ def _patch_socket_reads() -> bool:
     _sock_recv._streamtrain = True
     transport.KafkaTCPTransport._sock_recv = _sock_recv
     _patch_frame_reads()
+    zerocopy.patch()                    # fetch responses: views of the frame, not copies
     return True
 
 
