@@ -103,3 +103,26 @@ def test_the_patched_frame_reads_return_what_the_librarys_do():
     fastpath.patch_socket_reads()
     assert getattr(KafkaBytes.read, "_streamtrain", False)
     assert reads(KafkaBytes.read) == theirs == [b"012", b"3456", b"789", b"", 10, b"89", 10]
+
+
+def test_fetch_responses_decode_as_views_of_the_frame():
+    """``zerocopy.patch`` (applied with the socket reads): a fetch response's records are a view
+    into the frame, every field as the library decodes it; undone, the library's own decode."""
+    pytest.importorskip("kafka.net")
+    from kafka.net.connection import KafkaConnection
+    from kafka.protocol.consumer import FetchResponse
+    from streamtrain.readers.kafka import zerocopy
+
+    def state():
+        field = zerocopy._records_field(FetchResponse._struct)
+        return (KafkaConnection.__dict__["data_received"], FetchResponse.__dict__.get("decode"),
+                field.__dict__.get("emit_decode_from"))
+
+    before = state()
+    undo = zerocopy._apply(KafkaConnection, FetchResponse)
+    assert zerocopy._check(FetchResponse) is None
+    undo()
+    assert state() == before
+    if not zerocopy.patched(FetchResponse):                # not patched in this process yet
+        assert "decoded differently" in zerocopy._check(FetchResponse)
+    assert zerocopy.patch() and zerocopy._check(FetchResponse) is None

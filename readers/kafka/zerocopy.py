@@ -61,12 +61,18 @@ def _emit_view_decode(self, ctx, var_name, indent, version=None, compact=False, 
     ctx.emit(indent, "    pos += %s" % ln)
 
 
+def patched(response_class) -> bool:
+    """The patches are in place on ``response_class`` (``FetchResponse``)."""
+    decode = response_class.__dict__.get("decode")
+    return getattr(getattr(decode, "__func__", decode), "_streamtrain", False)
+
+
 def patch() -> bool:
     """Apply the three patches; True when in place (checked on a sample), else all undone."""
     from kafka.net.connection import KafkaConnection
     from kafka.protocol.consumer import FetchResponse
 
-    if getattr(FetchResponse.__dict__.get("decode"), "_streamtrain", False):
+    if patched(FetchResponse):
         return True
     undo = _apply(KafkaConnection, FetchResponse)
     try:
@@ -88,6 +94,7 @@ def _apply(connection_class, response_class):
     field = _records_field(struct)
     received = connection_class.data_received
     decode = response_class.__dict__.get("decode")
+    emit = field.__dict__.get("emit_decode_from")
     base_decode = response_class.decode.__func__
 
     def data_received(self, data):
@@ -113,7 +120,10 @@ def _apply(connection_class, response_class):
             del response_class.decode
         else:
             response_class.decode = decode
-        del field.emit_decode_from
+        if emit is None:
+            del field.emit_decode_from
+        else:
+            field.emit_decode_from = emit
         struct._compiled_encoders.clear()
         struct._compiled_encoders.update(compiled)
     return undo
