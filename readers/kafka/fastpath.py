@@ -29,16 +29,16 @@ import logging
 
 import numpy as np
 
-from . import fetchdecode, zerocopy
+from . import fetchdecode
 from .decode import decode_v2, decode_v2_joined
 from .segment import Segment
+from .zerocopy import RECV_BYTES, patch_socket_reads  # noqa: F401  (their home before)
 
 log = logging.getLogger("streamtrain.kafka")
 
 VECTOR_MIN_RECORDS = 8             # below this the per-record loop is cheaper (the compiled call's
                                    # overhead, ~30 us, is ~4-8 records of the Python loop; a producer
                                    # that lingers 5 ms writes batches of tens of records)
-RECV_BYTES = 1 << 18
 
 # every attribute used below, by the object it is read from
 FETCHER_ATTRS = ("PartitionRecords",)
@@ -271,89 +271,6 @@ def _segment_records_class(base, fall_back):
             return seg
 
     return SegmentRecords
-
-
-SOCKET_READS_TESTED = ((3, 0), (3, 0))   # kafka-python major.minor (2.x has no kafka.net)
-
-
-def patch_socket_reads() -> bool:
-    """kafka-python 3 reads sockets 4 KiB per ``recv`` call on its IO thread: a 16 MiB fetch
-    response is ~4000 calls, each a bytes object and a GIL hand-off. Read ``RECV_BYTES`` per
-    call instead, otherwise exactly as the library does (until the socket would block; an
-    empty read is a disconnect); and its response buffer's ``read`` copies once, not twice.
-    Applies to every kafka-python connection in the process (the bytes delivered are the
-    same), so it is applied by an explicit call at start-up (``streamtrain.startup.for_job``),
-    never by an import. Only at the kafka-python versions of
-    ``SOCKET_READS_TESTED`` and when the transport looks as expected; else the library's reads
-    stay and one log line says why. True when the patch is in place."""
-    try:
-        import kafka
-        version = tuple(int(part) for part in kafka.__version__.split(".")[:2])
-        if not SOCKET_READS_TESTED[0] <= version <= SOCKET_READS_TESTED[1]:
-            log.info("kafka-python %s: socket reads left at the library's size per call (the larger "
-                     "reads are tested with kafka-python %d.%d to %d.%d)", kafka.__version__,
-                     *SOCKET_READS_TESTED[0], *SOCKET_READS_TESTED[1])
-            return False
-        return _patch_socket_reads()
-    except Exception as err:         # the library's internals moved: its own reads, one line
-        log.warning("kafka socket reads left at the library's size per call (%s: %s)", type(err).__name__, err)
-        return False
-
-
-def _patch_socket_reads() -> bool:
-    from kafka import errors as Errors
-    from kafka.net import transport
-
-    original = transport.KafkaTCPTransport._sock_recv
-    if getattr(original, "_streamtrain", False):
-        return True
-    tlog = logging.getLogger("kafka.net.transport")
-
-    def _sock_recv(self):
-        recvd = []
-        err = None
-        while True:
-            try:
-                data = self._sock.recv(RECV_BYTES)
-                if not data:
-                    tlog.error('%s: socket disconnected', self)
-                    err = Errors.KafkaConnectionError('socket disconnected')
-                    break
-                recvd.append(data)
-            except (BlockingIOError, InterruptedError):
-                break
-            except BaseException as e:
-                tlog.exception('%s: Error receiving network data closing socket', self)
-                err = Errors.KafkaConnectionError(e)
-                break
-        return (recvd[0] if len(recvd) == 1 else b''.join(recvd)), err
-
-    _sock_recv._streamtrain = True
-    transport.KafkaTCPTransport._sock_recv = _sock_recv
-    _patch_frame_reads()
-    zerocopy.patch()                    # fetch responses: views of the frame, not copies
-    return True
-
-
-def _patch_frame_reads() -> None:
-    """kafka-python 3's ``KafkaBytes.read`` (a response's fields, the records of a fetch among
-    them) copies twice: a bytearray slice, then ``bytes`` of it. One copy instead (a memoryview
-    slice), the same bytes."""
-    from kafka.protocol.frame import KafkaBytes
-
-    if getattr(KafkaBytes.read, "_streamtrain", False):
-        return
-
-    def read(self, nbytes=None):
-        if nbytes is None:
-            nbytes = len(self) - self._idx
-        start = self._idx
-        self._idx = min(start + nbytes, len(self))
-        with memoryview(self) as view:
-            return bytes(view[start:self._idx])
-
-    read._streamtrain, read.original = True, KafkaBytes.read
-    KafkaBytes.read = read
 
 
 class FastPath:

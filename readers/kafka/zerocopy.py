@@ -1,11 +1,17 @@
-"""Fewer copies of each fetched byte on kafka-python 3's IO thread.
+"""Fewer calls and copies for each fetched byte on kafka-python 3's IO thread.
 
-kafka-python 3 takes a fetch response's bytes through several copies before the reader sees
-them: each chunk read from the socket is sliced (a copy) into the frame's buffer, the frame is
-read out whole (a copy) to decode the response, and each partition's records field is sliced
-out of it (a copy). At one Criteo line per message that is ~300 MB per million lines, each
-copy ~0.05 CPU-s on the IO thread the trainer shares two cores with. Patched here:
+kafka-python 3 reads its sockets 4 KiB per ``recv`` (a 16 MiB fetch response is ~4000 calls,
+each a bytes object and a GIL hand-off), joins the chunks (a copy), slices each into the
+frame's buffer (a copy), reads the frame out whole (a copy) to decode the response, and slices
+each partition's records field out of it (a copy). At one Criteo line per message that is
+~300 MB per million lines, each copy ~0.05 CPU-s on the IO thread the trainer shares two cores
+with. ``patch_socket_reads`` (at start-up, ``streamtrain.startup.for_job``) patches:
 
+* ``KafkaTCPTransport._sock_recv``: a Kafka connection's socket is read with ``recv_into`` into
+  a reusable 1 MiB buffer per connection (until the socket would block or the buffer is full),
+  handed to the connection as a view (it copies what it reads into the frame before the next
+  read); other protocols (a proxy's handshake) get bytes read ``RECV_BYTES`` per call, joined;
+* ``KafkaBytes.read`` copies once, not twice (a response's fields);
 * ``KafkaConnection.data_received`` hands the protocol parser a memoryview of the chunk, so its
   slices into the frame buffer are views, not copies (the parser copies each slice into the
   frame synchronously and keeps none);
@@ -15,10 +21,11 @@ copy ~0.05 CPU-s on the IO thread the trainer shares two cores with. Patched her
   read memoryviews already; the view keeps the frame's buffer alive until its records are
   taken.
 
-Only fetch responses change (SASL and proxy exchanges keep getting bytes). Applied by
-``fastpath.patch_socket_reads`` at the kafka-python versions it is tested with, and only if a
-fetch response built and decoded here gives back the same records; otherwise every patch is
-undone and one log line says why.
+Only fetch responses change (SASL and proxy exchanges keep getting bytes). Everything applies
+to every kafka-python connection of the process (the bytes delivered are the same), only at
+the kafka-python versions of ``SOCKET_READS_TESTED``; the fetch-response patches only if a fetch
+response built and decoded here gives back the same records (else they are undone). Whatever
+is not applied is said in one log line.
 """
 from __future__ import annotations
 
@@ -26,6 +33,113 @@ import logging
 import types
 
 log = logging.getLogger("streamtrain.kafka")
+
+SOCKET_READS_TESTED = ((3, 0), (3, 0))   # kafka-python major.minor (2.x has no kafka.net)
+RECV_BYTES = 1 << 18                     # per recv call when reading bytes (not a Kafka connection)
+SCRATCH_BYTES = 1 << 20                  # a Kafka connection's reusable read buffer
+
+
+def patch_socket_reads() -> bool:
+    """Apply the patches of this module (at start-up, never by an import); True when the socket
+    reads are patched. Off (one log line) at untested kafka-python versions or if its
+    internals moved."""
+    try:
+        import kafka
+        version = tuple(int(part) for part in kafka.__version__.split(".")[:2])
+        if not SOCKET_READS_TESTED[0] <= version <= SOCKET_READS_TESTED[1]:
+            log.info("kafka-python %s: socket reads left at the library's size per call (the larger "
+                     "reads are tested with kafka-python %d.%d to %d.%d)", kafka.__version__,
+                     *SOCKET_READS_TESTED[0], *SOCKET_READS_TESTED[1])
+            return False
+        _patch_socket_reads()
+        _patch_frame_reads()
+        patch()                          # fetch responses: views of the frame, not copies
+        return True
+    except Exception as err:         # the library's internals moved: its own reads, one line
+        log.warning("kafka socket reads left at the library's size per call (%s: %s)", type(err).__name__, err)
+        return False
+
+
+def _read_bytes(transport, tlog, errors):
+    """The library's ``_sock_recv``, ``RECV_BYTES`` per call: (bytes, error or None)."""
+    recvd, err = [], None
+    while True:
+        try:
+            data = transport._sock.recv(RECV_BYTES)
+            if not data:
+                tlog.error('%s: socket disconnected', transport)
+                err = errors.KafkaConnectionError('socket disconnected')
+                break
+            recvd.append(data)
+        except (BlockingIOError, InterruptedError):
+            break
+        except BaseException as e:
+            tlog.exception('%s: Error receiving network data closing socket', transport)
+            err = errors.KafkaConnectionError(e)
+            break
+    return (recvd[0] if len(recvd) == 1 else b''.join(recvd)), err
+
+
+def _read_into(transport, view, tlog, errors):
+    """``_read_bytes`` into ``view`` (until the socket would block or it is full): (a view of
+    what was read, error or None)."""
+    filled, err = 0, None
+    while filled < len(view):
+        try:
+            n = transport._sock.recv_into(view[filled:])
+            if not n:
+                tlog.error('%s: socket disconnected', transport)
+                err = errors.KafkaConnectionError('socket disconnected')
+                break
+            filled += n
+        except (BlockingIOError, InterruptedError):
+            break
+        except BaseException as e:
+            tlog.exception('%s: Error receiving network data closing socket', transport)
+            err = errors.KafkaConnectionError(e)
+            break
+    return view[:filled], err
+
+
+def _patch_socket_reads() -> None:
+    from kafka import errors
+    from kafka.net import transport
+    from kafka.net.connection import KafkaConnection
+
+    if getattr(transport.KafkaTCPTransport._sock_recv, "_streamtrain", False):
+        return
+    tlog = logging.getLogger("kafka.net.transport")
+
+    def _sock_recv(self):
+        if not isinstance(self._protocol, KafkaConnection):
+            return _read_bytes(self, tlog, errors)
+        view = getattr(self, "_streamtrain_scratch", None)
+        if view is None:
+            view = self._streamtrain_scratch = memoryview(bytearray(SCRATCH_BYTES))
+        return _read_into(self, view, tlog, errors)
+
+    _sock_recv._streamtrain = True
+    transport.KafkaTCPTransport._sock_recv = _sock_recv
+
+
+def _patch_frame_reads() -> None:
+    """kafka-python 3's ``KafkaBytes.read`` (a response's fields) copies twice: a bytearray
+    slice, then ``bytes`` of it. One copy instead (a memoryview slice), the same bytes."""
+    from kafka.protocol.frame import KafkaBytes
+
+    if getattr(KafkaBytes.read, "_streamtrain", False):
+        return
+
+    def read(self, nbytes=None):
+        if nbytes is None:
+            nbytes = len(self) - self._idx
+        start = self._idx
+        self._idx = min(start + nbytes, len(self))
+        with memoryview(self) as view:
+            return bytes(view[start:self._idx])
+
+    read._streamtrain, read.original = True, KafkaBytes.read
+    KafkaBytes.read = read
 
 
 def _records_field(struct):
@@ -97,7 +211,7 @@ def _apply(connection_class, response_class):
     emit = field.__dict__.get("emit_decode_from")
     base_decode = response_class.decode.__func__
 
-    def data_received(self, data):
+    def data_received(self, data):          # (the patched socket reads hand it views already)
         return received(self, memoryview(data) if isinstance(data, bytes) else data)
 
     def decode_view(cls, data, version=None, header=False, framed=False):
