@@ -60,9 +60,9 @@ def test_a_failing_first_decode_falls_back_and_loses_nothing(kafka_bootstrap, ka
     produce(lines, kafka_bootstrap, topic)
     calls, real = [], fastpath.segment_of_run
 
-    def broken(tp, buf, table, fetch_offset):           # the install-time sample still decodes
+    def broken(tp, buf, table, fetch_offset, **kw):     # the install-time sample still decodes
         if tp.topic != topic:
-            return real(tp, buf, table, fetch_offset)
+            return real(tp, buf, table, fetch_offset, **kw)
         calls.append(fetch_offset)
         raise ValueError("a record runs past its batch")
     monkeypatch.setattr(fastpath, "segment_of_run", broken)

@@ -44,6 +44,7 @@ def _fetch(rng, n_batches=40):
     for k in range(n_batches):
         vals = [None if rng.random() < 0.02 else bytes(rng.integers(32, 127, int(rng.integers(0, 300)), np.uint8))
                 for _ in range(int(rng.integers(1, 40)))]
+        vals = [v.replace(b"~", b"\n") if v and k % 3 == 0 else v for v in vals]     # several lines a message
         attrs = fetchdecode.LOG_APPEND_TIME if k % 7 == 3 else 0
         raw += _batch(offset, vals, attrs=attrs, keys=k % 2 == 1)
         offset += len(vals)
@@ -53,8 +54,11 @@ def _fetch(rng, n_batches=40):
     return raw
 
 
-def _take(records_class, raw, fetch_offset, check_crcs=True):
-    pr = records_class(fetch_offset, TP, MemoryRecords(raw), check_crcs=check_crcs)
+def _take(records_class, raw, fetch_offset, check_crcs=True, writable=False):
+    """``writable``: the records as a view into a bytearray, as in a fetch response's frame
+    (zerocopy.py): the fast path then writes the lines over the batches."""
+    buf = memoryview(bytearray(raw)) if writable else raw
+    pr = records_class(fetch_offset, TP, MemoryRecords(buf), check_crcs=check_crcs)
     out = pr.take()
     return out, pr
 
@@ -65,26 +69,29 @@ def _library(raw, fetch_offset):
             [r.timestamp for r in recs], pr.next_fetch_offset)
 
 
-def _ours(raw, fetch_offset, check_crcs=True):
+def _ours(raw, fetch_offset, check_crcs=True, writable=False):
     fell = []
     cls = fastpath._segment_records_class(Fetcher.PartitionRecords, fell.append)
-    segs, pr = _take(cls, raw, fetch_offset, check_crcs)
+    segs, pr = _take(cls, raw, fetch_offset, check_crcs, writable)
     assert not fell and all(isinstance(s, Segment) for s in segs)
-    values = [v for s in segs for v in bytes(s.buf).split(b"\n")[:-1]]
+    values = [bytes(s.buf)[start:end] for s in segs
+              for start, end in zip([0] + (s.ends[:-1] + 1).tolist(), s.ends.tolist())]
     offsets = [o for s in segs for o in s.offsets.tolist()]
     ts = [t for s in segs for t in (s.ts * 1000).round().astype(np.int64).tolist()]
-    for s in segs:
-        assert s.ends.tolist() == [i for i, c in enumerate(bytes(s.buf)) if c == 10]
+    for s in segs:                                   # line counts from the decode = counted again
+        fresh = Segment(s.topic, s.partition, s.buf, s.ends, s.offsets, s.ts)
+        assert s.lines.tolist() == fresh.lines.tolist() and s.n_lines == fresh.n_lines
     return (values, offsets, ts, pr.next_fetch_offset), segs
 
 
+@pytest.mark.parametrize("writable", [False, True])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_a_whole_fetch_decodes_as_the_library_does(seed):
+def test_a_whole_fetch_decodes_as_the_library_does(seed, writable):
     raw = _fetch(np.random.default_rng(seed))
     table, stop = fetchdecode.batch_table(raw)
     assert stop == len(raw) and len(table) > 40
     for fetch_offset in (100, 117, 333):
-        ours, segs = _ours(raw, fetch_offset)
+        ours, segs = _ours(raw, fetch_offset, writable=writable)
         assert ours == _library(raw, fetch_offset)
         assert len(segs) == 1 and segs[0].next_offset == ours[3]      # one Segment per fetch
 
@@ -96,9 +103,10 @@ def test_a_compressed_batch_and_a_partial_one_go_to_the_per_batch_path():
     raw = plain + gz + tail + _batch(34, [b"cut"] * 5)[:30]           # a fetch ends inside a batch
     table, stop = fetchdecode.batch_table(raw)
     assert len(table) == 2 and stop == len(plain)
-    ours, segs = _ours(raw, 0)
-    assert ours == _library(raw, 0) and ours[3] == 34 and len(ours[1]) == 34
-    assert len(segs) == 3                            # the run, the compressed batch, the one after
+    for writable in (False, True):
+        ours, segs = _ours(raw, 0, writable=writable)
+        assert ours == _library(raw, 0) and ours[3] == 34 and len(ours[1]) == 34
+        assert len(segs) == 3                        # the run, the compressed batch, the one after
 
 
 def test_a_batch_with_a_wrong_crc_is_refused_after_the_ones_before_it():

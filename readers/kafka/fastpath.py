@@ -73,13 +73,16 @@ def _next_offset(table) -> int:
     return int(table[-1, fetchdecode.BASE] + table[-1, fetchdecode.LAST_DELTA] + 1)
 
 
-def segment_of_run(tp, buf, table, fetch_offset: int):
+def segment_of_run(tp, buf, table, fetch_offset: int, in_place: bool = False):
     """One ``Segment`` of the batches ``fetchdecode.batch_table`` found in ``buf`` (records
-    before ``fetch_offset`` and control batches dropped; None if nothing is left)."""
-    offs, ts, joined, ends = fetchdecode.decode_batches(buf, table, fetch_offset)
+    before ``fetch_offset`` and control batches dropped; None if nothing is left);
+    ``in_place``: written over those batches when ``buf`` is writable."""
+    offs, ts, joined, ends, lines = fetchdecode.decode_batches(buf, table, fetch_offset, in_place)
     if not len(offs):
         return None
-    return Segment(tp.topic, tp.partition, joined, ends, offs, ts / 1000.0, _next_offset(table))
+    seg = Segment(tp.topic, tp.partition, joined, ends, offs, ts / 1000.0, _next_offset(table))
+    seg._lines = lines                  # (counted in the decode: no scan of the buffer again)
+    return seg
 
 
 def _segment_of_batch_loop(tp, batch, fetch_offset: int):
@@ -218,7 +221,9 @@ def _segment_records_class(base, fall_back):
 
         def _run(self, tp, buf, table):
             """The batches of ``table`` as one Segment (None: nothing at or past the fetch offset)."""
-            seg = segment_of_run(tp, buf, table, self.fetch_offset)
+            # in place: the records are a view into the fetch response's frame (zerocopy.py),
+            # read by nothing else once their CRCs are checked and pass one has read them
+            seg = segment_of_run(tp, buf, table, self.fetch_offset, in_place=True)
             last = table[-1]
             self.leader_epoch = int(last[fetchdecode.EPOCH])
             self.next_fetch_offset = _next_offset(table)

@@ -74,12 +74,13 @@ def _batch_table(a):
 
 @njit(nogil=True)
 def _records(a, table, min_offset):
-    """Pass one: every data record's (offset, timestamp, value start, value length), kept or not."""
+    """Pass one: every data record's (offset, timestamp, value start, value length, newlines in
+    the value), kept or not."""
     total = 0
     for b in range(len(table)):
         if not table[b, ATTRS] & CONTROL:
             total += table[b, COUNT]
-    fields = np.empty((total, 4), np.int64)
+    fields = np.empty((total, 5), np.int64)
     i, kept, size = 0, 0, 0
     for b in range(len(table)):
         if table[b, ATTRS] & CONTROL:
@@ -104,6 +105,10 @@ def _records(a, table, min_offset):
             f[0] = table[b, BASE] + o
             f[1] = table[b, MAX_TS] if append_time else table[b, FIRST_TS] + t
             f[2], f[3] = p, max(v, 0)                 # a null value: an empty line
+            nl = 0
+            for c in a[p:p + f[3]]:                     # (an iterator: no index checks, vectorised)
+                nl += c == 10
+            f[4] = nl
             if f[0] >= min_offset:
                 kept += 1
                 size += f[3] + 1
@@ -116,28 +121,33 @@ def _records(a, table, min_offset):
 
 @intrinsic
 def _copy(typingctx, dst, dst_at, src, src_at, n):
-    """``dst[dst_at:dst_at + n] = src[src_at:src_at + n]`` for uint8 arrays, as one ``memcpy``
-    (numba's slice assignment copies ~5x slower); the caller has checked both ranges."""
+    """``dst[dst_at:dst_at + n] = src[src_at:src_at + n]`` for uint8 arrays, as one ``memmove``
+    (the ranges may overlap when ``dst`` is ``src``; numba's slice assignment copies ~5x
+    slower); the caller has checked both ranges."""
     def codegen(context, builder, signature, args):
         d, d_at, s, s_at, count = args
         dst_arr = context.make_array(signature.args[0])(context, builder, d)
         src_arr = context.make_array(signature.args[2])(context, builder, s)
-        cgutils.raw_memcpy(builder, builder.gep(dst_arr.data, [d_at]), builder.gep(src_arr.data, [s_at]),
+        cgutils.raw_memmove(builder, builder.gep(dst_arr.data, [d_at]), builder.gep(src_arr.data, [s_at]),
                            count, context.get_constant(types.intp, 1))
         return context.get_dummy_value()
     return types.void(dst, types.intp, src, types.intp, types.intp), codegen
 
 
 @njit(nogil=True)
-def _join(a, fields, min_offset, out):
-    """Pass two: the kept records' values copied into ``out`` as ``value\n`` lines."""
+def _join(a, fields, min_offset, out, at):
+    """Pass two: the kept records' values copied into ``out`` from ``at`` on as ``value\\n``
+    lines; their offsets, timestamps, ``\\n`` positions (from ``at``) and cumulative line
+    counts. ``out`` may be ``a`` itself (in place: each value moves left, never past the next
+    one, since a record's header and the batch's are longer than the ``\\n`` it gains)."""
     kept = 0
     for i in range(len(fields)):
         kept += fields[i, 0] >= min_offset
     ends = np.empty(kept, np.int64)
     offs = np.empty(kept, np.int64)
     ts = np.empty(kept, np.int64)
-    j, w = 0, 0
+    lines = np.empty(kept, np.int64)
+    j, w, n = 0, at, 0
     for i in range(len(fields)):
         if fields[i, 0] < min_offset:
             continue
@@ -145,10 +155,11 @@ def _join(a, fields, min_offset, out):
         _copy(out, w, a, fields[i, 2], m)
         w += m
         out[w] = 10                                    # '\n'
-        ends[j], offs[j], ts[j] = w, fields[i, 0], fields[i, 1]
+        n += fields[i, 4] + 1
+        ends[j], offs[j], ts[j], lines[j] = w - at, fields[i, 0], fields[i, 1], n
         w += 1
         j += 1
-    return offs, ts, ends
+    return offs, ts, ends, lines
 
 
 def batch_table(buf):
@@ -162,11 +173,19 @@ def crc_spans(table):
     return zip((table[:, START] + 21).tolist(), table[:, END].tolist(), table[:, CRC].tolist())
 
 
-def decode_batches(buf, table, min_offset: int):
+def decode_batches(buf, table, min_offset: int, in_place: bool = False):
     """The records of ``table``'s batches at offsets ≥ ``min_offset``: (offsets, timestamps in
-    ms, their values joined as ``value\\n`` lines (a memoryview), each line's ``\\n`` position)."""
+    ms, their values joined as ``value\\n`` lines (a memoryview), each record's closing ``\\n``
+    position, the cumulative line count after each record (``Segment.lines``)).
+
+    ``in_place`` (``buf`` writable): the lines are written over the batches' own bytes (no
+    fresh buffer to fault in; ``buf`` no longer holds those batches afterwards)."""
     a = np.frombuffer(buf, dtype=np.uint8)
     fields, kept, size = _records(a, table, int(min_offset))
+    if in_place and a.flags.writeable and len(table):
+        at = int(table[0, START])
+        offs, ts, ends, lines = _join(a, fields, int(min_offset), a, at)
+        return offs, ts, memoryview(a[at:at + size]), ends, lines
     out = np.empty(size, np.uint8)          # numpy's allocation: numba's faults its pages in slower
-    offs, ts, ends = _join(a, fields, int(min_offset), out)
-    return offs, ts, memoryview(out), ends
+    offs, ts, ends, lines = _join(a, fields, int(min_offset), out, 0)
+    return offs, ts, memoryview(out), ends, lines
