@@ -220,62 +220,78 @@ def _segment_records_class(base, fall_back):
                 self.drain()
 
         def _run(self, tp, buf, table):
-            """The batches of ``table`` as one Segment (None: nothing at or past the fetch offset)."""
-            # in place: the records are a view into the fetch response's frame (zerocopy.py),
-            # read by nothing else once their CRCs are checked and pass one has read them
-            seg = segment_of_run(tp, buf, table, self.fetch_offset, in_place=True)
-            last = table[-1]
-            self.leader_epoch = int(last[fetchdecode.EPOCH])
-            self.next_fetch_offset = _next_offset(table)
-            self.bytes_read += int(last[fetchdecode.END] - table[0, fetchdecode.START])
-            self.records_read += len(seg) if seg is not None else 0
-            return seg
+            return _run_segment(self, tp, buf, table)
 
         def _per_batch(self, tp, records, key_deserializer, value_deserializer):
-            batch = records.next_batch()
-            last = None
-            while batch is not None:
-                if self.check_crcs and not batch.validate_crc():
-                    raise Errors.CorruptRecordError(
-                        f"record batch for partition {tp} at offset {batch.base_offset} failed crc check")
-                try:
-                    seg = self._segment(tp, batch)
-                except Exception as err:
-                    fall_back(err)
-                    yield from base._unpack_records(self, tp, _Replay(batch, records),
-                                                    key_deserializer, value_deserializer)
-                    return
-                last = batch
-                if seg is not None:
-                    self.records_read += len(seg)
-                    self.bytes_read += batch.size_in_bytes
-                    yield seg
-                batch = records.next_batch()
-            if last is not None and last.magic == 2:
-                self.next_fetch_offset = last.next_offset
-            self.drain()
+            return _per_batch(self, tp, records, key_deserializer, value_deserializer, base, fall_back)
 
         def _segment(self, tp, batch):
-            """The batch as a Segment (None: nothing to hand out); moves ``next_fetch_offset``."""
-            for a in PARTITION_RECORDS_STATE:
-                getattr(self, a)                # AttributeError here: fall back before any effect
-            if batch.magic < 2:                 # legacy format: the library's own record decoder
-                recs = [r for r in batch if r.offset >= self.fetch_offset]
-                if not recs:
-                    return None
-                seg = Segment.from_values(tp.topic, tp.partition, [r.value for r in recs],
-                                          [r.offset for r in recs], [r.timestamp for r in recs])
-                self.next_fetch_offset = seg.next_offset
-                return seg
-            if batch.is_control_batch:
-                self.next_fetch_offset = batch.next_offset
-                return None
-            seg = segment_of_batch(tp, batch, self.fetch_offset)
-            self.leader_epoch = batch.leader_epoch
-            self.next_fetch_offset = batch.next_offset
-            return seg
+            return _batch_segment(self, tp, batch)
 
     return SegmentRecords
+
+
+def _run_segment(pr, tp, buf, table):
+    """The batches of ``table`` as one Segment (None: nothing at or past the fetch offset)."""
+    # in place: the records are a view into the fetch response's frame (zerocopy.py),
+    # read by nothing else once their CRCs are checked and pass one has read them
+    seg = segment_of_run(tp, buf, table, pr.fetch_offset, in_place=True)
+    last = table[-1]
+    pr.leader_epoch = int(last[fetchdecode.EPOCH])
+    pr.next_fetch_offset = _next_offset(table)
+    pr.bytes_read += int(last[fetchdecode.END] - table[0, fetchdecode.START])
+    pr.records_read += len(seg) if seg is not None else 0
+    return seg
+
+
+def _per_batch(pr, tp, records, key_deserializer, value_deserializer, base, fall_back):
+    """``PartitionRecords._unpack_records`` batch by batch (``_batch_segment``): what follows a
+    compressed or legacy batch."""
+    from kafka import errors as Errors
+
+    batch = records.next_batch()
+    last = None
+    while batch is not None:
+        if pr.check_crcs and not batch.validate_crc():
+            raise Errors.CorruptRecordError(
+                f"record batch for partition {tp} at offset {batch.base_offset} failed crc check")
+        try:
+            seg = _batch_segment(pr, tp, batch)
+        except Exception as err:
+            fall_back(err)
+            yield from base._unpack_records(pr, tp, _Replay(batch, records),
+                                            key_deserializer, value_deserializer)
+            return
+        last = batch
+        if seg is not None:
+            pr.records_read += len(seg)
+            pr.bytes_read += batch.size_in_bytes
+            yield seg
+        batch = records.next_batch()
+    if last is not None and last.magic == 2:
+        pr.next_fetch_offset = last.next_offset
+    pr.drain()
+
+
+def _batch_segment(pr, tp, batch):
+    """The batch as a Segment (None: nothing to hand out); moves ``next_fetch_offset``."""
+    for a in PARTITION_RECORDS_STATE:
+        getattr(pr, a)              # AttributeError here: fall back before any effect
+    if batch.magic < 2:             # legacy format: the library's own record decoder
+        recs = [r for r in batch if r.offset >= pr.fetch_offset]
+        if not recs:
+            return None
+        seg = Segment.from_values(tp.topic, tp.partition, [r.value for r in recs],
+                                  [r.offset for r in recs], [r.timestamp for r in recs])
+        pr.next_fetch_offset = seg.next_offset
+        return seg
+    if batch.is_control_batch:
+        pr.next_fetch_offset = batch.next_offset
+        return None
+    seg = segment_of_batch(tp, batch, pr.fetch_offset)
+    pr.leader_epoch = batch.leader_epoch
+    pr.next_fetch_offset = batch.next_offset
+    return seg
 
 
 class FastPath:
