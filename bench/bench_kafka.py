@@ -130,8 +130,10 @@ def bench_job(reader_cfg, batch_size, store, model_keys) -> tuple[float, dict]:
     job.hooks.append(lambda j, b, r: clock.tick(b.size))
     s = job.run()
     if hasattr(job.source, "waited_s"):
-        print(f"# {reader_cfg['topic']}: the trainer waited {job.source.waited_s:.2f} s for batches over "
-              f"{clock.t1 - clock.t0:.2f} s", file=sys.stderr)
+        first = getattr(job.source, "first_waited_s", None) or 0.0
+        print(f"# {reader_cfg['topic']}: the trainer waited {job.source.waited_s:.2f} s for batches, "
+              f"{first:.2f} s of it before the first (the group join); steady window {clock.t1 - clock.t0:.2f} s",
+              file=sys.stderr)
     return clock.rate, s
 
 

@@ -16,7 +16,7 @@ internals a patch replaces, keeps its own behaviour, and one log line says so.
   already loaded; a job and ``eval`` call it when they start.
 * numba's start-up: ``numba_startup.patch`` (numba 0.60 to 0.68); ``compile_notice.install``:
   a real compile (the first run after an install) says so on screen, kernel by kernel.
-* kafka-python's socket reads, for a job that reads Kafka: ``readers/kafka/fastpath.py``'s
+* kafka-python's socket reads, for a job that reads Kafka: ``readers/kafka/zerocopy.py``'s
   ``patch_socket_reads`` (kafka-python 3.0; 2.x has no ``kafka.net`` and keeps its reads), and
   glibc's malloc keeping fetch-sized buffers in the heap (``heap.keep_large_buffers``: each
   copy of a fetch response was a fresh ``mmap`` page-faulted in, about half the client's CPU).
@@ -93,6 +93,6 @@ def for_job(cfg: dict) -> None:
     reader = cfg.get("reader") or {}
     if isinstance(reader, dict) and reader.get("type") == "kafka":
         from .heap import keep_large_buffers
-        from .readers.kafka.fastpath import patch_socket_reads
+        from .readers.kafka.zerocopy import patch_socket_reads
         patch_socket_reads()
         keep_large_buffers()

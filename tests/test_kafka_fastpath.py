@@ -58,14 +58,14 @@ def test_a_failing_first_decode_falls_back_and_loses_nothing(kafka_bootstrap, ka
     lines = [b"\t".join([str(i % 2).encode(), *[b"%d" % (i % 7)] * 13, *[b"%08x" % (i % 97)] * 26])
              for i in range(600)]
     produce(lines, kafka_bootstrap, topic)
-    calls, real = [], fastpath.segment_of_batch
+    calls, real = [], fastpath.segment_of_run
 
-    def broken(tp, batch, fetch_offset):                # the install-time sample still decodes
+    def broken(tp, buf, table, fetch_offset, **kw):     # the install-time sample still decodes
         if tp.topic != topic:
-            return real(tp, batch, fetch_offset)
-        calls.append(batch.base_offset)
-        raise AttributeError("'DefaultRecordBatch' object has no attribute 'next_offset'")
-    monkeypatch.setattr(fastpath, "segment_of_batch", broken)
+            return real(tp, buf, table, fetch_offset, **kw)
+        calls.append(fetch_offset)
+        raise ValueError("a record runs past its batch")
+    monkeypatch.setattr(fastpath, "segment_of_run", broken)
     caplog.set_level(logging.WARNING, logger="streamtrain.kafka")
     src = KafkaSource({"type": "kafka", "bootstrap": kafka_bootstrap, "topic": topic, "group": group,
                        "format": "criteo", "stop_at_end": True, "max_wait_ms": 50,
@@ -103,3 +103,26 @@ def test_the_patched_frame_reads_return_what_the_librarys_do():
     fastpath.patch_socket_reads()
     assert getattr(KafkaBytes.read, "_streamtrain", False)
     assert reads(KafkaBytes.read) == theirs == [b"012", b"3456", b"789", b"", 10, b"89", 10]
+
+
+def test_fetch_responses_decode_as_views_of_the_frame():
+    """``zerocopy.patch`` (applied with the socket reads): a fetch response's records are a view
+    into the frame, every field as the library decodes it; undone, the library's own decode."""
+    pytest.importorskip("kafka.net")
+    from kafka.net.connection import KafkaConnection
+    from kafka.protocol.consumer import FetchResponse
+    from streamtrain.readers.kafka import zerocopy
+
+    def state():
+        field = zerocopy._records_field(FetchResponse._struct)
+        return (KafkaConnection.__dict__["data_received"], FetchResponse.__dict__.get("decode"),
+                field.__dict__.get("emit_decode_from"))
+
+    before = state()
+    undo = zerocopy._apply(KafkaConnection, FetchResponse)
+    assert zerocopy._check(FetchResponse) is None
+    undo()
+    assert state() == before
+    if not zerocopy.patched(FetchResponse):                # not patched in this process yet
+        assert "decoded differently" in zerocopy._check(FetchResponse)
+    assert zerocopy.patch() and zerocopy._check(FetchResponse) is None

@@ -11,6 +11,7 @@ offsets committed only after the update.
     pending.py     the queue batches are cut from        batching.py   segments → a parsed batch
     segment.py     ``Segment``: messages as one line buffer decode.py   v2 record-batch bodies
     fastpath.py    kafka-python's fetcher handing out Segments (guarded; falls back)
+    fetchdecode.py a partition's whole fetch decoded at once  zerocopy.py  fetch responses as views
     lag.py         consumer lag and freshness              trace.py     debug trace of applied rows
     admin.py       topic creation                          connect.py   the consumer made, waiting for a broker
     deadletter.py  bad lines to a topic                    oversize.py  records too large to fetch: skipped

@@ -29,15 +29,16 @@ import logging
 
 import numpy as np
 
+from . import fetchdecode
 from .decode import decode_v2, decode_v2_joined
 from .segment import Segment
+from .zerocopy import RECV_BYTES, patch_socket_reads  # noqa: F401  (their home before)
 
 log = logging.getLogger("streamtrain.kafka")
 
 VECTOR_MIN_RECORDS = 8             # below this the per-record loop is cheaper (the compiled call's
                                    # overhead, ~30 us, is ~4-8 records of the Python loop; a producer
                                    # that lingers 5 ms writes batches of tens of records)
-RECV_BYTES = 1 << 18
 
 # every attribute used below, by the object it is read from
 FETCHER_ATTRS = ("PartitionRecords",)
@@ -47,7 +48,7 @@ PARTITION_RECORDS_STATE = ("fetch_offset", "next_fetch_offset", "records_read", 
 BATCH_ATTRS = ("magic", "is_control_batch", "validate_crc", "leader_epoch", "base_offset",
                "next_offset", "records_count", "_maybe_uncompress", "_buffer", "_pos",
                "timestamp_type", "max_timestamp", "first_timestamp", "size_in_bytes")
-RECORDS_ATTRS = ("next_batch",)
+RECORDS_ATTRS = ("next_batch", "_buffer")
 ERRORS_ATTRS = ("CorruptRecordError",)
 
 def segment_of_batch(tp, batch, fetch_offset: int):
@@ -66,6 +67,22 @@ def segment_of_batch(tp, batch, fetch_offset: int):
     else:
         ts = tsd.astype(np.float64) + batch.first_timestamp
     return Segment(tp.topic, tp.partition, joined, ends, offsets, ts / 1000.0, batch.next_offset)
+
+
+def _next_offset(table) -> int:
+    return int(table[-1, fetchdecode.BASE] + table[-1, fetchdecode.LAST_DELTA] + 1)
+
+
+def segment_of_run(tp, buf, table, fetch_offset: int, in_place: bool = False):
+    """One ``Segment`` of the batches ``fetchdecode.batch_table`` found in ``buf`` (records
+    before ``fetch_offset`` and control batches dropped; None if nothing is left);
+    ``in_place``: written over those batches when ``buf`` is writable."""
+    offs, ts, joined, ends, lines = fetchdecode.decode_batches(buf, table, fetch_offset, in_place)
+    if not len(offs):
+        return None
+    seg = Segment(tp.topic, tp.partition, joined, ends, offs, ts / 1000.0, _next_offset(table))
+    seg._lines = lines                  # (counted in the decode: no scan of the buffer again)
+    return seg
 
 
 def _segment_of_batch_loop(tp, batch, fetch_offset: int):
@@ -88,14 +105,25 @@ def _segment_of_batch_loop(tp, batch, fetch_offset: int):
 
 
 def _sample():
-    """A two-record v2 batch built by kafka-python itself, and the MemoryRecords around it."""
+    """Two two-record v2 batches (offsets 0-1 and 2-3) built by kafka-python itself, in the
+    MemoryRecords of a fetch."""
     from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 
-    b = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 16)
-    b.append(timestamp=1_700_000_000_000, key=None, value=b"1\ta", headers=[])
-    b.append(timestamp=1_700_000_000_007, key=b"k", value=b"0\tb", headers=[("h", b"v")])
-    b.close()
-    return MemoryRecords(b.buffer())
+    raw = b""
+    for offset in (0, 2):
+        b = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 16, offset=offset)
+        b.append(timestamp=1_700_000_000_000 + offset, key=None, value=b"1\ta%d" % offset, headers=[])
+        b.append(timestamp=1_700_000_000_007, key=b"k", value=b"0\tb", headers=[("h", b"v")])
+        b.close()
+        raw += b.buffer()
+    return MemoryRecords(raw)
+
+
+def _agrees(seg, records) -> bool:
+    """``seg`` holds what the library decodes from ``records`` (values, offsets, timestamps)."""
+    return (seg is not None and bytes(seg.buf) == b"".join(r.value + b"\n" for r in records)
+            and seg.offsets.tolist() == [r.offset for r in records]
+            and (seg.ts * 1000).round().tolist() == [r.timestamp for r in records])
 
 
 def missing(consumer) -> list[str]:
@@ -118,12 +146,13 @@ def missing(consumer) -> list[str]:
         gaps += [f"DefaultRecordBatch.{a}" for a in BATCH_ATTRS if not hasattr(batch, a)]
         if not gaps:
             tp = TopicPartition("sample", 0)
-            seg = segment_of_batch(tp, batch, 0)
-            theirs = list(_sample().next_batch())
-            if (seg.buf != b"".join(r.value + b"\n" for r in theirs)
-                    or seg.offsets.tolist() != [r.offset for r in theirs]
-                    or (seg.ts * 1000).round().tolist() != [r.timestamp for r in theirs]):
+            if not _agrees(segment_of_batch(tp, batch, 0), list(_sample().next_batch())):
                 gaps.append("a decode that agrees with the library's on a sample batch")
+            theirs = [r for b in _sample() for r in b]
+            table, stop = fetchdecode.batch_table(records._buffer)
+            if (stop != len(records._buffer) or len(table) != 2
+                    or not _agrees(segment_of_run(tp, records._buffer, table, 0), theirs)):
+                gaps.append("a decode of whole fetches that agrees with the library's on a sample")
     except Exception as err:                # any surprise in the library's objects: not here
         gaps.append(f"a sample batch ({err!r})")
     return gaps
@@ -142,10 +171,22 @@ class _Replay:
         return self._records.next_batch(*args, **kw)
 
 
+def _crc_good(buf, table) -> int:
+    """How many of ``table``'s batches, from the first, hold the CRC-32C of their bytes."""
+    from kafka.record.util import calc_crc32c
+
+    view = memoryview(buf)
+    for i, (start, end, crc) in enumerate(fetchdecode.crc_spans(table)):
+        if calc_crc32c(view[start:end]) != crc:
+            return i
+    return len(table)
+
+
 def _segment_records_class(base, fall_back):
     """A subclass of kafka-python's ``PartitionRecords`` yielding ``Segment``s; on a decode
     failure it calls ``fall_back(err)`` and hands the rest to ``base``'s own decoder."""
     from kafka import errors as Errors
+    from kafka.record.memory_records import MemoryRecords
 
     class SegmentRecords(base):
         def _maybe_skip_record(self, record):
@@ -154,132 +195,103 @@ def _segment_records_class(base, fall_back):
             return super()._maybe_skip_record(record)
 
         def _unpack_records(self, tp, records, key_deserializer, value_deserializer):
-            batch = records.next_batch()
-            last = None
-            while batch is not None:
-                if self.check_crcs and not batch.validate_crc():
-                    raise Errors.CorruptRecordError(
-                        f"record batch for partition {tp} at offset {batch.base_offset} failed crc check")
-                try:
-                    seg = self._segment(tp, batch)
-                except Exception as err:
-                    fall_back(err)
-                    yield from base._unpack_records(self, tp, _Replay(batch, records),
-                                                    key_deserializer, value_deserializer)
-                    return
-                last = batch
-                if seg is not None:
-                    self.records_read += len(seg)
-                    self.bytes_read += batch.size_in_bytes
-                    yield seg
-                batch = records.next_batch()
-            if last is not None and last.magic == 2:
-                self.next_fetch_offset = last.next_offset
-            self.drain()
+            """The leading run of plain v2 batches as one Segment (``_run``), then what is left
+            batch by batch (``_per_batch``); any surprise: the library's decoder from the start."""
+            try:
+                for a in PARTITION_RECORDS_STATE:
+                    getattr(self, a)            # AttributeError here: fall back before any effect
+                buf = records._buffer
+                table, stop = fetchdecode.batch_table(buf)
+                good = _crc_good(buf, table) if self.check_crcs else len(table)
+                seg = self._run(tp, buf, table[:good]) if good else None
+            except Exception as err:
+                fall_back(err)
+                yield from base._unpack_records(self, tp, records, key_deserializer, value_deserializer)
+                return
+            if seg is not None:
+                yield seg
+            if good < len(table):
+                raise Errors.CorruptRecordError(f"record batch for partition {tp} at offset "
+                                                f"{int(table[good, fetchdecode.BASE])} failed crc check")
+            if stop < len(buf):                 # a compressed or legacy batch, or a partial one
+                yield from self._per_batch(tp, MemoryRecords(memoryview(buf)[stop:]),
+                                           key_deserializer, value_deserializer)
+            else:
+                self.drain()
+
+        def _run(self, tp, buf, table):
+            return _run_segment(self, tp, buf, table)
+
+        def _per_batch(self, tp, records, key_deserializer, value_deserializer):
+            return _per_batch(self, tp, records, key_deserializer, value_deserializer, base, fall_back)
 
         def _segment(self, tp, batch):
-            """The batch as a Segment (None: nothing to hand out); moves ``next_fetch_offset``."""
-            for a in PARTITION_RECORDS_STATE:
-                getattr(self, a)                # AttributeError here: fall back before any effect
-            if batch.magic < 2:                 # legacy format: the library's own record decoder
-                recs = [r for r in batch if r.offset >= self.fetch_offset]
-                if not recs:
-                    return None
-                seg = Segment.from_values(tp.topic, tp.partition, [r.value for r in recs],
-                                          [r.offset for r in recs], [r.timestamp for r in recs])
-                self.next_fetch_offset = seg.next_offset
-                return seg
-            if batch.is_control_batch:
-                self.next_fetch_offset = batch.next_offset
-                return None
-            seg = segment_of_batch(tp, batch, self.fetch_offset)
-            self.leader_epoch = batch.leader_epoch
-            self.next_fetch_offset = batch.next_offset
-            return seg
+            return _batch_segment(self, tp, batch)
 
     return SegmentRecords
 
 
-SOCKET_READS_TESTED = ((3, 0), (3, 0))   # kafka-python major.minor (2.x has no kafka.net)
+def _run_segment(pr, tp, buf, table):
+    """The batches of ``table`` as one Segment (None: nothing at or past the fetch offset)."""
+    # in place: the records are a view into the fetch response's frame (zerocopy.py),
+    # read by nothing else once their CRCs are checked and pass one has read them
+    seg = segment_of_run(tp, buf, table, pr.fetch_offset, in_place=True)
+    last = table[-1]
+    pr.leader_epoch = int(last[fetchdecode.EPOCH])
+    pr.next_fetch_offset = _next_offset(table)
+    pr.bytes_read += int(last[fetchdecode.END] - table[0, fetchdecode.START])
+    pr.records_read += len(seg) if seg is not None else 0
+    return seg
 
 
-def patch_socket_reads() -> bool:
-    """kafka-python 3 reads sockets 4 KiB per ``recv`` call on its IO thread: a 16 MiB fetch
-    response is ~4000 calls, each a bytes object and a GIL hand-off. Read ``RECV_BYTES`` per
-    call instead, otherwise exactly as the library does (until the socket would block; an
-    empty read is a disconnect); and its response buffer's ``read`` copies once, not twice.
-    Applies to every kafka-python connection in the process (the bytes delivered are the
-    same), so it is applied by an explicit call at start-up (``streamtrain.startup.for_job``),
-    never by an import. Only at the kafka-python versions of
-    ``SOCKET_READS_TESTED`` and when the transport looks as expected; else the library's reads
-    stay and one log line says why. True when the patch is in place."""
-    try:
-        import kafka
-        version = tuple(int(part) for part in kafka.__version__.split(".")[:2])
-        if not SOCKET_READS_TESTED[0] <= version <= SOCKET_READS_TESTED[1]:
-            log.info("kafka-python %s: socket reads left at the library's size per call (the larger "
-                     "reads are tested with kafka-python %d.%d to %d.%d)", kafka.__version__,
-                     *SOCKET_READS_TESTED[0], *SOCKET_READS_TESTED[1])
-            return False
-        return _patch_socket_reads()
-    except Exception as err:         # the library's internals moved: its own reads, one line
-        log.warning("kafka socket reads left at the library's size per call (%s: %s)", type(err).__name__, err)
-        return False
-
-
-def _patch_socket_reads() -> bool:
+def _per_batch(pr, tp, records, key_deserializer, value_deserializer, base, fall_back):
+    """``PartitionRecords._unpack_records`` batch by batch (``_batch_segment``): what follows a
+    compressed or legacy batch."""
     from kafka import errors as Errors
-    from kafka.net import transport
 
-    original = transport.KafkaTCPTransport._sock_recv
-    if getattr(original, "_streamtrain", False):
-        return True
-    tlog = logging.getLogger("kafka.net.transport")
-
-    def _sock_recv(self):
-        recvd = []
-        err = None
-        while True:
-            try:
-                data = self._sock.recv(RECV_BYTES)
-                if not data:
-                    tlog.error('%s: socket disconnected', self)
-                    err = Errors.KafkaConnectionError('socket disconnected')
-                    break
-                recvd.append(data)
-            except (BlockingIOError, InterruptedError):
-                break
-            except BaseException as e:
-                tlog.exception('%s: Error receiving network data closing socket', self)
-                err = Errors.KafkaConnectionError(e)
-                break
-        return (recvd[0] if len(recvd) == 1 else b''.join(recvd)), err
-
-    _sock_recv._streamtrain = True
-    transport.KafkaTCPTransport._sock_recv = _sock_recv
-    _patch_frame_reads()
-    return True
+    batch = records.next_batch()
+    last = None
+    while batch is not None:
+        if pr.check_crcs and not batch.validate_crc():
+            raise Errors.CorruptRecordError(
+                f"record batch for partition {tp} at offset {batch.base_offset} failed crc check")
+        try:
+            seg = _batch_segment(pr, tp, batch)
+        except Exception as err:
+            fall_back(err)
+            yield from base._unpack_records(pr, tp, _Replay(batch, records),
+                                            key_deserializer, value_deserializer)
+            return
+        last = batch
+        if seg is not None:
+            pr.records_read += len(seg)
+            pr.bytes_read += batch.size_in_bytes
+            yield seg
+        batch = records.next_batch()
+    if last is not None and last.magic == 2:
+        pr.next_fetch_offset = last.next_offset
+    pr.drain()
 
 
-def _patch_frame_reads() -> None:
-    """kafka-python 3's ``KafkaBytes.read`` (a response's fields, the records of a fetch among
-    them) copies twice: a bytearray slice, then ``bytes`` of it. One copy instead (a memoryview
-    slice), the same bytes."""
-    from kafka.protocol.frame import KafkaBytes
-
-    if getattr(KafkaBytes.read, "_streamtrain", False):
-        return
-
-    def read(self, nbytes=None):
-        if nbytes is None:
-            nbytes = len(self) - self._idx
-        start = self._idx
-        self._idx = min(start + nbytes, len(self))
-        with memoryview(self) as view:
-            return bytes(view[start:self._idx])
-
-    read._streamtrain, read.original = True, KafkaBytes.read
-    KafkaBytes.read = read
+def _batch_segment(pr, tp, batch):
+    """The batch as a Segment (None: nothing to hand out); moves ``next_fetch_offset``."""
+    for a in PARTITION_RECORDS_STATE:
+        getattr(pr, a)              # AttributeError here: fall back before any effect
+    if batch.magic < 2:             # legacy format: the library's own record decoder
+        recs = [r for r in batch if r.offset >= pr.fetch_offset]
+        if not recs:
+            return None
+        seg = Segment.from_values(tp.topic, tp.partition, [r.value for r in recs],
+                                  [r.offset for r in recs], [r.timestamp for r in recs])
+        pr.next_fetch_offset = seg.next_offset
+        return seg
+    if batch.is_control_batch:
+        pr.next_fetch_offset = batch.next_offset
+        return None
+    seg = segment_of_batch(tp, batch, pr.fetch_offset)
+    pr.leader_epoch = batch.leader_epoch
+    pr.next_fetch_offset = batch.next_offset
+    return seg
 
 
 class FastPath:

@@ -87,6 +87,7 @@ class KafkaSource(Source):
         self._idle = None                       # the job's idle hook (``batches(idle=...)``)
         self._gen = None
         self.waited_s = 0.0                     # the training thread's wait for batches (a bottleneck's sign)
+        self.first_waited_s = None              # of which before the first batch (the group join)
 
     # ---- what the metrics and health checks read (any thread) -------------------------------------
     @property
@@ -183,6 +184,8 @@ class KafkaSource(Source):
                         idle(False)
                     return
                 else:
+                    if self.first_waited_s is None:
+                        self.first_waited_s = self.waited_s
                     batch = self._hand_out(got)
                     if batch is not None:
                         yield batch
