@@ -122,11 +122,35 @@ FUSED = 8          # parameters per ``adam_many`` call: one compiled signature w
 
 def fused_args(parts: list) -> tuple:
     """``adam_many``'s arrays of up to ``FUSED`` dense ``(w, g, state)``: flat weights, moments,
-    gradients and step counts, each a tuple of ``FUSED`` (the last repeated), and how many count."""
-    flat = [(w.reshape(-1), st["m"].reshape(-1), st["v"].reshape(-1), g.reshape(-1), st["t"].reshape(-1))
-            for w, g, st in parts]
-    flat += [flat[-1]] * (FUSED - len(flat))
-    return (*(tuple(column) for column in zip(*flat)), len(parts))
+    gradients and step counts, each a tuple of ``FUSED`` (the last repeated), and how many count.
+    The weights', moments' and step counts' tuples are made once per set of parameters
+    (``_held``): a store steps the same arrays every batch, only the gradients are new."""
+    ws, ms, vs, ts = _held(parts)
+    gs = [g.reshape(-1) for _, g, _ in parts]
+    gs += [gs[-1]] * (FUSED - len(gs))
+    return ws, ms, vs, tuple(gs), ts, len(parts)
+
+
+def _held(parts: list) -> tuple:
+    """The flat (weights, m, v, t) tuples of ``parts``, kept while the very same arrays come."""
+    key = tuple(id(w) for w, _, _ in parts)
+    got = _HELD.get(key)
+    if got is not None:
+        owners, flat = got
+        if all(w is o[0] and st["m"] is o[1] and st["v"] is o[2] and st["t"] is o[3]
+               for (w, _, st), o in zip(parts, owners)):
+            return flat
+    if len(_HELD) >= 64:                    # parameters that keep changing (tests, a rebuilt model)
+        _HELD.clear()
+    owners = [(w, st["m"], st["v"], st["t"]) for w, _, st in parts]
+    columns = [tuple(a.reshape(-1) for a in o) for o in owners]
+    columns += [columns[-1]] * (FUSED - len(columns))
+    flat = tuple(tuple(column) for column in zip(*columns))
+    _HELD[key] = (owners, flat)
+    return flat
+
+
+_HELD: dict = {}        # id()s of the weights -> (the arrays, held so the ids stay theirs; tuples)
 
 
 @njit(nogil=True, error_model="numpy")
