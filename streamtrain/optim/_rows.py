@@ -5,7 +5,8 @@ Adam's step on a dense parameter.
 arithmetic (a temporary per operation), and a scatter back. For the rules that accumulate squared
 gradients (Adagrad, FTRL) the kernels here compile the rule's own function (``adagrad.rule``,
 ``ftrl.rule``: the one the numpy ``step`` runs on arrays) and run it coordinate by coordinate in
-the table's own precision, on the table in place: one pass, the same numbers
+the table's own precision, on the table in place: one pass (each row's weights and slots
+prefetched ``AHEAD`` rows before its update), the same numbers
 (``tests/test_optim.py``); a division by zero gives inf / NaN as numpy does (the trainer
 then skips the batch as non-finite) instead of raising. ``h`` holds the hyperparameters in the table's dtype, then a zero, so
 no constant widens float32 arithmetic to float64.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from streamtrain.compiled import njit
+from streamtrain.prefetch import prefetch
 
 from .base import OPTIMIZERS        # (by name, not an import of adagrad/ftrl: they import this module)
 
@@ -23,11 +25,28 @@ _adagrad = njit(nogil=True, error_model="numpy", inline="always")(OPTIMIZERS.get
 _ftrl = njit(nogil=True, error_model="numpy", inline="always")(OPTIMIZERS.get("ftrl").rule)
 
 
+AHEAD = 8       # rows whose weights and slots are requested ahead of their update (``prefetch``)
+
+
+@njit(nogil=True, inline="always")
+def _ahead(A, B, C, r):
+    """Start loading row ``r`` of the weights and slots: a batch's rows are scattered over a
+    table larger than the core's own caches, and a row's update is long enough that the
+    processor does not reach the next rows' loads on its own."""
+    prefetch(A, r)
+    prefetch(B, r)
+    prefetch(C, r)
+
+
 @njit(nogil=True, error_model="numpy")
 def adagrad_rows(W, N, rows, g, sq, h):
     """Adagrad's ``rule`` on rows ``rows`` (distinct) of W, N (the squares ``sq``, else g²)."""
     have_sq = sq.shape[0] > 0
+    for i in range(min(AHEAD, len(rows))):
+        _ahead(W, N, N, rows[i])
     for i in range(len(rows)):
+        if i + AHEAD < len(rows):
+            _ahead(W, N, N, rows[i + AHEAD])
         r = rows[i]
         for c in range(W.shape[1]):
             gi = g[i, c]
@@ -38,7 +57,11 @@ def adagrad_rows(W, N, rows, g, sq, h):
 def ftrl_rows(W, Z, N, rows, g, sq, h):
     """FTRL-Proximal's ``rule`` on rows ``rows`` (distinct) of W, Z, N."""
     have_sq = sq.shape[0] > 0
+    for i in range(min(AHEAD, len(rows))):
+        _ahead(W, Z, N, rows[i])
     for i in range(len(rows)):
+        if i + AHEAD < len(rows):
+            _ahead(W, Z, N, rows[i + AHEAD])
         r = rows[i]
         for c in range(W.shape[1]):
             gi = g[i, c]
