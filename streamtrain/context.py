@@ -5,6 +5,7 @@ evaluators can share one model from many threads (Paddle's Evaluator).
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,11 +38,14 @@ class Gradients:
 
     def all_finite(self) -> bool:
         """Whether every array holds finite numbers only: the float32 and float64 ones in one
-        compiled call per precision (``_finite_kernels``), any other one with numpy."""
+        compiled call per precision (``_finite_kernels``) once numba is loaded (a compiled
+        layer, update or sequential loss loaded it: a numpy-only model does not pay its import),
+        any other one with numpy."""
         groups: dict = {}
+        compiled = "numba" in sys.modules
         for a in self.arrays():
             flags = a.flags
-            if a.dtype.char in "fd" and flags.writeable and flags.aligned:
+            if compiled and a.dtype.char in "fd" and flags.writeable and flags.aligned:
                 groups.setdefault(a.dtype.char, []).append(a.reshape(-1))
             elif not np.isfinite(a).all():
                 return False

@@ -104,7 +104,8 @@ def test_all_finite_finds_one_bad_number_in_any_array():
 
 def test_all_finite_takes_any_number_of_arrays_and_any_kind():
     """More arrays of one precision than one compiled call takes, a read-only one and an
-    integer one: a NaN in any of them is found, in the last one of a full call too."""
+    integer one: a NaN in any of them is found, in the last one of a full call too (numba
+    loaded by the import: the compiled check)."""
     from streamtrain._finite_kernels import CHUNK
     from streamtrain.context import Gradients
     n = 2 * CHUNK + 3
