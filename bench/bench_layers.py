@@ -8,7 +8,8 @@ it; the fastest call is reported (µs). The fastest of many short calls moves li
 machine's load, so two versions of the code compare well one after the other. Components:
 the whole training forward pass (the engine's per-example loop included), the ``emb`` and
 ``fm`` layers' forward and backward called directly, the engine's learn + push, the memory
-store's push of the gradients of the 60th step and, for a model with a batchwise MLP (DeepFM),
+store's push of the gradients of the 60th step, its pull of the batch's rows (and of the
+engine's slots), the finite check of the pushed gradients and, for a model with a batchwise MLP (DeepFM),
 its fc layers' forward and backward (summed over the layers) and the push of its dense
 parameters alone.
 """
@@ -60,7 +61,9 @@ def measure_deep(trainer, batch, grads, push, forward, best) -> dict:
 
 def measure(model: str, repeat: int) -> dict:
     from streamtrain.state import Status
-    trainer, batches = streams.built_trainer(model, 30000)
+    import json
+    size = json.loads((streams.ROOT / "examples" / f"{model}.json").read_text())["batch_size"]
+    trainer, batches = streams.built_trainer(model, max(30000, 62 * size))      # 62 batches at least
     graph, ctx, store = trainer.graph, trainer.ctx, trainer.store
     pushed = {}
     push = type(store).push
@@ -104,6 +107,10 @@ def measure(model: str, repeat: int) -> dict:
             ctx.engine.push(ctx)
         out["engine learn + push"] = best(learn_push)
     out["store push"] = best(lambda: push(store, pushed["grads"]))
+    out["store pull (the batch's rows and dense parameters)"] = best(lambda: store.pull(dense, tables))
+    if ctx.engine is not None:
+        out["store pull_states (the engine's slots)"] = best(lambda: store.pull_states(ctx.engine.params))
+    out["gradients all_finite"] = best(pushed["grads"].all_finite)
     out.update(measure_deep(trainer, batch, pushed["grads"], push, forward, best))
     return out
 

@@ -100,3 +100,28 @@ def test_all_finite_finds_one_bad_number_in_any_array():
                  "e": g.assigned["e"][1], "n": g.assigned["e"][2]["n"]}[where]
             a.reshape(-1)[-1] = bad
             assert not g.all_finite(), (where, bad)
+
+
+def test_all_finite_takes_any_number_of_arrays_and_any_kind():
+    """More arrays of one precision than one compiled call takes, a read-only one and an
+    integer one: a NaN in any of them is found, in the last one of a full call too (numba
+    loaded by the import: the compiled check)."""
+    from streamtrain._finite_kernels import CHUNK
+    from streamtrain.context import Gradients
+    n = 2 * CHUNK + 3
+
+    def grads():
+        dense = {f"w{i}": np.full((i + 1, 3), float(i), np.float32) for i in range(n)}
+        ro = np.ones(4)
+        ro.flags.writeable = False
+        dense.update(ro=ro, ints=np.arange(3), f64=np.zeros((4, 2)).T)     # read-only, int, strided
+        return Gradients(dense=dense)
+    assert grads().all_finite()
+    for name in ("w0", f"w{CHUNK - 1}", f"w{CHUNK}", f"w{n - 1}", "f64"):
+        g = grads()
+        g.dense[name][-1, -1] = np.nan
+        assert not g.all_finite(), name
+    g = grads()
+    g.dense["ro"] = np.array([1.0, np.inf])
+    g.dense["ro"].flags.writeable = False
+    assert not g.all_finite()

@@ -304,3 +304,29 @@ def test_fused_dense_adam_is_each_step(dtype):
         for k in ("m", "v", "t"):
             assert np.array_equal(states[0][i][k], states[1][i][k])
     assert states[0][2]["t"][0] == 8 and states[0][0]["t"][0] == 3
+
+
+def test_fused_dense_adam_steps_a_replaced_array():
+    """The compiled pass keeps the flat weights and slots of a set of parameters between steps
+    (``_rows._held``); a weight or slot array replaced by a new one between two steps is the one
+    stepped next, and its numbers are each parameter's own ``step``'s."""
+    from streamtrain.optim.base import step_dense
+    rng = np.random.default_rng(5)
+    opt = make_optimizer({"type": "adam", "lr": 0.01})
+    shapes = [(6, 2), (2,)]
+    ws = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    sts = [opt.init_state(s, table=False, dtype=np.float32) for s in shapes]
+    ref_w = [w.copy() for w in ws]
+    ref_st = [{k: a.copy() for k, a in st.items()} for st in sts]
+    for step in range(3):
+        if step == 1:
+            ws[0] = ws[0].copy()                  # new arrays, same values
+            sts[1]["m"] = sts[1]["m"].copy()
+        grads = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+        step_dense([(opt, w, g, st, None) for w, g, st in zip(ws, grads, sts)])
+        for w, g, st in zip(ref_w, grads, ref_st):
+            opt.step(w, g, st)
+    for w, st, rw, rst in zip(ws, sts, ref_w, ref_st):
+        assert np.array_equal(w, rw)
+        assert all(np.array_equal(st[k], rst[k]) for k in ("m", "v", "t"))
+    assert sts[0]["t"][0] == 3

@@ -5,7 +5,8 @@ Adam's step on a dense parameter.
 arithmetic (a temporary per operation), and a scatter back. For the rules that accumulate squared
 gradients (Adagrad, FTRL) the kernels here compile the rule's own function (``adagrad.rule``,
 ``ftrl.rule``: the one the numpy ``step`` runs on arrays) and run it coordinate by coordinate in
-the table's own precision, on the table in place: one pass, the same numbers
+the table's own precision, on the table in place: one pass (each row's weights and slots
+prefetched ``AHEAD`` rows before its update), the same numbers
 (``tests/test_optim.py``); a division by zero gives inf / NaN as numpy does (the trainer
 then skips the batch as non-finite) instead of raising. ``h`` holds the hyperparameters in the table's dtype, then a zero, so
 no constant widens float32 arithmetic to float64.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from streamtrain.compiled import njit
+from streamtrain.prefetch import prefetch
 
 from .base import OPTIMIZERS        # (by name, not an import of adagrad/ftrl: they import this module)
 
@@ -23,11 +25,28 @@ _adagrad = njit(nogil=True, error_model="numpy", inline="always")(OPTIMIZERS.get
 _ftrl = njit(nogil=True, error_model="numpy", inline="always")(OPTIMIZERS.get("ftrl").rule)
 
 
+AHEAD = 8       # rows whose weights and slots are requested ahead of their update (``prefetch``)
+
+
+@njit(nogil=True, inline="always")
+def _ahead(A, B, C, r):
+    """Start loading row ``r`` of the weights and slots: a batch's rows are scattered over a
+    table larger than the core's own caches, and a row's update is long enough that the
+    processor does not reach the next rows' loads on its own."""
+    prefetch(A, r)
+    prefetch(B, r)
+    prefetch(C, r)
+
+
 @njit(nogil=True, error_model="numpy")
 def adagrad_rows(W, N, rows, g, sq, h):
     """Adagrad's ``rule`` on rows ``rows`` (distinct) of W, N (the squares ``sq``, else g²)."""
     have_sq = sq.shape[0] > 0
+    for i in range(min(AHEAD, len(rows))):
+        _ahead(W, N, N, rows[i])
     for i in range(len(rows)):
+        if i + AHEAD < len(rows):
+            _ahead(W, N, N, rows[i + AHEAD])
         r = rows[i]
         for c in range(W.shape[1]):
             gi = g[i, c]
@@ -38,7 +57,11 @@ def adagrad_rows(W, N, rows, g, sq, h):
 def ftrl_rows(W, Z, N, rows, g, sq, h):
     """FTRL-Proximal's ``rule`` on rows ``rows`` (distinct) of W, Z, N."""
     have_sq = sq.shape[0] > 0
+    for i in range(min(AHEAD, len(rows))):
+        _ahead(W, Z, N, rows[i])
     for i in range(len(rows)):
+        if i + AHEAD < len(rows):
+            _ahead(W, Z, N, rows[i + AHEAD])
         r = rows[i]
         for c in range(W.shape[1]):
             gi = g[i, c]
@@ -122,11 +145,35 @@ FUSED = 8          # parameters per ``adam_many`` call: one compiled signature w
 
 def fused_args(parts: list) -> tuple:
     """``adam_many``'s arrays of up to ``FUSED`` dense ``(w, g, state)``: flat weights, moments,
-    gradients and step counts, each a tuple of ``FUSED`` (the last repeated), and how many count."""
-    flat = [(w.reshape(-1), st["m"].reshape(-1), st["v"].reshape(-1), g.reshape(-1), st["t"].reshape(-1))
-            for w, g, st in parts]
-    flat += [flat[-1]] * (FUSED - len(flat))
-    return (*(tuple(column) for column in zip(*flat)), len(parts))
+    gradients and step counts, each a tuple of ``FUSED`` (the last repeated), and how many count.
+    The weights', moments' and step counts' tuples are made once per set of parameters
+    (``_held``): a store steps the same arrays every batch, only the gradients are new."""
+    ws, ms, vs, ts = _held(parts)
+    gs = [g.reshape(-1) for _, g, _ in parts]
+    gs += [gs[-1]] * (FUSED - len(gs))
+    return ws, ms, vs, tuple(gs), ts, len(parts)
+
+
+def _held(parts: list) -> tuple:
+    """The flat (weights, m, v, t) tuples of ``parts``, kept while the very same arrays come."""
+    key = tuple(id(w) for w, _, _ in parts)
+    got = _HELD.get(key)
+    if got is not None:
+        owners, flat = got
+        if all(w is o[0] and st["m"] is o[1] and st["v"] is o[2] and st["t"] is o[3]
+               for (w, _, st), o in zip(parts, owners)):
+            return flat
+    if len(_HELD) >= 64:                    # parameters that keep changing (tests, a rebuilt model)
+        _HELD.clear()
+    owners = [(w, st["m"], st["v"], st["t"]) for w, _, st in parts]
+    columns = [tuple(a.reshape(-1) for a in o) for o in owners]
+    columns += [columns[-1]] * (FUSED - len(columns))
+    flat = tuple(tuple(column) for column in zip(*columns))
+    _HELD[key] = (owners, flat)
+    return flat
+
+
+_HELD: dict = {}        # id()s of the weights -> (the arrays, held so the ids stay theirs; tuples)
 
 
 @njit(nogil=True, error_model="numpy")
