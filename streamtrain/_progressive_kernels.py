@@ -89,13 +89,16 @@ def _clip(x, lo, hi):
 def binary_pass(labels, p, pos, neg, losses, h):
     """Bins of ``p``'s log-odds into ``pos`` / ``neg`` by label, each example's logloss into
     ``losses``; returns the sums of the losses, the labels and ``p``. ``h`` = (the bins' clip
-    of p, the losses' clip of p, the log-odds limit, bins per unit of log-odds)."""
+    of p, the losses' clip of p, the log-odds limit, bins per unit of log-odds). The loss
+    reuses the bins' two logarithms when both clips leave ``p`` as it is (nearly always): half
+    the logarithms, the same numbers."""
     n = len(p)
     last = len(pos) - 1
     for i in range(n):
         q = p[i]
         c = _clip(q, h[0], 1 - h[0])
-        z = np.log(c) - np.log1p(-c)
+        lc, l1c = np.log(c), np.log1p(-c)
+        z = lc - l1c
         b = 0
         if z == z:
             b = min(max(np.int64((z + h[2]) * h[3]), 0), last)
@@ -103,7 +106,9 @@ def binary_pass(labels, p, pos, neg, losses, h):
             pos[b] += 1
         else:
             neg[b] += 1
-        c = _clip(q, h[1], 1 - h[1])
+        c2 = _clip(q, h[1], 1 - h[1])
+        if c2 != c:                           # a clip bound (or NaN): the loss's own logarithms
+            lc, l1c = np.log(c2), np.log1p(-c2)
         y = np.float64(labels[i])
-        losses[i] = -(y * np.log(c) + (1 - y) * np.log1p(-c))
+        losses[i] = -(y * lc + (1 - y) * l1c)
     return pairwise_sum(losses), np.float64(pairwise_sum(labels)), pairwise_sum(p)

@@ -1,4 +1,4 @@
-"""glibc's malloc told to keep large buffers in the heap (``keep_large_buffers``), for Kafka jobs.
+"""glibc's malloc told to keep large buffers in the heap (``keep_large_buffers``), for every job.
 
 A Kafka fetch response is one buffer of up to ``fetch_max_bytes`` (16 MiB by default), and
 kafka-python copies it several times on its way to the reader (the frame, the response's
@@ -8,8 +8,12 @@ top of a thread's heap is trimmed again once 2× that is free) with a new ``mmap
 page-faults the whole buffer in (a fault and a zeroed page per 4 KiB) and ``munmap`` / trims
 give it back: measured, that was about half the Kafka client's CPU at one line per message
 (0.83 → 0.45 CPU-s per million Criteo lines fetched and decoded with the settings below, 3
-interleaved rounds each; docs/kafka.md). Set here with ``mallopt`` (as ``MALLOC_MMAP_THRESHOLD_``
-and ``MALLOC_TRIM_THRESHOLD_`` would at process start):
+interleaved rounds each; docs/kafka.md). Training does the same with its own per-batch arrays
+of megabytes (an LR batch of 8192 rows: the parsed columns, the unique ids' hash table, the
+per-example grids of 2.6 MB each, ...): a file job page-faulted 50-185k times per million rows
+without the settings (the count varies with how glibc's threshold happened to rise), ~47k
+with them (most of it start-up). Set here with ``mallopt`` (as ``MALLOC_MMAP_THRESHOLD_`` and
+``MALLOC_TRIM_THRESHOLD_`` would at process start):
 
 * ``M_MMAP_THRESHOLD`` = 32 MiB (glibc's largest on 64-bit): a fetch-sized buffer comes from the
   heap, reused after it is freed;

@@ -17,9 +17,10 @@ internals a patch replaces, keeps its own behaviour, and one log line says so.
 * numba's start-up: ``numba_startup.patch`` (numba 0.60 to 0.68); ``compile_notice.install``:
   a real compile (the first run after an install) says so on screen, kernel by kernel.
 * kafka-python's socket reads, for a job that reads Kafka: ``readers/kafka/zerocopy.py``'s
-  ``patch_socket_reads`` (kafka-python 3.0; 2.x has no ``kafka.net`` and keeps its reads), and
-  glibc's malloc keeping fetch-sized buffers in the heap (``heap.keep_large_buffers``: each
-  copy of a fetch response was a fresh ``mmap`` page-faulted in, about half the client's CPU).
+  ``patch_socket_reads`` (kafka-python 3.0; 2.x has no ``kafka.net`` and keeps its reads).
+* glibc's malloc keeping large buffers in the heap, for every job (``heap.keep_large_buffers``:
+  each copy of a Kafka fetch response, and each batch's arrays of megabytes, was a fresh
+  ``mmap`` page-faulted in: about half the Kafka client's CPU, ~10 % of an LR run's).
 * Garbage collection (``defer_gc``, ``settled``): the process entry point (``__main__.entry``)
   turns the collector off while the process imports and builds (numpy, numba and the package
   create ~10^6 objects that live as long as the process: the collector scanned them over and
@@ -88,11 +89,12 @@ def settled() -> None:
 
 
 def for_job(cfg: dict) -> None:
-    """What a job's parts need beyond ``apply()``: kafka-python's larger socket reads and large
-    buffers kept in the heap when its reader is Kafka (imports kafka only then)."""
+    """What a job's parts need beyond ``apply()``: large buffers kept in the heap (every job:
+    per-batch arrays of megabytes), and kafka-python's larger socket reads when its reader is
+    Kafka (imports kafka only then)."""
+    from .heap import keep_large_buffers
+    keep_large_buffers()
     reader = cfg.get("reader") or {}
     if isinstance(reader, dict) and reader.get("type") == "kafka":
-        from .heap import keep_large_buffers
         from .readers.kafka.zerocopy import patch_socket_reads
         patch_socket_reads()
-        keep_large_buffers()

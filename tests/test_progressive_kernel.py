@@ -65,3 +65,18 @@ def test_pairwise_sum_is_numpys_sum(dtype):
     for n in [*range(0, 300), 1000, 4097, 70001]:
         a = (rng.standard_normal(n) * 10.0 ** rng.uniform(-3, 3, n)).astype(dtype)
         assert pairwise_sum(a) == a.sum(), n
+
+
+def test_losses_reuse_the_bins_logarithms_only_where_both_clips_leave_p():
+    """The loss takes the bins' log(p) and log1p(-p) when neither clip moves p, its own logs of
+    the loss's clip otherwise (p between the bins' clip 1e-13 and the loss's 1e-7, or at 0/1):
+    each loss is libm's -(y log c + (1 - y) log1p(-c)) bit for bit (``math`` calls libm too)."""
+    import math
+
+    from streamtrain.scores import EPS
+    p = np.array([0.0, 1e-30, 1e-12, 3e-8, 1e-7, 0.2, 0.5, 0.9, 1 - 3e-8, 1 - 1e-14, 1.0, 0.7])
+    labels = np.array([1, 0, 1, 0, 1, 0, 1, 0.75, 1, 0, 1, 0], np.float64)
+    got = Progressive().update(labels, p)
+    for q, y, loss in zip(p.tolist(), labels.tolist(), got.tolist()):
+        c = min(max(q, EPS), 1 - EPS)
+        assert loss == -(y * math.log(c) + (1 - y) * math.log1p(-c)), q
