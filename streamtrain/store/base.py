@@ -164,12 +164,10 @@ class ParamStore(abc.ABC):
         out = Snapshot(specs={b: self.specs[b] for b in pairs.values()},
                        optimizers={b: self.optimizers[b].get_config() for b in pairs.values()})
         for a, b in pairs.items():
-            got = snap.dense.get(a, snap.tables.get(a))
-            if got is None:
-                continue
-            got = {k: np.array(v, copy=True) for k, v in got.items()}
-            self.optimizers[b].carry(self.optimizers[a], got["value"], got)   # the weights as they are
-            (out.dense if a in snap.dense else out.tables)[b] = got
+            if a in snap.dense:
+                out.dense[b] = snap.dense[a]
+            elif a in snap.tables:
+                out.tables[b] = snap.tables[a]
         self._put(out)
 
     def snapshot_of(self, names: list[str]) -> Snapshot:

@@ -147,13 +147,11 @@ class MemoryStore(ParamStore):
             for src, dst in pairs.items():
                 if src not in self.specs or dst not in self.specs:
                     continue
-                carry = self.optimizers[dst].carry
                 if src in self.dense:
                     self.dense[dst][...] = self.dense[src]
                     for k, arr in self.dense_state[dst].items():
                         if k in self.dense_state[src]:
                             arr[...] = self.dense_state[src][k]
-                    carry(self.optimizers[src], self.dense[dst], self.dense_state[dst])
                     continue
                 a, b = self.tables[src], self.tables[dst]
                 a.fill()
@@ -164,7 +162,6 @@ class MemoryStore(ParamStore):
                 b.state = {k: (a.state[k].copy() if k in a.state else np.zeros_like(arr, shape=(len(b.weights),) +
                                                                                      arr.shape[1:]))
                            for k, arr in b.state.items()}
-                carry(self.optimizers[src], b.weights, b.state)
                 self.stats.table_rows[dst] = len(b)
 
     def _drop(self, names) -> None:
