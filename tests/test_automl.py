@@ -13,7 +13,7 @@ from streamtrain import config as configmod
 from streamtrain.automl.bounds import radius, verdict
 from streamtrain.automl.candidates import Candidate
 from streamtrain.automl.search import Search
-from streamtrain.automl.space import AUTOML, Space
+from streamtrain.automl.space import AUTOML, Space, key
 from streamtrain.automl.trainer import AutoTrainer
 from streamtrain.errors import ConfigError
 from streamtrain.graph import Schema
@@ -157,7 +157,7 @@ def test_a_challenger_with_a_new_term_starts_cold_one_with_the_same_parameters_w
             {"name": "rate", "paths": ["layers.wide.optimizer.alpha"], "values": [0.1, 0.3]}]}}))
     t = run(cfg, planted_stream(0), 2)
     copies = []
-    t.store.copy = copies.append
+    t.store.copy = lambda pairs, carry=False: copies.append(pairs)
     for epoch, (terms, warm) in enumerate([(["wide_sum", "fm", "bias"], False), (["wide_sum", "bias"], True)]):
         assign = dict(t.champion.assign, terms=terms, rate=0.1)
         cand = Candidate(1, 100 + epoch, assign, t.space.apply(t.config, assign), t.schema, t.store)
@@ -241,3 +241,39 @@ def test_automl_errors_name_the_field(change, path, words):
         configmod.validate(cfg)
     found = dict(err.value.problems)
     assert path in found and words in found[path], found
+
+
+def test_a_former_champion_retired_is_tried_again_once_the_stream_has_doubled():
+    """An assignment that was champion and was retired at example n is not proposed again
+    before 2 n examples of the stream; then it is (the best setting moves as the data grow),
+    also into a slot that waited because every neighbour of the champion had been tried; a
+    JSON round trip keeps when. Retired again, it waits for twice that retirement."""
+    section = with_defaults(AUTOML, {"live": 2, "grace": 100, "space": [
+        {"name": "x", "paths": ["batch_size"], "values": [1, 2], "start": 1}]})
+    rng = np.random.default_rng(0)
+    s = Search(section, Space(section))
+    s.begin({"layers": [], "batch_size": 1}, [])
+    first, other = s.slots[0]["assign"], s.slots[1]["assign"]
+    assert (first, other) == ({"x": 1}, {"x": 2})
+    while s.champion == 0:                                      # slot 1 better: promoted
+        s.observe({0: rng.random(100) + 0.6, 1: rng.random(100) + 0.4})
+        s.decide()
+    while s.slots[0] is not None:                               # the old champion: retired worse
+        s.observe({0: rng.random(100) + 0.6, 1: rng.random(100) + 0.4})
+        s.decide()
+    at = s.seen
+    assert s.retired_at == {key(first): at} and s.slots[0] is None and s.retired["worse"] == 1
+    while s.seen + 100 < 2 * at:
+        s.observe({1: np.full(100, 0.5)})
+        assert s.decide() == [] and key(first) in s.avoid()
+    again = Search(section, Space(section))
+    again.load_json(json.loads(json.dumps(s.to_json())))
+    assert again.to_json() == s.to_json()
+    for t in (s, again):
+        t.observe({1: np.full(100, 0.5)})                       # twice the examples of its retirement
+        assert [(e["event"], e["assign"]) for e in t.decide()] == [("born", first)]
+        assert t.slots[0]["assign"] == first
+        t._retire(0, "worse")                                   # retired again: twice this retirement now
+        assert t.retired_at == {key(first): 2 * at}
+        t.observe({1: np.full(2 * at - 100, 0.5)})
+        assert t.decide() == [] and key(first) in t.avoid()

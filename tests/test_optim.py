@@ -330,3 +330,38 @@ def test_fused_dense_adam_steps_a_replaced_array():
         assert np.array_equal(w, rw)
         assert all(np.array_equal(st[k], rst[k]) for k in ("m", "v", "t"))
     assert sts[0]["t"][0] == 3
+
+
+def test_ftrl_carry_keeps_the_weights_copied_from_another_rate():
+    """An AutoML challenger of another FTRL rate starts from its champion's (w, z, n): without
+    ``carry`` its next step recomputes every weight from z with its own alpha (half the rate,
+    half the weights); with it, a step by a zero gradient leaves the copied weights as they are,
+    in both stores' copy (memory here; the base copy through a snapshot)."""
+    def ftrl(alpha):
+        return {"type": "ftrl", "alpha": alpha, "beta": 1.0, "l1": 0.1, "l2": 0.5}
+    fast, slow = make_optimizer(ftrl(1.4)), make_optimizer(ftrl(0.7))
+    w = np.zeros(3)
+    state = fast.init_state(w.shape, table=False, dtype=np.float64)
+    for g in ([0.5, -1.0, 0.05], [0.7, -0.2, 0.01]):
+        fast.step(w, np.array(g), state)
+    assert w[2] == 0.0 and abs(state["z"][2]) <= 0.1           # held at zero by L1
+    copied = {k: v.copy() for k, v in state.items()}
+    naive = w.copy()
+    slow.step(naive, np.zeros(3), {k: v.copy() for k, v in copied.items()})
+    slow.carry(fast, w, copied)
+    kept = w.copy()
+    slow.step(kept, np.zeros(3), copied)
+    assert np.allclose(kept, w) and copied["z"][2] == state["z"][2]
+    # without it: 0.58 and 0.57 of each weight (the half of the rate, less with L2)
+    assert [round(float(r), 4) for r in naive[:2] / w[:2]] == [0.5792, 0.5738]
+
+    specs = {n: ParamSpec(n, (2,), table=True, init="zeros", optimizer=ftrl(a)) for n, a in (("a.t", 1.4), ("b.t", 0.7))}
+    store = MemoryStore(dtype=np.float64)
+    store.declare(specs, {"type": "sgd", "lr": 0.1})
+    ids = np.array([3, 8], np.uint64)
+    store.push(Gradients(tables={"a.t": (ids, np.array([[0.5, -1.0], [0.3, 0.2]]))}))
+    store.copy({"a.t": "b.t"}, carry=True)
+    before = store.pull([], {"b.t": ids})["b.t"].copy()
+    assert np.allclose(before, store.pull([], {"a.t": ids})["a.t"])
+    store.push(Gradients(tables={"b.t": (ids, np.zeros((2, 2)))}))
+    assert np.allclose(store.pull([], {"b.t": ids})["b.t"], before)

@@ -36,6 +36,7 @@ from .space import Space, key
 
 REASONS = ("worse", "no_gain", "patience", "nonfinite")
 TRIED = 1000          # assignments remembered as tried (never proposed again while remembered)
+EXPIRES = 2.0         # a former champion retired at n examples of the stream may be tried again at 2 n
 
 
 class Search:
@@ -61,11 +62,14 @@ class Search:
         self.mid = np.zeros((3, k, k))
         self.windows = np.zeros((k, k), np.int64)      # windows each pair's evidence has had
         self.tried: list[str] = []                     # keys of the last TRIED assignments born
+        self.seen = 0                                  # examples of the stream observed
+        self.retired_at: dict[str, int] = {}           # a former champion's key → ``seen`` at its last retirement
         self.fields: list[str] = []                    # the stream's categorical fields (crosses)
         self.promotions = 0
         self.retired = dict.fromkeys(REASONS, 0)
         self.version = 0                               # bumped at every change of the slots
         self.exhausted = -1                            # a champion's epoch whose neighbours were all tried
+        self.exhausted_at = 0                          # ``seen`` then
         self.turn = 0                                  # the dimension whose turn it is to move
 
     # ---- births ------------------------------------------------------------------------------
@@ -73,6 +77,7 @@ class Search:
         """The first champion (the space's start in ``config``) and its first challengers."""
         self.fields = sorted(fields)
         events = [self._born(0, self.space.start(config, self.fields))]
+        self.slots[0]["led"] = True
         self.champion = self.served = 0
         return events + self._fill()
 
@@ -93,15 +98,15 @@ class Search:
     def _fill(self) -> list[dict]:
         events = []
         champ = self.slots[self.champion]
-        if self.exhausted == champ["epoch"]:
+        if self.exhausted == champ["epoch"] and not self._expired_since():
             return events
         live = {key(s["assign"]) for s in self.slots if s is not None}
         for i, slot in enumerate(self.slots):
             if slot is None:
                 assign, self.turn = self.space.propose(champ["assign"], self.fields, self.rng,
-                                                       set(self.tried) | live, self.turn, live)
+                                                       self.avoid() | live, self.turn, live)
                 if assign is None:          # every neighbour tried: slots wait for a new champion
-                    self.exhausted = champ["epoch"]
+                    self.exhausted, self.exhausted_at = champ["epoch"], self.seen
                     break
                 events.append(self._born(i, assign))
                 live.add(key(assign))
@@ -112,12 +117,24 @@ class Search:
                     self.slots[i]["grace"] = max(self.grace, min(champ["examples"] - self.replay, self.patience))
         return events
 
+    def avoid(self) -> set[str]:
+        """The keys not to propose: those tried, but for a former champion's retirement the
+        stream has outgrown (retired at n examples, ``EXPIRES`` × n seen since the start; retired
+        again, from then): the best setting moves as the data grow (a step size shrinks), so
+        what led early may lead again late."""
+        return {k for k in self.tried if self.seen < EXPIRES * self.retired_at.get(k, np.inf)}
+
+    def _expired_since(self) -> bool:
+        """Whether a retirement expired since the search last ran out of neighbours."""
+        return any(self.exhausted_at < EXPIRES * at <= self.seen for at in self.retired_at.values())
+
     # ---- evidence ----------------------------------------------------------------------------
     def observe(self, losses: dict[int, np.ndarray]) -> None:
         """Add one batch's per-example progressive losses of the live candidates (slot → [B])."""
         if not losses:
             return
         slots = np.array(sorted(losses))
+        self.seen += max(len(v) for v in losses.values())
         for i in slots:
             self.slots[i]["examples"] += len(losses[i])
             self.slots[i]["loss_sum"] += float(np.sum(losses[i]))
@@ -206,6 +223,7 @@ class Search:
                 events += self._retire(i, "patience")
         if best is not None:
             self.champion = best
+            self.slots[best]["led"] = True
             self.promotions += 1
             self.version += 1
             events.append({"event": "promoted", "slot": best, "from": h, "epoch": self.slots[best]["epoch"],
@@ -245,6 +263,10 @@ class Search:
         self.slots[i] = None
         self.retired[reason] += 1
         self.version += 1
+        k = key(slot["assign"])
+        if reason != "nonfinite" and (slot.get("led") or k in self.retired_at):     # a former champion
+            self.retired_at = {t: at for t, at in self.retired_at.items() if t != k and t in self.tried}
+            self.retired_at[k] = self.seen
         events = [{"event": "retired", "slot": i, "epoch": slot["epoch"], "reason": reason,
                    "assign": slot["assign"]}]
         if i == self.champion:
@@ -259,6 +281,7 @@ class Search:
             return [self._born(old, slot["assign"])]
         means = [self.s[j, old] / self.n[j, old] if self.n[j, old] else 0.0 for j in others]
         self.champion = others[int(np.argmin(means))]
+        self.slots[self.champion]["led"] = True
         self.promotions += 1
         return [{"event": "promoted", "slot": self.champion, "from": old, "epoch": self.slots[self.champion]["epoch"],
                  "assign": self.slots[self.champion]["assign"], "mean_difference": float(min(means))}]
@@ -276,7 +299,8 @@ class Search:
                 "n": self.n.tolist(), "s": self.s.tolist(), "ss": self.ss.tolist(), "tried": self.tried,
                 "start": self.start.tolist(), "mid": self.mid.tolist(), "windows": self.windows.tolist(),
                 "fields": self.fields, "promotions": self.promotions, "retired": self.retired,
-                "version": self.version, "exhausted": self.exhausted, "turn": self.turn, "rng": self.rng.bit_generator.state}
+                "version": self.version, "exhausted": self.exhausted, "exhausted_at": self.exhausted_at,
+                "seen": self.seen, "retired_at": self.retired_at, "turn": self.turn, "rng": self.rng.bit_generator.state}
 
     def load_json(self, doc: dict) -> None:
         if len(doc["slots"]) != self.live:
@@ -293,6 +317,8 @@ class Search:
         self.promotions, self.retired, self.version = doc["promotions"], dict(doc["retired"]), doc["version"]
         self.retired = dict.fromkeys(REASONS, 0) | self.retired    # saved before a reason existed
         self.exhausted = doc.get("exhausted", -1)
+        self.exhausted_at, self.seen = doc.get("exhausted_at", 0), doc.get("seen", 0)
+        self.retired_at = dict(doc.get("retired_at", {}))     # saved before retirements expired: none
         self.turn = doc.get("turn", 0)
         self.rng.bit_generator.state = doc["rng"]
 

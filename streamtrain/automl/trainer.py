@@ -21,7 +21,7 @@ from streamtrain.trainer import StepResult
 from .candidates import Candidate
 from .replay import Replay
 from .search import Search
-from .space import AUTOML, Space
+from .space import AUTOML, Space, key
 
 log = logging.getLogger("streamtrain.automl")
 
@@ -109,7 +109,8 @@ class AutoTrainer:
         if len(pairs) < len(cand.graph.params):
             return False        # a new term (parameters the champion lacks): the whole model starts cold
         try:
-            self.store.copy(pairs)
+            # a former champion tried again keeps the champion's weights under its own rate
+            self.store.copy(pairs, carry=key(cand.assign) in self.search.retired_at)
         except StoreError as err:        # another trainer of a shared search wrote its rows first
             log.warning("automl: slot %d starts cold (copying the champion's parameters failed: %s)",
                         cand.slot, err)

@@ -50,6 +50,12 @@ class Optimizer:
     def get_config(self) -> dict:
         return {"type": self.kind, **self.hyper}
 
+    def carry(self, source: "Optimizer", w: np.ndarray, state: dict) -> None:
+        """Rewrite, in place, the ``state`` that ``source`` (another instance of this rule, other
+        hyperparameters) left beside the weights ``w``, so that this one's next step starts from
+        ``w`` as it is (an AutoML challenger with another rate, copied from its champion). The
+        default: nothing to rewrite (the weights are the state)."""
+
     def state_shapes(self, weight_shape: tuple, table: bool) -> dict[str, tuple]:
         """Shapes of the state slots for a dense weight or for ``weight_shape`` rows of a table."""
         row = (weight_shape[0], 1) if table else (1,)

@@ -71,6 +71,18 @@ class FTRL(Optimizer):
         h = (self.alpha, self.beta, self.l1, self.l2, 0)
         w[...], n[...], z[...] = rule(h, w, n, z, g, g * g if sq is None else sq)
 
+    def carry(self, source, w, state):
+        """The weights are ``-shrink(z) / ((beta + √n) / alpha + l2)``: a copy of another rate's
+        (z, n) would rescale every weight at its next step (half the rate, half the weights).
+        ``z`` is rewritten so that this rule's weight of each coordinate is the copied one (a
+        coordinate L1 holds at zero keeps its ``z``)."""
+        if type(source) is not type(self) or source.hyper == self.hyper:
+            return
+        z, n = state["z"], state["n"]
+        d = (self.beta + np.sqrt(n)) / self.alpha + self.l2
+        moved = (w != 0) & (d > 0)
+        z[...] = np.where(moved, -w * d + np.sign(-w) * self.l1, z)
+
     def step_rows(self, weights, state, rows, g, sq=None):
         rows_ = _rows()                     # numba: imported by the first push, not at start-up
         if not rows_.usable(weights, state, g):

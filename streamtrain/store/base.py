@@ -153,7 +153,7 @@ class ParamStore(abc.ABC):
     def _drop(self, names: list[str]) -> None:
         raise NotImplementedError(f"{self.describe()} store cannot drop parameters")
 
-    def copy(self, pairs: dict[str, str]) -> None:
+    def copy(self, pairs: dict[str, str], carry: bool = False) -> None:
         """Copy parameters ``source → destination`` (both declared, of one shape): values,
         rows and the optimizer slots both optimizers have (an AutoML challenger starts from its
         champion's knowledge). The destinations' previous rows go."""
@@ -164,10 +164,13 @@ class ParamStore(abc.ABC):
         out = Snapshot(specs={b: self.specs[b] for b in pairs.values()},
                        optimizers={b: self.optimizers[b].get_config() for b in pairs.values()})
         for a, b in pairs.items():
-            if a in snap.dense:
-                out.dense[b] = snap.dense[a]
-            elif a in snap.tables:
-                out.tables[b] = snap.tables[a]
+            got = snap.dense.get(a, snap.tables.get(a))
+            if got is None:
+                continue
+            got = {k: np.array(v, copy=True) for k, v in got.items()}
+            if carry:                       # the weights as they are (``Optimizer.carry``)
+                self.optimizers[b].carry(self.optimizers[a], got["value"], got)
+            (out.dense if a in snap.dense else out.tables)[b] = got
         self._put(out)
 
     def snapshot_of(self, names: list[str]) -> Snapshot:

@@ -140,18 +140,20 @@ class MemoryStore(ParamStore):
                 self.dense[name] = initial_dense(spec, opt, self.dtype)
                 self.dense_state[name] = opt.init_state(spec.shape, table=False, dtype=self.dtype)
 
-    def copy(self, pairs) -> None:
+    def copy(self, pairs, carry: bool = False) -> None:
         """``ParamStore.copy`` without the snapshot: arrays and the id index copied as they are."""
         import copy as copying
         with self._lock:
             for src, dst in pairs.items():
                 if src not in self.specs or dst not in self.specs:
                     continue
+                adopt = self.optimizers[dst].carry if carry else (lambda *a: None)
                 if src in self.dense:
                     self.dense[dst][...] = self.dense[src]
                     for k, arr in self.dense_state[dst].items():
                         if k in self.dense_state[src]:
                             arr[...] = self.dense_state[src][k]
+                    adopt(self.optimizers[src], self.dense[dst], self.dense_state[dst])
                     continue
                 a, b = self.tables[src], self.tables[dst]
                 a.fill()
@@ -162,6 +164,7 @@ class MemoryStore(ParamStore):
                 b.state = {k: (a.state[k].copy() if k in a.state else np.zeros_like(arr, shape=(len(b.weights),) +
                                                                                      arr.shape[1:]))
                            for k, arr in b.state.items()}
+                adopt(self.optimizers[src], b.weights, b.state)
                 self.stats.table_rows[dst] = len(b)
 
     def _drop(self, names) -> None:
