@@ -11,8 +11,8 @@ pulled, before the batch's updates). ``time`` replays them: per batch the minimu
 updates), summed, as ns/example; and a checksum of the outputs (every logit, residual and
 final parameter array), which a change meant to keep the arithmetic must leave as it is.
 
-``--against M`` is the A/B to trust on a busy machine: copy the other version's kernels.py
-beside this one as ``streamtrain/online/M.py`` (not to be committed) and each batch is run by
+``--against NAME`` is the A/B to trust on a busy machine: copy the other version's kernels.py
+beside this one under that name (``kernels_base``, say; not to be committed) and each batch is run by
 both, call after call in turn, so both see the same load; it prints both figures, their ratio
 and both checksums. Run it a few times: the same code against itself (A/A) moves the ratio by
 up to ±6 % (FM) and ±10 % (LR) at load 4 on 2 cores.
