@@ -175,6 +175,26 @@ def _zigzag(a, pos, end):
     return np.int64(raw >> np.uint64(1)) ^ -np.int64(raw & np.uint64(1)), pos
 
 
+@njit(nogil=True, inline="always")
+def record_at(a, pos, stop):
+    """The v2 record at ``pos`` (it must end by ``stop``): (timestamp delta, offset delta, value
+    start, value length (0 for a null value), the record's end)."""
+    length, pos = _zigzag(a, pos, stop)
+    end = pos + length
+    if length <= 0 or end > stop:
+        raise ValueError("a record runs past its batch")
+    t, p = _zigzag(a, pos + 1, end)           # + 1: the attributes byte
+    o, p = _zigzag(a, p, end)
+    k, p = _zigzag(a, p, end)
+    if k < -1:
+        raise ValueError("a record's key length is negative")
+    p += max(k, 0)
+    v, p = _zigzag(a, p, end)
+    if v < -1 or p + max(v, 0) > end:
+        raise ValueError("a record's value runs past its end")
+    return t, o, p, max(v, 0), end
+
+
 @njit(nogil=True)
 def _decode_join(a, pos, count, min_delta):
     n = len(a)
@@ -184,23 +204,11 @@ def _decode_join(a, pos, count, min_delta):
     vlen = np.empty(count, np.int64)
     kept, total = 0, 0
     for i in range(count):
-        length, pos = _zigzag(a, pos, n)
-        end = pos + length
-        if length <= 0 or end > n:
-            raise ValueError("a record runs past its batch")
-        t, p = _zigzag(a, pos + 1, end)           # + 1: the attributes byte
-        o, p = _zigzag(a, p, end)
-        k, p = _zigzag(a, p, end)
-        if k < -1:
-            raise ValueError("a record's key length is negative")
-        p += max(k, 0)
-        v, p = _zigzag(a, p, end)
-        if v < -1 or p + max(v, 0) > end:
-            raise ValueError("a record's value runs past its end")
-        offd[i], tsd[i], vstart[i], vlen[i] = o, t, p, max(v, 0)     # a null value: an empty line
+        t, o, p, v, end = record_at(a, pos, n)
+        offd[i], tsd[i], vstart[i], vlen[i] = o, t, p, v     # a null value: an empty line
         if o >= min_delta:
             kept += 1
-            total += max(v, 0) + 1
+            total += v + 1
         pos = end
     if pos != n:
         raise ValueError("record batch body has bytes left over")

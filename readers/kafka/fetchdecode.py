@@ -27,7 +27,7 @@ from numba.extending import intrinsic
 
 from streamtrain.compiled import njit
 
-from .decode import _zigzag
+from .decode import record_at
 
 HEADER = 61                    # a v2 batch's header, up to its first record
 COLUMNS = ("start", "end", "base_offset", "last_offset_delta", "first_ts", "max_ts",
@@ -88,23 +88,11 @@ def _records(a, table, min_offset):
         pos, stop = table[b, START] + HEADER, table[b, END]
         append_time = table[b, ATTRS] & LOG_APPEND_TIME
         for _ in range(table[b, COUNT]):
-            length, pos = _zigzag(a, pos, stop)
-            end = pos + length
-            if length <= 0 or end > stop:
-                raise ValueError("a record runs past its batch")
-            t, p = _zigzag(a, pos + 1, end)           # + 1: the attributes byte
-            o, p = _zigzag(a, p, end)
-            key, p = _zigzag(a, p, end)
-            if key < -1:
-                raise ValueError("a record's key length is negative")
-            p += max(key, 0)
-            v, p = _zigzag(a, p, end)
-            if v < -1 or p + max(v, 0) > end:
-                raise ValueError("a record's value runs past its end")
+            t, o, p, v, end = record_at(a, pos, stop)
             f = fields[i]
             f[0] = table[b, BASE] + o
             f[1] = table[b, MAX_TS] if append_time else table[b, FIRST_TS] + t
-            f[2], f[3] = p, max(v, 0)                 # a null value: an empty line
+            f[2], f[3] = p, v                         # a null value: an empty line
             nl = 0
             for c in a[p:p + f[3]]:                     # (an iterator: no index checks, vectorised)
                 nl += c == 10
