@@ -60,23 +60,30 @@ def patch_socket_reads() -> bool:
         return False
 
 
+def _recv(transport, read, tlog, errors):
+    """One socket read, ``read()``, as the library's ``_sock_recv`` treats it: (what it returned,
+    None); (None, None) when the socket would block; (None, error) when it closed or failed."""
+    try:
+        got = read()
+    except (BlockingIOError, InterruptedError):
+        return None, None
+    except BaseException as e:
+        tlog.exception('%s: Error receiving network data closing socket', transport)
+        return None, errors.KafkaConnectionError(e)
+    if not got:
+        tlog.error('%s: socket disconnected', transport)
+        return None, errors.KafkaConnectionError('socket disconnected')
+    return got, None
+
+
 def _read_bytes(transport, tlog, errors):
     """The library's ``_sock_recv``, ``RECV_BYTES`` per call: (bytes, error or None)."""
-    recvd, err = [], None
+    recvd = []
     while True:
-        try:
-            data = transport._sock.recv(RECV_BYTES)
-            if not data:
-                tlog.error('%s: socket disconnected', transport)
-                err = errors.KafkaConnectionError('socket disconnected')
-                break
-            recvd.append(data)
-        except (BlockingIOError, InterruptedError):
+        data, err = _recv(transport, lambda: transport._sock.recv(RECV_BYTES), tlog, errors)
+        if data is None:
             break
-        except BaseException as e:
-            tlog.exception('%s: Error receiving network data closing socket', transport)
-            err = errors.KafkaConnectionError(e)
-            break
+        recvd.append(data)
     return (recvd[0] if len(recvd) == 1 else b''.join(recvd)), err
 
 
@@ -85,19 +92,10 @@ def _read_into(transport, view, tlog, errors):
     what was read, error or None)."""
     filled, err = 0, None
     while filled < len(view):
-        try:
-            n = transport._sock.recv_into(view[filled:])
-            if not n:
-                tlog.error('%s: socket disconnected', transport)
-                err = errors.KafkaConnectionError('socket disconnected')
-                break
-            filled += n
-        except (BlockingIOError, InterruptedError):
+        n, err = _recv(transport, lambda at=filled: transport._sock.recv_into(view[at:]), tlog, errors)
+        if n is None:
             break
-        except BaseException as e:
-            tlog.exception('%s: Error receiving network data closing socket', transport)
-            err = errors.KafkaConnectionError(e)
-            break
+        filled += n
     return view[:filled], err
 
 
