@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamtrain.online.terms import Term
+from streamtrain.online.terms import Term, bias_grid
 
 from .base import INIT_OPTIONS, Layer, Option, positive, register
 
@@ -41,8 +41,7 @@ class Bias(Layer):
         return self.opts["dim"] == 1
 
     def linear_terms(self, ctx):
-        n = ctx.batch.size
-        return [Term(self.param_name("b"), np.zeros((n, 1), np.int64), np.ones((n, 1)), 1)]
+        return [Term(self.param_name("b"), *bias_grid(ctx.batch.size), 1)]     # (made once per size)
 
     def forward(self, ctx, xs):
         b = ctx.value(self.param_name("b"))

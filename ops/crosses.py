@@ -15,7 +15,7 @@ from streamtrain.errors import ShapeError
 from streamtrain.hashing import hash_str, splitmix64
 
 from .base import SPARSE, Layer, Option, SparseShape, register
-from .inputs import batch_fields
+from .inputs import memo_fields
 
 
 def cross_field(a, b, salt: np.uint64):
@@ -107,7 +107,7 @@ class FeatureCross(Layer):
     def _upstream(self, ctx, names):
         if self.upstream.source is not None:
             return self.upstream.source(ctx, names)
-        return batch_fields(ctx.batch, names)
+        return memo_fields(ctx, names)
 
     def fields_of(self, ctx, names) -> list:
         """The batch's fields of ``names`` (input fields and crosses), computed once per batch."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from streamtrain import lazy
-from streamtrain.online.terms import Term
+from streamtrain.online.terms import Term, bias_grid, index_grid
 
 from .base import INIT_OPTIONS, REQUIRED, Layer, Option, flat_dim, positive, register
 
@@ -83,9 +83,9 @@ class FC(Layer):
         x = ctx.outputs[self.inputs[0]]         # the engine elides this layer's forward pass
         x2 = x.reshape(len(x), -1)
         B, n = x2.shape
-        terms = [Term(self.param_name("W"), np.broadcast_to(np.arange(n), (B, n)), x2, n)]
+        terms = [Term(self._w_name, index_grid(B, n), x2, n)]     # (grids made once per shape)
         if self.opts["bias"]:
-            terms.append(Term(self.param_name("b"), np.zeros((B, 1), np.int64), np.ones((B, 1)), 1))
+            terms.append(Term(self._b_name, *bias_grid(B), 1))
         return terms
 
     def forward(self, ctx, xs):

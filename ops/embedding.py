@@ -9,7 +9,7 @@ from streamtrain.online.terms import Term
 
 from ._field_layout import field_slots
 from .base import INIT_OPTIONS, SPARSE, Layer, Option, SparseShape, positive, register
-from .inputs import batch_fields
+from .inputs import memo_fields
 
 _kernels = lazy.module("streamtrain.ops._embedding_kernels")
 
@@ -71,7 +71,7 @@ class Embedding(Layer):
         key = ("embedding-layout", self.fields)
         got = ctx.memo.get(key)
         if got is None:
-            fields = self.source(ctx, self.fields) if self.source else batch_fields(ctx.batch, self.fields)
+            fields = self.source(ctx, self.fields) if self.source else memo_fields(ctx, self.fields)
             B, F = ctx.batch.size, len(fields)
             ids = fields[0].ids if F == 1 else np.concatenate([f.ids for f in fields])
             offs = np.concatenate([f.offsets for f in fields]).reshape(F, B + 1)

@@ -24,6 +24,17 @@ def batch_fields(batch, names) -> list:
     return out
 
 
+def memo_fields(ctx, names) -> list:
+    """``batch_fields`` of the context's batch, once per batch for each tuple of names (kept in
+    ``ctx.memo``: a batch prepared ahead brings the embeddings' from the parse thread, and the
+    step's sparse input and feature cross take them from there)."""
+    key = ("batch-fields", tuple(names))
+    got = ctx.memo.get(key)
+    if got is None:
+        got = ctx.memo[key] = batch_fields(ctx.batch, names)
+    return got
+
+
 def _field_list(value):
     if value is None:
         return None
@@ -68,7 +79,7 @@ class SparseInput(Layer):
         return SparseShape(self.fields)
 
     def forward(self, ctx, xs):
-        return dict(zip(self.fields, batch_fields(ctx.batch, self.fields)))
+        return dict(zip(self.fields, memo_fields(ctx, self.fields)))
 
     def backward(self, ctx, gy):
         return []

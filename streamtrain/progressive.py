@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import lazy
 from .scores import EPS, class_log_losses, log_losses, squared_errors
 
 BINS = 1 << 16
@@ -21,6 +22,7 @@ LIMIT = 30.0
 BIN_EPS = 1e-13         # the bins' clip of p (log-odds within ±LIMIT)
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _PASS = np.array([BIN_EPS, EPS, LIMIT, BINS / (2 * LIMIT)])    # binary_pass's constants
+_kernels = lazy.module("streamtrain._progressive_kernels")      # numba: not paid at start-up
 
 
 def logit_bins(p: np.ndarray) -> np.ndarray:
@@ -56,9 +58,8 @@ class Progressive:
         p = np.ascontiguousarray(p, np.float64).reshape(-1)
         if len(p) != len(labels) or labels.dtype not in _FLOATS:
             return self._update(labels, p)
-        from ._progressive_kernels import binary_pass   # numba: not paid at start-up
         losses = np.empty(len(p))
-        sums = binary_pass(labels, p, self.pos, self.neg, losses, _PASS)   # O(batch), not O(BINS)
+        sums = _kernels().binary_pass(labels, p, self.pos, self.neg, losses, _PASS)   # O(batch), not O(BINS)
         self.count += len(labels)
         self.loss_sum += sums[0]
         self.label_sum += sums[1]

@@ -7,6 +7,7 @@ A *linear* term contributes ``z[example[o]] += x[o] * w[pos[o]]`` for each occur
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +16,23 @@ import numpy as np
 #: index in ``online.kernels.RULES`` (each optimizer module's own ``rule`` function, compiled)
 KERNEL_RULES = ("sgd", "adagrad", "ftrl")
 SGD, ADAGRAD, FTRL = range(len(KERNEL_RULES))
+
+
+@functools.lru_cache(maxsize=16)
+def index_grid(batch: int, n: int) -> np.ndarray:
+    """``[batch, n]``: every row ``0, 1, ..., n - 1`` (a dense parameter's flat indices, each
+    example's occurrences of them), read-only, made once per shape (a batch's terms are made per
+    batch; batches come in one size but the last)."""
+    return np.broadcast_to(np.arange(n), (batch, n))
+
+
+@functools.lru_cache(maxsize=16)
+def bias_grid(batch: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(pos, x)`` of a one-weight term that every example has once, coefficient 1: ``[batch,
+    1]`` zeros (int) and ones (float64), read-only, made once per batch size."""
+    pos, x = np.zeros((batch, 1), np.int64), np.ones((batch, 1))
+    pos.flags.writeable = x.flags.writeable = False
+    return pos, x
 
 
 @dataclass

@@ -19,8 +19,9 @@ _scatter = lazy.module("streamtrain.store.scatter")
 
 
 def take_rows(arr: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """``arr[rows]`` for a 2-D array; ``np.take`` is several times faster than fancy indexing."""
-    return np.take(arr, rows, axis=0)
+    """``arr[rows]`` for a 2-D array; ``take`` is several times faster than fancy indexing (the
+    method: ``np.take`` is a Python wrapper around it, a few µs a call in the step)."""
+    return arr.take(rows, axis=0)
 
 
 def put_rows(arr: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
