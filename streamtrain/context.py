@@ -75,6 +75,7 @@ class Context:
         self.param_squares: dict[str, np.ndarray] = {}  # per-example squared gradients, summed
         self.optimizers: dict = {}    # parameter -> Optimizer (set by a trainer)
         self.states: dict = {}        # parameter -> optimizer slots of the pulled rows (when asked)
+        self.lent: dict = {}          # parameter -> (rows, the store's own arrays): ``MemoryStore.lend``
         self.engine = None            # the per-example engine (``streamtrain.online``), set by a trainer
         self.needs_grad: dict = {}    # layer -> whether its output needs a gradient (default: yes)
         self.loss = float("nan")
@@ -166,6 +167,7 @@ class Context:
         self.param_grads.clear()
         self.param_squares.clear()
         self.states = {}
+        self.lent = {}
         self._written.clear()
         self.memo.clear()
         self.loss = float("nan")
