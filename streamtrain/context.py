@@ -105,6 +105,15 @@ class Context:
             self._buffers[key] = buf
         return buf
 
+    def zeros(self, key, shape, dtype=None) -> np.ndarray:
+        """``buffer`` holding zeros, written only when it is made: the caller and whoever reads
+        it must not write into it (an elided layer's output, which layers only read)."""
+        buf = self._buffers.get(key)
+        if buf is None or buf.shape != tuple(shape) or buf.dtype != np.dtype(dtype or self.dtype):
+            buf = self.buffer(key, shape, dtype)
+            buf.fill(0)
+        return buf
+
     def rows(self, key, shape, dtype=None) -> np.ndarray:
         """The first ``shape[0]`` rows of a buffer for ``key`` kept across batches whose row count
         varies (sampled graphs), reallocated only when a batch needs more (sam_backend's Resize)."""

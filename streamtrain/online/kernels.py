@@ -273,18 +273,15 @@ def _update_fm(k, rho, fptr, frow, fx, ffield, fterm, E, S, V, Vn, Vz, vgrp, cod
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _prefetch(k, lptr, lslot, L, seen, fptr, frow, V, Vn, fseen):
-    """Ask for example ``k``'s rows (linear slots, FM rows and their optimizer slots, and their
-    ``seen`` entries) while the example before it computes: its rows are scattered over a
-    block larger than the L2 cache, and the loads then overlap instead of stalling in turn."""
+    """Ask for example ``k``'s rows (linear slots, FM rows, their slots and ``seen`` entries)
+    ahead of it: they are scattered over a block larger than the L2 cache; the loads overlap."""
     for i in range(lptr[k], lptr[k + 1]):
-        j = lslot[i]
-        prefetch(L, j)
-        prefetch(seen, j)
+        prefetch(L, lslot[i])
+        prefetch(seen, lslot[i])
     for i in range(fptr[k], fptr[k + 1]):
-        q = frow[i]
-        prefetch(V, q)
-        prefetch(Vn, q)
-        prefetch(fseen, q)
+        prefetch(V, frow[i])
+        prefetch(Vn, frow[i])
+        prefetch(fseen, frow[i])
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
