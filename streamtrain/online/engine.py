@@ -33,6 +33,17 @@ class _Block:
     start: tuple = ()         # (w, n, z) before the batch, in the store's precision
 
 
+def _aligned(shape: tuple, dtype) -> np.ndarray:
+    """``np.empty(shape, dtype)`` starting on a 64-byte cache line (numpy's start 16 bytes into
+    one): a block's row of 8 float64 is then one line, not two, for the per-example loop that
+    reads and writes rows all over the block (10 % of the FM loop's time)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    raw = np.empty(nbytes + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
 class _Arrays:
     """Arrays the engine reuses from batch to batch (a block's rows vary: the first ``n`` rows
     of one grown as needed), and zero arrays nothing writes to."""
@@ -44,7 +55,9 @@ class _Arrays:
         buf = self._kept.get(key)
         if buf is None or len(buf) < n or buf.shape[1] != d or buf.dtype != dtype:
             size = max(n, len(buf) * 3 // 2 if buf is not None else 0)
-            buf = self._kept[key] = (np.zeros if zeros else np.empty)((size, d), dtype)
+            buf = self._kept[key] = _aligned((size, d), dtype)
+            if zeros:
+                buf.fill(0)
         return buf[:n]
 
     def grid(self, key, batch: int, width: int, dtype) -> np.ndarray:
