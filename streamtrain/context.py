@@ -75,6 +75,7 @@ class Context:
         self.param_squares: dict[str, np.ndarray] = {}  # per-example squared gradients, summed
         self.optimizers: dict = {}    # parameter -> Optimizer (set by a trainer)
         self.states: dict = {}        # parameter -> optimizer slots of the pulled rows (when asked)
+        self.lent: dict = {}          # parameter -> (rows, the store's own arrays): ``MemoryStore.lend``
         self.engine = None            # the per-example engine (``streamtrain.online``), set by a trainer
         self.needs_grad: dict = {}    # layer -> whether its output needs a gradient (default: yes)
         self.loss = float("nan")
@@ -102,6 +103,15 @@ class Context:
         if buf is None or buf.shape != tuple(shape) or buf.dtype != dtype:
             buf = np.empty(shape, dtype)
             self._buffers[key] = buf
+        return buf
+
+    def zeros(self, key, shape, dtype=None) -> np.ndarray:
+        """``buffer`` holding zeros, written only when it is made: the caller and whoever reads
+        it must not write into it (an elided layer's output, which layers only read)."""
+        buf = self._buffers.get(key)
+        if buf is None or buf.shape != tuple(shape) or buf.dtype != np.dtype(dtype or self.dtype):
+            buf = self.buffer(key, shape, dtype)
+            buf.fill(0)
         return buf
 
     def rows(self, key, shape, dtype=None) -> np.ndarray:
@@ -166,6 +176,7 @@ class Context:
         self.param_grads.clear()
         self.param_squares.clear()
         self.states = {}
+        self.lent = {}
         self._written.clear()
         self.memo.clear()
         self.loss = float("nan")

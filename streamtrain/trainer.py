@@ -44,6 +44,8 @@ class Trainer:
         self.ctx.optimizers = store.optimizers
         self.engine = self._engine(graph, store)
         self.ctx.engine = self.engine if self.engine is not None and self.engine.layers else None
+        # a store that lends its arrays (memory) to an engine that hands back final rows
+        self._lends = self.ctx.engine is not None and self.engine.assign and getattr(store, "lends", False)
         self.progressive = tracker_class(graph.loss)()   # figures of the loss's kind (progressive.py)
         self.batches = 0                   # batches (and examples) whose update was applied
         self.examples = 0
@@ -86,9 +88,12 @@ class Trainer:
         t0 = clock()
         t["feed"] = t0 - tf            # unique ids per table, each layer's positions among them
         dense, tables = g.needs(ctx)
-        ctx.values = self.store.pull(dense, tables)
-        if ctx.engine is not None:
-            ctx.states = self.store.pull_states(ctx.engine.params)
+        if self._lends:        # the engine gathers its rows from the store's arrays itself
+            ctx.values, ctx.lent = self.store.lend(dense, tables, ctx.engine.params)
+        else:
+            ctx.values = self.store.pull(dense, tables)
+            if ctx.engine is not None:
+                ctx.states = self.store.pull_states(ctx.engine.params)
         if self._ahead is not None:            # the next batch's rows, read while this one computes
             self.store.prefetch(*self._ahead)
             self._ahead = None

@@ -24,7 +24,8 @@ from ..compiled import numba  # numba as streamtrain.compiled loads it (start-up
 
 njit = numba.njit
 
-from ..optim import adagrad, ftrl, sgd
+from ..optim import adagrad, ftrl, sgd  # noqa: E402
+from ..prefetch import prefetch  # noqa: E402
 from .prep import by_example, combine  # noqa: F401 - the engine's other kernels, named here too
 from .terms import ADAGRAD, FTRL, SGD
 NEWTON_ITERATIONS = 50      # safeguarded Newton for the implicit residual: 2-3 steps from the
@@ -270,6 +271,19 @@ def _update_fm(k, rho, fptr, frow, fx, ffield, fterm, E, S, V, Vn, Vz, vgrp, cod
                 V[q, c], Vn[q, c], Vz[q, c] = _step(rule, _row(hyper, g_), V[q, c], Vn[q, c], Vz[q, c], g, g * g)
 
 
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _prefetch(k, lptr, lslot, L, seen, fptr, frow, V, Vn, fseen):
+    """Ask for example ``k``'s rows (linear slots, FM rows, their slots and ``seen`` entries)
+    ahead of it: they are scattered over a block larger than the L2 cache; the loads overlap."""
+    for i in range(lptr[k], lptr[k + 1]):
+        prefetch(L, lslot[i])
+        prefetch(seen, lslot[i])
+    for i in range(fptr[k], fptr[k + 1]):
+        prefetch(V, frow[i])
+        prefetch(Vn, frow[i])
+        prefetch(fseen, frow[i])
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def learn(base, y, implicit, normalize, rules, linear, lslots, fm, fslots):
     """Per example ``k`` in order: its logit, ``base[k]`` (the rest of the logit) plus the owned
@@ -319,6 +333,8 @@ def learn(base, y, implicit, normalize, rules, linear, lslots, fm, fslots):
     zs = np.empty(B)
     rhos = np.empty(B)
     for k in range(B):
+        if k + 2 < B:
+            _prefetch(k + 2, lptr, lslot, L, seen, fptr, frow, V, Vn, fseen)
         part, m = _gather(k, lptr, lslot, lx, L, seen, uj, ux)
         zk = base[k] + part
         mq, twice = 0, False

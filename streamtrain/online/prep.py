@@ -1,7 +1,8 @@
 """Compiled preparation of the kernel's inputs and of its result (numba, cached): the grid of a
 batch's *dense* occurrences, ``[B, W]`` (example ``k``'s are row ``k``), written in place into
 arrays the engine reuses from batch to batch instead of building, stacking and casting per-term
-arrays; other occurrences grouped by example (``by_example``); and ``combine``, which turns a
+arrays; other occurrences grouped by example (``by_example``); a block's rows gathered from a
+store's own tables (``gather_rows``); and ``combine``, which turns a
 batch's per-example result into the one gradient (and squares) a store steps by.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from ..compiled import numba  # numba as streamtrain.compiled loads it (start-up
 njit = numba.njit
 
 from ..optim import adagrad, ftrl, sgd  # noqa: E402
+from ..prefetch import prefetch  # noqa: E402
 from .terms import ADAGRAD, SGD  # noqa: E402
 
 # each rule's inverse (optim/<rule>.py), for ``combine``
@@ -46,6 +48,28 @@ def put_present(row, x, col, m, present, pos, lo, w):
             row[k, col + f] = pos[j] + lo
             x[k, col + f] = here * (w[j] if weighted else 1.0)
             i += here
+
+
+AHEAD = 16      # rows whose load ``gather_rows`` asks for before it copies them (``prefetch``)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def gather_rows(out, lo, src, rows):
+    """``out[lo + i] = src[rows[i]]`` (cast to ``out``'s float64) for 2-D arrays with rows of one
+    width: a block's working rows straight from a table the store lends (``MemoryStore.lend``),
+    one pass instead of a pulled copy and its cast. The rows are scattered over a table larger
+    than the caches: each is requested ``AHEAD`` rows before its copy, so the loads overlap."""
+    d = out.shape[1]
+    n = len(rows)
+    for i in range(min(AHEAD, n)):
+        prefetch(src, rows[i])
+    o = out[lo:]
+    for i in range(n):
+        if i + AHEAD < n:
+            prefetch(src, rows[i + AHEAD])
+        r = np.uint64(rows[i])                  # (unsigned: no negative-index wraparound)
+        for c in range(d):
+            o[np.uint64(i), np.uint64(c)] = src[r, np.uint64(c)]
 
 
 @njit(cache=True, nogil=True, error_model="numpy")

@@ -85,7 +85,7 @@ class ParamStore(abc.ABC):
     ``from_config`` and ``test_params()``, registered with ``@register``. Optional
     capabilities have defaults here: ``pull_states`` (raises: no optimizer state to show),
     ``barrier`` (``None``: updates apply on push, no sync rounds), ``assigns`` (False: only
-    gradients are pushed), ``writes_back`` (False: a push reaches the server before it returns;
+    gradients are pushed), ``lends`` (False), ``writes_back`` (False: a push reaches the server before it returns;
     True: ``flush()`` writes what pushes left in a local copy, see below), ``lifecycle()`` (``{}``:
     no row expiry or admission to count) and ``stats`` (the counters, kept by every store).
 
@@ -200,6 +200,9 @@ class ParamStore(abc.ABC):
     #: they are. The per-example engine then hands over what it learnt instead of a combined
     #: gradient to step by again; a store that retries updates on conflicts needs the gradient.
     assigns = False
+    #: True: ``lend(dense, tables, names)`` (memory.py): ``pull`` but for ``names`` the store's
+    #: own arrays and the rows of the ids, from which an engine that ``assigns`` gathers itself
+    lends = False
 
     prefetches = False     # True: ``prefetch`` reads ahead, worth calling with the next batch
 

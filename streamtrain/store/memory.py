@@ -197,23 +197,50 @@ class MemoryStore(ParamStore):
                     table.ids = first.ids
 
     def pull(self, dense, tables, *, create=True):
-        out = {}
         with self._lock:
             if create and len(tables) > 1:
                 self._share_ids(tables)
-            for name in dense:
-                out[name] = self.dense[name].copy()
-            for name, ids in tables.items():
-                table = self.tables[name]
-                rows, n_new = table.rows(ids, create)
-                values = take_rows(table.weights, rows if create else np.maximum(rows, 0))
-                if not create and n_new:
-                    missing = rows < 0
-                    values[missing] = initial_rows(table.spec, table.optimizer, ids[missing], self.dtype)
-                out[name] = values
-                self.stats.rows_pulled += len(ids)
-                self.stats.rows_created += n_new if create else 0
+            return self._pull(dense, tables, create)
+
+    def _pull(self, dense, tables, create: bool) -> dict:
+        out = {}
+        for name in dense:
+            out[name] = self.dense[name].copy()
+        for name, ids in tables.items():
+            table = self.tables[name]
+            rows, n_new = table.rows(ids, create)
+            values = take_rows(table.weights, rows if create else np.maximum(rows, 0))
+            if not create and n_new:
+                missing = rows < 0
+                values[missing] = initial_rows(table.spec, table.optimizer, ids[missing], self.dtype)
+            out[name] = values
+            self.stats.rows_pulled += len(ids)
+            self.stats.rows_created += n_new if create else 0
         return out
+
+    lends = True       # ``lend``: the per-example engine reads its rows from the store's own arrays
+
+    def lend(self, dense, tables, names) -> tuple[dict, dict]:
+        """``pull`` (creating rows) of the parameters not in ``names``, and for those in ``names``
+        the store's own arrays instead of copies: ``name -> (rows of its ids, or None for a dense
+        parameter; its value array; its slots)``. The per-example engine gathers its working rows
+        straight from them (no pulled copy, no ``pull_states``) and hands its final rows back
+        through ``Gradients.assigned``, as always: the lent arrays are read, never written."""
+        own = set(names)
+        with self._lock:
+            if len(tables) > 1:
+                self._share_ids(tables)
+            values = self._pull([n for n in dense if n not in own],
+                                {n: ids for n, ids in tables.items() if n not in own}, True)
+            lent = {n: (None, self.dense[n], self.dense_state[n]) for n in dense if n in own}
+            for name, ids in tables.items():
+                if name in own:
+                    table = self.tables[name]
+                    rows, n_new = table.rows(ids, True)
+                    lent[name] = (rows, table.weights, table.state)
+                    self.stats.rows_pulled += len(ids)
+                    self.stats.rows_created += n_new
+        return values, lent
 
     def pull_states(self, names):
         out = {}
