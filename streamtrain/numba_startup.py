@@ -22,6 +22,19 @@ command line's start), never by an import. Without it numba behaves as numba doe
   ``.numba_config.yaml`` in the working directory; kept when there is one): ~20 ms of every start.
   When numba is not imported yet, it is imported without them.
 
+* A cached kernel's object code names the environment of each numba helper it inlined (array
+  allocation and the like, from ``numba.np.arrayobj``); loading it imports that module, and with
+  it numba's string, hashing and random support (~25 ms of the first cache load, on the path to
+  the first batch). The environment of a numba-internal module that is not imported yet is
+  rebuilt without importing it: its globals are read only by object-mode code, which numba's
+  own helpers never are (their constants are kept); the module imports as usual later.
+* numba checks that a kernel's cache directory is writable by creating a file there, once for
+  every cached kernel as its module is imported (78 for an LR job); patched, once per directory.
+* numba scans every installed distribution for ``numba_extensions`` entry points (~10 ms with
+  a few hundred installed) before a kernel's first call, cache load or compile; patched, before
+  the first real compile, with the registries (a kernel loaded from the cache was compiled with
+  whatever extension types it needs already known).
+
 ``STREAMTRAIN_NUMBA_EAGER=1`` keeps numba's own behaviour (registries first, scipy and yaml).
 Guarded: applied only at the numba versions below (the lowest allowed, tested by
 ``.ci/versions.py lowest``, and the newest tested) and when the internals it replaces are there;
@@ -110,6 +123,7 @@ def _registries_at_first_compile() -> None:
     def ours_first(load_additional_registries):
         def load(self):
             _load_registry_modules()
+            _entry_points_now()
             return load_additional_registries(self)
         load._streamtrain = True
         return load
@@ -118,6 +132,73 @@ def _registries_at_first_compile() -> None:
     cache.load_overload = load_overload
     for ctx in contexts:
         ctx.load_additional_registries = ours_first(ctx.load_additional_registries)
+
+
+_init_entry_points = None          # numba's entrypoints.init_all, deferred to the first compile
+
+
+def _entry_points_now() -> None:
+    """numba's scan of the ``numba_extensions`` entry points, put back and run (once)."""
+    global _init_entry_points
+    init_all, _init_entry_points = _init_entry_points, None
+    if init_all is not None:
+        from numba.core import entrypoints
+        entrypoints.init_all = init_all
+        init_all()
+
+
+def _entry_points_at_first_compile() -> None:
+    """numba's ``entrypoints.init_all`` (called by a dispatcher before every first call) does
+    nothing until the first compile loads the registries (module docstring)."""
+    global _init_entry_points
+    from numba.core import entrypoints
+    if getattr(entrypoints, "_already_initialized", True):
+        return                       # (scanned already, or a numba without the flag: left alone)
+
+    def init_all():
+        """Deferred by streamtrain.numba_startup to the first compile."""
+    init_all._streamtrain = True
+    _init_entry_points = entrypoints.init_all
+    entrypoints.init_all = init_all
+
+
+def _helper_environments_unimported() -> None:
+    """A cached kernel's environments of numba-internal modules not imported yet are rebuilt
+    without importing them (module docstring); any other is numba's own ``_rebuild_env``'s."""
+    from numba.core import environment
+    rebuild, Environment = environment._rebuild_env, environment.Environment
+    if not hasattr(Environment, "_memo") or not hasattr(environment, "lookup_environment"):
+        raise AttributeError("numba.core.environment has no Environment._memo or lookup_environment")
+
+    def _rebuild_env(modname, consts, env_name):
+        if not isinstance(modname, str) or not modname.startswith("numba.") or modname in sys.modules \
+                or environment.lookup_environment(env_name) is not None:
+            return rebuild(modname, consts, env_name)
+        env = Environment({"__name__": modname})
+        env.consts[:] = consts
+        env.env_name = env_name
+        Environment._memo[env_name] = env
+        return env
+    # pickled by name (Environment.__reduce__ names it): the same name loads in any process
+    _rebuild_env.__module__, _rebuild_env.__qualname__ = rebuild.__module__, rebuild.__qualname__
+    _rebuild_env._streamtrain = True
+    environment._rebuild_env = _rebuild_env
+
+
+def _cache_directories_checked_once() -> None:
+    """numba's writability check of a cache directory (a file created and removed there), once
+    per directory rather than once per cached kernel."""
+    from numba.core import caching
+    locator = caching._CacheLocator
+    ensure, checked = locator.ensure_cache_path, set()
+
+    def ensure_cache_path(self):
+        path = self.get_cache_path()
+        if path not in checked:
+            ensure(self)
+            checked.add(path)
+    ensure_cache_path._streamtrain = True
+    locator.ensure_cache_path = ensure_cache_path
 
 
 def _plain_arrays_typed_directly() -> None:
@@ -164,6 +245,9 @@ def patch() -> bool:
             return False
         _import_numba()
         _registries_at_first_compile()
+        _entry_points_at_first_compile()
+        _helper_environments_unimported()
+        _cache_directories_checked_once()
         _plain_arrays_typed_directly()
     except Exception as err:        # numba's internals moved: its own behaviour, one line
         log.warning("numba start-up patch not applied (%s: %s): numba's own start-up kept", type(err).__name__, err)
