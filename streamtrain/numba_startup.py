@@ -34,6 +34,11 @@ command line's start), never by an import. Without it numba behaves as numba doe
   a few hundred installed) before a kernel's first call, cache load or compile; patched, before
   the first real compile, with the registries (a kernel loaded from the cache was compiled with
   whatever extension types it needs already known).
+* Loading a cached kernel lists every symbol its linkable bitcode defines, three calls into
+  LLVM per function (~70 per kernel, ~2 ms per kernel in all); numba asks about a handful of
+  them (each kernel's entry points). Patched, a cache load only keeps the module, and a symbol
+  asked about is looked up in the modules kept (the newest first); a module compiled in the
+  process is listed as numba lists it.
 
 ``STREAMTRAIN_NUMBA_EAGER=1`` keeps numba's own behaviour (registries first, scipy and yaml).
 Guarded: applied only at the numba versions below (the lowest allowed, tested by
@@ -201,6 +206,40 @@ def _cache_directories_checked_once() -> None:
     locator.ensure_cache_path = ensure_cache_path
 
 
+def _symbols_looked_up_when_asked() -> None:
+    """numba's JIT engine keeps a cached kernel's module and finds a symbol in it when asked,
+    instead of listing all its symbols at the load (module docstring)."""
+    from numba.core.codegen import JitEngine
+    listed = JitEngine._load_defined_symbols
+    for name in ("is_symbol_defined", "add_module"):
+        if not hasattr(JitEngine, name):
+            raise AttributeError(f"numba.core.codegen.JitEngine has no {name}")
+
+    def _load_defined_symbols(self, mod):
+        self.__dict__.setdefault("_streamtrain_kept", []).append(mod)
+
+    def is_symbol_defined(self, name):
+        if name in self._defined_symbols:
+            return True
+        for mod in reversed(self.__dict__.get("_streamtrain_kept", ())):
+            for get in (mod.get_function, mod.get_global_variable):
+                try:
+                    value = get(name)
+                except NameError:
+                    continue
+                if not value.is_declaration:
+                    self._defined_symbols.add(name)
+                    return True
+        return False
+
+    def add_module(self, module):
+        listed(self, module)                 # a module compiled here: listed, as numba does
+        return self._ee.add_module(module)
+    for fn in (_load_defined_symbols, is_symbol_defined, add_module):
+        fn._streamtrain = True
+        setattr(JitEngine, fn.__name__, fn)
+
+
 def _plain_arrays_typed_directly() -> None:
     """numba's ``typeof`` of an exact ``numpy.ndarray`` without the ``numpy.ma`` import (module
     docstring); other arrays (subclasses, masked ones) are numba's own function's."""
@@ -248,6 +287,7 @@ def patch() -> bool:
         _entry_points_at_first_compile()
         _helper_environments_unimported()
         _cache_directories_checked_once()
+        _symbols_looked_up_when_asked()
         _plain_arrays_typed_directly()
     except Exception as err:        # numba's internals moved: its own behaviour, one line
         log.warning("numba start-up patch not applied (%s: %s): numba's own start-up kept", type(err).__name__, err)

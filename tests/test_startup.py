@@ -156,53 +156,6 @@ def test_kernels_loaded_from_numbas_cache_do_not_load_its_registries(eager):
     assert got["arraymath"] is got["npyimpl"] is got["arrayobj"] is got["entry_points"] is (eager == "1")
 
 
-ARRAYS_PROBE = """
-import json, sys
-from streamtrain import startup
-if sys.argv[2] == "patched":
-    startup.apply()
-sys.path.insert(0, sys.argv[1])
-import array_kernel
-import numba.core.environment as environment
-print(json.dumps({"out": array_kernel.doubled(7).tolist(), "compiled": sum(array_kernel.doubled.stats.cache_misses.values()),
-                  "loaded": sum(array_kernel.doubled.stats.cache_hits.values()), "arrayobj": "numba.np.arrayobj" in sys.modules,
-                  "patched": getattr(environment._rebuild_env, "_streamtrain", False)}))
-"""
-ARRAYS = """
-import numpy as np
-from numba import njit
-
-@njit(cache=True)
-def doubled(n):
-    out = np.empty(n, dtype=np.int64)       # numba.np.arrayobj's helpers, inlined
-    for i in range(n):
-        out[i] = 2 * i
-    if n > 100:
-        raise ValueError("too long")       # a constant the environment keeps
-    return out
-"""
-
-
-@pytest.mark.parametrize("order", [("patched", "numba", "patched"), ("numba", "patched", "numba")])
-def test_kernels_with_numbas_array_helpers_cache_across_patched_and_plain_processes(tmp_path, order):
-    """A kernel that inlined numba's array helpers, compiled and cached by one process, loads
-    in the next whether either applied the start-up patch or not (the environment is pickled
-    by numba's own name); loaded by a patched one, numba's array module stays unimported."""
-    (tmp_path / "array_kernel.py").write_text(ARRAYS)
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
-    runs = []
-    for how in order:
-        out = subprocess.run([sys.executable, "-c", ARRAYS_PROBE, str(tmp_path), how], capture_output=True,
-                             text=True, timeout=120, cwd=ROOT, env=env)
-        assert out.returncode == 0, out.stderr
-        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    assert [r["out"] for r in runs] == [[0, 2, 4, 6, 8, 10, 12]] * 3
-    assert [bool(r["compiled"]) for r in runs] == [True, False, False]
-    assert [r["loaded"] for r in runs] == [0, 1, 1]
-    assert [r["patched"] for r in runs] == [how == "patched" for how in order]
-    assert [r["arrayobj"] for r in runs[1:]] == [how == "numba" for how in order[1:]]
-
-
 NUMBA_IN_PASSING = """
 import sys
 from streamtrain import startup
@@ -240,7 +193,7 @@ for module in pkgutil.walk_packages(streamtrain.__path__, "streamtrain."):
     if module.name != "streamtrain.__main__":
         importlib.import_module(module.name)
 import numpy as np
-from numba.core import caching, config, cpu, entrypoints, environment
+from numba.core import caching, codegen, config, cpu, entrypoints, environment
 from numba.core.typing import context
 from numba.core.typing.typeof import typeof_impl
 try:
@@ -256,7 +209,8 @@ def patched():
              "numba typeof of ndarray": typeof_impl.dispatch(np.ndarray),
              "numba cache directory check": caching._CacheLocator.ensure_cache_path,
              "numba entry points": entrypoints.init_all,
-             "numba cached environments": environment._rebuild_env}
+             "numba cached environments": environment._rebuild_env,
+             "numba symbols of cached kernels": codegen.JitEngine._load_defined_symbols}
     if transport is not None:
         found["kafka socket reads"] = transport.KafkaTCPTransport._sock_recv
         from kafka.protocol.frame import KafkaBytes
