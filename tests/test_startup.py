@@ -31,6 +31,8 @@ def test_synthetic_memory_run_imports_no_broker_client_nor_scipy_stats():
     loaded = set(got["modules"])
     assert "streamtrain.job" in loaded and "numpy" in loaded          # the probe really ran a job
     assert not [m for m in HEAVY if m in loaded], f"imported at start-up: {[m for m in HEAVY if m in loaded]}"
+    served = ("prometheus_client", "wsgiref.simple_server", "streamtrain.metrics", "streamtrain.metrics_http")
+    assert not [m for m in served if m in loaded], f"metrics off, yet imported: {[m for m in served if m in loaded]}"
 
 
 def test_rankdata_matches_scipy():
