@@ -39,6 +39,11 @@ command line's start), never by an import. Without it numba behaves as numba doe
   them (each kernel's entry points). Patched, a cache load only keeps the module, and a symbol
   asked about is looked up in the modules kept (the newest first); a module compiled in the
   process is listed as numba lists it.
+* numba compiles its runtime's own LLVM module (atomic reference counts, ~20 ms) in every
+  process, before the first kernel runs. Patched, its object code is kept beside numba's cache
+  of streamtrain's kernels (``NUMBA_CACHE_DIR`` or the package's ``__pycache__``, file
+  ``numba_nrt.pyXY.nbc``, keyed by the numba, llvmlite and Python versions and the CPU) and
+  loaded from there (~3 ms); nowhere writable, it is compiled as before.
 
 ``STREAMTRAIN_NUMBA_EAGER=1`` keeps numba's own behaviour (registries first, scipy and yaml).
 Guarded: applied only at the numba versions below (the lowest allowed, tested by
@@ -240,6 +245,49 @@ def _symbols_looked_up_when_asked() -> None:
         setattr(JitEngine, fn.__name__, fn)
 
 
+def _runtime_module_file() -> str:
+    from numba.core import config
+    folder = config.CACHE_DIR or os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__")
+    return os.path.join(folder, f"numba_nrt.py{sys.version_info[0]}{sys.version_info[1]}.nbc")
+
+
+def _runtime_module_cached() -> None:
+    """numba's runtime module loaded from its object code when a previous process kept it (module
+    docstring), else compiled as numba does and kept for the next."""
+    import pickle
+    import llvmlite
+    import numba
+    from numba.core.runtime import nrtdynmod
+    create = nrtdynmod.create_nrt_module
+
+    def compile_nrt_functions(ctx):
+        codegen = ctx.codegen()
+        key = (numba.__version__, llvmlite.__version__, sys.version_info[:2], codegen.magic_tuple())
+        path = _runtime_module_file()
+        try:
+            with open(path, "rb") as fh:
+                kept, data = pickle.load(fh)
+            if kept == key:
+                return codegen.unserialize_library(data)
+        except Exception:             # none yet, unreadable or damaged: compiled (and kept) below
+            pass
+        ir_mod, library = create(ctx)
+        library.enable_object_caching()
+        library.add_ir_module(ir_mod)
+        library.finalize()
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "wb") as fh:
+                pickle.dump((key, library.serialize_using_object_code()), fh)
+            os.replace(tmp, path)
+        except OSError as err:        # nowhere writable: compiled at each start, as numba does
+            log.debug("numba's runtime module not kept (%s)", err)
+        return library
+    compile_nrt_functions._streamtrain = True
+    nrtdynmod.compile_nrt_functions = compile_nrt_functions
+
+
 def _plain_arrays_typed_directly() -> None:
     """numba's ``typeof`` of an exact ``numpy.ndarray`` without the ``numpy.ma`` import (module
     docstring); other arrays (subclasses, masked ones) are numba's own function's."""
@@ -288,6 +336,7 @@ def patch() -> bool:
         _helper_environments_unimported()
         _cache_directories_checked_once()
         _symbols_looked_up_when_asked()
+        _runtime_module_cached()
         _plain_arrays_typed_directly()
     except Exception as err:        # numba's internals moved: its own behaviour, one line
         log.warning("numba start-up patch not applied (%s: %s): numba's own start-up kept", type(err).__name__, err)

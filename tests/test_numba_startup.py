@@ -107,3 +107,43 @@ def test_a_kernel_compiled_in_a_patched_process_links_one_loaded_from_the_cache(
     runs += [run(), run()]
     assert [(r["inner"], r["outer"]) for r in runs] == [([0, 3, 6, 9, 12], 31)] * 3
     assert [(r["inner_loaded"], r["outer_loaded"]) for r in runs] == [(0, 0), (1, 0), (1, 1)]
+
+
+RUNTIME_PROBE = """
+import json, sys
+from streamtrain import startup
+startup.apply()
+if sys.argv[2] == "kept":                 # numba's runtime module must come from the kept file
+    from numba.core.runtime import nrtdynmod
+    def refuse(ctx):
+        raise AssertionError("numba's runtime module compiled again")
+    nrtdynmod.create_nrt_module = refuse
+sys.path.insert(0, sys.argv[1])
+import array_kernel
+print(json.dumps({"out": array_kernel.doubled(4).tolist()}))
+"""
+
+
+def test_numbas_runtime_module_is_compiled_once_then_loaded(tmp_path):
+    """The first patched process compiles numba's runtime module and keeps its object code in
+    the cache directory; the next loads it (compiling it again would fail the probe), and a
+    damaged file is compiled over."""
+    (tmp_path / "array_kernel.py").write_text(ARRAYS)
+    cache = tmp_path / "cache"
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache)}
+
+    def run(how):
+        return subprocess.run([sys.executable, "-c", RUNTIME_PROBE, str(tmp_path), how], capture_output=True,
+                              text=True, timeout=120, cwd=ROOT, env=env)
+
+    first = run("first")
+    assert first.returncode == 0, first.stderr
+    kept = list(cache.glob("numba_nrt.py*.nbc"))
+    assert len(kept) == 1
+    again = run("kept")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout.strip().splitlines()[-1]) == {"out": [0, 2, 4, 6]}
+    kept[0].write_bytes(b"not a pickle")
+    damaged = run("first")
+    assert damaged.returncode == 0, damaged.stderr
+    assert run("kept").returncode == 0

@@ -196,6 +196,7 @@ for module in pkgutil.walk_packages(streamtrain.__path__, "streamtrain."):
         importlib.import_module(module.name)
 import numpy as np
 from numba.core import caching, codegen, config, cpu, entrypoints, environment
+from numba.core.runtime import nrtdynmod
 from numba.core.typing import context
 from numba.core.typing.typeof import typeof_impl
 try:
@@ -212,7 +213,8 @@ def patched():
              "numba cache directory check": caching._CacheLocator.ensure_cache_path,
              "numba entry points": entrypoints.init_all,
              "numba cached environments": environment._rebuild_env,
-             "numba symbols of cached kernels": codegen.JitEngine._load_defined_symbols}
+             "numba symbols of cached kernels": codegen.JitEngine._load_defined_symbols,
+             "numba runtime module": nrtdynmod.compile_nrt_functions}
     if transport is not None:
         found["kafka socket reads"] = transport.KafkaTCPTransport._sock_recv
         from kafka.protocol.frame import KafkaBytes
