@@ -87,8 +87,8 @@ def address_error(section: str, host: str, port: int, err: OSError) -> ConfigErr
 
 
 def __getattr__(name):
-    """``health.MetricsServer`` (and ``STOP_POLL_S``): the server, imported on first use."""
-    if name in ("MetricsServer", "STOP_POLL_S"):
+    """``health.MetricsServer``: the server, imported on first use."""
+    if name == "MetricsServer":
         from . import metrics_http
         return getattr(metrics_http, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
+import selectors
 import threading
 import time
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -18,9 +20,6 @@ from prometheus_client.exposition import ThreadingWSGIServer
 
 from .health import Health, address_error
 
-# how often the server's loop looks whether ``stop()`` asked it to end (socketserver's default,
-# 0.5 s, made every job's exit wait 0.25 s on average, a tenth of a 1M-row LR run)
-STOP_POLL_S = 0.02
 log = logging.getLogger("streamtrain.http")
 
 
@@ -37,6 +36,7 @@ class MetricsServer:
         self._metrics_app = make_wsgi_app(registry)
         self._httpd = None
         self._thread = None
+        self._wake = None           # a pipe whose write end wakes the server's loop to stop
 
     def start(self) -> "MetricsServer":
         try:
@@ -45,8 +45,9 @@ class MetricsServer:
             raise address_error("metrics", self.host, self.port, err) from None
         self._httpd.max_connections, self._httpd.timeout_s = self.max_connections, self.timeout_s
         self.port = self._httpd.server_address[1]
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(STOP_POLL_S,), name="metrics-http",
-                                        daemon=True)
+        self._wake = os.pipe()
+        self._thread = threading.Thread(target=self._httpd.serve_until_stopped, args=(self._wake[0],),
+                                        name="metrics-http", daemon=True)
         self._thread.start()
         log.info("metrics, /healthz and /readyz on http://%s:%d/", self.host, self.port)
         return self
@@ -66,9 +67,14 @@ class MetricsServer:
         return [body]
 
     def stop(self) -> None:
+        """The loop is woken and ends at once (no poll to wait for), then the socket closes."""
         if self._httpd is not None:
-            self._httpd.shutdown()
+            self._httpd.stopping = True
+            os.write(self._wake[1], b"\0")
+            self._thread.join()
             self._httpd.server_close()
+            for fd in self._wake:
+                os.close(fd)
             self._httpd = None
 
 
@@ -103,6 +109,21 @@ class _BoundedServer(ThreadingWSGIServer):
         finally:
             with self._count_lock:
                 self._open -= 1
+
+    stopping = False
+
+    def serve_until_stopped(self, wake_fd: int) -> None:
+        """socketserver's ``serve_forever`` without its poll: the loop sleeps until a connection
+        arrives or ``wake_fd`` is written after ``stopping`` is set (a job's exit then waits for
+        no poll: with ``serve_forever(0.02)`` it waited 3-11 ms, with socketserver's default
+        0.5 s a quarter of a second on average); no wake-ups meanwhile."""
+        with selectors.DefaultSelector() as selector:
+            selector.register(self, selectors.EVENT_READ)
+            selector.register(wake_fd, selectors.EVENT_READ)
+            while not self.stopping:
+                ready = selector.select()
+                if not self.stopping and any(key.fileobj is self for key, _ in ready):
+                    self._handle_request_noblock()       # accepts, a thread handles it
 
     def handle_error(self, request, client_address):      # a client's broken connection: not a traceback
         log.debug("metrics port: connection from %s failed", client_address, exc_info=True)
