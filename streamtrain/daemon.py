@@ -18,15 +18,18 @@ import os
 import signal
 import sys
 import threading
-import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import checkpoint, startup, systemd
-from .health import Health, MetricsServer, caught_up, job_readiness
+from .health import Health, caught_up, job_readiness
 from .job import Job
 from .logs import log_start, setup_logging
-from .metrics import Metrics
 from .serve.run import attach as attach_serving
+
+if TYPE_CHECKING:
+    from .metrics import Metrics
+    from .metrics_http import MetricsServer
 
 log = logging.getLogger("streamtrain")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -76,13 +79,16 @@ class Signals:
 
 
 def serve(job: Job, cfg: dict) -> tuple[Metrics | None, MetricsServer | None, Health]:
-    """Wire metrics and the heartbeat into the job's hooks; start the HTTP server if enabled."""
+    """Wire metrics and the heartbeat into the job's hooks; start the HTTP server if enabled
+    (prometheus-client and the server are imported only then)."""
     mcfg = cfg.get("metrics", {})
     health = Health(stall_seconds=mcfg.get("stall_seconds", 300.0), ready=job_readiness(job),
                     idle=lambda: caught_up(job.source), waiting=lambda: _waiting(job))
     job.hooks.append(health.beat)
     if not mcfg.get("enabled", True):
         return None, None, health
+    from .metrics import Metrics
+    from .metrics_http import MetricsServer
     metrics = Metrics(window=mcfg.get("window", 100_000), refresh_seconds=mcfg.get("refresh_seconds", 1.0),
                       lifecycle_seconds=mcfg.get("lifecycle_seconds", 60.0), process=True)
     metrics.attach(job)

@@ -22,6 +22,29 @@ command line's start), never by an import. Without it numba behaves as numba doe
   ``.numba_config.yaml`` in the working directory; kept when there is one): ~20 ms of every start.
   When numba is not imported yet, it is imported without them.
 
+* A cached kernel's object code names the environment of each numba helper it inlined (array
+  allocation and the like, from ``numba.np.arrayobj``); loading it imports that module, and with
+  it numba's string, hashing and random support (~25 ms of the first cache load, on the path to
+  the first batch). The environment of a numba-internal module that is not imported yet is
+  rebuilt without importing it: its globals are read only by object-mode code, which numba's
+  own helpers never are (their constants are kept); the module imports as usual later.
+* numba checks that a kernel's cache directory is writable by creating a file there, once for
+  every cached kernel as its module is imported (78 for an LR job); patched, once per directory.
+* numba scans every installed distribution for ``numba_extensions`` entry points (~10 ms with
+  a few hundred installed) before a kernel's first call, cache load or compile; patched, before
+  the first real compile, with the registries (a kernel loaded from the cache was compiled with
+  whatever extension types it needs already known).
+* Loading a cached kernel lists every symbol its linkable bitcode defines, three calls into
+  LLVM per function (~70 per kernel, ~2 ms per kernel in all); numba asks about a handful of
+  them (each kernel's entry points). Patched, a cache load only keeps the module, and a symbol
+  asked about is looked up in the modules kept (the newest first); a module compiled in the
+  process is listed as numba lists it.
+* numba compiles its runtime's own LLVM module (atomic reference counts, ~20 ms) in every
+  process, before the first kernel runs. Patched, its object code is kept beside numba's cache
+  of streamtrain's kernels (``NUMBA_CACHE_DIR`` or the package's ``__pycache__``, file
+  ``numba_nrt.pyXY.nbc``, keyed by the numba, llvmlite and Python versions and the CPU) and
+  loaded from there (~3 ms); nowhere writable, it is compiled as before.
+
 ``STREAMTRAIN_NUMBA_EAGER=1`` keeps numba's own behaviour (registries first, scipy and yaml).
 Guarded: applied only at the numba versions below (the lowest allowed, tested by
 ``.ci/versions.py lowest``, and the newest tested) and when the internals it replaces are there;
@@ -110,6 +133,7 @@ def _registries_at_first_compile() -> None:
     def ours_first(load_additional_registries):
         def load(self):
             _load_registry_modules()
+            _entry_points_now()
             return load_additional_registries(self)
         load._streamtrain = True
         return load
@@ -118,6 +142,150 @@ def _registries_at_first_compile() -> None:
     cache.load_overload = load_overload
     for ctx in contexts:
         ctx.load_additional_registries = ours_first(ctx.load_additional_registries)
+
+
+_init_entry_points = None          # numba's entrypoints.init_all, deferred to the first compile
+
+
+def _entry_points_now() -> None:
+    """numba's scan of the ``numba_extensions`` entry points, put back and run (once)."""
+    global _init_entry_points
+    init_all, _init_entry_points = _init_entry_points, None
+    if init_all is not None:
+        from numba.core import entrypoints
+        entrypoints.init_all = init_all
+        init_all()
+
+
+def _entry_points_at_first_compile() -> None:
+    """numba's ``entrypoints.init_all`` (called by a dispatcher before every first call) does
+    nothing until the first compile loads the registries (module docstring)."""
+    global _init_entry_points
+    from numba.core import entrypoints
+    if getattr(entrypoints, "_already_initialized", True):
+        return                       # (scanned already, or a numba without the flag: left alone)
+
+    def init_all():
+        """Deferred by streamtrain.numba_startup to the first compile."""
+    init_all._streamtrain = True
+    _init_entry_points = entrypoints.init_all
+    entrypoints.init_all = init_all
+
+
+def _helper_environments_unimported() -> None:
+    """A cached kernel's environments of numba-internal modules not imported yet are rebuilt
+    without importing them (module docstring); any other is numba's own ``_rebuild_env``'s."""
+    from numba.core import environment
+    rebuild, Environment = environment._rebuild_env, environment.Environment
+    if not hasattr(Environment, "_memo") or not hasattr(environment, "lookup_environment"):
+        raise AttributeError("numba.core.environment has no Environment._memo or lookup_environment")
+
+    def _rebuild_env(modname, consts, env_name):
+        if not isinstance(modname, str) or not modname.startswith("numba.") or modname in sys.modules \
+                or environment.lookup_environment(env_name) is not None:
+            return rebuild(modname, consts, env_name)
+        env = Environment({"__name__": modname})
+        env.consts[:] = consts
+        env.env_name = env_name
+        Environment._memo[env_name] = env
+        return env
+    # pickled by name (Environment.__reduce__ names it): the same name loads in any process
+    _rebuild_env.__module__, _rebuild_env.__qualname__ = rebuild.__module__, rebuild.__qualname__
+    _rebuild_env._streamtrain = True
+    environment._rebuild_env = _rebuild_env
+
+
+def _cache_directories_checked_once() -> None:
+    """numba's writability check of a cache directory (a file created and removed there), once
+    per directory rather than once per cached kernel."""
+    from numba.core import caching
+    locator = caching._CacheLocator
+    ensure, checked = locator.ensure_cache_path, set()
+
+    def ensure_cache_path(self):
+        path = self.get_cache_path()
+        if path not in checked:
+            ensure(self)
+            checked.add(path)
+    ensure_cache_path._streamtrain = True
+    locator.ensure_cache_path = ensure_cache_path
+
+
+def _symbols_looked_up_when_asked() -> None:
+    """numba's JIT engine keeps a cached kernel's module and finds a symbol in it when asked,
+    instead of listing all its symbols at the load (module docstring)."""
+    from numba.core.codegen import JitEngine
+    listed = JitEngine._load_defined_symbols
+    for name in ("is_symbol_defined", "add_module"):
+        if not hasattr(JitEngine, name):
+            raise AttributeError(f"numba.core.codegen.JitEngine has no {name}")
+
+    def _load_defined_symbols(self, mod):
+        self.__dict__.setdefault("_streamtrain_kept", []).append(mod)
+
+    def is_symbol_defined(self, name):
+        if name in self._defined_symbols:
+            return True
+        for mod in reversed(self.__dict__.get("_streamtrain_kept", ())):
+            for get in (mod.get_function, mod.get_global_variable):
+                try:
+                    value = get(name)
+                except NameError:
+                    continue
+                if not value.is_declaration:
+                    self._defined_symbols.add(name)
+                    return True
+        return False
+
+    def add_module(self, module):
+        listed(self, module)                 # a module compiled here: listed, as numba does
+        return self._ee.add_module(module)
+    for fn in (_load_defined_symbols, is_symbol_defined, add_module):
+        fn._streamtrain = True
+        setattr(JitEngine, fn.__name__, fn)
+
+
+def _runtime_module_file() -> str:
+    from numba.core import config
+    folder = config.CACHE_DIR or os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__")
+    return os.path.join(folder, f"numba_nrt.py{sys.version_info[0]}{sys.version_info[1]}.nbc")
+
+
+def _runtime_module_cached() -> None:
+    """numba's runtime module loaded from its object code when a previous process kept it (module
+    docstring), else compiled as numba does and kept for the next."""
+    import pickle
+    import llvmlite
+    import numba
+    from numba.core.runtime import nrtdynmod
+    create = nrtdynmod.create_nrt_module
+
+    def compile_nrt_functions(ctx):
+        codegen = ctx.codegen()
+        key = (numba.__version__, llvmlite.__version__, sys.version_info[:2], codegen.magic_tuple())
+        path = _runtime_module_file()
+        try:
+            with open(path, "rb") as fh:
+                kept, data = pickle.load(fh)
+            if kept == key:
+                return codegen.unserialize_library(data)
+        except Exception:             # none yet, unreadable or damaged: compiled (and kept) below
+            pass
+        ir_mod, library = create(ctx)
+        library.enable_object_caching()
+        library.add_ir_module(ir_mod)
+        library.finalize()
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "wb") as fh:
+                pickle.dump((key, library.serialize_using_object_code()), fh)
+            os.replace(tmp, path)
+        except OSError as err:        # nowhere writable: compiled at each start, as numba does
+            log.debug("numba's runtime module not kept (%s)", err)
+        return library
+    compile_nrt_functions._streamtrain = True
+    nrtdynmod.compile_nrt_functions = compile_nrt_functions
 
 
 def _plain_arrays_typed_directly() -> None:
@@ -164,6 +332,11 @@ def patch() -> bool:
             return False
         _import_numba()
         _registries_at_first_compile()
+        _entry_points_at_first_compile()
+        _helper_environments_unimported()
+        _cache_directories_checked_once()
+        _symbols_looked_up_when_asked()
+        _runtime_module_cached()
         _plain_arrays_typed_directly()
     except Exception as err:        # numba's internals moved: its own behaviour, one line
         log.warning("numba start-up patch not applied (%s: %s): numba's own start-up kept", type(err).__name__, err)

@@ -29,7 +29,7 @@ def progress(job, whole_run: bool = False) -> dict:
     trained), the loss kind's two figures, lag. ``whole_run``: the summary's figures (the job's
     ``final`` one when it has it), with ``elapsed_s``: one measure for the `done` line and
     ``--summary``."""
-    from .metrics_scrape import total_lag
+    from .lag import total_lag
     t, now = job.trainer, time.monotonic()
     if t is None:
         return {}

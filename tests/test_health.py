@@ -50,7 +50,7 @@ def _read_until_closed(conn, limit_s: float = 6.0) -> tuple[bytes, float]:
     except ConnectionResetError:
         pass
     except socket.timeout:
-        raise AssertionError(f"the metrics port kept the connection open over {limit_s} s (got {got[:200]!r})")
+        raise AssertionError(f"the metrics port kept the connection open over {limit_s} s (got {got[:200]!r})") from None
     return got, time.monotonic() - t0
 
 
@@ -94,3 +94,17 @@ def test_slow_and_surplus_connections_do_not_hold_the_metrics_port():
         assert http_get(f"http://127.0.0.1:{server.port}/healthz")[0] == 200
     finally:
         server.stop()
+
+
+def test_stop_ends_the_servers_loop_and_closes_its_port():
+    """The loop sleeps without polling; ``stop()`` wakes it, joins its thread and closes the
+    socket, so nothing answers on the port afterwards (a second stop does nothing)."""
+    import socket
+    server = MetricsServer(CollectorRegistry(), Health(), port=0).start()
+    port, thread = server.port, server._thread
+    assert http_get(f"http://127.0.0.1:{port}/healthz")[0] == 200
+    server.stop()
+    assert not thread.is_alive()
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", port)) != 0
+    server.stop()

@@ -31,6 +31,8 @@ def test_synthetic_memory_run_imports_no_broker_client_nor_scipy_stats():
     loaded = set(got["modules"])
     assert "streamtrain.job" in loaded and "numpy" in loaded          # the probe really ran a job
     assert not [m for m in HEAVY if m in loaded], f"imported at start-up: {[m for m in HEAVY if m in loaded]}"
+    served = ("prometheus_client", "wsgiref.simple_server", "streamtrain.metrics", "streamtrain.metrics_http")
+    assert not [m for m in served if m in loaded], f"metrics off, yet imported: {[m for m in served if m in loaded]}"
 
 
 def test_rankdata_matches_scipy():
@@ -131,8 +133,10 @@ import json, sys
 from streamtrain.cli import main
 rc = main(["run", sys.argv[1], "--max-examples", "512", "--set", "metrics.enabled=false",
            "--set", "checkpoint.dir=null", "--log-level", "WARNING"])
+from numba.core import entrypoints
 print(json.dumps({"rc": rc, "arraymath": "numba.np.arraymath" in sys.modules,
-                  "npyimpl": "numba.np.npyimpl" in sys.modules}))
+                  "npyimpl": "numba.np.npyimpl" in sys.modules, "arrayobj": "numba.np.arrayobj" in sys.modules,
+                  "entry_points": entrypoints._already_initialized}))
 """
 
 
@@ -141,6 +145,8 @@ def test_kernels_loaded_from_numbas_cache_do_not_load_its_registries(eager):
     """A cached kernel is object code: loading it needs numba's runtime, not the ~90 modules of
     typing and lowering registries a compile needs (~120 ms of every start). The first run may
     compile (a cold cache) and so load them; the second loads every kernel from the cache.
+    Nor do they import numba's array module for the environments of the helpers they inlined,
+    nor scan the installed distributions for numba extensions.
     ``STREAMTRAIN_NUMBA_EAGER=1`` keeps numba's own order (registries first)."""
     env = {**os.environ, "STREAMTRAIN_NUMBA_EAGER": eager}
     for _ in range(2):
@@ -149,7 +155,7 @@ def test_kernels_loaded_from_numbas_cache_do_not_load_its_registries(eager):
         assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["rc"] == 0
-    assert got["arraymath"] is got["npyimpl"] is (eager == "1")
+    assert got["arraymath"] is got["npyimpl"] is got["arrayobj"] is got["entry_points"] is (eager == "1")
 
 
 NUMBA_IN_PASSING = """
@@ -189,7 +195,8 @@ for module in pkgutil.walk_packages(streamtrain.__path__, "streamtrain."):
     if module.name != "streamtrain.__main__":
         importlib.import_module(module.name)
 import numpy as np
-from numba.core import caching, config, cpu
+from numba.core import caching, codegen, config, cpu, entrypoints, environment
+from numba.core.runtime import nrtdynmod
 from numba.core.typing import context
 from numba.core.typing.typeof import typeof_impl
 try:
@@ -202,7 +209,12 @@ def patched():
     found = {"numba cache load": caching.Cache.load_overload,
              "numba registries": cpu.CPUContext.load_additional_registries,
              "numba typing registries": context.Context.load_additional_registries,
-             "numba typeof of ndarray": typeof_impl.dispatch(np.ndarray)}
+             "numba typeof of ndarray": typeof_impl.dispatch(np.ndarray),
+             "numba cache directory check": caching._CacheLocator.ensure_cache_path,
+             "numba entry points": entrypoints.init_all,
+             "numba cached environments": environment._rebuild_env,
+             "numba symbols of cached kernels": codegen.JitEngine._load_defined_symbols,
+             "numba runtime module": nrtdynmod.compile_nrt_functions}
     if transport is not None:
         found["kafka socket reads"] = transport.KafkaTCPTransport._sock_recv
         from kafka.protocol.frame import KafkaBytes

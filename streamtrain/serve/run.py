@@ -8,7 +8,6 @@ import sys
 
 from streamtrain.graphstore.nodes import reader_config
 from streamtrain.health import address_error
-from streamtrain.metrics import ServeMetrics
 from streamtrain.logs import log_start
 
 from .settings import serve_settings
@@ -19,6 +18,7 @@ log = logging.getLogger("streamtrain.serve")
 def serve_forever(config: dict, restore: str | None = None) -> int:
     """``streamtrain serve``: build the server and run it until SIGTERM/SIGINT; with ``restore``
     (a checkpoint directory, or a ``checkpoint.dir`` for its latest) from that saved model."""
+    from streamtrain.metrics import ServeMetrics
     from .http import Server, make_app
     from .service import Service, StoreModel
 
@@ -82,6 +82,7 @@ def attach(job, config: dict, registry=None):
     settings = serve_settings(config)
     if not settings["enabled"]:
         return lambda: None
+    from streamtrain.metrics import ServeMetrics      # prometheus-client: only when serving
     from .http import Server, make_app
     from .service import JobModel, Service
 

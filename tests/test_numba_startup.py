@@ -1,0 +1,149 @@
+"""numba's start-up patches (``streamtrain.numba_startup``) and numba's cache: what one process
+compiles and caches, the next loads, patched or not, and a kernel compiled in a patched process
+links against one it loaded from the cache."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+ARRAYS_PROBE = """
+import json, sys
+from streamtrain import startup
+if sys.argv[2] == "patched":
+    startup.apply()
+sys.path.insert(0, sys.argv[1])
+import array_kernel
+import numba.core.environment as environment
+print(json.dumps({"out": array_kernel.doubled(7).tolist(), "compiled": sum(array_kernel.doubled.stats.cache_misses.values()),
+                  "loaded": sum(array_kernel.doubled.stats.cache_hits.values()), "arrayobj": "numba.np.arrayobj" in sys.modules,
+                  "patched": getattr(environment._rebuild_env, "_streamtrain", False)}))
+"""
+ARRAYS = """
+import numpy as np
+from numba import njit
+
+@njit(cache=True)
+def doubled(n):
+    out = np.empty(n, dtype=np.int64)       # numba.np.arrayobj's helpers, inlined
+    for i in range(n):
+        out[i] = 2 * i
+    if n > 100:
+        raise ValueError("too long")       # a constant the environment keeps
+    return out
+"""
+
+
+@pytest.mark.parametrize("order", [("patched", "numba", "patched"), ("numba", "patched", "numba")])
+def test_kernels_with_numbas_array_helpers_cache_across_patched_and_plain_processes(tmp_path, order):
+    """A kernel that inlined numba's array helpers, compiled and cached by one process, loads
+    in the next whether either applied the start-up patch or not (the environment is pickled
+    by numba's own name); loaded by a patched one, numba's array module stays unimported."""
+    (tmp_path / "array_kernel.py").write_text(ARRAYS)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    runs = []
+    for how in order:
+        out = subprocess.run([sys.executable, "-c", ARRAYS_PROBE, str(tmp_path), how], capture_output=True,
+                             text=True, timeout=120, cwd=ROOT, env=env)
+        assert out.returncode == 0, out.stderr
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert [r["out"] for r in runs] == [[0, 2, 4, 6, 8, 10, 12]] * 3
+    assert [bool(r["compiled"]) for r in runs] == [True, False, False]
+    assert [r["loaded"] for r in runs] == [0, 1, 1]
+    assert [r["patched"] for r in runs] == [how == "patched" for how in order]
+    assert [r["arrayobj"] for r in runs[1:]] == [how == "numba" for how in order[1:]]
+
+
+LINK_PROBE = """
+import json, sys
+from streamtrain import startup
+startup.apply()
+sys.path.insert(0, sys.argv[1])
+import linked
+first = linked.inner(5).tolist()                  # loaded from the cache (or compiled the first time)
+print(json.dumps({"inner": first, "outer": int(linked.outer(5)),
+                  "outer_loaded": sum(linked.outer.stats.cache_hits.values()),
+                  "inner_loaded": sum(linked.inner.stats.cache_hits.values())}))
+"""
+LINKED = """
+import numpy as np
+from numba import njit
+
+@njit(cache=True)
+def inner(n):
+    out = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        out[i] = 3 * i
+    return out
+
+@njit(cache=True)
+def outer(n):
+    return inner(n).sum() + 1
+"""
+
+
+def test_a_kernel_compiled_in_a_patched_process_links_one_loaded_from_the_cache(tmp_path):
+    """Patched, a cache load keeps the kernel's module and finds a symbol in it when asked: a
+    kernel compiled afterwards that calls the loaded one links and runs (its cache removed
+    between the runs, the callee's kept)."""
+    (tmp_path / "linked.py").write_text(LINKED)
+    cache = tmp_path / "cache"
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache)}
+
+    def run():
+        out = subprocess.run([sys.executable, "-c", LINK_PROBE, str(tmp_path)], capture_output=True,
+                             text=True, timeout=120, cwd=ROOT, env=env)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    runs = [run()]
+    for path in cache.rglob("linked.outer*"):
+        path.unlink()
+    runs += [run(), run()]
+    assert [(r["inner"], r["outer"]) for r in runs] == [([0, 3, 6, 9, 12], 31)] * 3
+    assert [(r["inner_loaded"], r["outer_loaded"]) for r in runs] == [(0, 0), (1, 0), (1, 1)]
+
+
+RUNTIME_PROBE = """
+import json, sys
+from streamtrain import startup
+startup.apply()
+if sys.argv[2] == "kept":                 # numba's runtime module must come from the kept file
+    from numba.core.runtime import nrtdynmod
+    def refuse(ctx):
+        raise AssertionError("numba's runtime module compiled again")
+    nrtdynmod.create_nrt_module = refuse
+sys.path.insert(0, sys.argv[1])
+import array_kernel
+print(json.dumps({"out": array_kernel.doubled(4).tolist()}))
+"""
+
+
+def test_numbas_runtime_module_is_compiled_once_then_loaded(tmp_path):
+    """The first patched process compiles numba's runtime module and keeps its object code in
+    the cache directory; the next loads it (compiling it again would fail the probe), and a
+    damaged file is compiled over."""
+    (tmp_path / "array_kernel.py").write_text(ARRAYS)
+    cache = tmp_path / "cache"
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache)}
+
+    def run(how):
+        return subprocess.run([sys.executable, "-c", RUNTIME_PROBE, str(tmp_path), how], capture_output=True,
+                              text=True, timeout=120, cwd=ROOT, env=env)
+
+    first = run("first")
+    assert first.returncode == 0, first.stderr
+    kept = list(cache.glob("numba_nrt.py*.nbc"))
+    assert len(kept) == 1
+    again = run("kept")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout.strip().splitlines()[-1]) == {"out": [0, 2, 4, 6]}
+    kept[0].write_bytes(b"not a pickle")
+    damaged = run("first")
+    assert damaged.returncode == 0, damaged.stderr
+    assert run("kept").returncode == 0
