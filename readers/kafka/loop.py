@@ -34,7 +34,7 @@ from .connect import connect, coordinator_known
 from .deadletter import DeadLetter
 from .fastpath import FastPath
 from .handoff import END
-from .oversize import OversizeSearch, skip_too_large
+from .oversize import OversizeSearch, refused_frame, skip_too_large
 from .pending import Pending
 from .segment import segments_of
 
@@ -189,11 +189,11 @@ class ConsumerLoop:
         handoff.put(END)
 
     def poll(self, consumer, timeout_ms: int) -> dict:
-        """``consumer.poll``, waiting out an unreachable broker: kafka-python 3 raises a retriable
-        error (a connection reset while it looks up the group coordinator) from ``poll`` when the
-        broker goes away mid-rejoin. That is retried with backoff (logged, counted in
-        ``poll_errors``) until the broker answers or the reader is asked to stop (then ``{}``);
-        any other error propagates."""
+        """``consumer.poll``, waiting out an unreachable broker (kafka-python 3 raises a retriable
+        error from ``poll`` when the broker goes away mid-rejoin) and a frame refused as too large
+        (``oversize.py``; kafka-python 3 raises it, not retriable there, when an offset reset was in
+        flight on the connection it dropped): retried with backoff (logged, counted in ``poll_errors``)
+        until the broker answers or the reader is asked to stop (then ``{}``); others propagate."""
         self._before_poll(consumer)
 
         def failed(err, attempt, pause):
@@ -203,7 +203,7 @@ class ConsumerLoop:
                 "kafka reader: poll failed (%s, attempt %d); retrying in %.1f s", err, attempt, pause)
 
         got = POLL_BACKOFF.retry(lambda: consumer.poll(timeout_ms=timeout_ms, update_offsets=True),
-                                 transient=lambda err: isinstance(err, KafkaError) and err.retriable,
+                                 transient=lambda e: isinstance(e, KafkaError) and (e.retriable or refused_frame(e)),
                                  on_retry=failed, stopped=self.stopped)
         return {} if got is STOPPED else got
 
