@@ -14,8 +14,9 @@ one per record batch and partition on the fast path, ``fastpath.py``); (4) while
 handed over, a poll that fetches nothing (every partition paused) is made once a quarter of
 ``max_poll_interval_ms`` passed since the last one (``keep_alive``: a slow model keeps its group
 membership); (5) at the end of the stream (``stop_at_end`` / ``idle_timeout_s``) what is queued
-is handed over, then ``END``; the thread then only runs handed-back work until the reader closes.
-Rebalance callbacks run inside ``poll`` (``rebalance.py``; on kafka-python 3's IO thread)."""
+is handed over, then ``END``; the thread then runs handed-back work (the commits of what the
+trainer still trains), polling to keep alive as in (4), until the reader closes. Rebalance
+callbacks run inside ``poll`` (``rebalance.py``; on kafka-python 3's IO thread)."""
 from __future__ import annotations
 
 import logging
@@ -34,6 +35,7 @@ from .connect import connect, coordinator_known
 from .deadletter import DeadLetter
 from .fastpath import FastPath
 from .handoff import END
+from .logend import check_log_ends
 from .oversize import OversizeSearch, refused_frame, skip_too_large
 from .pending import Pending
 from .segment import segments_of
@@ -96,6 +98,7 @@ class ConsumerLoop:
                 handoff.run_work()
                 self.src.committer.flush_if_late()
                 if self.stopped() or self.ended:
+                    self._stay_in_group(consumer)
                     handoff.wait(IDLE_POLL_S)
                 else:
                     self.turn(consumer)
@@ -104,6 +107,14 @@ class ConsumerLoop:
         finally:
             if self.closing:
                 self.shutdown()
+
+    def _stay_in_group(self, consumer) -> None:
+        """After the end of the stream or a stop, the trainer still trains and commits what was
+        handed over: keep-alive polls keep the group membership those commits need."""
+        try:
+            self.keep_alive(consumer)
+        except Exception as err:            # the commits will say if it mattered
+            log.warning("kafka reader: keep-alive poll after the end failed (%s)", err)
 
     def shutdown(self) -> None:
         """Close: the work handed back, every due commit, the failed ones once more, then the
@@ -370,31 +381,4 @@ class ConsumerLoop:
         return True
 
     def update_health(self) -> None:
-        for k in list(self.src.offsets.owned):
-            tp = TopicPartition(*k)
-            try:
-                hw = self.consumer.highwater(tp)
-                self.src.health.highwater(k, hw)
-                if hw is not None and (self.consumer.position(tp, timeout_ms=0) or 0) > hw:
-                    self._past_the_end(tp, hw)
-            except Exception:               # revoked meanwhile
-                pass
-
-    def _past_the_end(self, tp, hw: int) -> None:
-        """The consumer's position is past the partition's log end: the log went back under it (a
-        recreated topic) and the broker answered its fetches with nothing instead of
-        OffsetOutOfRange (Tansu after a restart, when the consumer's metadata request created
-        the topic again). Confirmed with the broker's own end offset (a position sought forward
-        past a stale high watermark is not this), then reset as OffsetOutOfRange would be."""
-        pos = self.consumer.position(tp, timeout_ms=0)
-        end = self.consumer.end_offsets([tp]).get(tp)
-        if end is None or pos is None or pos <= end:
-            return
-        log.warning("kafka reader: %s[%d] is at offset %d, past its log end %d (topic recreated?); "
-                    "reading it again from the %s", tp.topic, tp.partition, pos, max(hw, end),
-                    "beginning" if self.cfg["auto_offset_reset"] == "earliest" else "end")
-        (self.consumer.seek_to_beginning if self.cfg["auto_offset_reset"] == "earliest"
-         else self.consumer.seek_to_end)(tp)
-        self.fetched.pop(tp, None)
-        self.src.count("offset_resets")
-
+        check_log_ends(self)
