@@ -38,6 +38,7 @@ from .handoff import END
 from .logend import check_log_ends
 from .oversize import OversizeSearch, refused_frame, skip_too_large
 from .pending import Pending
+from .rejoin import apply_lost_join
 from .segment import segments_of
 
 log = logging.getLogger("streamtrain.kafka")
@@ -216,6 +217,8 @@ class ConsumerLoop:
         got = POLL_BACKOFF.retry(lambda: consumer.poll(timeout_ms=timeout_ms, update_offsets=True),
                                  transient=lambda e: isinstance(e, KafkaError) and (e.retriable or refused_frame(e)),
                                  on_retry=failed, stopped=self.stopped)
+        if apply_lost_join(consumer):       # (rejoin.py)
+            self.src.count("lost_joins")
         return {} if got is STOPPED else got
 
     def _before_poll(self, consumer) -> None:
