@@ -104,6 +104,14 @@ def local_broker(port: int | None = None):
 
 
 # ---- admin helpers (tests, benchmarks) --------------------------------------------------------
+def patient(cls) -> dict:
+    """Settings giving a kafka-python client 15 s to reach the broker when it is made:
+    kafka-python 2.2 gives 2 s (``api_version_auto_timeout_ms``), then raises NoBrokersAvailable,
+    which a loaded machine exceeded (a helper's consumer, made while the test waited for commits
+    after a broker restart, at load ~15); kafka-python 3 already waits 30 s (``bootstrap_timeout_ms``)."""
+    return {"api_version_auto_timeout_ms": 15_000} if "api_version_auto_timeout_ms" in cls.DEFAULT_CONFIG else {}
+
+
 def end_offsets(bootstrap, topic: str, timeout: float = 15.0) -> dict[int, int]:
     """{partition: log end offset} of a topic, from fetch responses' high watermarks.
 
@@ -113,7 +121,7 @@ def end_offsets(bootstrap, topic: str, timeout: float = 15.0) -> dict[int, int]:
     from kafka import KafkaConsumer, TopicPartition
 
     c = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                      enable_auto_commit=False, max_partition_fetch_bytes=1 << 16)
+                      enable_auto_commit=False, max_partition_fetch_bytes=1 << 16, **patient(KafkaConsumer))
     try:
         tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or ())]
         c.assign(tps)
@@ -131,7 +139,8 @@ def committed_offsets(bootstrap, topic: str, group: str) -> dict[int, int | None
     """{partition: offset committed by ``group``} (None where nothing was committed)."""
     from kafka import KafkaConsumer, TopicPartition
 
-    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
+                      **patient(KafkaConsumer))
     try:
         parts = sorted(c.partitions_for_topic(topic) or ())
         return {p: c.committed(TopicPartition(topic, p)) for p in parts}

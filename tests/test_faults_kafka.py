@@ -294,7 +294,7 @@ def _topics(bootstrap) -> set:
     """The broker's topics, from a metadata request that creates none (Tansu creates a topic a
     metadata request names)."""
     from kafka import KafkaAdminClient
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **broker_mod.patient(KafkaAdminClient))
     try:
         return set(admin.list_topics())
     finally:
