@@ -18,6 +18,7 @@ import time
 from contextlib import contextmanager
 
 from streamtrain.readers.kafka.admin import create_topic  # noqa: F401  (the tests' import point)
+from streamtrain.readers.kafka.clients import patient
 
 # what tests use (~1 s joins on Tansu, which holds a join for about half the session timeout)
 TEST_CONSUMER = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 300,
@@ -104,14 +105,6 @@ def local_broker(port: int | None = None):
 
 
 # ---- admin helpers (tests, benchmarks) --------------------------------------------------------
-def patient(cls) -> dict:
-    """Settings giving a kafka-python client 15 s to reach the broker when it is made:
-    kafka-python 2.2 gives 2 s (``api_version_auto_timeout_ms``), then raises NoBrokersAvailable,
-    which a loaded machine exceeded (a helper's consumer, made while the test waited for commits
-    after a broker restart, at load ~15); kafka-python 3 already waits 30 s (``bootstrap_timeout_ms``)."""
-    return {"api_version_auto_timeout_ms": 15_000} if "api_version_auto_timeout_ms" in cls.DEFAULT_CONFIG else {}
-
-
 def end_offsets(bootstrap, topic: str, timeout: float = 15.0) -> dict[int, int]:
     """{partition: log end offset} of a topic, from fetch responses' high watermarks.
 
