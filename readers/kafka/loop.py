@@ -30,7 +30,7 @@ from kafka.errors import KafkaError
 from streamtrain.backoff import STOPPED, Backoff
 
 from .batching import Parsed
-from .clients import consumer_settings, producer_settings, quiet_library_logs
+from .clients import consumer_settings, patient, producer_settings, quiet_library_logs
 from .connect import connect, coordinator_known
 from .deadletter import DeadLetter
 from .fastpath import FastPath
@@ -144,6 +144,8 @@ class ConsumerLoop:
         per_poll = max(1, int(np.ceil(self.batch_size / max(1, self.cfg["lines_per_message"]))))
         settings.setdefault("max_poll_records", 1000 if fast else max(500, 2 * per_poll))
         make = self.src.consumer_class()
+        for key, value in patient(make).items():     # kafka-python 2.2: 15 s, not 2 s, to bootstrap
+            settings.setdefault(key, value)
         if "receive_message_max_bytes" in make.DEFAULT_CONFIG:
             # kafka-python 2.3-3.0 refuse a network frame over 1 MB by default: let a fetch through
             settings.setdefault("receive_message_max_bytes", settings["fetch_max_bytes"] + (1 << 20))
