@@ -13,7 +13,7 @@ import time
 
 from .errors import ReaderError
 from .readers.files import iter_blocks, open_binary
-from .readers.kafka.clients import MECHANISMS, PROTOCOLS, check_security, client_settings, quiet_library_logs
+from .readers.kafka.clients import MECHANISMS, PROTOCOLS, check_security, client_settings, patient, quiet_library_logs
 
 # acks=1 without idempotence, said explicitly (kafka-python 3 warns otherwise)
 PRODUCER_SETTINGS = {"linger_ms": 20, "batch_size": 1 << 20, "max_request_size": 16 << 20,
@@ -56,7 +56,7 @@ def produce(lines, bootstrap, topic: str, *, rate: float | None = None, lines_pe
     quiet_library_logs()
     if partitions:
         create_topic(bootstrap, topic, partitions, security=security)
-    producer = KafkaProducer(**{**PRODUCER_SETTINGS, **client_settings(bootstrap, security),
+    producer = KafkaProducer(**{**PRODUCER_SETTINGS, **client_settings(bootstrap, security), **patient(KafkaProducer),
                                 **(producer_settings or {})})
     try:
         parts = sorted(producer.partitions_for(topic))

@@ -66,7 +66,7 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
 COMPARISON = re.compile(r"(\{[^}]*\})|(==|!=|>=|<=|>|<)")
 
 
-def signal(expr: str) -> str:
+def alert_signal(expr: str) -> str:
     """An alert's condition with every comparison made ``bool``: a 0/1 sample wherever both sides
     have data, so "the condition has data" holds whether or not the alert fires (thresholds that are
     series, like the base-rate logloss, included)."""

@@ -18,6 +18,7 @@ import time
 from contextlib import contextmanager
 
 from streamtrain.readers.kafka.admin import create_topic  # noqa: F401  (the tests' import point)
+from streamtrain.readers.kafka.clients import patient
 
 # what tests use (~1 s joins on Tansu, which holds a join for about half the session timeout)
 TEST_CONSUMER = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 300,
@@ -113,7 +114,7 @@ def end_offsets(bootstrap, topic: str, timeout: float = 15.0) -> dict[int, int]:
     from kafka import KafkaConsumer, TopicPartition
 
     c = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                      enable_auto_commit=False, max_partition_fetch_bytes=1 << 16)
+                      enable_auto_commit=False, max_partition_fetch_bytes=1 << 16, **patient(KafkaConsumer))
     try:
         tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or ())]
         c.assign(tps)
@@ -131,7 +132,8 @@ def committed_offsets(bootstrap, topic: str, group: str) -> dict[int, int | None
     """{partition: offset committed by ``group``} (None where nothing was committed)."""
     from kafka import KafkaConsumer, TopicPartition
 
-    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
+                      **patient(KafkaConsumer))
     try:
         parts = sorted(c.partitions_for_topic(topic) or ())
         return {p: c.committed(TopicPartition(topic, p)) for p in parts}

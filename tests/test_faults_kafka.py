@@ -219,6 +219,34 @@ def test_broker_restart_mid_run(start_daemon, tmp_path, kafka_names, redis_url, 
     assert "Connection" in proc.log.read_text()      # it did see the broker go away
 
 
+# A job's start-up in this process: the model built and, on a cold numba cache (CI's lowest-versions
+# stage compiles every kernel again at the floor numba), each kernel compiled as it is first used:
+# 10-20 s on a quiet 2-core host, 48 s measured under load ~10 (pytest -n 2, niced) before the
+# first batch. Waited for on its own, so the waits after it bound what they are about.
+STARTUP_S = 120
+
+
+def start_lr_job(bootstrap, topic, group, trace):
+    """LR on the memory store reading ``topic`` (batches of 50, tracing to ``trace``), in a
+    thread; returned once it has trained its first batch."""
+    from streamtrain import config as configmod
+    from streamtrain.job import Job
+    from tests.fixtures_kafka import LR_LAYERS
+
+    cfg = configmod.merge(configmod.defaults(), {
+        "batch_size": 50, "layers": LR_LAYERS, "metrics": {"enabled": False},
+        "reader": {"type": "kafka", "bootstrap": bootstrap, "topic": topic, "group": group,
+                   "format": "criteo", "max_wait_ms": 100, "trace_file": str(trace),
+                   "consumer": dict(broker_mod.TEST_CONSUMER)}})
+    job = Job(configmod.validate(cfg))
+    runner = threading.Thread(target=job.run, daemon=True)
+    runner.start()
+    wait_for(lambda: job.first_step is not None or not runner.is_alive(), STARTUP_S,
+             "the job's first trained batch (its start-up)")
+    assert runner.is_alive(), "the job ended before training"
+    return job, runner
+
+
 def test_a_recreated_topic_is_followed_not_skipped(tmp_path):
     """Tansu keeps its log in memory, so restarting it recreates the topic from offset 0. The
     consumer resets after OffsetOutOfRange; the reader must follow it down (and commit the new,
@@ -229,10 +257,6 @@ def test_a_recreated_topic_is_followed_not_skipped(tmp_path):
     it rejoins, so a commit sent meanwhile fails and its batch is delivered again (at least
     once, as promised); and the consumer may reach the new broker before the test creates the
     topic (Tansu then auto-creates it with 4 partitions). Neither may make the test fail."""
-    from streamtrain import config as configmod
-    from streamtrain.job import Job
-    from tests.fixtures_kafka import LR_LAYERS
-
     trace = tmp_path / "trace"
     broker = broker_mod.TansuBroker().start()
     try:
@@ -240,14 +264,7 @@ def test_a_recreated_topic_is_followed_not_skipped(tmp_path):
         broker_mod.create_topic(broker.bootstrap, topic, partitions=2)
         produce(broker.bootstrap, topic, criteo_lines(400, seed=1))
         old_ends = broker_mod.end_offsets(broker.bootstrap, topic)
-        cfg = configmod.merge(configmod.defaults(), {
-            "batch_size": 50, "layers": LR_LAYERS, "metrics": {"enabled": False},
-            "reader": {"type": "kafka", "bootstrap": broker.bootstrap, "topic": topic, "group": group,
-                       "format": "criteo", "max_wait_ms": 100, "trace_file": str(trace),
-                       "consumer": dict(broker_mod.TEST_CONSUMER)}})
-        job = Job(configmod.validate(cfg))
-        runner = threading.Thread(target=job.run, daemon=True)
-        runner.start()
+        job, runner = start_lr_job(broker.bootstrap, topic, group, trace)
         # every old record applied *and committed*: nothing of the old log is in flight
         wait_for(lambda: broker_mod.committed_offsets(broker.bootstrap, topic, group) == old_ends,
                  60, f"the first 400 records to be committed at {old_ends}")
@@ -277,7 +294,7 @@ def _topics(bootstrap) -> set:
     """The broker's topics, from a metadata request that creates none (Tansu creates a topic a
     metadata request names)."""
     from kafka import KafkaAdminClient
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **broker_mod.patient(KafkaAdminClient))
     try:
         return set(admin.list_topics())
     finally:
@@ -294,10 +311,6 @@ def test_a_topic_the_reader_recreates_is_read_from_its_start(tmp_path):
     with the broker's end offset) and reads the partition again from the beginning. The test
     waits for that case's event — the topic created by the reader, not by the test — before it
     produces: deterministic."""
-    from streamtrain import config as configmod
-    from streamtrain.job import Job
-    from tests.fixtures_kafka import LR_LAYERS
-
     trace = tmp_path / "trace"
     broker = broker_mod.TansuBroker().start()
     try:
@@ -305,14 +318,7 @@ def test_a_topic_the_reader_recreates_is_read_from_its_start(tmp_path):
         broker_mod.create_topic(broker.bootstrap, topic, partitions=2)
         produce(broker.bootstrap, topic, criteo_lines(400, seed=1))
         old_ends = broker_mod.end_offsets(broker.bootstrap, topic)
-        cfg = configmod.merge(configmod.defaults(), {
-            "batch_size": 50, "layers": LR_LAYERS, "metrics": {"enabled": False},
-            "reader": {"type": "kafka", "bootstrap": broker.bootstrap, "topic": topic, "group": group,
-                       "format": "criteo", "max_wait_ms": 100, "trace_file": str(trace),
-                       "consumer": dict(broker_mod.TEST_CONSUMER)}})
-        job = Job(configmod.validate(cfg))
-        runner = threading.Thread(target=job.run, daemon=True)
-        runner.start()
+        job, runner = start_lr_job(broker.bootstrap, topic, group, trace)
         wait_for(lambda: broker_mod.committed_offsets(broker.bootstrap, topic, group) == old_ends,
                  60, f"the first 400 records to be committed at {old_ends}")
         before = len(trace.read_text().splitlines())

@@ -47,11 +47,14 @@ def test_a_slow_stream_still_trains_and_a_quiet_one_does_not_spin(kafka_bootstra
     lines = _lines(criteo_path)[:30]
     try:
         gen = src.batches()
+        sent = time.time()
         produce(lines[:10], kafka_bootstrap, topic)
-        t0 = time.monotonic()
         first = next(gen)                       # 10 records < batch_size: closed by the deadline
         assert first.size == 10
-        assert first.timestamps is not None and abs(first.timestamps.mean() - time.time()) < 30
+        # the messages' own timestamps (the producer's clock, whole milliseconds): between the
+        # produce and the batch, however long the group join took under load
+        ts = first.timestamps
+        assert ts is not None and sent - 0.001 <= ts.min() and ts.max() <= time.time(), (sent, ts)
         src.commit(first.offsets)
         assert sum(src.committed_offsets().values()) == 10
 
@@ -69,7 +72,6 @@ def test_a_slow_stream_still_trains_and_a_quiet_one_does_not_spin(kafka_bootstra
         assert cpu < 0.5 * waited, f"{cpu:.2f} s CPU in {waited:.2f} s of waiting"
         src.commit(second.offsets)
         assert sum(src.committed_offsets().values()) == 30
-        assert time.monotonic() - t0 < 20
     finally:
         src.close()
 

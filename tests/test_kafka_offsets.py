@@ -94,3 +94,21 @@ def test_a_batch_applied_after_its_revocation_is_committed_if_the_partition_come
     o.assign([("t", 1)])                                            # not straight back: forgotten
     o.assign([("t", 0)])
     assert o.take_due() == {}
+
+
+def test_a_batch_older_than_an_orphaned_one_does_not_lower_the_commit_when_applied_after():
+    """Seen at kafka-python 3.0.12 (test_kafka_recovery's take-over: committed 2978 of 3000 for
+    90 s, every row of the partition applied): the trainer held two batches at a revocation, the
+    second carrying t/0's older applied offset (the batch offsets name every owned partition);
+    the first was applied after the revocation (orphaned, due again when t/0 came straight
+    back), the second after the reassignment, which set t/0's commit back to its older offset."""
+    o = owned(0, 1)
+    o.applied({("t", 0): 2978, ("t", 1): 100})
+    assert o.take_due() == {("t", 0): 2978, ("t", 1): 100}
+    o.revoke([("t", 0), ("t", 1)])
+    o.applied({("t", 0): 3000, ("t", 1): 100})                      # orphaned
+    o.assign([("t", 0), ("t", 1)])
+    o.applied({("t", 0): 2978, ("t", 1): 120})                      # cut before, applied after
+    assert o.take_due() == {("t", 0): 3000, ("t", 1): 120}
+    o.applied({("t", 1): 130, ("t", 0): 2978})
+    assert o.take_due() == {("t", 0): 3000, ("t", 1): 130}          # never back below 3000

@@ -17,7 +17,7 @@ import yaml
 
 from streamtrain.daemon import serve
 from streamtrain.job import Job
-from tests.fixtures_prometheus import http_get, signal, job_config, pick_port, query, wait_all_have_data, wait_for
+from tests.fixtures_prometheus import http_get, alert_signal, job_config, pick_port, query, wait_all_have_data, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
@@ -70,7 +70,7 @@ def test_dashboard_and_alert_expressions_return_data(tmp_path, fake_stream, run_
         base = run_prometheus([d[0] for d in daemons.values()], [DEPLOY / "prometheus" / "alerts.yml"])
         rules = alert_rules()
         # what must have data: every dashboard query, and every alert condition without its threshold
-        signals = dashboard_exprs() + [signal(r["expr"]) for r in rules]
+        signals = dashboard_exprs() + [alert_signal(r["expr"]) for r in rules]
         wait_all_have_data(base, signals)
         for rule in rules:                               # the full conditions evaluate without error
             query(base, rule["expr"])
@@ -81,11 +81,11 @@ def test_dashboard_and_alert_expressions_return_data(tmp_path, fake_stream, run_
                              ["data"]["groups"] for r in g["rules"]), 10, "every rule evaluated ok")
         # the logloss alert's threshold is the window's base rate, which only a binary model has
         logloss_rule = next(r for r in rules if r["alert"] == "StreamtrainLoglossHigh")
-        compared = {x["metric"]["instance"] for x in query(base, signal(logloss_rule["expr"]))}
+        compared = {x["metric"]["instance"] for x in query(base, alert_signal(logloss_rule["expr"]))}
         assert compared == {f"127.0.0.1:{daemons['logloss'][0]}"}
         # the RMSE alert's threshold is the window's label standard deviation: mse models only
         rmse_rule = next(r for r in rules if r["alert"] == "StreamtrainRmseHigh")
-        compared = {x["metric"]["instance"] for x in query(base, signal(rmse_rule["expr"]))}
+        compared = {x["metric"]["instance"] for x in query(base, alert_signal(rmse_rule["expr"]))}
         assert compared == {f"127.0.0.1:{daemons['mse'][0]}"}
         up = query(base, 'up{job="streamtrain"}')
         assert len(up) == 3 and all(x["value"][1] == "1" for x in up)

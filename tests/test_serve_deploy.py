@@ -18,7 +18,7 @@ from streamtrain.metrics import ServeMetrics
 from streamtrain.serve.http import Server, make_app
 from streamtrain.serve.service import JobModel, Service
 from streamtrain.serve.settings import serve_settings
-from tests.fixtures_prometheus import http_get, signal, wait_all_have_data
+from tests.fixtures_prometheus import http_get, alert_signal, wait_all_have_data
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -83,7 +83,7 @@ def test_serving_dashboard_and_alerts_have_data(run_prometheus):
     try:
         exprs, rules = serving_exprs()
         base = run_prometheus(srv.port, [DEPLOY / "prometheus" / "alerts-serving.yml"])
-        signals = exprs + [signal(r["expr"]).replace('job="streamtrain-serve"', 'job="streamtrain"')
+        signals = exprs + [alert_signal(r["expr"]).replace('job="streamtrain-serve"', 'job="streamtrain"')
                            for r in rules]
         wait_all_have_data(base, signals)
         groups = json.loads(http_get(f"{base}/api/v1/rules")[1])["data"]["groups"]

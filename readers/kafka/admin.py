@@ -7,7 +7,7 @@ from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
-from .clients import client_settings, quiet_library_logs
+from .clients import client_settings, patient, quiet_library_logs
 
 
 def create_topic(bootstrap, topic: str, partitions: int = 4, timeout: float = 15.0,
@@ -15,7 +15,7 @@ def create_topic(bootstrap, topic: str, partitions: int = 4, timeout: float = 15
     """Create ``topic`` (no error when it exists) and wait until its partitions are visible."""
     quiet_library_logs()
     settings = client_settings(bootstrap, security)
-    admin = KafkaAdminClient(**settings)
+    admin = KafkaAdminClient(**settings, **patient(KafkaAdminClient))
     try:
         try:
             admin.create_topics([NewTopic(topic, partitions, 1)])
@@ -23,7 +23,7 @@ def create_topic(bootstrap, topic: str, partitions: int = 4, timeout: float = 15
             pass
     finally:
         admin.close()
-    probe = KafkaConsumer(**settings)
+    probe = KafkaConsumer(**settings, **patient(KafkaConsumer))
     try:
         deadline = time.monotonic() + timeout
         while len(probe.partitions_for_topic(topic) or ()) < partitions:

@@ -116,6 +116,14 @@ def client_settings(bootstrap, sec: dict | None = None) -> dict:
     return {"bootstrap_servers": bootstrap, **security_settings(sec)}
 
 
+def patient(cls) -> dict:
+    """Settings giving a kafka-python client ``cls`` 15 s to reach a broker when it is made:
+    kafka-python 2.2 gives 2 s (``api_version_auto_timeout_ms``) and then raises
+    NoBrokersAvailable, which a loaded machine exceeds just after a broker (re)starts;
+    kafka-python 3 already waits 30 s (``bootstrap_timeout_ms``)."""
+    return {"api_version_auto_timeout_ms": 15_000} if "api_version_auto_timeout_ms" in cls.DEFAULT_CONFIG else {}
+
+
 def reader_security(cfg: dict) -> dict | None:
     """A reader's security settings: its ``security`` section, and security keys given under
     ``consumer`` (so they reach the dead-letter producer too); the section wins."""

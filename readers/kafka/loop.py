@@ -14,8 +14,9 @@ one per record batch and partition on the fast path, ``fastpath.py``); (4) while
 handed over, a poll that fetches nothing (every partition paused) is made once a quarter of
 ``max_poll_interval_ms`` passed since the last one (``keep_alive``: a slow model keeps its group
 membership); (5) at the end of the stream (``stop_at_end`` / ``idle_timeout_s``) what is queued
-is handed over, then ``END``; the thread then only runs handed-back work until the reader closes.
-Rebalance callbacks run inside ``poll`` (``rebalance.py``; on kafka-python 3's IO thread)."""
+is handed over, then ``END``; the thread then runs handed-back work (the commits of what the
+trainer still trains), polling to keep alive as in (4), until the reader closes. Rebalance
+callbacks run inside ``poll`` (``rebalance.py``; on kafka-python 3's IO thread)."""
 from __future__ import annotations
 
 import logging
@@ -29,13 +30,15 @@ from kafka.errors import KafkaError
 from streamtrain.backoff import STOPPED, Backoff
 
 from .batching import Parsed
-from .clients import consumer_settings, producer_settings, quiet_library_logs
+from .clients import consumer_settings, patient, producer_settings, quiet_library_logs
 from .connect import connect, coordinator_known
 from .deadletter import DeadLetter
 from .fastpath import FastPath
 from .handoff import END
-from .oversize import OversizeSearch, skip_too_large
+from .logend import check_log_ends
+from .oversize import OversizeSearch, refused_frame, skip_too_large
 from .pending import Pending
+from .rejoin import apply_lost_join
 from .segment import segments_of
 
 log = logging.getLogger("streamtrain.kafka")
@@ -96,6 +99,7 @@ class ConsumerLoop:
                 handoff.run_work()
                 self.src.committer.flush_if_late()
                 if self.stopped() or self.ended:
+                    self._stay_in_group(consumer)
                     handoff.wait(IDLE_POLL_S)
                 else:
                     self.turn(consumer)
@@ -104,6 +108,14 @@ class ConsumerLoop:
         finally:
             if self.closing:
                 self.shutdown()
+
+    def _stay_in_group(self, consumer) -> None:
+        """After the end of the stream or a stop, the trainer still trains and commits what was
+        handed over: keep-alive polls keep the group membership those commits need."""
+        try:
+            self.keep_alive(consumer)
+        except Exception as err:            # the commits will say if it mattered
+            log.warning("kafka reader: keep-alive poll after the end failed (%s)", err)
 
     def shutdown(self) -> None:
         """Close: the work handed back, every due commit, the failed ones once more, then the
@@ -132,6 +144,8 @@ class ConsumerLoop:
         per_poll = max(1, int(np.ceil(self.batch_size / max(1, self.cfg["lines_per_message"]))))
         settings.setdefault("max_poll_records", 1000 if fast else max(500, 2 * per_poll))
         make = self.src.consumer_class()
+        for key, value in patient(make).items():     # kafka-python 2.2: 15 s, not 2 s, to bootstrap
+            settings.setdefault(key, value)
         if "receive_message_max_bytes" in make.DEFAULT_CONFIG:
             # kafka-python 2.3-3.0 refuse a network frame over 1 MB by default: let a fetch through
             settings.setdefault("receive_message_max_bytes", settings["fetch_max_bytes"] + (1 << 20))
@@ -189,11 +203,11 @@ class ConsumerLoop:
         handoff.put(END)
 
     def poll(self, consumer, timeout_ms: int) -> dict:
-        """``consumer.poll``, waiting out an unreachable broker: kafka-python 3 raises a retriable
-        error (a connection reset while it looks up the group coordinator) from ``poll`` when the
-        broker goes away mid-rejoin. That is retried with backoff (logged, counted in
-        ``poll_errors``) until the broker answers or the reader is asked to stop (then ``{}``);
-        any other error propagates."""
+        """``consumer.poll``, waiting out an unreachable broker (kafka-python 3 raises a retriable
+        error from ``poll`` when the broker goes away mid-rejoin) and a frame refused as too large
+        (``oversize.py``; kafka-python 3 raises it, not retriable there, when an offset reset was in
+        flight on the connection it dropped): retried with backoff (logged, counted in ``poll_errors``)
+        until the broker answers or the reader is asked to stop (then ``{}``); others propagate."""
         self._before_poll(consumer)
 
         def failed(err, attempt, pause):
@@ -203,8 +217,10 @@ class ConsumerLoop:
                 "kafka reader: poll failed (%s, attempt %d); retrying in %.1f s", err, attempt, pause)
 
         got = POLL_BACKOFF.retry(lambda: consumer.poll(timeout_ms=timeout_ms, update_offsets=True),
-                                 transient=lambda err: isinstance(err, KafkaError) and err.retriable,
+                                 transient=lambda e: isinstance(e, KafkaError) and (e.retriable or refused_frame(e)),
                                  on_retry=failed, stopped=self.stopped)
+        if apply_lost_join(consumer):       # (rejoin.py)
+            self.src.count("lost_joins")
         return {} if got is STOPPED else got
 
     def _before_poll(self, consumer) -> None:
@@ -370,31 +386,4 @@ class ConsumerLoop:
         return True
 
     def update_health(self) -> None:
-        for k in list(self.src.offsets.owned):
-            tp = TopicPartition(*k)
-            try:
-                hw = self.consumer.highwater(tp)
-                self.src.health.highwater(k, hw)
-                if hw is not None and (self.consumer.position(tp, timeout_ms=0) or 0) > hw:
-                    self._past_the_end(tp, hw)
-            except Exception:               # revoked meanwhile
-                pass
-
-    def _past_the_end(self, tp, hw: int) -> None:
-        """The consumer's position is past the partition's log end: the log went back under it (a
-        recreated topic) and the broker answered its fetches with nothing instead of
-        OffsetOutOfRange (Tansu after a restart, when the consumer's metadata request created
-        the topic again). Confirmed with the broker's own end offset (a position sought forward
-        past a stale high watermark is not this), then reset as OffsetOutOfRange would be."""
-        pos = self.consumer.position(tp, timeout_ms=0)
-        end = self.consumer.end_offsets([tp]).get(tp)
-        if end is None or pos is None or pos <= end:
-            return
-        log.warning("kafka reader: %s[%d] is at offset %d, past its log end %d (topic recreated?); "
-                    "reading it again from the %s", tp.topic, tp.partition, pos, max(hw, end),
-                    "beginning" if self.cfg["auto_offset_reset"] == "earliest" else "end")
-        (self.consumer.seek_to_beginning if self.cfg["auto_offset_reset"] == "earliest"
-         else self.consumer.seek_to_end)(tp)
-        self.fetched.pop(tp, None)
-        self.src.count("offset_resets")
-
+        check_log_ends(self)

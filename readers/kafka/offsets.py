@@ -71,6 +71,9 @@ class PartitionOffsets:
             self.owned.add(k)
             if k in self.orphaned:          # kafka-python keeps its position past those rows
                 self.due[k] = max(self.orphaned[k], self.due.get(k, 0))
+                # and the applied position with it: a batch cut before the revocation and
+                # applied after this carries an older offset of k, which must not lower it
+                self.position[k] = max(self.position.get(k, 0), self.due[k])
             target = self.seek_later.pop(k, None)
             if target is None:
                 target = self.rewind.get(k)
