@@ -124,6 +124,9 @@ def _patch_socket_reads() -> None:
             at = frame.tell()
             got, err = _read_into(self, memoryview(frame)[at:at + left - 1], tlog, errors)
             frame.seek(at + len(got))
+            sensors = self._protocol._sensors          # (the transport counts what it is handed)
+            if sensors and len(got):
+                sensors.bytes_received.record(len(got))
             if err is not None or len(got) < left - 1:
                 return b"", err
         view = getattr(self, "_streamtrain_scratch", None)
