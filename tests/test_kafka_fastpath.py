@@ -126,3 +126,39 @@ def test_fetch_responses_decode_as_views_of_the_frame():
     if not zerocopy.patched(FetchResponse):                # not patched in this process yet
         assert "decoded differently" in zerocopy._check(FetchResponse)
     assert zerocopy.patch() and zerocopy._check(FetchResponse) is None
+
+
+def test_large_fetches_are_read_straight_into_their_frame(kafka_bootstrap, kafka_topic, monkeypatch):
+    """With the socket reads patched, a fetch response larger than ``DIRECT_BYTES`` is read with
+    ``recv_into`` straight into its frame (all but its last byte, which completes it through the
+    connection's buffer); the records come back exactly as produced."""
+    pytest.importorskip("kafka.net")
+    from kafka import TopicPartition
+    from kafka.protocol.frame import KafkaBytes
+    from streamtrain.readers.kafka import zerocopy
+
+    assert zerocopy.patch_socket_reads()
+    topic = kafka_topic(1)
+    values = [b"%06d:" % i + bytes([97 + i % 26]) * (200 + i % 300) for i in range(20000)]   # ~7 MB
+    produce(values, kafka_bootstrap, topic)
+    into, real = {"frame": 0, "scratch": 0}, zerocopy._read_into
+
+    def counted(transport, view, tlog, errors):
+        got, err = real(transport, view, tlog, errors)
+        into["frame" if isinstance(view.obj, KafkaBytes) else "scratch"] += len(got)
+        return got, err
+    monkeypatch.setattr(zerocopy, "_read_into", counted)
+    c = KafkaConsumer(bootstrap_servers=kafka_bootstrap, enable_auto_commit=False, auto_offset_reset="earliest",
+                      fetch_max_bytes=16 << 20, max_partition_fetch_bytes=16 << 20)
+    try:
+        c.assign([TopicPartition(topic, 0)])
+        got = []
+        for _ in range(200):
+            for records in c.poll(timeout_ms=500).values():
+                got += [r.value for r in records]
+            if len(got) >= len(values):
+                break
+    finally:
+        c.close(autocommit=False)
+    assert got == values
+    assert into["frame"] > into["scratch"] > 0

@@ -37,6 +37,7 @@ log = logging.getLogger("streamtrain.kafka")
 SOCKET_READS_TESTED = ((3, 0), (3, 0))   # kafka-python major.minor (2.x has no kafka.net)
 RECV_BYTES = 1 << 18                     # per recv call when reading bytes (not a Kafka connection)
 SCRATCH_BYTES = 1 << 20                  # a Kafka connection's reusable read buffer
+DIRECT_BYTES = 1 << 16                   # a frame lacking more than this is read into directly
 
 
 def patch_socket_reads() -> bool:
@@ -99,6 +100,13 @@ def _read_into(transport, view, tlog, errors):
     return view[:filled], err
 
 
+def _frame_left(protocol):
+    """(the frame the connection's parser is filling, how many bytes it lacks), or (None, 0)."""
+    parser = getattr(protocol, "parser", None)
+    frame = getattr(parser, "_rbuffer", None) if getattr(parser, "_receiving", False) else None
+    return (frame, len(frame) - frame.tell()) if frame is not None else (None, 0)
+
+
 def _patch_socket_reads() -> None:
     from kafka import errors
     from kafka.net import transport
@@ -111,6 +119,16 @@ def _patch_socket_reads() -> None:
     def _sock_recv(self):
         if not isinstance(self._protocol, KafkaConnection):
             return _read_bytes(self, tlog, errors)
+        frame, left = _frame_left(self._protocol)
+        if left > DIRECT_BYTES:
+            at = frame.tell()
+            got, err = _read_into(self, memoryview(frame)[at:at + left - 1], tlog, errors)
+            frame.seek(at + len(got))
+            sensors = self._protocol._sensors          # (the transport counts what it is handed)
+            if sensors and len(got):
+                sensors.bytes_received.record(len(got))
+            if err is not None or len(got) < left - 1:
+                return b"", err
         view = getattr(self, "_streamtrain_scratch", None)
         if view is None:
             view = self._streamtrain_scratch = memoryview(bytearray(SCRATCH_BYTES))
