@@ -14,7 +14,7 @@ request must arrive whole within ``metrics.timeout_s`` (else 408), so slow or si
 hold neither threads nor file descriptors for long.
 
 The server itself (``MetricsServer``, with prometheus-client and wsgiref) is in
-``metrics_http.py``, imported only by a job with metrics on; ``health.MetricsServer`` names it.
+``metrics_http.py``, imported only by a job with metrics on.
 """
 from __future__ import annotations
 
@@ -85,10 +85,3 @@ def address_error(section: str, host: str, port: int, err: OSError) -> ConfigErr
            if err.errno == errno.EADDRINUSE else f"cannot be listened on: {err.strerror or err}")
     return ConfigError([(f"{section}.port", f"{host}:{port} {why}")])
 
-
-def __getattr__(name):
-    """``health.MetricsServer``: the server, imported on first use."""
-    if name == "MetricsServer":
-        from . import metrics_http
-        return getattr(metrics_http, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -162,7 +162,8 @@ def _scrape(port: int) -> dict:
 
 def test_store_errors_reach_a_scrape_while_the_outage_lasts(tmp_path, redis_server):
     """Defect 5: the counter rises during the outage, not once the next step succeeds."""
-    from streamtrain.health import Health, MetricsServer
+    from streamtrain.health import Health
+    from streamtrain.metrics_http import MetricsServer
     from tests.fixtures_prometheus import wait_for
     victim = redis_server("scraped")
     job = make_job(tmp_path, victim.url)

@@ -6,7 +6,8 @@ import urllib.request
 
 from prometheus_client import CollectorRegistry, Counter
 
-from streamtrain.health import Health, MetricsServer
+from streamtrain.health import Health
+from streamtrain.metrics_http import MetricsServer
 from tests.fixtures_prometheus import http_get
 
 
