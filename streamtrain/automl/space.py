@@ -55,8 +55,8 @@ def _space_problems(value) -> list[tuple[str, str]]:
         if "cross" not in dim and isinstance(values, list) and "start" in dim and dim["start"] not in values:
             found.append((join(where, "start"), f"{dim['start']!r} is not one of values {values!r}"))
         optional = dim.get("optional")
-        if isinstance(optional, list) and all(isinstance(dim.get(p, []), list) for p in ("start", "later", "shadow")):
-            for part in ("start", "later", "shadow"):
+        if isinstance(optional, list) and all(isinstance(dim.get(p, []), list) for p in ("start", "later")):
+            for part in ("start", "later"):
                 extra = [m for m in dim.get(part, []) if m not in optional]
                 if extra:
                     found.append((join(where, part), f"{extra!r} are not among optional {optional!r}"))
@@ -98,9 +98,6 @@ TERMS = {
     "later": Option([], (list,), check=_names,
                     doc="optional terms whose turn comes only once each other optional term is decided "
                         "from the champion (it has it, or that neighbour was tried and is no longer live)"),
-    "shadow": Option([], (list,), check=_names,
-                     doc="optional terms learnt beside the champion from the first example, on its logit, so "
-                         "that a challenger with one starts warm"),
 }
 CROSS = {
     "name": Option(None, (str,), doc="the dimension's name"),
@@ -219,7 +216,6 @@ class Dim:
         self.max_pairs = cfg.get("max_pairs", 32)
         self.needs = cfg.get("needs")
         self.later = cfg.get("later") or []
-        self.shadow = cfg.get("shadow") or []          # terms learnt beside the champion (shadow.py)
         if self.optional is not None:
             self.start = [m for m in self.optional if m in (cfg.get("start") or [])]
         else:
@@ -274,8 +270,6 @@ class Space:
         self.explore = float(section.get("explore", 0.25))
         self.config = config
         self._structures: dict = {}
-        from .shadow import shadowed         # (it builds candidates: imported late)
-        self.shadowed = shadowed(config, self.dims) if config is not None else set()
 
     def start(self, config: dict, fields: list[str]) -> dict:
         return {d.name: d.first(config, fields) for d in self.dims}
@@ -317,9 +311,7 @@ class Space:
         if self.config is None:
             return False
         mine, theirs = self.structure(assign), self.structure(parent)
-        # a shadowed term's layers are learnt all along (shadow.py): not new
-        return any(name not in self.shadowed and (name not in theirs or theirs[name] != dim)
-                   for name, dim in mine.items())
+        return any(name not in theirs or theirs[name] != dim for name, dim in mine.items())
 
     def same_model(self, a: dict, b: dict) -> bool:
         """Whether two assignments give models of the same layers (they differ only in settings:

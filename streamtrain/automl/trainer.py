@@ -21,7 +21,6 @@ from streamtrain.trainer import StepResult
 from .candidates import Candidate
 from .replay import Replay
 from .search import Search
-from .shadow import Shadow
 from .space import AUTOML, Space, key
 
 log = logging.getLogger("streamtrain.automl")
@@ -58,8 +57,6 @@ class AutoTrainer:
         self.on_event = []              # callables(event) (metrics, logs)
         self.ctx = _Status(self)
         self.progressive = None
-        # the shadowed terms, learnt beside the champion (shadow.py); None: the space has none
-        self.shadow = Shadow(config, self.space, schema, store, seed=seed) if self.space.shadowed else None
 
     # ---- the candidates ----------------------------------------------------------------------
     def start(self, state: dict | None = None) -> None:
@@ -106,9 +103,6 @@ class AutoTrainer:
         for name, spec in cand.graph.params.items():
             src = champ.prefix + name[len(cand.prefix):]
             other = champ.graph.params.get(src)
-            if other is None and self.shadow is not None:       # a shadowed term: the shadow's
-                src = self.shadow.source(name, cand.prefix)
-                other = self.shadow.graph.params.get(src)
             if other is not None and other.table == spec.table and (
                     other.dim == spec.dim if spec.table else tuple(other.shape) == tuple(spec.shape)):
                 pairs[src] = name
@@ -157,9 +151,8 @@ class AutoTrainer:
 
     @property
     def params(self) -> dict:
-        """Every live candidate's parameters and the shadow's (what a checkpoint of the job holds)."""
-        out = {n: s for c in self.candidates.values() for n, s in c.graph.params.items()}
-        return out | (self.shadow.graph.params if self.shadow is not None else {})
+        """Every live candidate's parameters (what a checkpoint of the job holds)."""
+        return {n: s for c in self.candidates.values() for n, s in c.graph.params.items()}
 
     # ---- one step ----------------------------------------------------------------------------
     def step(self, batch) -> StepResult:
@@ -179,9 +172,6 @@ class AutoTrainer:
         else:
             self.nonfinite += 1
             self.skipped_examples += batch.size
-        champ = results[self.search.champion]
-        if self.shadow is not None and champ.applied and self.shadow.wanted(self.champion.assign):
-            self.shadow.step(batch, champ.predictions)
         good = {s: r.losses for s, r in results.items() if r.applied and r.losses is not None}
         bad = [s for s, r in results.items() if not r.applied]
         t1 = time.perf_counter()
