@@ -37,6 +37,7 @@ from .space import Space, key
 REASONS = ("worse", "no_gain", "patience", "nonfinite")
 TRIED = 1000          # assignments remembered as tried (never proposed again while remembered)
 EXPIRES = 2.0         # a former champion retired at n examples of the stream may be tried again at 2 n
+SHADOW_EPOCH = 1_000_000    # the shadow candidate's epoch (``begin``): it takes none of the births' numbers
 
 
 class Search:
@@ -49,7 +50,11 @@ class Search:
         self.replay = int(section["replay"])
         self.follow = section["serve"] == "leader"
         self.rng = np.random.default_rng(int(section["seed"]))
-        k = self.live
+        # a set of terms with ``shadow`` members: the first champion with them learns from the
+        # first example in a slot of its own, beyond the ``live`` ones (``begin``)
+        self.shadow_terms = [(d.name, d.shadow) for d in space.dims if getattr(d, "shadow", None)]
+        k = self.live + (1 if self.shadow_terms else 0)
+        self.shadow_slot: int | None = None            # the shadow's slot while it is the one beyond ``live``
         self.slots: list[dict | None] = [None] * k     # {"epoch", "assign", "examples", "loss_sum"}
         self.champion = 0
         self.served = 0                                # the slot that answers (``_lead``)
@@ -79,7 +84,27 @@ class Search:
         events = [self._born(0, self.space.start(config, self.fields))]
         self.slots[0]["led"] = True
         self.champion = self.served = 0
+        if self.shadow_terms:       # first, so that no first challenger is the shadow again
+            events.append(self._shadow(self.slots[0]["assign"]))
         return events + self._fill()
+
+    def _shadow(self, start: dict) -> dict:
+        """The shadow: the first champion with the ``shadow`` terms, born with it in the slot
+        beyond ``live``, so that a term whose gain is early is not born mid-stream (cold, behind
+        the champion) and takes no turn nor slot from the others. It is compared with the
+        champion as any challenger; retired, its slot is not filled again (compute is back to
+        ``live`` models); promoted, it is a champion as any other, and the slots fill again
+        only once fewer than ``live`` are held."""
+        i = len(self.slots) - 1
+        assign = dict(start)
+        for name, terms in self.shadow_terms:
+            dim = next(d for d in self.space.dims if d.name == name)
+            assign[name] = [m for m in dim.optional if m in start[name] or m in terms]
+        event = self._born(i, assign)
+        self.next_epoch -= 1                # the births after it keep their numbers (and names)
+        self.slots[i]["epoch"] = event["epoch"] = SHADOW_EPOCH
+        self.shadow_slot = i
+        return event
 
     def _born(self, slot: int, assign: dict) -> dict:
         self.slots[slot] = {"epoch": self.next_epoch, "assign": assign, "examples": 0, "loss_sum": 0.0}
@@ -101,7 +126,10 @@ class Search:
         if self.exhausted == champ["epoch"] and not self._expired_since():
             return events
         live = {key(s["assign"]) for s in self.slots if s is not None}
+        held = sum(s is not None for s in self.slots)
         for i, slot in enumerate(self.slots):
+            if i == self.shadow_slot or (self.shadow_slot is None and held >= self.live):
+                continue            # the shadow's slot is its own; else at most ``live`` are held
             if slot is None:
                 assign, self.turn = self.space.propose(champ["assign"], self.fields, self.rng,
                                                        self.avoid() | live, self.turn, live)
@@ -110,6 +138,7 @@ class Search:
                     break
                 events.append(self._born(i, assign))
                 live.add(key(assign))
+                held += 1
                 if self.space.cold(assign, champ["assign"]):
                     # a cold newborn learns the last ``replay`` examples first (the trainer's), and
                     # is compared once it learnt what the champion had learnt at its birth (at most
@@ -222,6 +251,8 @@ class Search:
             elif self.n[i, h] >= self.patience and low >= 0:
                 events += self._retire(i, "patience")
         if best is not None:
+            if best == self.shadow_slot:    # a champion as any other from now on
+                self.shadow_slot = None
             self.champion = best
             self.slots[best]["led"] = True
             self.promotions += 1
@@ -261,6 +292,8 @@ class Search:
     def _retire(self, i: int, reason: str) -> list[dict]:
         slot = self.slots[i]
         self.slots[i] = None
+        if i == self.shadow_slot:
+            self.shadow_slot = None
         self.retired[reason] += 1
         self.version += 1
         k = key(slot["assign"])
@@ -300,16 +333,18 @@ class Search:
                 "start": self.start.tolist(), "mid": self.mid.tolist(), "windows": self.windows.tolist(),
                 "fields": self.fields, "promotions": self.promotions, "retired": self.retired,
                 "version": self.version, "exhausted": self.exhausted, "exhausted_at": self.exhausted_at,
-                "seen": self.seen, "retired_at": self.retired_at, "turn": self.turn, "rng": self.rng.bit_generator.state}
+                "seen": self.seen, "retired_at": self.retired_at, "turn": self.turn, "rng": self.rng.bit_generator.state,
+                "shadow_slot": self.shadow_slot}
 
     def load_json(self, doc: dict) -> None:
-        if len(doc["slots"]) != self.live:
-            raise ValueError(f"the saved search has {len(doc['slots'])} slots, automl.live is {self.live}")
+        if len(doc["slots"]) != len(self.slots):
+            raise ValueError(f"the saved search has {len(doc['slots'])} slots, automl.live (with a shadow: "
+                             f"one more) makes {len(self.slots)}")
         self.slots, self.champion, self.next_epoch = doc["slots"], doc["champion"], doc["next_epoch"]
         self.served = doc.get("served", self.champion)
         self.n = np.array(doc["n"], np.int64)
         self.s, self.ss = np.array(doc["s"], np.float64), np.array(doc["ss"], np.float64)
-        k = self.live            # a state saved before the recent windows: every pair's starts at 0
+        k = len(self.slots)      # a state saved before the recent windows: every pair's starts at 0
         self.start = np.array(doc.get("start", np.zeros((3, k, k))), np.float64)
         self.mid = np.array(doc.get("mid", np.zeros((3, k, k))), np.float64)
         self.windows = np.array(doc.get("windows", np.zeros((k, k))), np.int64)
@@ -320,6 +355,7 @@ class Search:
         self.exhausted_at, self.seen = doc.get("exhausted_at", 0), doc.get("seen", 0)
         self.retired_at = dict(doc.get("retired_at", {}))     # saved before retirements expired: none
         self.turn = doc.get("turn", 0)
+        self.shadow_slot = doc.get("shadow_slot")
         self.rng.bit_generator.state = doc["rng"]
 
 
