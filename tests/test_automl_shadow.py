@@ -84,6 +84,20 @@ def test_a_promoted_shadow_is_a_champion_and_slots_fill_below_live_only():
     assert born[0]["slot"] == min(first, second)
 
 
+def test_the_shadow_answers_only_once_promoted():
+    """A shadow better on average than the champion and every challenger, but not yet
+    confidently so, does not answer (its predictions are used once it is promoted)."""
+    s = begun(shadow_job(patience=10 ** 6, margin=0.0))
+    events = feed(s, {4: -0.002}, 3)
+    h = s.champion
+    assert not any(e["event"] in ("promoted", "retired") for e in events)
+    assert s.s[4, h] < min(s.s[i, h] for i in s.live_slots() if i not in (4, h)) and s.s[4, h] < 0
+    assert s.served != 4
+    s.shadow_slot = None                # as if it were any challenger: it would answer
+    s._lead()
+    assert s.served == 4
+
+
 def test_the_shadow_is_saved_and_restored():
     s = begun(shadow_job())
     doc = json.loads(json.dumps(s.to_json()))

@@ -92,9 +92,9 @@ class Search:
         """The shadow: the first champion with the ``shadow`` terms, born with it in the slot
         beyond ``live``, so that a term whose gain is early is not born mid-stream (cold, behind
         the champion) and takes no turn nor slot from the others. It is compared with the
-        champion as any challenger; retired, its slot is not filled again (compute is back to
-        ``live`` models); promoted, it is a champion as any other, and the slots fill again
-        only once fewer than ``live`` are held."""
+        champion as any challenger, but answers only once promoted (``_lead``); retired, its
+        slot is not filled again (compute is back to ``live`` models); promoted, it is a
+        champion as any other, and the slots fill again only once fewer than ``live`` are held."""
         i = len(self.slots) - 1
         assign = dict(start)
         for name, terms in self.shadow_terms:
@@ -280,7 +280,7 @@ class Search:
             return
         best = 0.0
         for i, slot in enumerate(self.slots):
-            if slot is None or i == h:
+            if slot is None or i == h or i == self.shadow_slot:     # the shadow answers once promoted
                 continue
             found = self.evidence(i, h)
             if min(e[0] for e in found) < self.grace:
