@@ -132,3 +132,28 @@ def test_the_trainer_steps_the_shadow_with_the_others():
     assert sorted(t.candidates) == [0, 1, 2, 3, 4]
     assert t.search.slots[4]["examples"] == 3000 == t.search.slots[0]["examples"]
     assert any(n.startswith(f"a4g{SHADOW_EPOCH}_fm") or n.startswith(f"a4g{SHADOW_EPOCH}_emb") for n in t.params)
+
+
+def test_two_trainers_share_the_shadow_through_redis(redis_url, redis_namespace):
+    """The shadow's slot is part of the shared search: both trainers build it and step it."""
+    from streamtrain.automl.shared import SharedSearch
+    cfg = shadow_job(grace=10 ** 6)
+    stream = planted_stream(2)
+    first = next(stream)
+    trainers = []
+    for _ in range(2):
+        store = make_store({"backend": "redis", "urls": [redis_url], "namespace": redis_namespace,
+                            "write_back_s": 0})
+        t = AutoTrainer(cfg, store, Schema.of(first), shared=SharedSearch(store))
+        t.start()
+        trainers.append(t)
+    a, b = trainers
+    batch = first
+    for i in range(4):
+        trainers[i % 2].step(batch)
+        batch = next(stream)
+    a.refresh()
+    b.refresh()
+    assert a.search.to_json() == b.search.to_json() and a.search.shadow_slot == 4
+    assert sorted(a.candidates) == sorted(b.candidates) == [0, 1, 2, 3, 4]
+    assert a.search.slots[4]["examples"] == 4000 == a.search.slots[0]["examples"]
