@@ -38,6 +38,8 @@ REASONS = ("worse", "no_gain", "patience", "nonfinite")
 TRIED = 1000          # assignments remembered as tried (never proposed again while remembered)
 EXPIRES = 2.0         # a former champion retired at n examples of the stream may be tried again at 2 n
 SHADOW_EPOCH = 1_000_000    # the shadow candidate's epoch (``begin``): it takes none of the births' numbers
+import os
+LEASE = float(os.environ.get("AUTOML_LEASE", "2.0"))           # the shadow's first lease ends at LEASE x the examples the first decision took
 
 
 class Search:
@@ -76,6 +78,8 @@ class Search:
         self.exhausted = -1                            # a champion's epoch whose neighbours were all tried
         self.exhausted_at = 0                          # ``seen`` then
         self.turn = 0                                  # the dimension whose turn it is to move
+        self.decided_at = 0                            # ``seen`` at the first retirement or promotion
+        self.lease = 0                                 # ``seen`` at which the shadow's lease ends (``_lease``)
 
     # ---- births ------------------------------------------------------------------------------
     def begin(self, config: dict, fields) -> list[dict]:
@@ -128,8 +132,8 @@ class Search:
         live = {key(s["assign"]) for s in self.slots if s is not None}
         held = sum(s is not None for s in self.slots)
         for i, slot in enumerate(self.slots):
-            if i == self.shadow_slot or (self.shadow_slot is None and held >= self.live):
-                continue            # the shadow's slot is its own; else at most ``live`` are held
+            if i == self.shadow_slot or held >= self.live:
+                continue            # the shadow's slot is its own, but it counts: at most ``live`` are held
             if slot is None:
                 assign, self.turn = self.space.propose(champ["assign"], self.fields, self.rng,
                                                        self.avoid() | live, self.turn, live)
@@ -257,11 +261,30 @@ class Search:
             self.slots[best]["led"] = True
             self.promotions += 1
             self.version += 1
+            self.decided_at = self.decided_at or self.seen
             events.append({"event": "promoted", "slot": best, "from": h, "epoch": self.slots[best]["epoch"],
                            "assign": self.slots[best]["assign"], "mean_difference": float(best_mean)})
+        events += self._lease()
         events += self._fill()
         self._lead()
         return events
+
+    def _lease(self) -> list[dict]:
+        """The shadow holds one of the ``live`` slots for a lease: ``LEASE`` x the examples the
+        first decision (a retirement or a promotion) took, so scale-free; at its end it is
+        retired (``patience``) unless it leads the champion on all of its evidence, and then
+        the lease runs until the stream has doubled (ChaCha's doubling, Wu et al. 2021)."""
+        i = self.shadow_slot
+        if i is None or not self.decided_at:
+            return []
+        self.lease = self.lease or int(LEASE * self.decided_at)
+        if self.seen < self.lease:
+            return []
+        found = self.evidence(i, self.champion)
+        if min(e[0] for e in found) >= self.grace and _means(found)[0] < 0:
+            self.lease = 2 * self.seen
+            return []
+        return self._retire(i, "patience")
 
     def _no_gain(self, i: int, h: int) -> bool:
         """``i`` is of the champion ``h``'s model (other rates, crosses: on the same point of the
@@ -296,6 +319,7 @@ class Search:
             self.shadow_slot = None
         self.retired[reason] += 1
         self.version += 1
+        self.decided_at = self.decided_at or self.seen
         k = key(slot["assign"])
         if reason != "nonfinite" and (slot.get("led") or k in self.retired_at):     # a former champion
             self.retired_at = {t: at for t, at in self.retired_at.items() if t != k and t in self.tried}
@@ -334,7 +358,7 @@ class Search:
                 "fields": self.fields, "promotions": self.promotions, "retired": self.retired,
                 "version": self.version, "exhausted": self.exhausted, "exhausted_at": self.exhausted_at,
                 "seen": self.seen, "retired_at": self.retired_at, "turn": self.turn, "rng": self.rng.bit_generator.state,
-                "shadow_slot": self.shadow_slot}
+                "shadow_slot": self.shadow_slot, "decided_at": self.decided_at, "lease": self.lease}
 
     def load_json(self, doc: dict) -> None:
         if len(doc["slots"]) != len(self.slots):
@@ -356,6 +380,7 @@ class Search:
         self.retired_at = dict(doc.get("retired_at", {}))     # saved before retirements expired: none
         self.turn = doc.get("turn", 0)
         self.shadow_slot = doc.get("shadow_slot")
+        self.decided_at, self.lease = doc.get("decided_at", 0), doc.get("lease", 0)
         self.rng.bit_generator.state = doc["rng"]
 
 
