@@ -38,8 +38,7 @@ REASONS = ("worse", "no_gain", "patience", "nonfinite")
 TRIED = 1000          # assignments remembered as tried (never proposed again while remembered)
 EXPIRES = 2.0         # a former champion retired at n examples of the stream may be tried again at 2 n
 SHADOW_EPOCH = 1_000_000    # the shadow candidate's epoch (``begin``): it takes none of the births' numbers
-import os
-LEASE = float(os.environ.get("AUTOML_LEASE", "2.0"))           # the shadow's first lease ends at LEASE x the examples the first decision took
+LEASE = 2.0           # the shadow born at n examples is looked at from LEASE x n (``_lease``)
 
 
 class Search:
@@ -52,11 +51,12 @@ class Search:
         self.replay = int(section["replay"])
         self.follow = section["serve"] == "leader"
         self.rng = np.random.default_rng(int(section["seed"]))
-        # a set of terms with ``shadow`` members: the first champion with them learns from the
-        # first example in a slot of its own, beyond the ``live`` ones (``begin``)
+        # a set of terms with ``shadow`` members: the first champion with them (``_shadow``)
         self.shadow_terms = [(d.name, d.shadow) for d in space.dims if getattr(d, "shadow", None)]
-        k = self.live + (1 if self.shadow_terms else 0)
-        self.shadow_slot: int | None = None            # the shadow's slot while it is the one beyond ``live``
+        k = self.live
+        self.shadow_slot: int | None = None            # the shadow's slot until it is decided
+        self.shadow_due = bool(self.shadow_terms)      # the shadow is born in the first slot freed
+        self.shadow_yielded = False                    # a new term was born before it (``_fill``)
         self.slots: list[dict | None] = [None] * k     # {"epoch", "assign", "examples", "loss_sum"}
         self.champion = 0
         self.served = 0                                # the slot that answers (``_lead``)
@@ -78,7 +78,6 @@ class Search:
         self.exhausted = -1                            # a champion's epoch whose neighbours were all tried
         self.exhausted_at = 0                          # ``seen`` then
         self.turn = 0                                  # the dimension whose turn it is to move
-        self.decided_at = 0                            # ``seen`` at the first retirement or promotion
         self.lease = 0                                 # ``seen`` at which the shadow's lease ends (``_lease``)
 
     # ---- births ------------------------------------------------------------------------------
@@ -88,18 +87,15 @@ class Search:
         events = [self._born(0, self.space.start(config, self.fields))]
         self.slots[0]["led"] = True
         self.champion = self.served = 0
-        if self.shadow_terms:       # first, so that no first challenger is the shadow again
-            events.append(self._shadow(self.slots[0]["assign"]))
         return events + self._fill()
 
-    def _shadow(self, start: dict) -> dict:
-        """The shadow: the first champion with the ``shadow`` terms, born with it in the slot
-        beyond ``live``, so that a term whose gain is early is not born mid-stream (cold, behind
-        the champion) and takes no turn nor slot from the others. It is compared with the
-        champion as any challenger, but answers only once promoted (``_lead``); retired, its
-        slot is not filled again (compute is back to ``live`` models); promoted, it is a
-        champion as any other, and the slots fill again only once fewer than ``live`` are held."""
-        i = len(self.slots) - 1
+    def _shadow(self, i: int, start: dict) -> dict:
+        """The shadow: the first champion with the ``shadow`` terms, a term whose gain is early
+        (born mid-stream, cold, it comes too late). It is one of the ``live`` candidates (the
+        budget): born in the first slot freed, but for one new term proposed there (which goes
+        first, once: ``_fill``), it learns the replay buffer first (every example so far, while
+        the stream is shorter than ``replay``). It is judged as any challenger of another model,
+        answers only once promoted (``_lead``) and holds its slot for a lease (``_lease``)."""
         assign = dict(start)
         for name, terms in self.shadow_terms:
             dim = next(d for d in self.space.dims if d.name == name)
@@ -107,8 +103,16 @@ class Search:
         event = self._born(i, assign)
         self.next_epoch -= 1                # the births after it keep their numbers (and names)
         self.slots[i]["epoch"] = event["epoch"] = SHADOW_EPOCH
-        self.shadow_slot = i
+        self.shadow_slot, self.shadow_due = i, False
+        self.lease = int(LEASE * self.seen)
         return event
+
+    def _shadow_turn(self) -> bool:
+        """The shadow is due from the first slot freed (unless the champion has its terms)."""
+        champ = self.slots[self.champion]["assign"]
+        if all(set(terms) <= set(champ[name]) for name, terms in self.shadow_terms):
+            self.shadow_due = False
+        return self.shadow_due and self.seen > 0
 
     def _born(self, slot: int, assign: dict) -> dict:
         self.slots[slot] = {"epoch": self.next_epoch, "assign": assign, "examples": 0, "loss_sum": 0.0}
@@ -132,22 +136,30 @@ class Search:
         live = {key(s["assign"]) for s in self.slots if s is not None}
         held = sum(s is not None for s in self.slots)
         for i, slot in enumerate(self.slots):
-            if i == self.shadow_slot or held >= self.live:
-                continue            # the shadow's slot is its own, but it counts: at most ``live`` are held
-            if slot is None:
-                assign, self.turn = self.space.propose(champ["assign"], self.fields, self.rng,
-                                                       self.avoid() | live, self.turn, live)
-                if assign is None:          # every neighbour tried: slots wait for a new champion
-                    self.exhausted, self.exhausted_at = champ["epoch"], self.seen
-                    break
+            if slot is not None or held >= self.live:
+                continue            # the shadow counts: at most ``live`` are held
+            state = (self.turn, self.rng.bit_generator.state)
+            assign, self.turn = self.space.propose(champ["assign"], self.fields, self.rng,
+                                                   self.avoid() | live, self.turn, live)
+            due = self._shadow_turn()
+            if due and assign is not None and self.space.cold(assign, champ["assign"]) and not self.shadow_yielded:
+                self.shadow_yielded, due = True, False      # a new term first, once
+            if due:     # the neighbour the shadow displaces is proposed again at the next free slot
+                self.turn, self.rng.bit_generator.state = state
+                events.append(self._shadow(i, champ["assign"]))
+                assign = self.slots[i]["assign"]
+            elif assign is None:            # every neighbour tried: slots wait for a new champion
+                self.exhausted, self.exhausted_at = champ["epoch"], self.seen
+                break
+            else:
                 events.append(self._born(i, assign))
-                live.add(key(assign))
-                held += 1
-                if self.space.cold(assign, champ["assign"]):
-                    # a cold newborn learns the last ``replay`` examples first (the trainer's), and
-                    # is compared once it learnt what the champion had learnt at its birth (at most
-                    # ``patience``): equal experience, not its cold start
-                    self.slots[i]["grace"] = max(self.grace, min(champ["examples"] - self.replay, self.patience))
+            live.add(key(assign))
+            held += 1
+            if self.space.cold(assign, champ["assign"]):
+                # a cold newborn (the shadow too) learns the last ``replay`` examples first (the
+                # trainer's), and is compared once it learnt what the champion had learnt at its
+                # birth (at most ``patience``): equal experience, not its cold start
+                self.slots[i]["grace"] = max(self.grace, min(champ["examples"] - self.replay, self.patience))
         return events
 
     def avoid(self) -> set[str]:
@@ -261,7 +273,6 @@ class Search:
             self.slots[best]["led"] = True
             self.promotions += 1
             self.version += 1
-            self.decided_at = self.decided_at or self.seen
             events.append({"event": "promoted", "slot": best, "from": h, "epoch": self.slots[best]["epoch"],
                            "assign": self.slots[best]["assign"], "mean_difference": float(best_mean)})
         events += self._lease()
@@ -270,18 +281,15 @@ class Search:
         return events
 
     def _lease(self) -> list[dict]:
-        """The shadow holds one of the ``live`` slots for a lease: ``LEASE`` x the examples the
-        first decision (a retirement or a promotion) took, so scale-free; at its end it is
-        retired (``patience``) unless it leads the champion on all of its evidence, and then
-        the lease runs until the stream has doubled (ChaCha's doubling, Wu et al. 2021)."""
+        """The shadow born at n examples holds its slot until ``LEASE`` x n (scale-free); then it
+        is retired (``patience``) unless it leads the search (``_leader`` with it), and its
+        lease runs until the stream has doubled again (ChaCha's doubling, Wu et al. 2021)."""
         i = self.shadow_slot
-        if i is None or not self.decided_at:
-            return []
-        self.lease = self.lease or int(LEASE * self.decided_at)
-        if self.seen < self.lease:
+        if i is None or self.seen < self.lease:
             return []
         found = self.evidence(i, self.champion)
-        if min(e[0] for e in found) >= self.grace and _means(found)[0] < 0:
+        if min(e[0] for e in found) < self.slots[i].get("grace", self.grace) or (
+                _means(found)[0] < 0 and self._leader(shadow=True) == i):
             self.lease = 2 * self.seen
             return []
         return self._retire(i, "patience")
@@ -297,20 +305,22 @@ class Search:
         """``served``: the champion, or (``serve: "leader"``) the live challenger with the lowest
         finite mean loss difference to it over at least ``grace`` paired examples of its evidence
         (``evidence``: the recent window of another model), negative there and over all its pairs."""
+        self.served = self._leader() if self.follow else self.champion
+
+    def _leader(self, shadow: bool = False) -> int:
+        """The live candidate that would answer (``_lead``; the shadow too with ``shadow``)."""
         h = self.champion
-        self.served = h
-        if not self.follow:
-            return
-        best = 0.0
+        best, leader = 0.0, h
         for i, slot in enumerate(self.slots):
-            if slot is None or i == h or i == self.shadow_slot:     # the shadow answers once promoted
+            if slot is None or i == h or (i == self.shadow_slot and not shadow):     # the shadow answers once promoted
                 continue
             found = self.evidence(i, h)
             if min(e[0] for e in found) < self.grace:
                 continue
             mean = _means(found)[0]         # better on all of its evidence (over all pairs and lately)
             if np.isfinite(mean) and mean < best:
-                self.served, best = i, mean
+                leader, best = i, mean
+        return leader
 
     def _retire(self, i: int, reason: str) -> list[dict]:
         slot = self.slots[i]
@@ -319,7 +329,6 @@ class Search:
             self.shadow_slot = None
         self.retired[reason] += 1
         self.version += 1
-        self.decided_at = self.decided_at or self.seen
         k = key(slot["assign"])
         if reason != "nonfinite" and (slot.get("led") or k in self.retired_at):     # a former champion
             self.retired_at = {t: at for t, at in self.retired_at.items() if t != k and t in self.tried}
@@ -331,8 +340,7 @@ class Search:
         return events
 
     def _succeed(self, old: int, slot: dict) -> list[dict]:
-        """The champion was retired (not finite): the best other live candidate against it, or
-        the same assignment born again."""
+        """The champion was retired (not finite): the best other live candidate, or itself again."""
         others = [j for j, s in enumerate(self.slots) if s is not None]
         if not others:
             return [self._born(old, slot["assign"])]
@@ -358,7 +366,7 @@ class Search:
                 "fields": self.fields, "promotions": self.promotions, "retired": self.retired,
                 "version": self.version, "exhausted": self.exhausted, "exhausted_at": self.exhausted_at,
                 "seen": self.seen, "retired_at": self.retired_at, "turn": self.turn, "rng": self.rng.bit_generator.state,
-                "shadow_slot": self.shadow_slot, "decided_at": self.decided_at, "lease": self.lease}
+                "shadow_slot": self.shadow_slot, "shadow_due": self.shadow_due, "shadow_yielded": self.shadow_yielded, "lease": self.lease}
 
     def load_json(self, doc: dict) -> None:
         if len(doc["slots"]) != len(self.slots):
@@ -380,7 +388,9 @@ class Search:
         self.retired_at = dict(doc.get("retired_at", {}))     # saved before retirements expired: none
         self.turn = doc.get("turn", 0)
         self.shadow_slot = doc.get("shadow_slot")
-        self.decided_at, self.lease = doc.get("decided_at", 0), doc.get("lease", 0)
+        self.shadow_due = doc.get("shadow_due", False)
+        self.shadow_yielded = doc.get("shadow_yielded", True)
+        self.lease = doc.get("lease", 0)
         self.rng.bit_generator.state = doc["rng"]
 
 

@@ -99,8 +99,8 @@ TERMS = {
                     doc="optional terms whose turn comes only once each other optional term is decided "
                         "from the champion (it has it, or that neighbour was tried and is no longer live)"),
     "shadow": Option([], (list,), check=_names,
-                     doc="optional terms the first champion with which learns from the first example in a slot "
-                         "beyond live (the shadow: retired, its slot is not filled again)"),
+                     doc="optional terms added to the champion in the first slot freed (the shadow, one of "
+                         "live; it learns the replay buffer first), held for a lease while it leads"),
 }
 CROSS = {
     "name": Option(None, (str,), doc="the dimension's name"),
