@@ -156,7 +156,7 @@ class Metrics:
                                               "Seconds to sample one batch's blocks", buckets=STEP_BUCKETS, registry=r)
 
     def _automl_metrics(self, r: CollectorRegistry) -> None:
-        """AutoML (automl/): labelled by slot (0 .. automl.live - 1), never by configuration."""
+        """AutoML (automl/): labelled by slot (0 .. automl.live - 1, a shadow among them), never by configuration."""
         self.automl_loss = Gauge("streamtrain_automl_candidate_loss",
                                  "Each AutoML candidate's mean progressive loss since it was born, by slot "
                                  "(NaN: the slot is empty)", ["slot"], registry=r)

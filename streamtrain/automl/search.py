@@ -37,6 +37,8 @@ from .space import Space, key
 REASONS = ("worse", "no_gain", "patience", "nonfinite")
 TRIED = 1000          # assignments remembered as tried (never proposed again while remembered)
 EXPIRES = 2.0         # a former champion retired at n examples of the stream may be tried again at 2 n
+SHADOW_EPOCH = 1_000_000    # the shadow candidate's epoch (``begin``): it takes none of the births' numbers
+LEASE = 2.0           # the shadow born at n examples is looked at from LEASE x n (``_lease``)
 
 
 class Search:
@@ -49,7 +51,12 @@ class Search:
         self.replay = int(section["replay"])
         self.follow = section["serve"] == "leader"
         self.rng = np.random.default_rng(int(section["seed"]))
+        # a set of terms with ``shadow`` members: the first champion with them (``_shadow``)
+        self.shadow_terms = [(d.name, d.shadow) for d in space.dims if getattr(d, "shadow", None)]
         k = self.live
+        self.shadow_slot: int | None = None            # the shadow's slot until it is decided
+        self.shadow_due = bool(self.shadow_terms)      # the shadow is born in the first slot freed
+        self.shadow_yielded = False                    # a new term was born before it (``_fill``)
         self.slots: list[dict | None] = [None] * k     # {"epoch", "assign", "examples", "loss_sum"}
         self.champion = 0
         self.served = 0                                # the slot that answers (``_lead``)
@@ -71,6 +78,7 @@ class Search:
         self.exhausted = -1                            # a champion's epoch whose neighbours were all tried
         self.exhausted_at = 0                          # ``seen`` then
         self.turn = 0                                  # the dimension whose turn it is to move
+        self.lease = 0                                 # ``seen`` at which the shadow's lease ends (``_lease``)
 
     # ---- births ------------------------------------------------------------------------------
     def begin(self, config: dict, fields) -> list[dict]:
@@ -80,6 +88,31 @@ class Search:
         self.slots[0]["led"] = True
         self.champion = self.served = 0
         return events + self._fill()
+
+    def _shadow(self, i: int, start: dict) -> dict:
+        """The shadow: the first champion with the ``shadow`` terms, a term whose gain is early
+        (born mid-stream, cold, it comes too late). It is one of the ``live`` candidates (the
+        budget): born in the first slot freed, but for one new term proposed there (which goes
+        first, once: ``_fill``), it learns the replay buffer first (every example so far, while
+        the stream is shorter than ``replay``). It is judged as any challenger of another model,
+        answers only once promoted (``_lead``) and holds its slot for a lease (``_lease``)."""
+        assign = dict(start)
+        for name, terms in self.shadow_terms:
+            dim = next(d for d in self.space.dims if d.name == name)
+            assign[name] = [m for m in dim.optional if m in start[name] or m in terms]
+        event = self._born(i, assign)
+        self.next_epoch -= 1                # the births after it keep their numbers (and names)
+        self.slots[i]["epoch"] = event["epoch"] = SHADOW_EPOCH
+        self.shadow_slot, self.shadow_due = i, False
+        self.lease = int(LEASE * self.seen)
+        return event
+
+    def _shadow_turn(self) -> bool:
+        """The shadow is due from the first slot freed (unless the champion has its terms)."""
+        champ = self.slots[self.champion]["assign"]
+        if all(set(terms) <= set(champ[name]) for name, terms in self.shadow_terms):
+            self.shadow_due = False
+        return self.shadow_due and self.seen > 0
 
     def _born(self, slot: int, assign: dict) -> dict:
         self.slots[slot] = {"epoch": self.next_epoch, "assign": assign, "examples": 0, "loss_sum": 0.0}
@@ -101,20 +134,32 @@ class Search:
         if self.exhausted == champ["epoch"] and not self._expired_since():
             return events
         live = {key(s["assign"]) for s in self.slots if s is not None}
+        held = sum(s is not None for s in self.slots)
         for i, slot in enumerate(self.slots):
-            if slot is None:
-                assign, self.turn = self.space.propose(champ["assign"], self.fields, self.rng,
-                                                       self.avoid() | live, self.turn, live)
-                if assign is None:          # every neighbour tried: slots wait for a new champion
-                    self.exhausted, self.exhausted_at = champ["epoch"], self.seen
-                    break
+            if slot is not None or held >= self.live:
+                continue            # the shadow counts: at most ``live`` are held
+            state = (self.turn, self.rng.bit_generator.state)
+            assign, self.turn = self.space.propose(champ["assign"], self.fields, self.rng,
+                                                   self.avoid() | live, self.turn, live)
+            due = self._shadow_turn()
+            if due and assign is not None and self.space.cold(assign, champ["assign"]) and not self.shadow_yielded:
+                self.shadow_yielded, due = True, False      # a new term first, once
+            if due:     # the neighbour the shadow displaces is proposed again at the next free slot
+                self.turn, self.rng.bit_generator.state = state
+                events.append(self._shadow(i, champ["assign"]))
+                assign = self.slots[i]["assign"]
+            elif assign is None:            # every neighbour tried: slots wait for a new champion
+                self.exhausted, self.exhausted_at = champ["epoch"], self.seen
+                break
+            else:
                 events.append(self._born(i, assign))
-                live.add(key(assign))
-                if self.space.cold(assign, champ["assign"]):
-                    # a cold newborn learns the last ``replay`` examples first (the trainer's), and
-                    # is compared once it learnt what the champion had learnt at its birth (at most
-                    # ``patience``): equal experience, not its cold start
-                    self.slots[i]["grace"] = max(self.grace, min(champ["examples"] - self.replay, self.patience))
+            live.add(key(assign))
+            held += 1
+            if self.space.cold(assign, champ["assign"]):
+                # a cold newborn (the shadow too) learns the last ``replay`` examples first (the
+                # trainer's), and is compared once it learnt what the champion had learnt at its
+                # birth (at most ``patience``): equal experience, not its cold start
+                self.slots[i]["grace"] = max(self.grace, min(champ["examples"] - self.replay, self.patience))
         return events
 
     def avoid(self) -> set[str]:
@@ -222,15 +267,32 @@ class Search:
             elif self.n[i, h] >= self.patience and low >= 0:
                 events += self._retire(i, "patience")
         if best is not None:
+            if best == self.shadow_slot:    # a champion as any other from now on
+                self.shadow_slot = None
             self.champion = best
             self.slots[best]["led"] = True
             self.promotions += 1
             self.version += 1
             events.append({"event": "promoted", "slot": best, "from": h, "epoch": self.slots[best]["epoch"],
                            "assign": self.slots[best]["assign"], "mean_difference": float(best_mean)})
+        events += self._lease()
         events += self._fill()
         self._lead()
         return events
+
+    def _lease(self) -> list[dict]:
+        """The shadow born at n examples holds its slot until ``LEASE`` x n (scale-free); then it
+        is retired (``patience``) unless it leads the search (``_leader`` with it), and its
+        lease runs until the stream has doubled again (ChaCha's doubling, Wu et al. 2021)."""
+        i = self.shadow_slot
+        if i is None or self.seen < self.lease:
+            return []
+        found = self.evidence(i, self.champion)
+        if min(e[0] for e in found) < self.slots[i].get("grace", self.grace) or (
+                _means(found)[0] < 0 and self._leader(shadow=True) == i):
+            self.lease = 2 * self.seen
+            return []
+        return self._retire(i, "patience")
 
     def _no_gain(self, i: int, h: int) -> bool:
         """``i`` is of the champion ``h``'s model (other rates, crosses: on the same point of the
@@ -243,24 +305,28 @@ class Search:
         """``served``: the champion, or (``serve: "leader"``) the live challenger with the lowest
         finite mean loss difference to it over at least ``grace`` paired examples of its evidence
         (``evidence``: the recent window of another model), negative there and over all its pairs."""
+        self.served = self._leader() if self.follow else self.champion
+
+    def _leader(self, shadow: bool = False) -> int:
+        """The live candidate that would answer (``_lead``; the shadow too with ``shadow``)."""
         h = self.champion
-        self.served = h
-        if not self.follow:
-            return
-        best = 0.0
+        best, leader = 0.0, h
         for i, slot in enumerate(self.slots):
-            if slot is None or i == h:
+            if slot is None or i == h or (i == self.shadow_slot and not shadow):     # the shadow answers once promoted
                 continue
             found = self.evidence(i, h)
             if min(e[0] for e in found) < self.grace:
                 continue
             mean = _means(found)[0]         # better on all of its evidence (over all pairs and lately)
             if np.isfinite(mean) and mean < best:
-                self.served, best = i, mean
+                leader, best = i, mean
+        return leader
 
     def _retire(self, i: int, reason: str) -> list[dict]:
         slot = self.slots[i]
         self.slots[i] = None
+        if i == self.shadow_slot:
+            self.shadow_slot = None
         self.retired[reason] += 1
         self.version += 1
         k = key(slot["assign"])
@@ -274,8 +340,7 @@ class Search:
         return events
 
     def _succeed(self, old: int, slot: dict) -> list[dict]:
-        """The champion was retired (not finite): the best other live candidate against it, or
-        the same assignment born again."""
+        """The champion was retired (not finite): the best other live candidate, or itself again."""
         others = [j for j, s in enumerate(self.slots) if s is not None]
         if not others:
             return [self._born(old, slot["assign"])]
@@ -300,16 +365,18 @@ class Search:
                 "start": self.start.tolist(), "mid": self.mid.tolist(), "windows": self.windows.tolist(),
                 "fields": self.fields, "promotions": self.promotions, "retired": self.retired,
                 "version": self.version, "exhausted": self.exhausted, "exhausted_at": self.exhausted_at,
-                "seen": self.seen, "retired_at": self.retired_at, "turn": self.turn, "rng": self.rng.bit_generator.state}
+                "seen": self.seen, "retired_at": self.retired_at, "turn": self.turn, "rng": self.rng.bit_generator.state,
+                "shadow_slot": self.shadow_slot, "shadow_due": self.shadow_due, "shadow_yielded": self.shadow_yielded, "lease": self.lease}
 
     def load_json(self, doc: dict) -> None:
-        if len(doc["slots"]) != self.live:
-            raise ValueError(f"the saved search has {len(doc['slots'])} slots, automl.live is {self.live}")
+        if len(doc["slots"]) != len(self.slots):
+            raise ValueError(f"the saved search has {len(doc['slots'])} slots, automl.live (with a shadow: "
+                             f"one more) makes {len(self.slots)}")
         self.slots, self.champion, self.next_epoch = doc["slots"], doc["champion"], doc["next_epoch"]
         self.served = doc.get("served", self.champion)
         self.n = np.array(doc["n"], np.int64)
         self.s, self.ss = np.array(doc["s"], np.float64), np.array(doc["ss"], np.float64)
-        k = self.live            # a state saved before the recent windows: every pair's starts at 0
+        k = len(self.slots)      # a state saved before the recent windows: every pair's starts at 0
         self.start = np.array(doc.get("start", np.zeros((3, k, k))), np.float64)
         self.mid = np.array(doc.get("mid", np.zeros((3, k, k))), np.float64)
         self.windows = np.array(doc.get("windows", np.zeros((k, k))), np.int64)
@@ -320,6 +387,10 @@ class Search:
         self.exhausted_at, self.seen = doc.get("exhausted_at", 0), doc.get("seen", 0)
         self.retired_at = dict(doc.get("retired_at", {}))     # saved before retirements expired: none
         self.turn = doc.get("turn", 0)
+        self.shadow_slot = doc.get("shadow_slot")
+        self.shadow_due = doc.get("shadow_due", False)
+        self.shadow_yielded = doc.get("shadow_yielded", True)
+        self.lease = doc.get("lease", 0)
         self.rng.bit_generator.state = doc["rng"]
 
 

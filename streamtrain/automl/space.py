@@ -55,8 +55,8 @@ def _space_problems(value) -> list[tuple[str, str]]:
         if "cross" not in dim and isinstance(values, list) and "start" in dim and dim["start"] not in values:
             found.append((join(where, "start"), f"{dim['start']!r} is not one of values {values!r}"))
         optional = dim.get("optional")
-        if isinstance(optional, list) and all(isinstance(dim.get(p, []), list) for p in ("start", "later")):
-            for part in ("start", "later"):
+        if isinstance(optional, list) and all(isinstance(dim.get(p, []), list) for p in ("start", "later", "shadow")):
+            for part in ("start", "later", "shadow"):
                 extra = [m for m in dim.get(part, []) if m not in optional]
                 if extra:
                     found.append((join(where, part), f"{extra!r} are not among optional {optional!r}"))
@@ -98,6 +98,9 @@ TERMS = {
     "later": Option([], (list,), check=_names,
                     doc="optional terms whose turn comes only once each other optional term is decided "
                         "from the champion (it has it, or that neighbour was tried and is no longer live)"),
+    "shadow": Option([], (list,), check=_names,
+                     doc="optional terms added to the champion in the first slot freed (the shadow, one of "
+                         "live; it learns the replay buffer first), held for a lease while it leads"),
 }
 CROSS = {
     "name": Option(None, (str,), doc="the dimension's name"),
@@ -216,6 +219,7 @@ class Dim:
         self.max_pairs = cfg.get("max_pairs", 32)
         self.needs = cfg.get("needs")
         self.later = cfg.get("later") or []
+        self.shadow = cfg.get("shadow") or []          # the shadow's terms (``Search._shadow``)
         if self.optional is not None:
             self.start = [m for m in self.optional if m in (cfg.get("start") or [])]
         else:
