@@ -369,14 +369,13 @@ class Search:
                 "shadow_slot": self.shadow_slot, "shadow_due": self.shadow_due, "shadow_yielded": self.shadow_yielded, "lease": self.lease}
 
     def load_json(self, doc: dict) -> None:
-        if len(doc["slots"]) != len(self.slots):
-            raise ValueError(f"the saved search has {len(doc['slots'])} slots, automl.live (with a shadow: "
-                             f"one more) makes {len(self.slots)}")
+        if len(doc["slots"]) != self.live:
+            raise ValueError(f"the saved search has {len(doc['slots'])} slots, automl.live is {self.live}")
         self.slots, self.champion, self.next_epoch = doc["slots"], doc["champion"], doc["next_epoch"]
         self.served = doc.get("served", self.champion)
         self.n = np.array(doc["n"], np.int64)
         self.s, self.ss = np.array(doc["s"], np.float64), np.array(doc["ss"], np.float64)
-        k = len(self.slots)      # a state saved before the recent windows: every pair's starts at 0
+        k = self.live            # a state saved before the recent windows: every pair's starts at 0
         self.start = np.array(doc.get("start", np.zeros((3, k, k))), np.float64)
         self.mid = np.array(doc.get("mid", np.zeros((3, k, k))), np.float64)
         self.windows = np.array(doc.get("windows", np.zeros((k, k))), np.int64)
