@@ -207,16 +207,22 @@ class MemoryStore(ParamStore):
         for name in dense:
             out[name] = self.dense[name].copy()
         for name, ids in tables.items():
-            table = self.tables[name]
-            rows, n_new = table.rows(ids, create)
+            table, rows, n_new = self._rows(name, ids, create)
             values = take_rows(table.weights, rows if create else np.maximum(rows, 0))
             if not create and n_new:
                 missing = rows < 0
                 values[missing] = initial_rows(table.spec, table.optimizer, ids[missing], self.dtype)
             out[name] = values
-            self.stats.rows_pulled += len(ids)
-            self.stats.rows_created += n_new if create else 0
         return out
+
+    def _rows(self, name: str, ids, create: bool):
+        """Table ``name``, the rows of ``ids`` in it (created, or -1 where missing) and how many
+        were new; counted in ``stats``."""
+        table = self.tables[name]
+        rows, n_new = table.rows(ids, create)
+        self.stats.rows_pulled += len(ids)
+        self.stats.rows_created += n_new if create else 0
+        return table, rows, n_new
 
     lends = True       # ``lend``: the per-example engine reads its rows from the store's own arrays
 
@@ -235,11 +241,8 @@ class MemoryStore(ParamStore):
             lent = {n: (None, self.dense[n], self.dense_state[n]) for n in dense if n in own}
             for name, ids in tables.items():
                 if name in own:
-                    table = self.tables[name]
-                    rows, n_new = table.rows(ids, True)
+                    table, rows, _ = self._rows(name, ids, True)
                     lent[name] = (rows, table.weights, table.state)
-                    self.stats.rows_pulled += len(ids)
-                    self.stats.rows_created += n_new
         return values, lent
 
     def pull_states(self, names):
