@@ -22,6 +22,7 @@ from .graphstore.nodes import reader_config
 from .graphstore.stream import model_problems, open_graph_input
 from .errors import CheckpointError, ConfigError, StoreAccessError, StoreError
 from .store import make_store
+from .store.durable import committed
 from .trainer import Trainer
 
 log = logging.getLogger("streamtrain")
@@ -55,6 +56,7 @@ class Job:
         self.sought = False      # restore() moved the reader back to a checkpoint's offsets
         self.started = time.monotonic()
         self.offsets: dict = {}      # committed so far (the store holds those not durable yet)
+        self.offset_epochs: dict = {}   # and the epoch of each (readers/kafka/offsets.py)
         self.writes_back = self.store.writes_back
         if self.writes_back:
             self.store.auto_flush = False       # the job flushes, then commits what was flushed
@@ -170,7 +172,7 @@ class Job:
                 nxt = ahead() if complete and not self._reached_limit(batch.size) else None
                 if nxt is not None:
                     self.trainer.prefetch(nxt)
-                result = self._until_store_answers("step", lambda: self._step(batch))
+                result = self._until_store_answers("step", lambda b=batch: self._step(b))
                 if result is STOPPED:       # asked to stop while the store was unreachable
                     self.store_down = True
                     break
@@ -229,7 +231,7 @@ class Job:
         """Commit the offsets of these durable batches, in order."""
         for offsets in durable:             # each batch's own dict (the Kafka source tracks them)
             self.source.commit(offsets)
-            self.offsets.update(offsets)
+            committed(self.offsets, self.offset_epochs, offsets)
 
     def _before_poll(self, due_only: bool) -> None:
         """The idle hook of a source that waits for data (``Source.batches(idle=...)``), called in

@@ -112,3 +112,64 @@ def test_a_batch_older_than_an_orphaned_one_does_not_lower_the_commit_when_appli
     assert o.take_due() == {("t", 0): 3000, ("t", 1): 120}
     o.applied({("t", 1): 130, ("t", 0): 2978})
     assert o.take_due() == {("t", 0): 3000, ("t", 1): 130}          # never back below 3000
+
+
+def test_a_batch_cut_from_the_old_log_and_applied_after_a_reset_does_not_raise_the_commit():
+    """A topic recreated while the trainer holds batches of the old log: their offsets carry the
+    old epoch and are ignored (counted); the new log's batches commit from the new offsets."""
+    o = owned(0, 1)
+    o.took(("t", 0), 100)
+    o.took(("t", 1), 0)
+    old = o.cut([(("t", 0), o.epoch(("t", 0)), 900), (("t", 1), 0, 20)])       # before the reset
+    assert dict(old) == {("t", 0): 900, ("t", 1): 20} and old.epochs == {("t", 0): 0, ("t", 1): 0}
+    assert o.took(("t", 0), 0) == "reset" and o.epoch(("t", 0)) == 1
+    # a cut holding the old log's tail and the new log's head names the new log's offset only
+    mixed = o.cut([(("t", 0), 0, 950), (("t", 0), 1, 40)])
+    assert dict(mixed) == {("t", 0): 40, ("t", 1): 0} and mixed.epochs == {("t", 0): 1, ("t", 1): 0}
+    o.applied(old)                                    # held by the trainer, applied after the reset
+    assert o.stale == 1 and o.position[("t", 0)] == 0
+    o.applied(mixed)
+    assert o.take_due() == {("t", 0): 40, ("t", 1): 20}
+    tail = o.cut([(("t", 0), 0, 990)])                # only the old log's tail: its applied position
+    assert dict(tail) == {("t", 0): 40, ("t", 1): 20}
+    o.applied(tail)
+    o.applied({("t", 0): 60})                         # offsets without a stamp are current
+    assert o.take_due() == {("t", 0): 60, ("t", 1): 20} and o.stale == 1
+
+
+def test_a_batch_cut_before_a_seek_back_does_not_raise_the_commit():
+    o = owned(0)
+    o.took(("t", 0), 500)
+    before = o.cut([(("t", 0), 0, 600)])
+    o.sought(("t", 0), 100)                           # e.g. back to a checkpoint's offsets
+    o.applied(before)
+    assert o.stale == 1 and o.take_due() == {}
+    o.applied(o.cut([(("t", 0), o.epoch(("t", 0)), 150)]))
+    assert o.take_due() == {("t", 0): 150}
+
+
+def test_a_revoked_batch_keeps_its_epoch_when_the_partition_comes_back():
+    """Revocation and assignment do not bump the epoch: an orphaned batch still counts."""
+    o = owned(0)
+    o.took(("t", 0), 10)
+    held = o.cut([(("t", 0), 0, 50)])
+    o.revoke([("t", 0)])
+    o.applied(held)
+    o.assign([("t", 0)])
+    assert o.stale == 0 and o.take_due() == {("t", 0): 50}
+
+
+def test_a_log_found_lower_when_the_partition_is_assigned_back_starts_a_new_epoch():
+    """A restarted broker (a recreated topic) makes the group rejoin: the partition comes back
+    and its first message is below where the reader was: a new epoch, though 'start' not 'reset'."""
+    o = owned(0, 1)
+    o.took(("t", 0), 0)
+    o.took(("t", 1), 0)
+    o.applied({("t", 0): 200, ("t", 1): 200})
+    held = o.cut([(("t", 0), 0, 250)])
+    o.revoke([("t", 0), ("t", 1)])
+    o.assign([("t", 0), ("t", 1)])
+    assert o.took(("t", 0), 0) == "start" and o.epoch(("t", 0)) == 1     # the log went back
+    assert o.took(("t", 1), 200) == "start" and o.epoch(("t", 1)) == 0   # where it was: same log
+    o.applied(held)
+    assert o.stale == 1 and o.position[("t", 0)] == 0

@@ -70,9 +70,11 @@ def test_decoder_agrees_with_kafka_python(seed):
 def test_segment_lines_and_split():
     seg = Segment.from_values("t", 0, [b"a", b"b\nc", None, b"d\ne\nf"], [10, 11, 12, 13],
                               [1000, 2000, 3000, 4000])
+    seg.epoch = 3                       # its partition's epoch (offsets.py): kept by both parts
     assert seg.buf == b"a\nb\nc\n\nd\ne\nf\n"
     assert seg.lines.tolist() == [1, 3, 4, 7] and seg.n_lines == 7
     head, tail = seg.split(2)
+    assert head.epoch == tail.epoch == 3
     assert head.buf == b"a\nb\nc\n" and head.next_offset == 12 and head.ts.tolist() == [1.0, 2.0]
     assert tail.buf == b"\nd\ne\nf\n" and tail.lines.tolist() == [1, 4] and tail.next_offset == 14
     assert tail.ends.tolist() == [0, 6]

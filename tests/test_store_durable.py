@@ -3,7 +3,8 @@ batches move held → flying → durable in order; a failed background flush put
 in front of the held ones; a flush makes every one durable."""
 from __future__ import annotations
 
-from streamtrain.store.durable import Durable
+from streamtrain.readers.kafka.offsets import BatchOffsets
+from streamtrain.store.durable import Durable, committed
 
 
 def test_batches_become_durable_in_order_and_a_failed_flush_puts_them_back_first():
@@ -42,3 +43,26 @@ def test_a_held_batch_never_moves_a_partition_back_but_one_written_at_once_may()
     at_once.hold({"p0": 10}, written=True)
     at_once.hold({"p0": 0}, written=True)
     assert at_once.take() == [{"p0": 10}, {"p0": 0}]
+
+
+def test_a_partition_whose_log_went_back_starts_afresh_in_its_new_epoch():
+    """A recreated topic: the reader bumps the partition's epoch (readers/kafka/offsets.py). A held
+    batch of the new epoch is not raised to the old log's offsets; an old epoch's batch made
+    durable after it is left as it is (the source ignores it) and does not raise the later ones."""
+    d = Durable()
+    d.hold(BatchOffsets({"p0": 900, "p1": 5}, {"p0": 0, "p1": 0}), written=False)
+    d.hold(BatchOffsets({"p0": 40, "p1": 6}, {"p0": 1, "p1": 0}), written=False)     # p0 recreated
+    d.hold(BatchOffsets({"p0": 950, "p1": 6}, {"p0": 0, "p1": 0}), written=False)    # cut before it
+    d.hold(BatchOffsets({"p0": 30, "p1": 7}, {"p0": 1, "p1": 0}), written=False)     # p0: committed
+    d.flushed()
+    assert [dict(b) for b in d.take()] == [{"p0": 900, "p1": 5}, {"p0": 40, "p1": 6},
+                                           {"p0": 950, "p1": 6}, {"p0": 40, "p1": 7}]
+
+
+def test_the_offsets_a_checkpoint_records_never_take_an_older_epochs():
+    into, epochs = {}, {}
+    committed(into, epochs, {"f": 7})                                   # a file source: as it is
+    committed(into, epochs, BatchOffsets({"p0": 900}, {"p0": 0}))
+    committed(into, epochs, BatchOffsets({"p0": 40}, {"p0": 1}))        # the log went back
+    committed(into, epochs, BatchOffsets({"p0": 950}, {"p0": 0}))       # cut before it: not kept
+    assert into == {"f": 7, "p0": 40} and epochs == {"p0": 1}

@@ -279,6 +279,7 @@ class ConsumerLoop:
                     log.warning("kafka reader: %s[%d] restarts at offset %d, below the applied offset "
                                 "%d (topic recreated?); following it", tp.topic, tp.partition, seg.offset, before)
                     self.src.count("offset_resets")
+                seg.epoch = offsets.epoch(key)
                 self.fetched[tp] = seg.next_offset
                 self.src.count("messages", len(seg))
                 self.src.count("lines", seg.n_lines)
@@ -292,11 +293,8 @@ class ConsumerLoop:
         segs = self.pending.cut(limit)
         if not segs:
             return
-        offsets: dict = {}
-        for seg in segs:
-            key = (seg.topic, seg.partition)
-            offsets[key] = max(offsets.get(key, 0), seg.next_offset)
-        offsets = self.src.offsets.with_owned(offsets)
+        offsets = self.src.offsets.cut(((seg.topic, seg.partition), seg.epoch, seg.next_offset)
+                                       for seg in segs)
         if self.worker is None:
             self.worker = ThreadPoolExecutor(1, thread_name_prefix="streamtrain-kafka-parse")
         self.src.handoff.put(Ready(segs, self.worker.submit(self._parse, segs, offsets)))

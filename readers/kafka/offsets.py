@@ -15,6 +15,16 @@ back (kafka-python keeps its position past those rows: else a quiet partition wo
 uncommitted below them), never after a loss (the group moved on: another owner may have
 committed since).
 
+A partition's log can go back under a reader (a topic deleted and recreated, a log truncated:
+``took`` says 'reset', or 'start' below where the reader was when the partition was revoked: a
+restarted broker makes the group rejoin) or be sought elsewhere. Each partition has an *epoch*,
+bumped then; a batch's offsets are cut with the epoch of each partition they name (``cut``), and
+``applied`` ignores (counts in ``stale``) an offset from an earlier epoch: a batch cut from the
+old log and applied after the reset would otherwise push the commit past records of the new log
+that were never trained (so would a write-back store raising a batch's offsets to the newest it
+made durable: store/durable.py keeps to an epoch too). Offsets without a stamp (a plain dict)
+are taken as current.
+
 Pure bookkeeping: no consumer, no broker, no lock (the reader's consumer thread is the only
 one that calls it). Keys are ``(topic, partition)`` (a kafka ``TopicPartition`` is equal to
 its tuple).
@@ -42,6 +52,16 @@ def _key(k) -> tuple:
     return (str(k[0]), int(k[1]))
 
 
+class BatchOffsets(dict):
+    """A batch's offsets, {key: next offset}, and ``epochs``, {key: epoch} when it was cut."""
+
+    __slots__ = ("epochs",)
+
+    def __init__(self, offsets=(), epochs=None):
+        super().__init__(offsets)
+        self.epochs = {} if epochs is None else epochs
+
+
 class PartitionOffsets:
     """The offsets of the partitions a reader owns; see the module's docstring."""
 
@@ -60,6 +80,9 @@ class PartitionOffsets:
         self.revoked: set = set()       # revoked (not lost) since the last assignment
         self.orphaned: dict = {}        # of those, applied after the revocation (a batch the
                                         # trainer held): due again if assigned straight back
+        self.epochs: dict = {}          # bumped when the log goes back (reset) or is sought
+        self.stale = 0                  # offsets not applied: cut before their partition's reset
+        self.left: dict = {}            # revoked -> its applied position then
 
     # ---- ownership ---------------------------------------------------------------------------
     def assign(self, keys) -> dict:
@@ -74,6 +97,7 @@ class PartitionOffsets:
                 # and the applied position with it: a batch cut before the revocation and
                 # applied after this carries an older offset of k, which must not lower it
                 self.position[k] = max(self.position.get(k, 0), self.due[k])
+                self.left.pop(k, None)
             target = self.seek_later.pop(k, None)
             if target is None:
                 target = self.rewind.get(k)
@@ -94,7 +118,8 @@ class PartitionOffsets:
             else:
                 self.revoked.add(k)
             self.unconfirmed.pop(k, None)
-            self.position.pop(k, None)
+            if k in self.position:          # a log found lower when assigned back went back
+                self.left[k] = self.position.pop(k)
 
     def abandoned(self, first: dict) -> None:
         """Queued messages were dropped: {key: first dropped offset}, read again from there."""
@@ -110,11 +135,30 @@ class PartitionOffsets:
         key = _key(key)
         if key not in self.position:
             self.position[key] = offset
+            if offset < self.left.pop(key, offset):     # the log went back while not owned
+                self.epochs[key] = self.epochs.get(key, 0) + 1
             return "start"
         if offset < self.position[key]:
             self.position[key] = offset
+            self.epochs[key] = self.epochs.get(key, 0) + 1
             return "reset"
         return None
+
+    def epoch(self, key) -> int:
+        return self.epochs.get(_key(key), 0)
+
+    def cut(self, ends) -> BatchOffsets:
+        """A batch's offsets from ``ends``, (key, epoch, next offset) of each piece it holds:
+        per partition the largest of its current epoch (a piece fetched from the log before a
+        reset names no offset), every owned partition it lacks at its applied position
+        (``with_owned``), each stamped with the partition's epoch now."""
+        offsets: dict = {}
+        for key, epoch, nxt in ends:
+            key = _key(key)
+            if epoch == self.epochs.get(key, 0):
+                offsets[key] = max(offsets.get(key, 0), nxt)
+        self.with_owned(offsets)
+        return BatchOffsets(offsets, {k: self.epochs.get(k, 0) for k in offsets})
 
     def with_owned(self, offsets: dict) -> dict:
         """``offsets`` plus each owned partition it lacks at its applied position, so the
@@ -127,8 +171,15 @@ class PartitionOffsets:
     # ---- applying and committing ---------------------------------------------------------------
     def applied(self, offsets: dict) -> bool:
         """Everything below ``offsets`` was applied: due for commit (never backwards; offsets of
-        partitions not owned are skipped). True when a commit should be sent now."""
+        partitions not owned are skipped, those of an earlier epoch ignored: the module's
+        docstring). True when a commit should be sent now."""
         keyed = {_key(k): int(o) for k, o in offsets.items()}
+        stamped = getattr(offsets, "epochs", None)
+        if stamped:
+            current = {k: o for k, o in keyed.items()
+                       if stamped.get(k, self.epochs.get(k, 0)) == self.epochs.get(k, 0)}
+            self.stale += len(keyed) - len(current)
+            keyed = current
         owned = {k: o for k, o in keyed.items() if k in self.owned}
         self.skipped += len(keyed) - len(owned)
         for k, o in keyed.items():
@@ -177,6 +228,7 @@ class PartitionOffsets:
     def sought(self, key, target: int | None) -> None:
         """The consumer now reads ``key`` from ``target`` (None: from its reset policy)."""
         key = _key(key)
+        self.epochs[key] = self.epochs.get(key, 0) + 1     # batches cut before name the old place
         if target is None:
             self.position.pop(key, None)
         else:

@@ -20,7 +20,7 @@ class Segment:
     """
 
     __slots__ = ("topic", "partition", "buf", "ends", "offsets", "ts", "next_offset", "arrived",
-                 "_lines")
+                 "epoch", "_lines")
 
     def __init__(self, topic, partition, buf, ends, offsets, ts, next_offset=None):
         self.topic, self.partition = topic, partition
@@ -32,6 +32,7 @@ class Segment:
         # batch can make it larger than offsets[-1] + 1)
         self.next_offset = int(offsets[-1]) + 1 if next_offset is None else next_offset
         self.arrived = 0.0                # monotonic time the reader got it (batch deadlines)
+        self.epoch = 0                    # its partition's epoch when fetched (offsets.py)
         self._lines = None
 
     # kafka-python's fetcher reads ``record.offset`` of what it hands out
@@ -66,6 +67,7 @@ class Segment:
         tail = Segment(self.topic, self.partition, self.buf[cut:], self.ends[k:] - cut,
                        self.offsets[k:], self.ts[k:], self.next_offset)
         head.arrived = tail.arrived = self.arrived
+        head.epoch = tail.epoch = self.epoch
         if self._lines is not None:
             head._lines = self._lines[:k]
             tail._lines = self._lines[k:] - self._lines[k - 1]

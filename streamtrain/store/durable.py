@@ -23,7 +23,7 @@ class Durable:
         self.held: list[dict] = []
         self.flying: list[dict] = []
         self.durable: list[dict] = []
-        self.newest: dict = {}      # per key, the newest offset of a held batch made durable
+        self.newest: dict = {}      # per key, (epoch, newest offset) of a held batch made durable
 
     def __bool__(self) -> bool:
         """Batches pushed whose rows are not all written yet."""
@@ -58,8 +58,31 @@ class Durable:
         """Held batches made durable, in order, each key raised to the newest one before: a
         Kafka batch's other partitions carry their last *committed* position, older than the
         held batches trained before it, so a commit never goes back. (A batch written at once
-        is committed as it is: a recreated topic's offsets may go down.)"""
+        is committed as it is: a recreated topic's offsets may go down.) A batch whose offsets
+        carry ``epochs`` (readers/kafka/offsets.py: bumped when a partition's log went back) is
+        raised only within its epoch: a later epoch starts afresh, an earlier one is left as it is
+        (the source ignores it)."""
         for offsets in batches:
+            epochs = getattr(offsets, "epochs", None) or {}
             for key, off in offsets.items():
-                self.newest[key] = offsets[key] = max(off, self.newest.get(key, off))
+                epoch = epochs.get(key, 0)
+                seen = self.newest.get(key)
+                if seen is not None and seen[0] == epoch:
+                    off = offsets[key] = max(off, seen[1])
+                if seen is None or epoch >= seen[0]:
+                    self.newest[key] = (epoch, off)
         self.durable += batches
+
+
+def committed(into: dict, epochs: dict, offsets: dict) -> None:
+    """``into`` (offsets committed so far; ``epochs`` theirs) updated with a durable batch's:
+    a key of an older epoch than the one held is not kept (a batch cut before its partition's
+    log went back: the source ignored it too)."""
+    stamped = getattr(offsets, "epochs", None)
+    if not stamped:
+        into.update(offsets)
+        return
+    for key, off in offsets.items():
+        epoch = stamped.get(key, 0)
+        if epoch >= epochs.get(key, 0):
+            into[key], epochs[key] = off, epoch
