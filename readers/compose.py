@@ -124,11 +124,11 @@ class Prepare:
         self._turn: threading.Event | None = None
         self.handback = handback
         self.handed_back = False
-        self._items, self._cpu = 0, 0.0
+        self._items, self._cpu, self._clock = 0, 0.0, None
 
     def produced(self, cpu_s: float) -> None:
         """The producer read and prepared an item for ``cpu_s`` of its thread's CPU."""
-        if not self.handback or self.fn is None or self._failed or self._items >= HANDBACK_AFTER:
+        if self._items >= HANDBACK_AFTER:
             return
         self._items += 1
         self._cpu += cpu_s
@@ -164,6 +164,12 @@ class Prepare:
         except Exception:                        # noqa: BLE001 - the consumer's own pass reports it
             self._failed = True
             log.exception("preparing batches in the reader's thread failed; the trainer does it from now on")
+            return
+        if self.handback:         # the producer's CPU since its last item: reading this one and preparing it
+            now, last = time.thread_time(), self._clock
+            self._clock = now
+            if last is not None:
+                self.produced(now - last)
 
 
 def _paced(items, q, prepare: Prepare | None, ready: int = 1):
@@ -184,7 +190,8 @@ def buffered(reader, size: int, prepare: Prepare | None = None):
     """Prefetch up to ``size`` items in a background thread (each passed to ``prepare`` there).
 
     The thread ends when the source ends, when the consumer stops early (the generator is
-    closed or garbage-collected), or on an error, which is re-raised in the consumer.
+    closed or garbage-collected), or on an error, which is re-raised in the consumer; or when
+    ``prepare`` hands back (``Prepare.handback``): the consumer then reads the rest itself.
     """
     if size < 1:
         raise ValueError(f"buffer size must be >= 1, got {size}")
@@ -205,12 +212,9 @@ def buffered(reader, size: int, prepare: Prepare | None = None):
         def work():
             try:
                 it = iter(reader())
-                cpu = time.thread_time()
                 for item in _paced(it, q, prepare, max(1, size - 1)):
                     if prepare is not None:
                         prepare(item)
-                        cpu, was = time.thread_time(), cpu
-                        prepare.produced(cpu - was)
                     if not put(item):
                         return
                     if prepare is not None and prepare.handed_back:

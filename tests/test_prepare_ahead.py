@@ -103,12 +103,13 @@ def test_the_file_readers_parse_thread_prepares_batches_once_the_graph_exists(cr
 
 def test_a_job_whose_parse_thread_hands_back_trains_the_same(criteo_path, monkeypatch):
     """After the parse thread hands its work back (``compose.Prepare``'s ``handback``, here
-    after 5 prepared batches) the trainer prepares each batch in its step: the same numbers."""
+    after 1 + 5 prepared batches) the trainer prepares each batch in its step: the same numbers."""
     from streamtrain.readers import compose
     monkeypatch.setattr(compose, "HANDBACK_AFTER", 5)
     monkeypatch.setattr(compose, "HANDBACK_CPU_S", 10.0)    # every batch is cheap enough
     summary, preds, prepared = _run(criteo_path, "deepfm")
-    assert summary["examples"] == 7625 and sum(prepared) <= 5 and not any(prepared[8:])
+    # prepared: 6 batches, after at most the PARSE_AHEAD + 2 read before the graph was built
+    assert summary["examples"] == 7625 and sum(prepared) == 6 and not any(prepared[PARSE_AHEAD + 8:])
     summary_on, preds_on, prepared_on = _run(criteo_path, "deepfm", "reader.parse_thread=always")
     assert sum(prepared_on) >= len(prepared_on) - (PARSE_AHEAD + 2)
     np.testing.assert_array_equal(preds, preds_on)

@@ -119,8 +119,9 @@ def _threads_of(n):
 @pytest.mark.parametrize("handback", [True, False])
 def test_a_cheap_producer_hands_the_rest_back_to_the_consumer(handback, monkeypatch):
     """Once ``fn`` is set, a producer whose items each cost it less than ``HANDBACK_CPU_S`` of
-    CPU (here: microseconds) stops after ``HANDBACK_AFTER`` of them, and the consumer reads
-    the rest itself, unprepared, in order; without ``handback`` the thread reads them all."""
+    CPU (here: microseconds) stops after ``HANDBACK_AFTER`` of them timed (the first item
+    prepared starts the clock), and the consumer reads the rest itself, unprepared, in order;
+    without ``handback`` the thread reads them all."""
     from streamtrain.readers import compose
     monkeypatch.setattr(compose, "HANDBACK_AFTER", 20)
     prepared = []
@@ -132,8 +133,8 @@ def test_a_cheap_producer_hands_the_rest_back_to_the_consumer(handback, monkeypa
     mine = threading.get_ident()
     read_here = [i for i, tid in got if tid == mine]
     assert prepare.handed_back is handback
-    assert read_here == (list(range(20, 100)) if handback else [])
-    assert prepared == (list(range(20)) if handback else list(range(100)))
+    assert read_here == (list(range(21, 100)) if handback else [])
+    assert prepared == (list(range(21)) if handback else list(range(100)))
     assert threading.active_count() == before     # the producer's thread has ended
 
 
