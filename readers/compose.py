@@ -13,6 +13,7 @@ import itertools
 import logging
 import random
 import threading
+import time
 import queue as _queue
 
 from .records import records_to_batch  # noqa: F401  (part of this module's public API)
@@ -84,7 +85,16 @@ class _End:
         self.error = error
 
 
+class _HandBack:
+    """The producer stopped between two items: the consumer reads ``rest`` in its own thread."""
+
+    def __init__(self, rest):
+        self.rest = rest
+
+
 PACE_WAIT_S = 0.1       # a paced producer waits at most this long for its turn
+HANDBACK_AFTER = 200    # items the producer prepares (once ``fn`` is set) before it decides
+HANDBACK_CPU_S = 0.001  # ... whether they cost it less CPU each than this: then it hands back
 
 
 class Prepare:
@@ -99,12 +109,33 @@ class Prepare:
     enters the batch's compiled per-example loop, which holds no GIL for milliseconds: the
     parse thread's Python (which needs the GIL) runs then, not beside the training thread's
     own Python, where each had to wait for the other's GIL (ARCHITECTURE.md, "The parse
-    thread's turn")."""
+    thread's turn").
 
-    def __init__(self):
+    With ``handback`` the producer decides once whether its thread pays: if the first
+    ``HANDBACK_AFTER`` items it read and prepared once ``fn`` was set cost it less than
+    ``HANDBACK_CPU_S`` of CPU each, it stops between two items and the consumer reads the
+    rest itself, unprepared (the trainer prepares each batch in its step). Each item handed
+    between two threads costs both wake-ups and GIL hand-overs, about as much as a small
+    batch's parse (ARCHITECTURE.md, "Parsing in the training thread")."""
+
+    def __init__(self, handback: bool = False):
         self.fn = None
         self._failed = False
         self._turn: threading.Event | None = None
+        self.handback = handback
+        self.handed_back = False
+        self._items, self._cpu, self._clock = 0, 0.0, None
+
+    def produced(self, cpu_s: float) -> None:
+        """The producer read and prepared an item for ``cpu_s`` of its thread's CPU."""
+        if self._items >= HANDBACK_AFTER:
+            return
+        self._items += 1
+        self._cpu += cpu_s
+        if self._items == HANDBACK_AFTER and self._cpu < HANDBACK_CPU_S * HANDBACK_AFTER:
+            log.info("the parse thread took %.0f µs of CPU a batch over %d batches: "
+                     "parsing in the training thread from now on", 1e6 * self._cpu / self._items, self._items)
+            self.handed_back = True
 
     def pace(self):
         """Pace the producer from now on; the consumer's signal: the producer's turn has come."""
@@ -133,6 +164,12 @@ class Prepare:
         except Exception:                        # noqa: BLE001 - the consumer's own pass reports it
             self._failed = True
             log.exception("preparing batches in the reader's thread failed; the trainer does it from now on")
+            return
+        if self.handback:         # the producer's CPU since its last item: reading this one and preparing it
+            now, last = time.thread_time(), self._clock
+            self._clock = now
+            if last is not None:
+                self.produced(now - last)
 
 
 def _paced(items, q, prepare: Prepare | None, ready: int = 1):
@@ -153,7 +190,8 @@ def buffered(reader, size: int, prepare: Prepare | None = None):
     """Prefetch up to ``size`` items in a background thread (each passed to ``prepare`` there).
 
     The thread ends when the source ends, when the consumer stops early (the generator is
-    closed or garbage-collected), or on an error, which is re-raised in the consumer.
+    closed or garbage-collected), or on an error, which is re-raised in the consumer; or when
+    ``prepare`` hands back (``Prepare.handback``): the consumer then reads the rest itself.
     """
     if size < 1:
         raise ValueError(f"buffer size must be >= 1, got {size}")
@@ -173,10 +211,14 @@ def buffered(reader, size: int, prepare: Prepare | None = None):
 
         def work():
             try:
-                for item in _paced(reader(), q, prepare, max(1, size - 1)):
+                it = iter(reader())
+                for item in _paced(it, q, prepare, max(1, size - 1)):
                     if prepare is not None:
                         prepare(item)
                     if not put(item):
+                        return
+                    if prepare is not None and prepare.handed_back:
+                        put(_HandBack(it))           # between two items: the rest is the consumer's
                         return
                 put(_End())
             except BaseException as e:  # noqa: BLE001 - handed to the consumer
@@ -189,6 +231,10 @@ def buffered(reader, size: int, prepare: Prepare | None = None):
                 if prepare is not None and q.empty():
                     prepare.give_turn()          # nothing ready: a paced producer goes on at once
                 item = q.get()
+                if isinstance(item, _HandBack):
+                    t.join()
+                    yield from item.rest
+                    return
                 if isinstance(item, _End):
                     if item.error is not None:
                         raise item.error

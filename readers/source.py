@@ -16,7 +16,7 @@ from streamtrain.registry import Registry
 from streamtrain.schema import REQUIRED, Option, check_options, join, kind_problems, non_negative, optional
 
 from .compose import Prepare
-from .files import file_reader
+from .files import PARSE_AHEAD, file_reader
 from .formats import FORMATS, format_problems, split_format_options
 from .malformed import Malformed
 
@@ -143,6 +143,10 @@ def _format_name(v) -> str | None:
     return None if v in FORMATS else FORMATS.unknown(v)
 
 
+def _parse_thread(v) -> str | None:
+    return None if v in ("auto", "always") else f'expected "auto" or "always", got {v!r}'
+
+
 def _path(v) -> str | None:
     return None if v else "expected a file path, got ''"
 
@@ -160,14 +164,22 @@ class FileReader(Reader):
         "loop": Option(False, (bool,), doc="start again at the end"),
         "limit": Option(None, (int, type(None)), check=optional(non_negative),
                         doc="stop after this many lines (null = all)"),
+        "parse_ahead": Option(PARSE_AHEAD, (int,), check=non_negative,
+                              doc="batches parsed ahead in a parse thread while the trainer trains "
+                                  "(0 = parse in the training thread)"),
+        "parse_thread": Option("auto", (str,), check=_parse_thread,
+                               doc='"auto": the parse thread hands its work back to the training '
+                                   'thread when the trainer found a batch ready nearly every time '
+                                   '(it sets the pace, the thread only costs CPU); "always": it never does'),
     }
 
     @classmethod
     def open(cls, cfg, batch_size, malformed):
         options, _ = split_format_options(cfg, (*cls.options, "type"))
-        prepare = Prepare()
+        prepare = Prepare(handback=cfg.get("parse_thread", "auto") == "auto")
         reader = file_reader(cfg["path"], cfg["format"], options, batch_size, malformed,
-                             loop=cfg.get("loop", False), limit=cfg.get("limit"), prepare=prepare)
+                             loop=cfg.get("loop", False), limit=cfg.get("limit"), prepare=prepare,
+                             parse_ahead=cfg.get("parse_ahead", PARSE_AHEAD))
         desc = f"file {cfg['path']} format={cfg['format']}" + (" loop" if cfg.get("loop") else "")
         return Source(reader, malformed, desc, prepare=prepare)
 

@@ -77,9 +77,9 @@ def test_graph_input_layers_are_not_prepared_ahead():
     assert not LAYERS.get("node_input").ids_from_batch       # ids from the sampled subgraph
 
 
-def _run(criteo_path, model, monkeypatch=None):
+def _run(criteo_path, model, *sets):
     job = Job(cfgmod.validate(cfgmod.load(EXAMPLES / f"{model}.json", [
-        *QUIET, "reader.type=file", f"reader.path={criteo_path}", "reader.format=criteo"])))
+        *QUIET, "reader.type=file", f"reader.path={criteo_path}", "reader.format=criteo", *sets])))
     preds, prepared = [], []
     job.hooks.append(lambda j, b, r: (preds.append(np.array(r.predictions)),
                                       prepared.append(b.prepared.of(j.graph) is not None)))
@@ -99,6 +99,21 @@ def test_the_file_readers_parse_thread_prepares_batches_once_the_graph_exists(cr
     assert not any(prepared_off)
     np.testing.assert_array_equal(preds, preds_off)
     assert summary["logloss"] == summary_off["logloss"]
+
+
+def test_a_job_whose_parse_thread_hands_back_trains_the_same(criteo_path, monkeypatch):
+    """After the parse thread hands its work back (``compose.Prepare``'s ``handback``, here
+    after 1 + 5 prepared batches) the trainer prepares each batch in its step: the same numbers."""
+    from streamtrain.readers import compose
+    monkeypatch.setattr(compose, "HANDBACK_AFTER", 5)
+    monkeypatch.setattr(compose, "HANDBACK_CPU_S", 10.0)    # every batch is cheap enough
+    summary, preds, prepared = _run(criteo_path, "deepfm")
+    # prepared: 6 batches, after at most the PARSE_AHEAD + 2 read before the graph was built
+    assert summary["examples"] == 7625 and sum(prepared) == 6 and not any(prepared[PARSE_AHEAD + 8:])
+    summary_on, preds_on, prepared_on = _run(criteo_path, "deepfm", "reader.parse_thread=always")
+    assert sum(prepared_on) >= len(prepared_on) - (PARSE_AHEAD + 2)
+    np.testing.assert_array_equal(preds, preds_on)
+    assert summary["logloss"] == summary_on["logloss"]
 
 
 def test_a_failing_prepare_is_logged_once_and_leaves_the_items_as_they_are(caplog):

@@ -111,6 +111,76 @@ def test_paced_producer_takes_its_next_item_on_its_turn(monkeypatch):
     assert not consumer.is_alive() and got == list(range(50))
 
 
+def _threads_of(n):
+    """A reader of ``(i, the thread that read it)``."""
+    return lambda: ((i, threading.get_ident()) for i in range(n))
+
+
+@pytest.mark.parametrize("handback", [True, False])
+def test_a_cheap_producer_hands_the_rest_back_to_the_consumer(handback, monkeypatch):
+    """Once ``fn`` is set, a producer whose items each cost it less than ``HANDBACK_CPU_S`` of
+    CPU (here: microseconds) stops after ``HANDBACK_AFTER`` of them timed (the first item
+    prepared starts the clock), and the consumer reads the rest itself, unprepared, in order;
+    without ``handback`` the thread reads them all."""
+    from streamtrain.readers import compose
+    monkeypatch.setattr(compose, "HANDBACK_AFTER", 20)
+    prepared = []
+    prepare = compose.Prepare(handback=handback)
+    prepare.fn = lambda item: prepared.append(item[0])
+    before = threading.active_count()
+    got = list(buffered(_threads_of(100), 3, prepare)())
+    assert [i for i, _ in got] == list(range(100))
+    mine = threading.get_ident()
+    read_here = [i for i, tid in got if tid == mine]
+    assert prepare.handed_back is handback
+    assert read_here == (list(range(21, 100)) if handback else [])
+    assert prepared == (list(range(21)) if handback else list(range(100)))
+    assert threading.active_count() == before     # the producer's thread has ended
+
+
+def test_a_producer_costing_more_keeps_its_thread(monkeypatch):
+    from streamtrain.readers import compose
+    monkeypatch.setattr(compose, "HANDBACK_AFTER", 20)
+    monkeypatch.setattr(compose, "HANDBACK_CPU_S", 0.0)     # no item costs less
+    prepare = compose.Prepare(handback=True)
+    prepare.fn = lambda item: None
+    got = list(buffered(_threads_of(100), 3, prepare)())
+    assert [i for i, _ in got] == list(range(100))
+    assert not prepare.handed_back and threading.get_ident() not in {tid for _, tid in got}
+
+
+def test_closing_after_the_hand_back_closes_the_reader(monkeypatch):
+    from streamtrain.readers import compose
+    monkeypatch.setattr(compose, "HANDBACK_AFTER", 5)
+    closed = []
+
+    def reader():
+        try:
+            yield from range(1000)
+        finally:
+            closed.append(True)
+    prepare = compose.Prepare(handback=True)
+    prepare.fn = lambda item: None
+    gen = buffered(reader, 3, prepare)()
+    assert [next(gen) for _ in range(50)] == list(range(50))
+    assert prepare.handed_back
+    gen.close()
+    assert closed == [True]
+
+
+def test_file_reader_parse_options(tmp_path):
+    path = tmp_path / "a.libsvm"
+    path.write_text("".join(f"{i % 2} {i}:1\n" for i in range(10)))
+    base = {"type": "file", "path": str(path), "format": "libsvm"}
+    sizes = [[b.size for b in open_reader({**base, **extra}, 4).batches()]
+             for extra in ({}, {"parse_ahead": 0}, {"parse_thread": "always"})]
+    assert sizes == [[4, 4, 2]] * 3
+    from streamtrain.errors import ConfigError
+    for bad in ({"parse_thread": "never"}, {"parse_ahead": -1}):
+        with pytest.raises(ConfigError):
+            open_reader({**base, **bad}, 4)
+
+
 def test_records_to_batch():
     recs = [{"label": 1, "user": "u1", "age": 31.0, "genres": ["a", "b"], "n": 7},
             {"label": 0, "user": None, "age": 20.5, "genres": []},
