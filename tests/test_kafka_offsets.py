@@ -173,3 +173,45 @@ def test_a_log_found_lower_when_the_partition_is_assigned_back_starts_a_new_epoc
     assert o.took(("t", 1), 200) == "start" and o.epoch(("t", 1)) == 0   # where it was: same log
     o.applied(held)
     assert o.stale == 1 and o.position[("t", 0)] == 0
+
+
+def test_an_orphaned_batch_of_the_old_log_is_not_sent_when_the_log_is_found_lower():
+    """The trainer held a batch of the old log at the revocation and applied it then (orphaned:
+    due again when the partition comes straight back); the partition comes back, its log
+    recreated meanwhile: what assign made due belongs to the old log, not sent (it was before)."""
+    o = owned(0)
+    o.took(("t", 0), 0)
+    held = o.cut([(("t", 0), 0, 300)])
+    o.revoke([("t", 0)])
+    o.applied(held)                                                 # orphaned
+    o.assign([("t", 0)])
+    assert o.due == {("t", 0): 300}                                 # due if the log is the same
+    assert o.took(("t", 0), 0) == "reset" and o.epoch(("t", 0)) == 1
+    assert o.take_due() == {}
+    o.applied(o.cut([(("t", 0), 1, 7)]))
+    assert o.take_due() == {("t", 0): 7}
+
+
+def test_what_was_due_failed_or_committed_for_the_old_log_is_forgotten_at_a_reset():
+    o = owned(0)
+    o.took(("t", 0), 0)
+    o.sent({("t", 0): 20})
+    o.failed({("t", 0): 30})
+    o.applied(o.cut([(("t", 0), 0, 40)]))                           # due, not sent yet
+    assert o.took(("t", 0), 2) == "reset"
+    assert o.take_due() == {} and o.take_unconfirmed() == {} and o.committed == {}
+    assert o.seek({}) == {("t", 0): None}          # not back to the old log's committed 20
+
+
+def test_a_position_found_past_the_log_end_makes_the_held_batches_stale_at_once():
+    """logend.py: the new log is empty or shorter; nothing of it read yet."""
+    o = owned(0)
+    o.took(("t", 0), 0)
+    o.applied(o.cut([(("t", 0), 0, 10)]))
+    held = o.cut([(("t", 0), 0, 40)])
+    o.went_back(("t", 0))
+    o.applied(held)
+    assert o.take_due() == {} and o.stale == 1 and o.epoch(("t", 0)) == 1
+    assert o.took(("t", 0), 0) == "reset"
+    o.applied(o.cut([(("t", 0), o.epoch(("t", 0)), 3)]))
+    assert o.take_due() == {("t", 0): 3}

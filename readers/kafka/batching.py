@@ -19,8 +19,8 @@ log = logging.getLogger("streamtrain.kafka")
 
 
 class Parsed:
-    """A parsed batch (``offsets``: the next offset of each partition it holds) and the
-    sources of its lines."""
+    """A parsed batch and the sources of its lines (its offsets, stamped with their epochs, are
+    set by the reader: ``ConsumerLoop.hand_over``)."""
 
     def __init__(self, parser, segs: list[Segment]):
         buf, self._ends = joined([(s.buf, s.ends) for s in segs])     # message ends in ``buf``
@@ -28,10 +28,6 @@ class Parsed:
             buf = bytes(buf)
         self.chunk = chunk = Chunk(buf)
         self.batch = parser.parse_chunk(chunk)
-        self.offsets: dict = {}
-        for s in segs:
-            key = (s.topic, s.partition)
-            self.offsets[key] = max(self.offsets.get(key, 0), s.next_offset)
         self._topics = sorted({s.topic for s in segs})
         counts = [len(s) for s in segs]                 # (one numpy call each, not one per segment)
         self._msg_topic = np.repeat([self._topics.index(s.topic) for s in segs], counts)

@@ -40,4 +40,5 @@ def _past_the_end(loop, tp, hw: int) -> None:
                 "beginning" if earliest else "end")
     (consumer.seek_to_beginning if earliest else consumer.seek_to_end)(tp)
     loop.fetched.pop(tp, None)
+    loop.src.offsets.went_back((tp.topic, tp.partition))   # batches of the old log: stale now
     loop.src.count("offset_resets")

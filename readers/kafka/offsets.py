@@ -22,8 +22,11 @@ bumped then; a batch's offsets are cut with the epoch of each partition they nam
 ``applied`` ignores (counts in ``stale``) an offset from an earlier epoch: a batch cut from the
 old log and applied after the reset would otherwise push the commit past records of the new log
 that were never trained (so would a write-back store raising a batch's offsets to the newest it
-made durable: store/durable.py keeps to an epoch too). Offsets without a stamp (a plain dict)
-are taken as current.
+made durable: store/durable.py keeps to an epoch too). What was due, failed or committed for
+the old log is forgotten at the reset (an orphaned batch made due on assignment, then the log
+found lower, would still be sent), and a position found past the log end (``logend.py``) starts
+the new epoch before anything of the new log is read (``went_back``: a new log that is empty or
+shorter). Offsets without a stamp (a plain dict) are taken as current.
 
 Pure bookkeeping: no consumer, no broker, no lock (the reader's consumer thread is the only
 one that calls it). Keys are ``(topic, partition)`` (a kafka ``TopicPartition`` is equal to
@@ -136,13 +139,27 @@ class PartitionOffsets:
         if key not in self.position:
             self.position[key] = offset
             if offset < self.left.pop(key, offset):     # the log went back while not owned
-                self.epochs[key] = self.epochs.get(key, 0) + 1
+                self._went_back(key)
             return "start"
         if offset < self.position[key]:
             self.position[key] = offset
-            self.epochs[key] = self.epochs.get(key, 0) + 1
+            self._went_back(key)
             return "reset"
         return None
+
+    def went_back(self, key) -> None:
+        """The reader found ``key``'s position past its log end (``logend.py``) before it read
+        anything of the new log: a new epoch at once (batches of the old log the trainer holds
+        are stale from now; the new log's first message is then a 'reset' too)."""
+        self._went_back(_key(key))
+
+    def _went_back(self, key) -> None:
+        """``key``'s log went back: a new epoch, and what was applied but not sent (due, an
+        orphaned batch made due again on assignment), failed or committed for it belongs to
+        the old log: never sent (nor sought back to, ``seek``) now."""
+        self.epochs[key] = self.epochs.get(key, 0) + 1
+        for d in (self.due, self.unconfirmed, self.orphaned, self.committed):
+            d.pop(key, None)
 
     def epoch(self, key) -> int:
         return self.epochs.get(_key(key), 0)
