@@ -29,7 +29,7 @@ import logging
 
 import numpy as np
 
-from . import fetchdecode
+from . import codecs, fetchdecode
 from .decode import decode_v2, decode_v2_joined
 from .segment import Segment
 from .zerocopy import RECV_BYTES, patch_socket_reads  # noqa: F401  (their home before)
@@ -47,13 +47,14 @@ PARTITION_RECORDS_STATE = ("fetch_offset", "next_fetch_offset", "records_read", 
                            "leader_epoch", "check_crcs")     # set by its __init__: checked per fetch
 BATCH_ATTRS = ("magic", "is_control_batch", "validate_crc", "leader_epoch", "base_offset",
                "next_offset", "records_count", "_maybe_uncompress", "_buffer", "_pos",
-               "timestamp_type", "max_timestamp", "first_timestamp", "size_in_bytes")
+               "timestamp_type", "max_timestamp", "first_timestamp", "size_in_bytes",
+               "_decompressed", "compression_type")
 RECORDS_ATTRS = ("next_batch", "_buffer")
 ERRORS_ATTRS = ("CorruptRecordError",)
 
 def segment_of_batch(tp, batch, fetch_offset: int):
     """One ``Segment`` of a ``DefaultRecordBatch`` (records before ``fetch_offset`` dropped)."""
-    batch._maybe_uncompress()
+    codecs.uncompress(batch)
     count = batch.records_count
     if count < VECTOR_MIN_RECORDS:
         return _segment_of_batch_loop(tp, batch, fetch_offset)
@@ -96,7 +97,7 @@ def _segment_of_batch_loop(tp, batch, fetch_offset: int):
     if len(offsets) and offsets[0] < fetch_offset:
         keep = offsets >= fetch_offset
         offsets, ts = offsets[keep], ts[keep]
-        vals = [v for v, k in zip(vals, keep) if k]
+        vals = [v for v, k in zip(vals, keep, strict=True) if k]
     if not len(offsets):
         return None
     return Segment.from_values(tp.topic, tp.partition, vals, offsets, ts, batch.next_offset)
