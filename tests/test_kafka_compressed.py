@@ -102,3 +102,29 @@ def test_produce_cli_compression_writes_lz4_batches(criteo_path, kafka_bootstrap
         src.close()
     assert rows == 2000 and len(seen) >= 1
     assert committed_offsets(kafka_bootstrap, topic, group) == end_offsets(kafka_bootstrap, topic) == {0: 200}
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_a_decompressed_batch_decodes_as_the_librarys_records(codec):
+    """lz4's bytearray is joined in place (``fastpath._segment_in_place``), zstd's bytes copied:
+    both give the library's values (a value with a newline in it counts two lines), offsets and
+    timestamps, from the fetch offset on."""
+    import numpy as np
+
+    from streamtrain.readers.kafka import fastpath
+    from streamtrain.readers.kafka.segment import Segment
+    pytest.importorskip(CODECS[codec][1])
+    b = MemoryRecordsBuilder(magic=2, compression_type=CODECS[codec][0], batch_size=1 << 22, offset=100)
+    for i in range(400):
+        b.append(timestamp=1000 + i, key=None, headers=[],
+                 value=b"%d\tline %d" % (i % 2, i) * 5 + (b"\nx" if i % 3 == 0 else b""))
+    b.close()
+
+    class TP:
+        topic, partition = "t", 0
+    seg = fastpath.segment_of_batch(TP, MemoryRecords(b.buffer()).next_batch(), 105)
+    lib = [r for r in MemoryRecords(b.buffer()).next_batch() if r.offset >= 105]
+    ref = Segment.from_values("t", 0, [r.value for r in lib], [r.offset for r in lib], [r.timestamp for r in lib], 500)
+    assert bytes(seg.buf) == bytes(ref.buf) and seg.next_offset == 500
+    assert np.array_equal(seg.ends, ref.ends) and np.array_equal(seg.offsets, np.arange(105, 500))
+    assert np.array_equal(seg.ts, ref.ts) and seg.lines.tolist() == ref.lines.tolist()

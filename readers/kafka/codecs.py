@@ -3,8 +3,9 @@
 kafka-python's ``DefaultRecordBatch._maybe_uncompress`` copies the compressed bytes
 (``tobytes``), decompresses, then copies the result again (``bytearray``); its zstd decoder
 reads through a stream reader. ``uncompress(batch)`` decompresses lz4 and zstd batches in one
-call from a view of the fetch buffer and leaves the result (bytes) where the library's would
-be, so the compiled decode (``decode.decode_v2_joined``) reads it next. Anything else (gzip,
+call from a view of the fetch buffer and leaves the result where the library's would be, so
+the compiled decode reads it next (lz4's a bytearray: ``fastpath.segment_of_batch`` then joins
+the lines over it in place, as ``fetchdecode`` does over a fetch, with no fresh buffer). Anything else (gzip,
 snappy, a missing codec package, bytes these calls do not read as exactly one frame) goes
 through the library's own ``_maybe_uncompress``, as before.
 """
@@ -16,7 +17,7 @@ LZ4, ZSTD = 3, 4                       # a v2 batch's compression type (attribut
 def _lz4(view):
     import lz4.frame
 
-    out, used = lz4.frame.decompress(view, return_bytes_read=True)
+    out, used = lz4.frame.decompress(view, return_bytes_read=True, return_bytearray=True)
     return out if used == len(view) else None
 
 

@@ -58,6 +58,8 @@ def segment_of_batch(tp, batch, fetch_offset: int):
     count = batch.records_count
     if count < VECTOR_MIN_RECORDS:
         return _segment_of_batch_loop(tp, batch, fetch_offset)
+    if batch._pos == 0 and isinstance(batch._buffer, bytearray) and batch.compression_type:
+        return _segment_in_place(tp, batch, fetch_offset)
     offd, tsd, joined, ends = decode_v2_joined(batch._buffer, batch._pos, count,
                                                max(0, fetch_offset - batch.base_offset))
     if not len(offd):
@@ -68,6 +70,24 @@ def segment_of_batch(tp, batch, fetch_offset: int):
     else:
         ts = tsd.astype(np.float64) + batch.first_timestamp
     return Segment(tp.topic, tp.partition, joined, ends, offsets, ts / 1000.0, batch.next_offset)
+
+
+def _segment_in_place(tp, batch, fetch_offset: int):
+    """``segment_of_batch`` of a decompressed batch (its records alone, in a bytearray of its
+    own): ``fetchdecode``'s two passes, the lines joined over the records' own bytes."""
+    fd = fetchdecode
+    row = np.zeros((1, len(fd.COLUMNS)), np.int64)
+    row[0, [fd.START, fd.END, fd.BASE, fd.LAST_DELTA, fd.FIRST_TS, fd.MAX_TS, fd.ATTRS, fd.COUNT]] = (
+        -fd.HEADER, len(batch._buffer), batch.base_offset, batch.last_offset_delta, batch.first_timestamp,
+        batch.max_timestamp, fd.LOG_APPEND_TIME if batch.timestamp_type == 1 else 0, batch.records_count)
+    a = np.frombuffer(batch._buffer, dtype=np.uint8)
+    fields, kept, size = fd._records(a, row, int(fetch_offset))
+    offs, ts, ends, lines = fd._join(a, fields, int(fetch_offset), a, 0)
+    if not len(offs):
+        return None
+    seg = Segment(tp.topic, tp.partition, memoryview(a[:size]), ends, offs, ts / 1000.0, batch.next_offset)
+    seg._lines = lines
+    return seg
 
 
 def _next_offset(table) -> int:
