@@ -143,6 +143,7 @@ def parse_args(argv=None):
     ap.add_argument("--records", type=int, default=2_000_000,
                     help="lines (fewer leave too short a steady window: 300,000 swing the ratios by 0.1)")
     ap.add_argument("--lines-per-message", type=int, default=100)
+    ap.add_argument("--compression", default="none", help="the producer's: none, gzip, snappy, lz4, zstd")
     ap.add_argument("--batch-size", type=int, help="default: the model file's batch_size (simple: 1024)")
     ap.add_argument("--model", default="examples/lr.json", help="a model file, or 'simple' (plain LR)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the train figures")
@@ -159,7 +160,7 @@ def main(argv=None) -> int:
         args.batch_size = model_keys.pop("batch_size", 1024)
     model_keys.pop("batch_size", None)
     figures = {"records": args.records, "batch_size": args.batch_size, "model": args.model,
-               "lines_per_message": args.lines_per_message, "train": {}}
+               "lines_per_message": args.lines_per_message, "compression": args.compression, "train": {}}
 
     from tests.kafka_broker import TansuBroker, create_topic
     from streamtrain import startup
@@ -177,9 +178,11 @@ def main(argv=None) -> int:
     out = []
     try:
         t1, tk = f"one-{tag}", f"many-{tag}"
+        settings = {"compression_type": args.compression} if args.compression != "none" else {}
         for topic, k in ((t1, 1), (tk, args.lines_per_message)):
             create_topic(bootstrap, topic, 4)
-            p = produce(data, bootstrap, topic, lines_per_message=k)
+            p = produce(data, bootstrap, topic, lines_per_message=k,
+                        producer_settings=settings)
             out.append(f"produce  {k:>3} line(s)/message   {p['lines'] / p['seconds']:>10,.0f} records/s "
                        f"(kafka-python producer)")
         bs, n = args.batch_size, args.records

@@ -139,6 +139,9 @@ def main(argv=None) -> int:
     ap.add_argument("--lpm", type=int, nargs="+", default=[1, 100])
     ap.add_argument("--variant", action="append", default=[], help="NAME=PYTHON[:CONSUMER-JSON]")
     ap.add_argument("--file", action="store_true", help="also the file reader (the first variant's python)")
+    ap.add_argument("--producer", action="append", default=[], metavar="NAME=JSON",
+                    help="also a topic per lines-per-message written with these producer settings, e.g. "
+                         "'lz4={\"compression_type\": \"lz4\"}' (default: streamtrain produce's own)")
     args = ap.parse_args(argv)
     if args.child:
         child(args)
@@ -162,17 +165,24 @@ def main(argv=None) -> int:
     runs: dict[tuple, list] = {}
     try:
         topics = {}
+        producers = [("", {})] + [(n, json.loads(js)) for n, _, js in (p.partition("=") for p in args.producer)]
         for k in args.lpm:
-            topics[k] = f"t{k}-{tag}"
-            create_topic(broker.bootstrap, topics[k], 4)
-            produce(data, broker.bootstrap, topics[k], lines_per_message=k)
+            for pname, settings in producers:
+                topics[k, pname] = f"t{k}{pname}-{tag}"
+                create_topic(broker.bootstrap, topics[k, pname], 4)
+                b0 = _cpu(f"/proc/{broker.proc.pid}/stat")
+                produce(data, broker.bootstrap, topics[k, pname], lines_per_message=k, producer_settings=settings)
+                print(json.dumps({"produce": pname or "default", "lpm": k,
+                                  "broker": round((_cpu(f"/proc/{broker.proc.pid}/stat") - b0) * 1e6 / len(data), 3)}),
+                      file=sys.stderr, flush=True)
         del data
         for r in range(args.rounds):
-            for k in args.lpm:
+            for (k, pname), topic in topics.items():
                 for name, python, consumer in variants:
-                    fig = run_one(python, broker.proc.pid, broker.bootstrap, topics[k], f"{name}-{k}-{r}-{tag}",
+                    fig = run_one(python, broker.proc.pid, broker.bootstrap, topic, f"{name}{pname}-{k}-{r}-{tag}",
                                   consumer, args)
-                    _record(runs, (name, k), fig, args.records, r, os.getloadavg()[0])
+                    _record(runs, (name + (f"/{pname}" if pname else ""), k), fig, args.records, r,
+                            os.getloadavg()[0])
             if args.file:
                 fig = run_one(variants[0][1], None, str(path), "-", "-", "{}", args)
                 _record(runs, ("file", 0), fig, args.records, r, os.getloadavg()[0])

@@ -122,6 +122,10 @@ def add_produce_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=int, default=_env("PARTITIONS") or None, metavar="P",
                    help="create the topic with P partitions if it does not exist "
                         "[env STREAMTRAIN_PARTITIONS]")
+    p.add_argument("--compression", choices=("none", "gzip", "snappy", "lz4", "zstd"),
+                   default=_env("COMPRESSION") or "none",
+                   help="compress record batches (lz4, zstd need the python lz4 / zstandard packages, "
+                        "also on the trainer; zstd costs the broker least) [env STREAMTRAIN_COMPRESSION]")
     p.add_argument("--skip-header", action="store_true",
                    help="do not send the file's first line (a csv header: over Kafka the "
                         "reader takes the column names from its 'columns' option)")
@@ -154,6 +158,11 @@ def security_of_args(args) -> dict | None:
     return sec or None
 
 
+def compression_settings(codec: str | None) -> dict:
+    """The producer settings of ``--compression``."""
+    return {"compression_type": codec} if codec and codec != "none" else {}
+
+
 def run_produce(args) -> int:
     from kafka.errors import KafkaError
 
@@ -167,7 +176,7 @@ def run_produce(args) -> int:
         out = produce(iter_lines(args.file, loop=args.loop, skip_header=args.skip_header),
                       args.bootstrap, args.topic, rate=args.rate, limit=args.limit,
                       lines_per_message=args.lines_per_message, partitions=args.partitions,
-                      security=security)
+                      security=security, producer_settings=compression_settings(args.compression))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -29,7 +29,7 @@ import logging
 
 import numpy as np
 
-from . import fetchdecode
+from . import codecs, fetchdecode
 from .decode import decode_v2, decode_v2_joined
 from .segment import Segment
 from .zerocopy import RECV_BYTES, patch_socket_reads  # noqa: F401  (their home before)
@@ -47,16 +47,19 @@ PARTITION_RECORDS_STATE = ("fetch_offset", "next_fetch_offset", "records_read", 
                            "leader_epoch", "check_crcs")     # set by its __init__: checked per fetch
 BATCH_ATTRS = ("magic", "is_control_batch", "validate_crc", "leader_epoch", "base_offset",
                "next_offset", "records_count", "_maybe_uncompress", "_buffer", "_pos",
-               "timestamp_type", "max_timestamp", "first_timestamp", "size_in_bytes")
+               "timestamp_type", "max_timestamp", "first_timestamp", "size_in_bytes",
+               "_decompressed", "compression_type")
 RECORDS_ATTRS = ("next_batch", "_buffer")
 ERRORS_ATTRS = ("CorruptRecordError",)
 
 def segment_of_batch(tp, batch, fetch_offset: int):
     """One ``Segment`` of a ``DefaultRecordBatch`` (records before ``fetch_offset`` dropped)."""
-    batch._maybe_uncompress()
+    codecs.uncompress(batch)
     count = batch.records_count
     if count < VECTOR_MIN_RECORDS:
         return _segment_of_batch_loop(tp, batch, fetch_offset)
+    if batch._pos == 0 and isinstance(batch._buffer, bytearray) and batch.compression_type:
+        return _segment_in_place(tp, batch, fetch_offset)
     offd, tsd, joined, ends = decode_v2_joined(batch._buffer, batch._pos, count,
                                                max(0, fetch_offset - batch.base_offset))
     if not len(offd):
@@ -67,6 +70,24 @@ def segment_of_batch(tp, batch, fetch_offset: int):
     else:
         ts = tsd.astype(np.float64) + batch.first_timestamp
     return Segment(tp.topic, tp.partition, joined, ends, offsets, ts / 1000.0, batch.next_offset)
+
+
+def _segment_in_place(tp, batch, fetch_offset: int):
+    """``segment_of_batch`` of a decompressed batch (its records alone, in a bytearray of its
+    own): ``fetchdecode``'s two passes, the lines joined over the records' own bytes."""
+    fd = fetchdecode
+    row = np.zeros((1, len(fd.COLUMNS)), np.int64)
+    row[0, [fd.START, fd.END, fd.BASE, fd.LAST_DELTA, fd.FIRST_TS, fd.MAX_TS, fd.ATTRS, fd.COUNT]] = (
+        -fd.HEADER, len(batch._buffer), batch.base_offset, batch.last_offset_delta, batch.first_timestamp,
+        batch.max_timestamp, fd.LOG_APPEND_TIME if batch.timestamp_type == 1 else 0, batch.records_count)
+    a = np.frombuffer(batch._buffer, dtype=np.uint8)
+    fields, kept, size = fd._records(a, row, int(fetch_offset))
+    offs, ts, ends, lines = fd._join(a, fields, int(fetch_offset), a, 0)
+    if not len(offs):
+        return None
+    seg = Segment(tp.topic, tp.partition, memoryview(a[:size]), ends, offs, ts / 1000.0, batch.next_offset)
+    seg._lines = lines
+    return seg
 
 
 def _next_offset(table) -> int:
@@ -96,7 +117,7 @@ def _segment_of_batch_loop(tp, batch, fetch_offset: int):
     if len(offsets) and offsets[0] < fetch_offset:
         keep = offsets >= fetch_offset
         offsets, ts = offsets[keep], ts[keep]
-        vals = [v for v, k in zip(vals, keep) if k]
+        vals = [v for v, k in zip(vals, keep, strict=True) if k]
     if not len(offsets):
         return None
     return Segment.from_values(tp.topic, tp.partition, vals, offsets, ts, batch.next_offset)
