@@ -48,7 +48,7 @@ PARTITION_RECORDS_STATE = ("fetch_offset", "next_fetch_offset", "records_read", 
 BATCH_ATTRS = ("magic", "is_control_batch", "validate_crc", "leader_epoch", "base_offset",
                "next_offset", "records_count", "_maybe_uncompress", "_buffer", "_pos",
                "timestamp_type", "max_timestamp", "first_timestamp", "size_in_bytes",
-               "_decompressed", "compression_type")
+               "_decompressed", "compression_type", "last_offset_delta")
 RECORDS_ATTRS = ("next_batch", "_buffer")
 ERRORS_ATTRS = ("CorruptRecordError",)
 
