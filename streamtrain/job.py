@@ -55,8 +55,7 @@ class Job:
         self.stop_requested = False
         self.sought = False      # restore() moved the reader back to a checkpoint's offsets
         self.started = time.monotonic()
-        self.offsets: dict = {}      # committed so far (the store holds those not durable yet)
-        self.offset_epochs: dict = {}   # and the epoch of each (readers/kafka/offsets.py)
+        self.offsets, self.offset_epochs = {}, {}   # committed (not the store's undurable) and their epochs
         self.writes_back = self.store.writes_back
         if self.writes_back:
             self.store.auto_flush = False       # the job flushes, then commits what was flushed
@@ -220,9 +219,8 @@ class Job:
         return None
 
     def _flush(self):
-        """Flush the store (retried like a step while it is down: the local changes stay), then
-        commit every batch's offsets. ``STOPPED`` if asked to stop while the store was
-        unreachable (nothing committed)."""
+        """Flush the store (retried like a step while it is down: the local changes stay), then commit
+        every batch's offsets; ``STOPPED`` if asked to stop while it was unreachable (nothing committed)."""
         if self._until_store_answers("flush the store", self.store.flush) is STOPPED:
             return STOPPED
         return self._commit_durable()
