@@ -143,7 +143,8 @@ def parse_args(argv=None):
     ap.add_argument("--records", type=int, default=2_000_000,
                     help="lines (fewer leave too short a steady window: 300,000 swing the ratios by 0.1)")
     ap.add_argument("--lines-per-message", type=int, default=100)
-    ap.add_argument("--compression", default="none", help="the producer's: none, gzip, snappy, lz4, zstd")
+    ap.add_argument("--compression", default="none", choices=("none", "gzip", "snappy", "lz4", "zstd"),
+                    help="the producer's (as streamtrain produce --compression)")
     ap.add_argument("--batch-size", type=int, help="default: the model file's batch_size (simple: 1024)")
     ap.add_argument("--model", default="examples/lr.json", help="a model file, or 'simple' (plain LR)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the train figures")
@@ -164,7 +165,7 @@ def main(argv=None) -> int:
 
     from tests.kafka_broker import TansuBroker, create_topic
     from streamtrain import startup
-    from streamtrain.produce import produce
+    from streamtrain.produce import compression_settings, produce
 
     startup.apply()                                      # as the daemon starts: numba, BLAS threads,
     startup.for_job({"reader": {"type": "kafka"}})      # and kafka-python's larger socket reads
@@ -178,7 +179,7 @@ def main(argv=None) -> int:
     out = []
     try:
         t1, tk = f"one-{tag}", f"many-{tag}"
-        settings = {"compression_type": args.compression} if args.compression != "none" else {}
+        settings = compression_settings(args.compression)
         for topic, k in ((t1, 1), (tk, args.lines_per_message)):
             create_topic(bootstrap, topic, 4)
             p = produce(data, bootstrap, topic, lines_per_message=k,
