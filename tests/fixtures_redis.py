@@ -18,7 +18,6 @@ import pytest
 
 from tests.conftest import docker_answers
 from tests.redis_cluster import cluster_args, create_cluster
-import redis
 
 from streamtrain.graph import Graph, Schema
 from streamtrain.store.redis_server import RedisServer, free_port

@@ -19,7 +19,7 @@ from streamtrain.graph import Schema
 from streamtrain.schema import with_defaults
 from streamtrain.store import make_store
 
-from .automl_helpers import layers, planted_stream, small_job
+from .automl_helpers import planted_stream, small_job
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

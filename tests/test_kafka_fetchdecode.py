@@ -40,7 +40,7 @@ def _batch(base_offset, values, compression=0, attrs=0, ts0=1_700_000_000_000, k
 
 
 def _fetch(rng, n_batches=40):
-    raw, offset, values = b"", 100, []
+    raw, offset = b"", 100
     for k in range(n_batches):
         vals = [None if rng.random() < 0.02 else bytes(rng.integers(32, 127, int(rng.integers(0, 300)), np.uint8))
                 for _ in range(int(rng.integers(1, 40)))]

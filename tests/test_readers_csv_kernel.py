@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from streamtrain.readers import Malformed, make_parser
-from streamtrain.readers.csv_kernel import parse_clean
 from streamtrain.readers.lines import Chunk
 from tests.readers_helpers import assert_batches_equal, data_file
 

@@ -4,7 +4,6 @@ and no message, log line or description carries a password."""
 from __future__ import annotations
 
 import logging
-import os
 import re
 import shutil
 import subprocess

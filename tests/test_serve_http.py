@@ -67,7 +67,7 @@ def test_predictions_are_the_models_own(server, synthetic_job):
 
 
 def test_lines_in_the_stream_format(criteo_path):
-    job, cfg = trained_job([f"reader.type=file", f"reader.path={criteo_path}", "reader.format=criteo"], 2048)
+    job, cfg = trained_job(["reader.type=file", f"reader.path={criteo_path}", "reader.format=criteo"], 2048)
     svc = Service(JobModel(job), serve_settings(cfg), cfg["reader"])
     srv = Server(make_app(svc, ServeMetrics()), "127.0.0.1", 0).start()
     try:

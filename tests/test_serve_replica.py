@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import time
 
-import httpx
 import numpy as np
 import pytest
 
 from streamtrain.evaluator import Evaluator
-from streamtrain.graph import Schema
 from streamtrain.serve.publish import Publisher
 from streamtrain.serve.replica import Replica
 from streamtrain.serve.service import serving_store_config

@@ -22,7 +22,7 @@ from streamtrain.readers import Malformed, make_parser
 from streamtrain.readers.ids import byte_words, field_seed, hash_spans, joined
 
 from . import json_body
-from .json_body import encode as encode_json, printable, shown
+from .json_body import encode as encode_json, printable, shown  # noqa: F401 (encode_json: http.py's import)
 
 
 class BadRequest(ValueError):

@@ -5,7 +5,7 @@
 """
 from __future__ import annotations
 
-from streamtrain.schema import NUMBER, Option, check_options, non_negative, port, positive, with_defaults
+from streamtrain.schema import NUMBER, Option, non_negative, port, positive, with_defaults
 
 
 def _schema(v):
