@@ -15,7 +15,7 @@ import numpy as np
 
 from streamtrain.compiled import njit
 
-from .chunk import views
+from .chunk import _HIGH, _SPACES, first_byte, load_word, views
 from .ids import hash_token
 
 N_DENSE, N_SPARSE = 13, 26
@@ -41,6 +41,27 @@ def _int_token(arr, s, n):
     return True, (-x if neg else x)
 
 
+@njit(nogil=True, inline="always")
+def _field_end(arr, pos):
+    """The position of the first ``\\t`` or ``\\n`` from ``pos``, or -1 when a ``\\r`` or a byte
+    >= 0x80 comes first: eight bytes at a time (``load_word``; the chunk ends with ``\\n`` and
+    ``views`` leaves 8 bytes after it), stopping only at a control byte or a high one (the
+    lowest marked byte is exact); any other control byte is a plain byte of the token."""
+    while True:
+        w = load_word(arr, pos)
+        hit = (((w - _SPACES) & ~w) | w) & _HIGH
+        if hit == 0:
+            pos += 8
+            continue
+        pos += first_byte(hit)
+        c = arr[pos]
+        if c == 9 or c == 10:
+            return pos
+        if c == 13 or c >= 128:
+            return -1
+        pos += 1
+
+
 @njit(nogil=True)
 def _parse(arr, words, seeds, field_length, n):
     if n < 0:                                   # the caller does not know the line count
@@ -58,35 +79,32 @@ def _parse(arr, words, seeds, field_length, n):
         if pos >= len(arr):                     # fewer lines than ``n``: not ours to guess
             return False, labels, dense, ids, present
         field = 0
-        start = pos
         while True:
-            c = arr[pos]
-            if c == 9 or c == 10:
-                length = pos - start
-                if length > field_length or field >= N_FIELDS:
-                    return False, labels, dense, ids, present
-                if field <= N_DENSE:
-                    if length or field == 0:
-                        ok, v = _int_token(arr, start, length)
-                        if not ok:
-                            return False, labels, dense, ids, present
-                        if field == 0:
-                            labels[row] = v
-                        else:
-                            dense[row, field - 1] = v
-                else:
-                    j = field - 1 - N_DENSE
-                    ids[j, row] = hash_token(words, last, start, length, seeds[j])
-                    present[j, row] = length > 0
-                field += 1
-                start = pos + 1
-                pos += 1
-                if c == 10:
-                    break
-            elif c == 13 or c >= 128:
+            start = pos
+            pos = _field_end(arr, pos)
+            if pos < 0:                         # a '\r' or a byte >= 0x80
                 return False, labels, dense, ids, present
+            c = arr[pos]
+            length = pos - start
+            if length > field_length or field >= N_FIELDS:
+                return False, labels, dense, ids, present
+            if field <= N_DENSE:
+                if length or field == 0:
+                    ok, v = _int_token(arr, start, length)
+                    if not ok:
+                        return False, labels, dense, ids, present
+                    if field == 0:
+                        labels[row] = v
+                    else:
+                        dense[row, field - 1] = v
             else:
-                pos += 1
+                j = field - 1 - N_DENSE
+                ids[j, row] = hash_token(words, last, start, length, seeds[j])
+                present[j, row] = length > 0
+            field += 1
+            pos += 1
+            if c == 10:
+                break
         if field != N_FIELDS:
             return False, labels, dense, ids, present
     return pos == len(arr), labels, dense, ids, present
