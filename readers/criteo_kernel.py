@@ -16,10 +16,11 @@ import numpy as np
 from streamtrain.compiled import njit
 
 from .chunk import _HIGH, _SPACES, first_byte, load_word, views
-from .ids import hash_token
+from .ids import fold_word, splitmix64_one, start_state
 
 N_DENSE, N_SPARSE = 13, 26
 N_FIELDS = 1 + N_DENSE + N_SPARSE
+SHORT = 32          # token lengths whose fold start the kernel looks up (longer ones: computed)
 
 
 @njit(nogil=True)
@@ -63,7 +64,7 @@ def _field_end(arr, pos):
 
 
 @njit(nogil=True)
-def _parse(arr, words, seeds, field_length, n):
+def _parse(arr, seeds, field_length, n):
     if n < 0:                                   # the caller does not know the line count
         n = 0
         for c in arr:
@@ -73,7 +74,10 @@ def _parse(arr, words, seeds, field_length, n):
     dense = np.zeros((n, N_DENSE), np.float64)
     ids = np.empty((N_SPARSE, n), np.uint64)
     present = np.empty((N_SPARSE, n), np.bool_)
-    last = len(words) - 1
+    states = np.empty((N_SPARSE, SHORT), np.uint64)    # each field's fold start by token length
+    for j in range(N_SPARSE):
+        for k in range(SHORT):
+            states[j, k] = start_state(seeds[j], k)
     pos = 0
     for row in range(n):
         if pos >= len(arr):                     # fewer lines than ``n``: not ours to guess
@@ -99,7 +103,10 @@ def _parse(arr, words, seeds, field_length, n):
                         dense[row, field - 1] = v
             else:
                 j = field - 1 - N_DENSE
-                ids[j, row] = hash_token(words, last, start, length, seeds[j])
+                x = states[j, length] if length < SHORT else start_state(seeds[j], length)
+                for k in range(start, pos, 8):     # hash_token's fold, the words read in place
+                    x = fold_word(x, load_word(arr, k), pos - k)
+                ids[j, row] = splitmix64_one(x)
                 present[j, row] = length > 0
             field += 1
             pos += 1
@@ -122,6 +129,6 @@ def parse_clean(buf: bytes, seeds: np.ndarray, field_length: int, start: int = 0
     chunk = views(buf, start, end)
     if chunk is None:
         return None
-    buf, start, end, arr, words = chunk
-    ok, labels, dense, ids, present = _parse(arr, words, seeds, field_length, lines)
+    buf, start, end, arr, _ = chunk
+    ok, labels, dense, ids, present = _parse(arr, seeds, field_length, lines)
     return (labels, dense, ids, present) if ok else None
