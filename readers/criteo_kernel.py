@@ -15,11 +15,12 @@ import numpy as np
 
 from streamtrain.compiled import njit
 
-from .chunk import views
-from .ids import hash_token
+from .chunk import _HIGH, _SPACES, first_byte, load_word, views
+from .ids import fold_word, splitmix64_one, start_state
 
 N_DENSE, N_SPARSE = 13, 26
 N_FIELDS = 1 + N_DENSE + N_SPARSE
+SHORT = 32          # token lengths whose fold start the kernel looks up (longer ones: computed)
 
 
 @njit(nogil=True)
@@ -41,8 +42,29 @@ def _int_token(arr, s, n):
     return True, (-x if neg else x)
 
 
+@njit(nogil=True, inline="always")
+def _field_end(arr, pos):
+    """The position of the first ``\\t`` or ``\\n`` from ``pos``, or -1 when a ``\\r`` or a byte
+    >= 0x80 comes first: eight bytes at a time (``load_word``; the chunk ends with ``\\n`` and
+    ``views`` leaves 8 bytes after it), stopping only at a control byte or a high one (the
+    lowest marked byte is exact); any other control byte is a plain byte of the token."""
+    while True:
+        w = load_word(arr, pos)
+        hit = (((w - _SPACES) & ~w) | w) & _HIGH
+        if hit == 0:
+            pos += 8
+            continue
+        pos += first_byte(hit)
+        c = arr[pos]
+        if c == 9 or c == 10:
+            return pos
+        if c == 13 or c >= 128:
+            return -1
+        pos += 1
+
+
 @njit(nogil=True)
-def _parse(arr, words, seeds, field_length, n):
+def _parse(arr, seeds, field_length, n):
     if n < 0:                                   # the caller does not know the line count
         n = 0
         for c in arr:
@@ -52,41 +74,44 @@ def _parse(arr, words, seeds, field_length, n):
     dense = np.zeros((n, N_DENSE), np.float64)
     ids = np.empty((N_SPARSE, n), np.uint64)
     present = np.empty((N_SPARSE, n), np.bool_)
-    last = len(words) - 1
+    states = np.empty((N_SPARSE, SHORT), np.uint64)    # each field's fold start by token length
+    for j in range(N_SPARSE):
+        for k in range(SHORT):
+            states[j, k] = start_state(seeds[j], k)
     pos = 0
     for row in range(n):
         if pos >= len(arr):                     # fewer lines than ``n``: not ours to guess
             return False, labels, dense, ids, present
         field = 0
-        start = pos
         while True:
-            c = arr[pos]
-            if c == 9 or c == 10:
-                length = pos - start
-                if length > field_length or field >= N_FIELDS:
-                    return False, labels, dense, ids, present
-                if field <= N_DENSE:
-                    if length or field == 0:
-                        ok, v = _int_token(arr, start, length)
-                        if not ok:
-                            return False, labels, dense, ids, present
-                        if field == 0:
-                            labels[row] = v
-                        else:
-                            dense[row, field - 1] = v
-                else:
-                    j = field - 1 - N_DENSE
-                    ids[j, row] = hash_token(words, last, start, length, seeds[j])
-                    present[j, row] = length > 0
-                field += 1
-                start = pos + 1
-                pos += 1
-                if c == 10:
-                    break
-            elif c == 13 or c >= 128:
+            start = pos
+            pos = _field_end(arr, pos)
+            if pos < 0:                         # a '\r' or a byte >= 0x80
                 return False, labels, dense, ids, present
+            c = arr[pos]
+            length = pos - start
+            if length > field_length or field >= N_FIELDS:
+                return False, labels, dense, ids, present
+            if field <= N_DENSE:
+                if length or field == 0:
+                    ok, v = _int_token(arr, start, length)
+                    if not ok:
+                        return False, labels, dense, ids, present
+                    if field == 0:
+                        labels[row] = v
+                    else:
+                        dense[row, field - 1] = v
             else:
-                pos += 1
+                j = field - 1 - N_DENSE
+                x = states[j, length] if length < SHORT else start_state(seeds[j], length)
+                for k in range(start, pos, 8):     # hash_token's fold, the words read in place
+                    x = fold_word(x, load_word(arr, k), pos - k)
+                ids[j, row] = splitmix64_one(x)
+                present[j, row] = length > 0
+            field += 1
+            pos += 1
+            if c == 10:
+                break
         if field != N_FIELDS:
             return False, labels, dense, ids, present
     return pos == len(arr), labels, dense, ids, present
@@ -104,6 +129,6 @@ def parse_clean(buf: bytes, seeds: np.ndarray, field_length: int, start: int = 0
     chunk = views(buf, start, end)
     if chunk is None:
         return None
-    buf, start, end, arr, words = chunk
-    ok, labels, dense, ids, present = _parse(arr, words, seeds, field_length, lines)
+    buf, start, end, arr, _ = chunk
+    ok, labels, dense, ids, present = _parse(arr, seeds, field_length, lines)
     return (labels, dense, ids, present) if ok else None

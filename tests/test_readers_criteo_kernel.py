@@ -125,3 +125,18 @@ def test_a_region_read_in_place_parses_as_its_own_copy(after):
     assert [b.size for b in cut] == [1, 2, 1]
     for batch, (lo, hi) in zip(cut, [(0, 1), (1, 3), (3, 4)]):
         _same(batch, alone.take(np.arange(lo, hi)))
+
+
+@pytest.mark.parametrize("at", range(10))
+def test_the_word_scan_finds_every_byte_at_every_offset(at):
+    """The kernel looks for a field's end eight bytes at a time: a control byte that is not a
+    tab or a newline is a plain byte of a token wherever it sits in a word, and a ``\\r`` or a
+    byte >= 0x80 sends the chunk the vectorised way wherever it sits."""
+    plain = [("k" * at + c + "m" * (9 - at)).encode() for c in ("\x0b", "\x00", "\x1f", "\x7f")]
+    cats = [t.decode() for t in plain] + [f"c{i}" for i in range(22)]
+    buf = b"\n".join([_line(cats=cats[:-1] + ["x" * at]), _line("0", cats=cats)]) + b"\n"
+    assert parse_clean(buf, np.zeros(26, np.uint64), 65536) is not None
+    _both(buf)
+    for stop in ("\r", "\x80", "\xff"):           # (UTF-8: the last two start with a byte >= 0x80)
+        bad = _line(cats=["k" * at + stop] + ["a"] * 25)
+        assert parse_clean(b"\n".join([_line(), bad]) + b"\n", np.zeros(26, np.uint64), 65536) is None
