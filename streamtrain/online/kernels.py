@@ -125,11 +125,11 @@ def _gather(k, lptr, lslot, lx, L, seen, uj, ux):
     ``seen[j]`` is (the last example that had slot ``j``, its place in that example's list)."""
     part = 0.0
     m = 0
-    for i in range(lptr[k], lptr[k + 1]):
+    for i in range(np.uint64(lptr[k]), np.uint64(lptr[k + 1])):     # (unsigned: no wraparound)
         x = lx[i]
         if x == 0.0:                         # a missing numeric value, or padding: not a feature
             continue
-        j = lslot[i]
+        j = np.uint64(lslot[i])
         part += x * L[j, 0]
         if seen[j, 0] != k:
             seen[j, 0] = k
@@ -155,13 +155,14 @@ def _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms, seen, funiq):
     phi = 0.0
     mq = 0
     twice = False
-    i, end = fptr[k], fptr[k + 1]
+    i, end = np.uint64(fptr[k]), np.uint64(fptr[k + 1])
     while i < end:
         f = ffield[i]
+        fu = np.uint64(f)
         empty = True
         while i < end and ffield[i] == f:
             q, x = np.uint64(frow[i]), fx[i]     # (unsigned: no negative-index wraparound)
-            i += 1
+            i += np.uint64(1)
             if x == 0.0:                     # nothing (a dense term's padding)
                 continue
             if seen[q, 0] != k:
@@ -173,19 +174,19 @@ def _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms, seen, funiq):
                 twice = True
             if empty:                        # E_f = 0 + x·v: written, not zeroed then added to
                 for c in range(d):
-                    E[f, c] = 0.0 + x * V[q, c]
+                    E[fu, c] = 0.0 + x * V[q, c]
                 empty = False
             else:
                 for c in range(d):
-                    E[f, c] += x * V[q, c]
+                    E[fu, c] += x * V[q, c]
         if empty:
             for c in range(d):
-                E[f, c] = 0.0
-        t = fterm[f]
+                E[fu, c] = 0.0
+        t = np.uint64(fterm[fu])
         for c in range(d):
-            S[t, c] += E[f, c]
+            S[t, c] += E[fu, c]
         for c in range(d):
-            phi -= 0.5 * E[f, c] * E[f, c]
+            phi -= 0.5 * E[fu, c] * E[fu, c]
     for t in range(nterms):
         for c in range(d):
             phi += 0.5 * S[t, c] * S[t, c]
@@ -237,7 +238,7 @@ def _update_fm(k, rho, fptr, frow, fx, ffield, fterm, E, S, V, Vn, Vz, vgrp, cod
     each occurrence's gradient goes straight into its row's step, no gradient buffer."""
     d = V.shape[1]
     if one_adagrad and not twice:
-        for i in range(fptr[k], fptr[k + 1]):
+        for i in range(np.uint64(fptr[k]), np.uint64(fptr[k + 1])):     # (unsigned: no wraparound)
             q, f, x = frow[i], ffield[i], fx[i]
             if x == 0.0:
                 continue
@@ -275,10 +276,10 @@ def _update_fm(k, rho, fptr, frow, fx, ffield, fterm, E, S, V, Vn, Vz, vgrp, cod
 def _prefetch(k, lptr, lslot, L, seen, fptr, frow, V, Vn, fseen):
     """Ask for example ``k``'s rows (linear slots, FM rows, their slots and ``seen`` entries)
     ahead of it: they are scattered over a block larger than the L2 cache; the loads overlap."""
-    for i in range(lptr[k], lptr[k + 1]):
+    for i in range(np.uint64(lptr[k]), np.uint64(lptr[k + 1])):
         prefetch(L, lslot[i])
         prefetch(seen, lslot[i])
-    for i in range(fptr[k], fptr[k + 1]):
+    for i in range(np.uint64(fptr[k]), np.uint64(fptr[k + 1])):
         prefetch(V, frow[i])
         prefetch(Vn, frow[i])
         prefetch(fseen, frow[i])
