@@ -138,7 +138,7 @@ def _gather(k, lptr, lslot, lx, L, seen, uj, ux):
             ux[m] = 0.0 + x                  # (as a zeroed accumulator would: 0.0 + x)
             m += 1
         else:
-            ux[seen[j, 1]] += x
+            ux[np.uint64(seen[j, 1])] += x
     return part, m
 
 
@@ -239,11 +239,11 @@ def _update_fm(k, rho, fptr, frow, fx, ffield, fterm, E, S, V, Vn, Vz, vgrp, cod
     d = V.shape[1]
     if one_adagrad and not twice:
         for i in range(np.uint64(fptr[k]), np.uint64(fptr[k + 1])):     # (unsigned: no wraparound)
-            q, f, x = frow[i], ffield[i], fx[i]
-            if x == 0.0:
+            q, f, x = np.uint64(frow[i]), np.uint64(ffield[i]), fx[i]     # (unsigned: no negative-
+            if x == 0.0:                                                    # index wraparound code)
                 continue
-            q, f, t, rx = np.uint64(q), np.uint64(f), np.uint64(fterm[f]), rho * x    # (unsigned:
-            for c in range(d):               # no negative-index wraparound per access)
+            t, rx = np.uint64(fterm[f]), rho * x
+            for c in range(d):
                 g = 0.0 + rx * (S[t, c] - E[f, c])
                 V[q, c], Vn[q, c], _ = _adagrad(h, V[q, c], Vn[q, c], 0.0, g, g * g)
         return
@@ -353,7 +353,7 @@ def learn(base, y, implicit, normalize, rules, linear, lslots, fm, fslots):
         K = 0.0
         if one:
             for i in range(m):
-                un[i] = L[uj[i], 1]
+                un[i] = L[np.uint64(uj[i]), 1]
             for i in range(m):
                 usq[i] = (r * ux[i]) ** 2
             for i in range(m):
@@ -376,13 +376,13 @@ def learn(base, y, implicit, normalize, rules, linear, lslots, fm, fslots):
             rho = _implicit(zk, y[k], r, K, l1_present, m, uj, ux, L, grp, code, hyper, s, usq, uroot, urate)
         if one:                              # the features' steps: gathered, stepped, scattered
             for i in range(m):
-                j = uj[i]
+                j = np.uint64(uj[i])
                 uw[i], uz[i], ur0[i] = L[j, 0], L[j, 2], L[j, 3]
             for i in range(m):
                 uw[i], un[i], uz[i] = _apply(lc, lh, uw[i], un[i], uz[i], ur0[i], uroot[i], urate[i],
                                              s * rho * ux[i], usq[i])
             for i in range(m):
-                j = uj[i]
+                j = np.uint64(uj[i])
                 L[j, 0], L[j, 1], L[j, 2], L[j, 3] = uw[i], un[i], uz[i], uroot[i]
         else:
             for i in range(m):
