@@ -306,8 +306,7 @@ def learn(base, y, implicit, normalize, rules, linear, lslots, fm, fslots):
     w, n, z, grp = lslots
     fptr, frow, fx, ffield, fterm, nterms = fm
     V, Vn, Vz, vgrp = fslots
-    B = len(base)
-    P, Q, d = len(w), V.shape[0], V.shape[1]
+    B, P, Q, d = len(base), len(w), V.shape[0], V.shape[1]
     L = np.empty((P, 4))
     for j in range(P):
         L[j, 0], L[j, 1], L[j, 2], L[j, 3] = w[j], n[j], z[j], np.sqrt(n[j])
@@ -331,8 +330,7 @@ def learn(base, y, implicit, normalize, rules, linear, lslots, fm, fslots):
     for k in range(B):
         fmost = max(fmost, fptr[k + 1] - fptr[k])
     G = np.zeros((fmost, d))                 # the example's FM rows' gradients (a row twice)
-    zs = np.empty(B)
-    rhos = np.empty(B)
+    zs, rhos = np.empty(B), np.empty(B)
     for k in range(B):
         if k + 2 < B:
             _prefetch(k + 2, lptr, lslot, L, seen, fptr, frow, V, Vn, fseen)
