@@ -125,11 +125,11 @@ def _gather(k, lptr, lslot, lx, L, seen, uj, ux):
     ``seen[j]`` is (the last example that had slot ``j``, its place in that example's list)."""
     part = 0.0
     m = 0
-    for i in range(lptr[k], lptr[k + 1]):
+    for i in range(np.uint64(lptr[k]), np.uint64(lptr[k + 1])):     # (unsigned: no wraparound)
         x = lx[i]
         if x == 0.0:                         # a missing numeric value, or padding: not a feature
             continue
-        j = lslot[i]
+        j = np.uint64(lslot[i])
         part += x * L[j, 0]
         if seen[j, 0] != k:
             seen[j, 0] = k
@@ -138,7 +138,7 @@ def _gather(k, lptr, lslot, lx, L, seen, uj, ux):
             ux[m] = 0.0 + x                  # (as a zeroed accumulator would: 0.0 + x)
             m += 1
         else:
-            ux[seen[j, 1]] += x
+            ux[np.uint64(seen[j, 1])] += x
     return part, m
 
 
@@ -155,13 +155,14 @@ def _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms, seen, funiq):
     phi = 0.0
     mq = 0
     twice = False
-    i, end = fptr[k], fptr[k + 1]
+    i, end = np.uint64(fptr[k]), np.uint64(fptr[k + 1])
     while i < end:
         f = ffield[i]
+        fu = np.uint64(f)
         empty = True
         while i < end and ffield[i] == f:
             q, x = np.uint64(frow[i]), fx[i]     # (unsigned: no negative-index wraparound)
-            i += 1
+            i += np.uint64(1)
             if x == 0.0:                     # nothing (a dense term's padding)
                 continue
             if seen[q, 0] != k:
@@ -173,19 +174,19 @@ def _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms, seen, funiq):
                 twice = True
             if empty:                        # E_f = 0 + x·v: written, not zeroed then added to
                 for c in range(d):
-                    E[f, c] = 0.0 + x * V[q, c]
+                    E[fu, c] = 0.0 + x * V[q, c]
                 empty = False
             else:
                 for c in range(d):
-                    E[f, c] += x * V[q, c]
+                    E[fu, c] += x * V[q, c]
         if empty:
             for c in range(d):
-                E[f, c] = 0.0
-        t = fterm[f]
+                E[fu, c] = 0.0
+        t = np.uint64(fterm[fu])
         for c in range(d):
-            S[t, c] += E[f, c]
+            S[t, c] += E[fu, c]
         for c in range(d):
-            phi -= 0.5 * E[f, c] * E[f, c]
+            phi -= 0.5 * E[fu, c] * E[fu, c]
     for t in range(nterms):
         for c in range(d):
             phi += 0.5 * S[t, c] * S[t, c]
@@ -237,12 +238,12 @@ def _update_fm(k, rho, fptr, frow, fx, ffield, fterm, E, S, V, Vn, Vz, vgrp, cod
     each occurrence's gradient goes straight into its row's step, no gradient buffer."""
     d = V.shape[1]
     if one_adagrad and not twice:
-        for i in range(fptr[k], fptr[k + 1]):
-            q, f, x = frow[i], ffield[i], fx[i]
-            if x == 0.0:
+        for i in range(np.uint64(fptr[k]), np.uint64(fptr[k + 1])):     # (unsigned: no wraparound)
+            q, f, x = np.uint64(frow[i]), np.uint64(ffield[i]), fx[i]     # (unsigned: no negative-
+            if x == 0.0:                                                    # index wraparound code)
                 continue
-            q, f, t, rx = np.uint64(q), np.uint64(f), np.uint64(fterm[f]), rho * x    # (unsigned:
-            for c in range(d):               # no negative-index wraparound per access)
+            t, rx = np.uint64(fterm[f]), rho * x
+            for c in range(d):
                 g = 0.0 + rx * (S[t, c] - E[f, c])
                 V[q, c], Vn[q, c], _ = _adagrad(h, V[q, c], Vn[q, c], 0.0, g, g * g)
         return
@@ -275,10 +276,10 @@ def _update_fm(k, rho, fptr, frow, fx, ffield, fterm, E, S, V, Vn, Vz, vgrp, cod
 def _prefetch(k, lptr, lslot, L, seen, fptr, frow, V, Vn, fseen):
     """Ask for example ``k``'s rows (linear slots, FM rows, their slots and ``seen`` entries)
     ahead of it: they are scattered over a block larger than the L2 cache; the loads overlap."""
-    for i in range(lptr[k], lptr[k + 1]):
+    for i in range(np.uint64(lptr[k]), np.uint64(lptr[k + 1])):
         prefetch(L, lslot[i])
         prefetch(seen, lslot[i])
-    for i in range(fptr[k], fptr[k + 1]):
+    for i in range(np.uint64(fptr[k]), np.uint64(fptr[k + 1])):
         prefetch(V, frow[i])
         prefetch(Vn, frow[i])
         prefetch(fseen, frow[i])
@@ -305,8 +306,7 @@ def learn(base, y, implicit, normalize, rules, linear, lslots, fm, fslots):
     w, n, z, grp = lslots
     fptr, frow, fx, ffield, fterm, nterms = fm
     V, Vn, Vz, vgrp = fslots
-    B = len(base)
-    P, Q, d = len(w), V.shape[0], V.shape[1]
+    B, P, Q, d = len(base), len(w), V.shape[0], V.shape[1]
     L = np.empty((P, 4))
     for j in range(P):
         L[j, 0], L[j, 1], L[j, 2], L[j, 3] = w[j], n[j], z[j], np.sqrt(n[j])
@@ -330,8 +330,7 @@ def learn(base, y, implicit, normalize, rules, linear, lslots, fm, fslots):
     for k in range(B):
         fmost = max(fmost, fptr[k + 1] - fptr[k])
     G = np.zeros((fmost, d))                 # the example's FM rows' gradients (a row twice)
-    zs = np.empty(B)
-    rhos = np.empty(B)
+    zs, rhos = np.empty(B), np.empty(B)
     for k in range(B):
         if k + 2 < B:
             _prefetch(k + 2, lptr, lslot, L, seen, fptr, frow, V, Vn, fseen)
@@ -352,7 +351,7 @@ def learn(base, y, implicit, normalize, rules, linear, lslots, fm, fslots):
         K = 0.0
         if one:
             for i in range(m):
-                un[i] = L[uj[i], 1]
+                un[i] = L[np.uint64(uj[i]), 1]
             for i in range(m):
                 usq[i] = (r * ux[i]) ** 2
             for i in range(m):
@@ -375,13 +374,13 @@ def learn(base, y, implicit, normalize, rules, linear, lslots, fm, fslots):
             rho = _implicit(zk, y[k], r, K, l1_present, m, uj, ux, L, grp, code, hyper, s, usq, uroot, urate)
         if one:                              # the features' steps: gathered, stepped, scattered
             for i in range(m):
-                j = uj[i]
+                j = np.uint64(uj[i])
                 uw[i], uz[i], ur0[i] = L[j, 0], L[j, 2], L[j, 3]
             for i in range(m):
                 uw[i], un[i], uz[i] = _apply(lc, lh, uw[i], un[i], uz[i], ur0[i], uroot[i], urate[i],
                                              s * rho * ux[i], usq[i])
             for i in range(m):
-                j = uj[i]
+                j = np.uint64(uj[i])
                 L[j, 0], L[j, 1], L[j, 2], L[j, 3] = uw[i], un[i], uz[i], uroot[i]
         else:
             for i in range(m):
