@@ -61,7 +61,10 @@ class CriteoParser(Parser):
                 for a, b, fields in zip(cuts[:-1], cuts[1:], fields_from_columns(ids, present, cuts))]
 
     def _parse_clean(self, buf: bytes) -> Batch | None:
-        clean = self._clean_columns(buf)
+        return self.parse_compiled(buf)
+
+    def parse_compiled(self, buf: bytes, start: int = 0, end: int | None = None, lines: int = -1) -> Batch | None:
+        clean = self._clean_columns(buf, start, end, lines)
         return None if clean is None else self._batch(*clean)
 
     def _clean_columns(self, buf: bytes, start: int = 0, end: int | None = None, lines: int = -1):

@@ -208,3 +208,28 @@ def test_security_keys_under_consumer_reach_the_dead_letter_producer_too():
                                                                "ssl_cafile": "/ca.pem"}), 8).cfg
     for settings in (clients.consumer_settings(cfg), clients.producer_settings(cfg)):
         assert settings["security_protocol"] == "SSL" and settings["ssl_cafile"] == "/ca.pem"
+
+
+def test_the_librarys_own_metrics_are_off_unless_the_consumer_settings_ask(monkeypatch):
+    """kafka-python's sensors (recorded on every socket read and fetch) are never read by
+    streamtrain: the consumer is built with ``metrics_enabled`` False where the installed
+    kafka-python has the setting, and a reader's ``consumer`` section still wins."""
+    seen = []
+
+    class Client:
+        DEFAULT_CONFIG = {"metrics_enabled": True}
+
+        def __init__(self, **kwargs):
+            seen.append(kwargs)
+            raise Built("consumer")
+
+    monkeypatch.setattr(source, "KafkaConsumer", Client)
+    reader = {"type": "kafka", "bootstrap": "127.0.0.1:1", "topic": "t", "group": "g", "format": "criteo"}
+    for extra, want in (({}, False), ({"consumer": {"metrics_enabled": True}}, True)):
+        with pytest.raises(Built):
+            source.KafkaSource({**reader, **extra}, 8).loop.open()
+        assert seen[-1]["metrics_enabled"] is want
+    Client.DEFAULT_CONFIG = {}                  # a kafka-python without the setting is not given it
+    with pytest.raises(Built):
+        source.KafkaSource(reader, 8).loop.open()
+    assert "metrics_enabled" not in seen[-1]

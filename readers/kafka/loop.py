@@ -149,6 +149,8 @@ class ConsumerLoop:
         if "receive_message_max_bytes" in make.DEFAULT_CONFIG:
             # kafka-python 2.3-3.0 refuse a network frame over 1 MB by default: let a fetch through
             settings.setdefault("receive_message_max_bytes", settings["fetch_max_bytes"] + (1 << 20))
+        if "metrics_enabled" in make.DEFAULT_CONFIG:    # its sensors, recorded on every read and
+            settings.setdefault("metrics_enabled", False)   # fetch: streamtrain reads none of them
         self.keep_alive_s = KEEP_ALIVE_SHARE * settings["max_poll_interval_ms"] / 1000
         consumer = connect(lambda: make(**settings), self.cfg["bootstrap"], self.stopped, self._wait)
         if consumer is None:

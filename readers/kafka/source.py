@@ -198,7 +198,7 @@ class KafkaSource(Source):
         line: the job commits it in turn)."""
         parsed, rows = ready.future.result()   # parsed meanwhile in the parse worker
         batch, dead = parsed.batch, self.committer.dead
-        if dead is not None and parsed.chunk.reason.any():
+        if dead is not None and parsed.has_bad:
             for line, reason, where in parsed.bad_lines():
                 dead.send(line, reason, where)
                 self.count("dead_lettered")
