@@ -129,9 +129,9 @@ class Search:
         return {"event": "born", "slot": slot, "epoch": self.slots[slot]["epoch"], "assign": assign}
 
     def _fill(self) -> list[dict]:
-        p = self.served if self.slots[self.served] is not None else self.champion     # proposals: the leader's
-        events, champ, parent = [], self.slots[self.champion], self.slots[p]       # neighbours (the champion's, mostly)
-        if self.exhausted == parent["epoch"] and not self._expired_since():
+        events = []
+        champ = self.slots[self.champion]
+        if self.exhausted == champ["epoch"] and not self._expired_since():
             return events
         live = {key(s["assign"]) for s in self.slots if s is not None}
         held = sum(s is not None for s in self.slots)
@@ -139,24 +139,23 @@ class Search:
             if slot is not None or held >= self.live:
                 continue            # the shadow counts: at most ``live`` are held
             state = (self.turn, self.rng.bit_generator.state)
-            assign, self.turn = self.space.propose(parent["assign"], self.fields, self.rng,
+            assign, self.turn = self.space.propose(champ["assign"], self.fields, self.rng,
                                                    self.avoid() | live, self.turn, live)
             due = self._shadow_turn()
-            if due and assign is not None and self.space.cold(assign, parent["assign"]) and not self.shadow_yielded:
+            if due and assign is not None and self.space.cold(assign, champ["assign"]) and not self.shadow_yielded:
                 self.shadow_yielded, due = True, False      # a new term first, once
             if due:     # the neighbour the shadow displaces is proposed again at the next free slot
                 self.turn, self.rng.bit_generator.state = state
                 events.append(self._shadow(i, champ["assign"]))
                 assign = self.slots[i]["assign"]
             elif assign is None:            # every neighbour tried: slots wait for a new champion
-                self.exhausted, self.exhausted_at = parent["epoch"], self.seen
+                self.exhausted, self.exhausted_at = champ["epoch"], self.seen
                 break
             else:
                 events.append(self._born(i, assign))
-                self.slots[i]["parent"] = p
             live.add(key(assign))
             held += 1
-            if self.space.cold(assign, self.slots[self.slots[i].get("parent", self.champion)]["assign"]):
+            if self.space.cold(assign, champ["assign"]):
                 # a cold newborn (the shadow too) learns the last ``replay`` examples first (the
                 # trainer's), and is compared once it learnt what the champion had learnt at its
                 # birth (at most ``patience``): equal experience, not its cold start
