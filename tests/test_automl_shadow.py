@@ -66,6 +66,18 @@ def test_the_shadow_takes_the_first_freed_slot():
     assert not shadowed.space.same_model(shadowed.slots[3]["assign"], shadowed.slots[0]["assign"])
 
 
+def test_no_shadow_once_the_champion_has_other_terms():
+    """The shadow is the start's model with its terms: a champion that moved on to another term
+    (+ deep) before a slot was freed gets its own neighbours there, and no shadow later."""
+    s = begun(shadow_job())
+    s.slots[0]["assign"] = dict(s.slots[0]["assign"], terms=["deep_out"])
+    born = [e for e in free_first(s) if e["event"] == "born"]
+    assert len(born) == 1 and born[0]["epoch"] != SHADOW_EPOCH
+    assert s.shadow_slot is None and not s.shadow_due
+    free_first(s, slot=born[0]["slot"])
+    assert s.shadow_slot is None and all(x["epoch"] != SHADOW_EPOCH for x in s.live_slots().values())
+
+
 def never_above_live(s: Search, offsets: dict, batches: int, seed: int) -> int:
     """Feed ``batches`` of paired losses (``offsets`` by epoch), deciding after each; assert
     that at most ``live`` slots are held (the shadow among them) at every step. The most held."""
@@ -159,6 +171,15 @@ def test_shadow_terms_must_be_optional():
     assert any(p == "automl.space[0].shadow" and "not among optional" in m for p, m in err.value.problems)
 
 
+def unplanted_stream(seed: int = 0):
+    """``planted_stream``'s batches with labels of no field (p = 0.3): no term is promoted away
+    from the LR start before a retirement frees a slot for the shadow (``Search._shadow_turn``)."""
+    rng = np.random.default_rng(seed + 100)
+    for batch in planted_stream(seed):
+        batch.labels = (rng.random(len(batch.labels)) < 0.3).astype(np.float32)
+        yield batch
+
+
 def step_until_shadow(trainers, stream, batches: int = 40):
     """Step the trainers in turn (a batch each) until the shadow is born; at every step at
     most ``live`` candidates learnt. The batches stepped."""
@@ -174,8 +195,8 @@ def step_until_shadow(trainers, stream, batches: int = 40):
 def test_the_trainer_steps_the_shadow_within_live():
     """The shadow is born in the first slot a retirement frees and learns every batch with the
     others (a cold one learns the replay buffer first); never more than ``live`` learn."""
-    cfg = shadow_job(replay=10 ** 6)
-    stream = planted_stream(0)
+    cfg = shadow_job(replay=10 ** 6, grace=1500)     # the first retirement after the first step
+    stream = unplanted_stream(0)
     first = next(stream)
     t = AutoTrainer(cfg, make_store({"backend": "memory"}), Schema.of(first))
     t.start()
@@ -193,7 +214,7 @@ def test_two_trainers_share_the_shadow_through_redis(redis_url, redis_namespace)
     """The shadow's slot is part of the shared search: both trainers build it and step it."""
     from streamtrain.automl.shared import SharedSearch
     cfg = shadow_job()
-    stream = planted_stream(2)
+    stream = unplanted_stream(2)
     first = next(stream)
     trainers = []
     for _ in range(2):

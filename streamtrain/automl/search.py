@@ -108,9 +108,9 @@ class Search:
         return event
 
     def _shadow_turn(self) -> bool:
-        """The shadow is due from the first slot freed (unless the champion has its terms)."""
-        champ = self.slots[self.champion]["assign"]
-        if all(set(terms) <= set(champ[name]) for name, terms in self.shadow_terms):
+        """The shadow is due from the first slot freed while the champion has the start's terms."""
+        champ, dims = self.slots[self.champion]["assign"], {d.name: d for d in self.space.dims}
+        if any(set(champ[n]) != set(dims[n].start) or set(t) <= set(champ[n]) for n, t in self.shadow_terms):
             self.shadow_due = False
         return self.shadow_due and self.seen > 0
 
