@@ -137,7 +137,7 @@ def main(argv=None) -> int:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--lpm", type=int, nargs="+", default=[1, 100])
-    ap.add_argument("--variant", action="append", default=[], help="NAME=PYTHON[:CONSUMER-JSON]")
+    ap.add_argument("--variant", action="append", default=[], help="NAME=PYTHON[:CONSUMER-JSON] (default: this python)")
     ap.add_argument("--file", action="store_true", help="also the file reader (the first variant's python)")
     ap.add_argument("--producer", action="append", default=[], metavar="NAME=JSON",
                     help="also a topic per lines-per-message written with these producer settings, e.g. "
@@ -152,7 +152,7 @@ def main(argv=None) -> int:
     from tests.kafka_broker import TansuBroker, create_topic
 
     variants = []
-    for v in args.variant:
+    for v in args.variant or [f"this={sys.executable}"]:     # none named: this python
         name, rest = v.split("=", 1)
         python, _, consumer = rest.partition(":")
         variants.append((name, python, consumer or "{}"))
