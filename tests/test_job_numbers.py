@@ -88,7 +88,8 @@ def test_every_give_up_of_the_store_is_counted(tmp_path, redis_factory, redis_na
     server = redis_factory.start()
     cfg = configmod.load(ROOT / "examples" / "synthetic.json", ["metrics.enabled=false", "checkpoint.dir="])
     cfg["store"] = {"backend": "redis", "urls": [server.url], "namespace": redis_namespace, "timeout_s": 0.5,
-                    "retry": {"initial_s": 0.02, "max_s": 0.05, "give_up_s": 0.3}}
+                    "retry": {"initial_s": 0.02, "max_s": 0.05, "give_up_s": 0.3},
+                    "write_back_s": 0.02}   # the second flush a background one on a host of any speed
     job = Job(configmod.validate(cfg), max_examples=120_000)
     metrics = Metrics(CollectorRegistry(), refresh_seconds=0)
     metrics.attach(job)
