@@ -6,33 +6,40 @@ is not better on average; the free slots then get neighbours of the leader (``pa
 from its parameters. Every decision stays the bound's, against the champion."""
 from __future__ import annotations
 
+from .bounds import means
+
+SUSTAINED = 1.25      # a leader since n examples is scouted from SUSTAINED x n on (a lead, not a blip)
+
 
 def scout(search) -> list[dict]:
-    """Free a slot for a richer leader's neighbours, once per leader (``search.scouted``)."""
-    h, lead = search.champion, search._leader()
-    if lead == h or search.slots[lead]["epoch"] == search.scouted:
+    """Free a slot for a richer leader's neighbours, once per leader that has led
+    since n examples until ``SUSTAINED`` x n (``search.scouting``)."""
+    h, lead, state = search.champion, search._leader(), search.scouting
+    epoch = search.slots[lead]["epoch"]
+    if epoch != state["leader"]:
+        state["leader"], state["since"] = epoch, search.seen
+    if lead == h or epoch == state["scouted"] or search.seen < SUSTAINED * state["since"]:
         return []
     if not search.space.cold(search.slots[lead]["assign"], search.slots[h]["assign"]):
         return []
-    search.scouted = search.slots[lead]["epoch"]
+    state["scouted"] = epoch
     if any(slot is None for slot in search.slots):
         return []
-    champ = search.slots[h]["assign"]
     worst, worst_mean = None, 0.0
-    for i, slot in enumerate(search.slots):
-        if i in (h, lead, search.shadow_slot) or not search.space.same_model(slot["assign"], champ):
+    for i in range(len(search.slots)):
+        if i in (h, lead, search.shadow_slot):
             continue
-        n = int(search.n[i, h])
-        if n >= search.grace and search.s[i, h] / n >= worst_mean:
-            worst, worst_mean = i, search.s[i, h] / n
+        found = search.evidence(i, h)      # not better on average on any of its evidence
+        if min(e[0] for e in found) >= search.grace and means(found)[1] >= worst_mean:
+            worst, worst_mean = i, means(found)[1]
     return [] if worst is None else search._retire(worst, "patience")
 
 
 def parent(search) -> int:
-    """The slot whose neighbours are proposed: a leader of another model than the champion's
-    (``scout``), else the champion."""
-    h, lead = search.champion, search.served
-    if lead != h and search.slots[lead] is not None and search.space.cold(
+    """The slot whose neighbours are proposed: a scouted leader of another model than the
+    champion's (``scout``) while it leads, else the champion."""
+    h, lead = search.champion, search._leader()
+    if lead != h and search.slots[lead]["epoch"] == search.scouting["scouted"] and search.space.cold(
             search.slots[lead]["assign"], search.slots[h]["assign"]):
         return lead
     return h

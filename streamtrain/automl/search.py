@@ -80,7 +80,7 @@ class Search:
         self.exhausted_at = 0                          # ``seen`` then
         self.turn = 0                                  # the dimension whose turn it is to move
         self.lease = 0                                 # ``seen`` at which the shadow's lease ends (``_lease``)
-        self.scouted = -1                              # the last leader a slot was freed for (``scout``)
+        self.scouting = {"leader": -1, "since": 0, "scouted": -1}   # the leader's epoch and since when (``scout``)
 
     # ---- births ------------------------------------------------------------------------------
     def begin(self, config: dict, fields) -> list[dict]:
@@ -370,7 +370,7 @@ class Search:
                 "version": self.version, "exhausted": self.exhausted, "exhausted_at": self.exhausted_at,
                 "seen": self.seen, "retired_at": self.retired_at, "turn": self.turn, "rng": self.rng.bit_generator.state,
                 "shadow_slot": self.shadow_slot, "shadow_due": self.shadow_due, "shadow_yielded": self.shadow_yielded, "lease": self.lease,
-                "scouted": self.scouted}
+                "scouting": self.scouting}
 
     def load_json(self, doc: dict) -> None:
         if len(doc["slots"]) != self.live:
@@ -394,6 +394,6 @@ class Search:
         self.shadow_due = doc.get("shadow_due", False)
         self.shadow_yielded = doc.get("shadow_yielded", True)
         self.lease = doc.get("lease", 0)
-        self.scouted = doc.get("scouted", -1)
+        self.scouting = dict(doc.get("scouting", {"leader": -1, "since": 0, "scouted": -1}))
         self.rng.bit_generator.state = doc["rng"]
 
