@@ -25,11 +25,11 @@ def scout(search) -> list[dict]:
     state["scouted"] = epoch
     if any(slot is None for slot in search.slots):
         return []
-    worst, worst_mean = None, 0.0
-    for i in range(len(search.slots)):
-        if i in (h, lead, search.shadow_slot):
+    worst, worst_mean, champ = None, 0.0, search.slots[h]["assign"]
+    for i, slot in enumerate(search.slots):   # not a slow starter: of the champion's model
+        if i in (h, lead, search.shadow_slot) or not search.space.same_model(slot["assign"], champ):
             continue
-        found = search.evidence(i, h)      # not better on average on any of its evidence
+        found = search.evidence(i, h)      # and not better on average
         if min(e[0] for e in found) >= search.grace and means(found)[1] >= worst_mean:
             worst, worst_mean = i, means(found)[1]
     return [] if worst is None else search._retire(worst, "patience")
