@@ -31,8 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .bounds import means as _means, verdict
-from .scout import parent, scout
+from .bounds import verdict
 from .space import Space, key
 
 REASONS = ("worse", "no_gain", "patience", "nonfinite")
@@ -80,7 +79,6 @@ class Search:
         self.exhausted_at = 0                          # ``seen`` then
         self.turn = 0                                  # the dimension whose turn it is to move
         self.lease = 0                                 # ``seen`` at which the shadow's lease ends (``_lease``)
-        self.scouting = {"leader": -1, "since": 0, "scouted": -1}   # the leader's epoch and since when (``scout``)
 
     # ---- births ------------------------------------------------------------------------------
     def begin(self, config: dict, fields) -> list[dict]:
@@ -131,9 +129,9 @@ class Search:
         return {"event": "born", "slot": slot, "epoch": self.slots[slot]["epoch"], "assign": assign}
 
     def _fill(self) -> list[dict]:
-        p = parent(self)        # proposals: the champion's neighbours, or a richer leader's (``scout``)
-        events, champ, par = [], self.slots[self.champion], self.slots[p]
-        if self.exhausted == par["epoch"] and not self._expired_since():
+        events = []
+        champ = self.slots[self.champion]
+        if self.exhausted == champ["epoch"] and not self._expired_since():
             return events
         live = {key(s["assign"]) for s in self.slots if s is not None}
         held = sum(s is not None for s in self.slots)
@@ -141,24 +139,23 @@ class Search:
             if slot is not None or held >= self.live:
                 continue            # the shadow counts: at most ``live`` are held
             state = (self.turn, self.rng.bit_generator.state)
-            assign, self.turn = self.space.propose(par["assign"], self.fields, self.rng,
+            assign, self.turn = self.space.propose(champ["assign"], self.fields, self.rng,
                                                    self.avoid() | live, self.turn, live)
             due = self._shadow_turn()
-            if due and assign is not None and self.space.cold(assign, par["assign"]) and not self.shadow_yielded:
+            if due and assign is not None and self.space.cold(assign, champ["assign"]) and not self.shadow_yielded:
                 self.shadow_yielded, due = True, False      # a new term first, once
             if due:     # the neighbour the shadow displaces is proposed again at the next free slot
                 self.turn, self.rng.bit_generator.state = state
                 events.append(self._shadow(i, champ["assign"]))
                 assign = self.slots[i]["assign"]
             elif assign is None:            # every neighbour tried: slots wait for a new champion
-                self.exhausted, self.exhausted_at = par["epoch"], self.seen
+                self.exhausted, self.exhausted_at = champ["epoch"], self.seen
                 break
             else:
                 events.append(self._born(i, assign))
-                self.slots[i]["parent"] = p
             live.add(key(assign))
             held += 1
-            if self.space.cold(assign, self.slots[self.slots[i].get("parent", self.champion)]["assign"]):
+            if self.space.cold(assign, champ["assign"]):
                 # a cold newborn (the shadow too) learns the last ``replay`` examples first (the
                 # trainer's), and is compared once it learnt what the champion had learnt at its
                 # birth (at most ``patience``): equal experience, not its cold start
@@ -278,7 +275,7 @@ class Search:
             self.version += 1
             events.append({"event": "promoted", "slot": best, "from": h, "epoch": self.slots[best]["epoch"],
                            "assign": self.slots[best]["assign"], "mean_difference": float(best_mean)})
-        events += self._lease() + scout(self)
+        events += self._lease()
         events += self._fill()
         self._lead()
         return events
@@ -369,8 +366,7 @@ class Search:
                 "fields": self.fields, "promotions": self.promotions, "retired": self.retired,
                 "version": self.version, "exhausted": self.exhausted, "exhausted_at": self.exhausted_at,
                 "seen": self.seen, "retired_at": self.retired_at, "turn": self.turn, "rng": self.rng.bit_generator.state,
-                "shadow_slot": self.shadow_slot, "shadow_due": self.shadow_due, "shadow_yielded": self.shadow_yielded, "lease": self.lease,
-                "scouting": self.scouting}
+                "shadow_slot": self.shadow_slot, "shadow_due": self.shadow_due, "shadow_yielded": self.shadow_yielded, "lease": self.lease}
 
     def load_json(self, doc: dict) -> None:
         if len(doc["slots"]) != self.live:
@@ -394,6 +390,10 @@ class Search:
         self.shadow_due = doc.get("shadow_due", False)
         self.shadow_yielded = doc.get("shadow_yielded", True)
         self.lease = doc.get("lease", 0)
-        self.scouting = dict(doc.get("scouting", {"leader": -1, "since": 0, "scouted": -1}))
         self.rng.bit_generator.state = doc["rng"]
 
+
+def _means(found) -> tuple[float, float]:
+    """The largest and the smallest mean difference of a list of evidences (0 without examples)."""
+    means = [total / n if n else 0.0 for n, total, _, _ in found]
+    return max(means), min(means)
