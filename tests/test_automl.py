@@ -277,38 +277,3 @@ def test_a_former_champion_retired_is_tried_again_once_the_stream_has_doubled():
         assert t.retired_at == {key(first): 2 * at}
         t.observe({1: np.full(2 * at - 100, 0.5)})
         assert t.decide() == [] and key(first) in t.avoid()
-
-
-def test_a_leader_of_another_model_frees_the_worst_slot_of_the_champions_model_once():
-    """Scouting (``scout``): once a challenger of another model (here x=3) has led the champion
-    (better on average, not confidently) from n examples until 1.25 n, the challenger of the
-    champion's model that is worst against it, not better on average, is retired and its slot
-    refilled with a neighbour of the champion; once per leader, and not while the leader has led
-    only briefly; a JSON round trip keeps the state."""
-    section = with_defaults(AUTOML, {"live": 3, "grace": 100, "space": [
-        {"name": "x", "paths": ["batch_size"], "values": [1, 2, 3], "start": 2},
-        {"name": "y", "paths": ["seed"], "values": [1, 2], "start": 1}]})
-    s = Search(section, Space(section))
-    s.space.same_model = lambda a, b: a["y"] == b["y"]      # y=2: another model (a term)
-    s.space.cold = lambda a, p: a["y"] == 2 and p["y"] != 2
-    s.begin({"layers": [], "batch_size": 2, "seed": 1}, [])
-    lead, worst = 2, 1
-    assert s.slots[lead]["assign"]["y"] == 2 and s.slots[worst]["assign"]["y"] == 1
-    rng = np.random.default_rng(0)
-    shift = {0: 0.0, worst: 0.002, lead: -0.002}          # neither confidently so
-    events, at = [], []
-    while not events and s.seen < 20_000:
-        s.observe({i: rng.random(100) + 0.5 + shift[i] for i in range(3)})
-        if s._leader() == lead and not at:
-            at.append(s.seen)
-        events = s.decide()
-    assert at and s.seen >= 1.25 * at[0] - 100 and s.champion == 0 and s.promotions == 0
-    assert [(e["event"], e["slot"]) for e in events] == [("retired", worst), ("born", worst)]
-    assert events[0]["reason"] == "patience" and events[1]["assign"] not in ({"x": 1, "y": 1}, {"x": 2, "y": 1})
-    assert s.scouting["scouted"] == s.slots[lead]["epoch"]
-    again = Search(section, Space(section))
-    again.load_json(json.loads(json.dumps(s.to_json())))
-    assert again.to_json() == s.to_json()
-    for _ in range(20):                          # the same leader: no slot freed again
-        s.observe({i: rng.random(100) + 0.5 + shift[i] for i in range(3)})
-        assert all(e["event"] != "retired" or e["reason"] != "patience" for e in s.decide())

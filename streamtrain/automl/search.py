@@ -31,8 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .bounds import means as _means, verdict
-from .scout import scout
+from .bounds import verdict
 from .space import Space, key
 
 REASONS = ("worse", "no_gain", "patience", "nonfinite")
@@ -80,7 +79,6 @@ class Search:
         self.exhausted_at = 0                          # ``seen`` then
         self.turn = 0                                  # the dimension whose turn it is to move
         self.lease = 0                                 # ``seen`` at which the shadow's lease ends (``_lease``)
-        self.scouting = {"leader": -1, "since": 0, "scouted": -1}   # the leader's epoch and since when (``scout``)
 
     # ---- births ------------------------------------------------------------------------------
     def begin(self, config: dict, fields) -> list[dict]:
@@ -277,7 +275,7 @@ class Search:
             self.version += 1
             events.append({"event": "promoted", "slot": best, "from": h, "epoch": self.slots[best]["epoch"],
                            "assign": self.slots[best]["assign"], "mean_difference": float(best_mean)})
-        events += self._lease() + scout(self)
+        events += self._lease()
         events += self._fill()
         self._lead()
         return events
@@ -368,8 +366,7 @@ class Search:
                 "fields": self.fields, "promotions": self.promotions, "retired": self.retired,
                 "version": self.version, "exhausted": self.exhausted, "exhausted_at": self.exhausted_at,
                 "seen": self.seen, "retired_at": self.retired_at, "turn": self.turn, "rng": self.rng.bit_generator.state,
-                "shadow_slot": self.shadow_slot, "shadow_due": self.shadow_due, "shadow_yielded": self.shadow_yielded, "lease": self.lease,
-                "scouting": self.scouting}
+                "shadow_slot": self.shadow_slot, "shadow_due": self.shadow_due, "shadow_yielded": self.shadow_yielded, "lease": self.lease}
 
     def load_json(self, doc: dict) -> None:
         if len(doc["slots"]) != self.live:
@@ -393,6 +390,10 @@ class Search:
         self.shadow_due = doc.get("shadow_due", False)
         self.shadow_yielded = doc.get("shadow_yielded", True)
         self.lease = doc.get("lease", 0)
-        self.scouting = dict(doc.get("scouting", {"leader": -1, "since": 0, "scouted": -1}))
         self.rng.bit_generator.state = doc["rng"]
 
+
+def _means(found) -> tuple[float, float]:
+    """The largest and the smallest mean difference of a list of evidences (0 without examples)."""
+    means = [total / n if n else 0.0 for n, total, _, _ in found]
+    return max(means), min(means)
