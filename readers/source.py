@@ -143,10 +143,6 @@ def _format_name(v) -> str | None:
     return None if v in FORMATS else FORMATS.unknown(v)
 
 
-def _parse_thread(v) -> str | None:
-    return None if v in ("auto", "always") else f'expected "auto" or "always", got {v!r}'
-
-
 def _path(v) -> str | None:
     return None if v else "expected a file path, got ''"
 
@@ -167,7 +163,7 @@ class FileReader(Reader):
         "parse_ahead": Option(PARSE_AHEAD, (int,), check=non_negative,
                               doc="batches parsed ahead in a parse thread while the trainer trains "
                                   "(0 = parse in the training thread)"),
-        "parse_thread": Option("auto", (str,), check=_parse_thread,
+        "parse_thread": Option("auto", (str,), choices=("auto", "always"),
                                doc='"auto": the parse thread hands its work back to the training '
                                    'thread when its first 200 batches cost it < 1 ms of CPU each '
                                    '(handing a batch across costs about as much); "always": it never does'),

@@ -123,8 +123,7 @@ AUTOML = {
     "explore": Option(0.25, NUMBER, check=probability,
                       doc="chance that a proposal moves two dimensions instead of one"),
     "seed": Option(0, (int,), check=non_negative, doc="the proposals' random seed"),
-    "serve": Option("leader", (str,), check=lambda v: None if v in ("leader", "champion") else
-                    f"expected 'leader' or 'champion', got {v!r}",
+    "serve": Option("leader", (str,), choices=("leader", "champion"),
                     doc="what answers: the candidate of the lowest progressive loss now (leader) or the champion"),
     "space": Option(None, (list,), nested=_space_problems, doc="the dimensions searched (see the AutoML page)"),
 }
