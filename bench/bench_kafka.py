@@ -138,12 +138,14 @@ def bench_job(reader_cfg, batch_size, store, model_keys) -> tuple[float, dict]:
 
 
 def parse_args(argv=None):
+    from streamtrain.produce import COMPRESSIONS
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bootstrap", help="an existing broker (default: start Tansu)")
     ap.add_argument("--records", type=int, default=2_000_000,
                     help="lines (fewer leave too short a steady window: 300,000 swing the ratios by 0.1)")
     ap.add_argument("--lines-per-message", type=int, default=100)
-    ap.add_argument("--compression", default="none", choices=("none", "gzip", "snappy", "lz4", "zstd"),
+    ap.add_argument("--compression", default="none", choices=COMPRESSIONS,
                     help="the producer's (as streamtrain produce --compression)")
     ap.add_argument("--batch-size", type=int, help="default: the model file's batch_size (simple: 1024)")
     ap.add_argument("--model", default="examples/lr.json", help="a model file, or 'simple' (plain LR)")

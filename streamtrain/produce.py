@@ -100,6 +100,9 @@ def _env(name, default=None):
     return os.environ.get("STREAMTRAIN_" + name, default)
 
 
+COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")     # --compression's choices
+
+
 # (a default read from the environment is a string: argparse converts it with the flag's
 # ``type``, so a bad value is a usage error, exit 2, like a bad flag)
 def add_produce_parser(subparsers) -> argparse.ArgumentParser:
@@ -122,7 +125,7 @@ def add_produce_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=int, default=_env("PARTITIONS") or None, metavar="P",
                    help="create the topic with P partitions if it does not exist "
                         "[env STREAMTRAIN_PARTITIONS]")
-    p.add_argument("--compression", choices=("none", "gzip", "snappy", "lz4", "zstd"),
+    p.add_argument("--compression", choices=COMPRESSIONS,
                    default=_env("COMPRESSION") or "none",
                    help="compress record batches (lz4, zstd need the python lz4 / zstandard packages, "
                         "also on the trainer; zstd costs the broker least) [env STREAMTRAIN_COMPRESSION]")
