@@ -81,7 +81,7 @@ class Search:
         self.exhausted_at = 0                          # ``seen`` then
         self.turn = 0                                  # the dimension whose turn it is to move
         self.lease = 0                                 # ``seen`` at which the shadow's lease ends (``_lease``)
-        self.scouting = scout.fresh()                  # the leader and its other new term (``scout``)
+        self.scouting = scout.fresh()                  # the leader followed, the last one scouted (``scout``)
 
     # ---- births ------------------------------------------------------------------------------
     def begin(self, config: dict, fields) -> list[dict]:
@@ -142,7 +142,7 @@ class Search:
             if slot is not None or held >= self.live:
                 continue            # the shadow counts: at most ``live`` are held
             state = (self.turn, self.rng.bit_generator.state)
-            assign, parent = other = scout.proposal(self, self.avoid() | live)     # for a leader (``scout``)
+            assign, parent = scout.proposal(self, self.avoid() | live)     # a leader's own setting (``scout``)
             if assign is None:
                 assign, self.turn = self.space.propose(champ["assign"], self.fields, self.rng,
                                                        self.avoid() | live, self.turn, live)
@@ -158,9 +158,8 @@ class Search:
                 break
             else:
                 events.append(self._born(i, assign))
-                if other[0] is not None:        # and copied from the leader (``parent``), if not cold
-                    self.scouting["scouted"] = self.scouting["leader"]
-                    self.slots[i].update({} if parent is None else {"parent": parent})
+                if parent is not None:          # copied from the leader (``scout``)
+                    self.scouting["scouted"], self.slots[i]["parent"] = self.scouting["leader"], parent
             live.add(key(assign))
             held += 1
             if self.space.cold(assign, self.slots[self.slots[i].get("parent", self.champion)]["assign"]):
