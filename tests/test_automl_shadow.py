@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from streamtrain import config as configmod
-from streamtrain.automl import scout
 from streamtrain.automl.search import SHADOW_EPOCH, Search
 from streamtrain.automl.space import AUTOML, Space
 from streamtrain.automl.trainer import AutoTrainer
@@ -104,14 +103,7 @@ def test_never_more_than_live_candidates_learn_at_once(shadow_offset):
         assert s.seen == 30000 and s.shadow_slot is None or s.lease > s.seen
 
 
-@pytest.fixture
-def no_scouting(monkeypatch):
-    """Scouting (``scout.py``, its own tests) kept out: with ``replay`` 0 a challenger of another
-    model leading in these tests' noise is scouted, and its slot freed."""
-    monkeypatch.setattr(scout, "SUSTAINED", float("inf"))
-
-
-def test_a_shadow_not_leading_at_its_lease_end_is_retired(no_scouting):
+def test_a_shadow_not_leading_at_its_lease_end_is_retired():
     """Lease: born at n examples, looked at from 2 n; kept (the lease doubles) while it leads
     every live candidate against the champion, else retired ('patience') and its slot refilled."""
     s = begun(shadow_job(patience=10 ** 6, margin=0.0))
@@ -143,7 +135,7 @@ def test_a_promoted_shadow_is_a_champion_like_any_other():
     assert [(e["event"], e["slot"]) for e in born] == [("born", 1)] and len(s.live_slots()) == 4
 
 
-def test_the_shadow_answers_only_once_promoted(no_scouting):
+def test_the_shadow_answers_only_once_promoted():
     """A shadow better on average than the champion and every challenger, but not yet
     confidently so, does not answer (its predictions are used once it is promoted)."""
     s = begun(shadow_job(patience=10 ** 6, margin=0.0))

@@ -57,9 +57,3 @@ def verdict(n: int, total: float, squares: float, alpha: float, grace: int, marg
     if not math.isfinite(mean):
         return 1
     return -1 if mean + r < 0 else (1 if mean - r > -margin else 0)
-
-
-def means(found) -> tuple[float, float]:
-    """The largest and the smallest mean difference of a list of evidences (0 without examples)."""
-    means = [total / n if n else 0.0 for n, total, _, _ in found]
-    return max(means), min(means)

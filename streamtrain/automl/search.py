@@ -31,8 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import scout
-from .bounds import means as _means, verdict
+from .bounds import verdict
 from .space import Space, key
 
 REASONS = ("worse", "no_gain", "patience", "nonfinite")
@@ -51,8 +50,7 @@ class Search:
         self.margin = float(section["margin"])
         self.replay = int(section["replay"])
         self.follow = section["serve"] == "leader"
-        self.seed = int(section["seed"])
-        self.rng = np.random.default_rng(self.seed)
+        self.rng = np.random.default_rng(int(section["seed"]))
         # a set of terms with ``shadow`` members: the first champion with them (``_shadow``)
         self.shadow_terms = [(d.name, d.shadow) for d in space.dims if getattr(d, "shadow", None)]
         k = self.live
@@ -81,7 +79,6 @@ class Search:
         self.exhausted_at = 0                          # ``seen`` then
         self.turn = 0                                  # the dimension whose turn it is to move
         self.lease = 0                                 # ``seen`` at which the shadow's lease ends (``_lease``)
-        self.scouting = scout.fresh()                  # the leader followed, the last one scouted (``scout``)
 
     # ---- births ------------------------------------------------------------------------------
     def begin(self, config: dict, fields) -> list[dict]:
@@ -142,10 +139,8 @@ class Search:
             if slot is not None or held >= self.live:
                 continue            # the shadow counts: at most ``live`` are held
             state = (self.turn, self.rng.bit_generator.state)
-            assign, parent = scout.proposal(self, self.avoid() | live)     # a leader's own setting (``scout``)
-            if assign is None:
-                assign, self.turn = self.space.propose(champ["assign"], self.fields, self.rng,
-                                                       self.avoid() | live, self.turn, live)
+            assign, self.turn = self.space.propose(champ["assign"], self.fields, self.rng,
+                                                   self.avoid() | live, self.turn, live)
             due = self._shadow_turn()
             if due and assign is not None and self.space.cold(assign, champ["assign"]) and not self.shadow_yielded:
                 self.shadow_yielded, due = True, False      # a new term first, once
@@ -158,11 +153,9 @@ class Search:
                 break
             else:
                 events.append(self._born(i, assign))
-                if parent is not None:          # copied from the leader (``scout``)
-                    self.scouting["scouted"], self.slots[i]["parent"] = self.scouting["leader"], parent
             live.add(key(assign))
             held += 1
-            if self.space.cold(assign, self.slots[self.slots[i].get("parent", self.champion)]["assign"]):
+            if self.space.cold(assign, champ["assign"]):
                 # a cold newborn (the shadow too) learns the last ``replay`` examples first (the
                 # trainer's), and is compared once it learnt what the champion had learnt at its
                 # birth (at most ``patience``): equal experience, not its cold start
@@ -282,7 +275,7 @@ class Search:
             self.version += 1
             events.append({"event": "promoted", "slot": best, "from": h, "epoch": self.slots[best]["epoch"],
                            "assign": self.slots[best]["assign"], "mean_difference": float(best_mean)})
-        events += self._lease() + scout.track(self)
+        events += self._lease()
         events += self._fill()
         self._lead()
         return events
@@ -373,8 +366,7 @@ class Search:
                 "fields": self.fields, "promotions": self.promotions, "retired": self.retired,
                 "version": self.version, "exhausted": self.exhausted, "exhausted_at": self.exhausted_at,
                 "seen": self.seen, "retired_at": self.retired_at, "turn": self.turn, "rng": self.rng.bit_generator.state,
-                "shadow_slot": self.shadow_slot, "shadow_due": self.shadow_due, "shadow_yielded": self.shadow_yielded, "lease": self.lease,
-                "scouting": self.scouting}
+                "shadow_slot": self.shadow_slot, "shadow_due": self.shadow_due, "shadow_yielded": self.shadow_yielded, "lease": self.lease}
 
     def load_json(self, doc: dict) -> None:
         if len(doc["slots"]) != self.live:
@@ -384,16 +376,24 @@ class Search:
         self.n = np.array(doc["n"], np.int64)
         self.s, self.ss = np.array(doc["s"], np.float64), np.array(doc["ss"], np.float64)
         k = self.live            # a state saved before the recent windows: every pair's starts at 0
-        self.start, self.mid = (np.array(doc.get(w, np.zeros((3, k, k))), np.float64) for w in ("start", "mid"))
+        self.start = np.array(doc.get("start", np.zeros((3, k, k))), np.float64)
+        self.mid = np.array(doc.get("mid", np.zeros((3, k, k))), np.float64)
         self.windows = np.array(doc.get("windows", np.zeros((k, k))), np.int64)
         self.tried, self.fields = list(doc["tried"]), list(doc["fields"])
-        self.promotions, self.version = doc["promotions"], doc["version"]
-        self.retired = dict.fromkeys(REASONS, 0) | dict(doc["retired"])    # saved before a reason existed
-        self.exhausted, self.exhausted_at, self.seen = doc.get("exhausted", -1), doc.get("exhausted_at", 0), doc.get("seen", 0)
+        self.promotions, self.retired, self.version = doc["promotions"], dict(doc["retired"]), doc["version"]
+        self.retired = dict.fromkeys(REASONS, 0) | self.retired    # saved before a reason existed
+        self.exhausted = doc.get("exhausted", -1)
+        self.exhausted_at, self.seen = doc.get("exhausted_at", 0), doc.get("seen", 0)
         self.retired_at = dict(doc.get("retired_at", {}))     # saved before retirements expired: none
         self.turn = doc.get("turn", 0)
-        self.shadow_slot, self.shadow_due = doc.get("shadow_slot"), doc.get("shadow_due", False)
+        self.shadow_slot = doc.get("shadow_slot")
+        self.shadow_due = doc.get("shadow_due", False)
         self.shadow_yielded = doc.get("shadow_yielded", True)
         self.lease = doc.get("lease", 0)
-        self.scouting = dict(doc.get("scouting", scout.fresh()))
         self.rng.bit_generator.state = doc["rng"]
+
+
+def _means(found) -> tuple[float, float]:
+    """The largest and the smallest mean difference of a list of evidences (0 without examples)."""
+    means = [total / n if n else 0.0 for n, total, _, _ in found]
+    return max(means), min(means)

@@ -96,9 +96,7 @@ class AutoTrainer:
         champion: it loses for as long as it catches up. Here a challenger inherits what the
         champion learnt (every parameter of the same name and shape; a new cross's table starts
         empty), so the paired losses compare the two configurations from the same knowledge."""
-        slots = self.search.slots       # a scouted newborn is copied from its leader (``scout``)
-        mine = slots[cand.slot] if cand.slot < len(slots) else None
-        champ = self.candidates.get((mine or {}).get("parent", self.search.champion))
+        champ = self.candidates.get(self.search.champion)
         if champ is None or champ is cand or not self.search.slots[champ.slot]["examples"]:
             return True         # nothing learnt yet: nothing to copy, nothing to catch up
         pairs = {}
