@@ -53,6 +53,10 @@ def run(data: str, model: str, sets: list[str]) -> dict:
         out["y"].append(batch.labels)
         search = getattr(job.trainer, "search", None)
         if search is not None:
+            if not out["served"]:       # the first candidates, born before the first batch
+                out["events"] += [(0, {"event": "born", "slot": i, "epoch": slot["epoch"], "assign": slot["assign"]})
+                                  for i, slot in search.live_slots().items()
+                                  if not any(e["slot"] == i for e in job.trainer.events)]
             out["served"].append((job.trainer.examples, search.served, search.champion))
             out["events"] += [(job.trainer.examples, e) for e in job.trainer.events]
     t0 = time.perf_counter()

@@ -173,9 +173,14 @@ def csv_path(name: str) -> Path:
 
 
 def sets(name: str) -> list[str]:
-    """The ``--set`` overrides a user would give ``streamtrain run`` for this CSV."""
+    """The ``--set`` overrides a user would give ``streamtrain run`` for this stream's CSV."""
+    return reader_sets(csv_path(name))
+
+
+def reader_sets(path: Path) -> list[str]:
+    """``reader.*`` overrides for a CSV written by ``write_csv``: the README's way (file, csv,
+    the label column, the numeric columns ``d0, d1, ...``; every other column categorical)."""
     import json
-    path = csv_path(name)
     with open(path) as f:
         header = f.readline().strip().split(",")
     numeric = [c for c in header if c.startswith("d") and c[1:].isdigit()]
