@@ -186,3 +186,12 @@ def reader_sets(path: Path) -> list[str]:
     numeric = [c for c in header if c.startswith("d") and c[1:].isdigit()]
     out = ["reader.type=file", f"reader.path={path}", "reader.format=csv", "reader.label=click"]
     return out + ([f"reader.numeric={json.dumps(numeric)}"] if numeric else [])
+
+
+def stream(name: str):
+    """The stream as a ``bench/streams.py`` ``Stream`` (the peers of ``automl_peers.py`` read it)."""
+    import streams
+    path = csv_path(name)
+    with open(path) as f:
+        numeric = [c for c in f.readline().strip().split(",") if c.startswith("d") and c[1:].isdigit()]
+    return streams.Stream(name, path, {"format": "csv", "label": "click", **({"numeric": numeric} if numeric else {})})
