@@ -4,7 +4,8 @@
         [--max-examples N] [--json FILE]
     python bench/automl_peers.py --cost [--rows 300000] [--repeat 3] [--json FILE]
 
-One pass, predict-then-learn, over each public stream (``bench/streams.py``); progressive
+One pass, predict-then-learn, over each public stream (``bench/streams.py``; or one nobody tuned
+on, ``bench/unseen_streams.py``); progressive
 logloss and exact AUC computed here from every learner's progressive predictions (clipped to
 [1e-7, 1 - 1e-7]), examples/s of each learner's own work:
 
@@ -50,6 +51,7 @@ import compare  # noqa: E402
 import raw_inputs  # noqa: E402
 import report  # noqa: E402
 import streams  # noqa: E402
+import unseen_streams  # noqa: E402
 
 LEARNERS = ("st-auto", "st-lr", "autovw", "river-sh", "river-bandit")
 VW_ARGS = {"loss_function": "logistic", "link": "logistic", "bit_precision": 24, "quiet": True}
@@ -135,7 +137,7 @@ def run_river_selection(name: str, dicts: list, labels: np.ndarray, n: int) -> t
 
 # ---- quality ---------------------------------------------------------------------------------
 def quality(data: str, learners, cap: int | None) -> list[dict]:
-    s = streams.stream(data)
+    s = unseen_streams.stream(data) if data in unseen_streams.NAMES else streams.stream(data)
     if any(not name.startswith("st-") for name in learners):   # the peers' inputs (not read for st-* alone)
         raw = raw_inputs.rows_of(s)             # the raw values, as each peer's users write them
         labels = np.asarray(raw.labels, np.float64)
@@ -196,7 +198,7 @@ def cost(rows: int, repeat: int) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", nargs="+", default=["criteo"], choices=("criteo", "talkingdata", "movielens"))
+    ap.add_argument("--data", nargs="+", default=["criteo"], choices=("criteo", "talkingdata", "movielens", *unseen_streams.NAMES))
     ap.add_argument("--learners", nargs="*", default=list(LEARNERS), choices=LEARNERS)
     ap.add_argument("--max-examples", type=int, default=None, help="cap the peers' examples per stream")
     ap.add_argument("--cost", action="store_true", help="the cost figure instead of the quality table")

@@ -3,10 +3,13 @@
     python bench/automl_search.py movielens [--model auto] [--set automl.seed=1 ...] [--quiet]
     python bench/automl_search.py synfm      # a synthetic stream with a planted FM (held out)
     python bench/automl_search.py synlr --seeds 0-9 --best 0.50621   # mean, seeds at or below
+    python bench/automl_search.py clicks24 --examples   # every example model, and the best
 
 ``Job(config).run()`` of ``examples/<model>.json`` on a public stream (``bench/streams.py``) or
 on a synthetic one that no example was tuned on: ``synfm`` (a planted FM) and ``synlr`` (a
-planted LR), 10 categorical fields of 300 values, 2 numeric, 100,000 examples. Prints every
+planted LR), 10 categorical fields of 300 values, 2 numeric, 100,000 examples; or on a CSV
+nobody tuned on, read as a user would (``bench/unseen_streams.py``: ``clicks24``, ``mlp8``,
+``numcross``, ``drift``, ``rare``). Prints every
 birth, retirement and promotion with the example it happened at, each change of the served
 slot, and one JSON line: the progressive logloss and that of each tenth of the stream. A run's
 figure depends on ``automl.seed`` alone (runs are deterministic).
@@ -25,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 import streams  # noqa: E402
+import unseen_streams  # noqa: E402
 
 from streamtrain import config as C  # noqa: E402
 from streamtrain.job import Job  # noqa: E402
@@ -32,12 +36,14 @@ from streamtrain.scores import logloss  # noqa: E402
 
 SYNTHETIC = ["reader.type=synthetic", "reader.fields=10", "reader.cardinality=300", "reader.dense=2",
              "reader.weight_scale=0.6", "reader.examples=100000"]
+EXAMPLES = ("lr", "fm", "deepfm", "wide_deep", "dcn", "pnn", "nfm")   # the fixed CTR example models
 STREAMS = {"synfm": SYNTHETIC + ["reader.model=fm", "reader.fm_dim=4", "reader.seed=11"],
            "synlr": SYNTHETIC + ["reader.model=lr", "reader.seed=12"]}
 
 
 def run(data: str, model: str, sets: list[str]) -> dict:
-    over = STREAMS[data] if data in STREAMS else streams.stream(data).sets()
+    over = STREAMS[data] if data in STREAMS else (
+        unseen_streams.sets(data) if data in unseen_streams.NAMES else streams.stream(data).sets())
     cfg = C.validate(C.load(ROOT / "examples" / f"{model}.json",
                             over + ["metrics.enabled=false", "log.every_seconds=1000000"] + sets))
     out = {"p": [], "y": [], "served": [], "events": []}
@@ -47,6 +53,10 @@ def run(data: str, model: str, sets: list[str]) -> dict:
         out["y"].append(batch.labels)
         search = getattr(job.trainer, "search", None)
         if search is not None:
+            if not out["served"]:       # the first candidates, born before the first batch
+                out["events"] += [(0, {"event": "born", "slot": i, "epoch": slot["epoch"], "assign": slot["assign"]})
+                                  for i, slot in search.live_slots().items()
+                                  if not any(e["slot"] == i for e in job.trainer.events)]
             out["served"].append((job.trainer.examples, search.served, search.champion))
             out["events"] += [(job.trainer.examples, e) for e in job.trainer.events]
     t0 = time.perf_counter()
@@ -59,13 +69,17 @@ def run(data: str, model: str, sets: list[str]) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("data", choices=("criteo", "talkingdata", "movielens", *STREAMS))
+    ap.add_argument("data", choices=("criteo", "talkingdata", "movielens", *STREAMS, *unseen_streams.NAMES))
     ap.add_argument("--model", default="auto", help="an example's name (default: auto)")
     ap.add_argument("--set", nargs="*", default=[], help="--set style overrides")
     ap.add_argument("--quiet", action="store_true", help="the JSON line only")
     ap.add_argument("--seeds", help="automl.seed values, e.g. 0-9: one JSON line each, then their mean")
     ap.add_argument("--best", type=float, help="with --seeds: count the seeds at or below this logloss")
+    ap.add_argument("--examples", action="store_true",
+                    help="run every fixed example model (EXAMPLES) once, then the best one's figure")
     args = ap.parse_args(argv)
+    if args.examples:
+        return examples(args)
     if args.seeds:
         return seeds(args)
     report(args, run(args.data, args.model, args.set))
@@ -87,6 +101,19 @@ def seeds(args) -> int:
     if args.best is not None:
         summary |= {"best": args.best, "at_or_below": sum(f <= args.best for f in figures)}
     print(json.dumps(summary))
+    return 0
+
+
+def examples(args) -> int:
+    """One quiet run of each fixed example model, then one JSON line: every figure and the best
+    (the ``--best`` that ``--seeds`` compares ``auto.json`` with)."""
+    figures = {}
+    for model in EXAMPLES:
+        one = argparse.Namespace(**{**vars(args), "quiet": True, "model": model})
+        figures[model] = report(one, run(args.data, model, args.set))["logloss"]
+    best = min(figures, key=figures.get)
+    print(json.dumps({"data": args.data, "set": args.set, "examples": figures, "best": best,
+                      "best_logloss": figures[best]}))
     return 0
 
 
