@@ -18,6 +18,7 @@ from streamtrain.schema import Option
 from . import malformed as mf
 from .batching import field_from_rows, fields_from_columns, offsets_from_counts
 from .csv_kernel import CsvPlan, parse_clean
+from .csv_sniff import warn_decimal_columns
 from .formats import COMMON_OPTIONS, TRANSFORM, Parser, register
 from .ids import field_seed, hash_spans
 from .lines import Chunk, fixed_fields, split
@@ -69,6 +70,7 @@ class CsvParser(Parser):
         self.hash_as = dict(o.get("hash_as", {}))
         self.transform = o.get("numeric_transform", "log1p")
         self.columns: list[str] | None = None
+        self.sniffed = 0
         if o.get("columns") is not None:
             self._plan(list(o["columns"]))
 
@@ -123,6 +125,7 @@ class CsvParser(Parser):
 
     def parse_compiled(self, buf: bytes, start: int = 0, end: int | None = None, lines: int = -1):
         self._need_header()
+        self._sniff(buf, start, end)
         clean = parse_clean(buf, self.plan, self.field_length, start, end, lines)
         if clean is None:
             return None
@@ -142,8 +145,17 @@ class CsvParser(Parser):
         if self.columns is None:
             raise ReaderError("csv parser has no header: give option 'columns' or call set_header()")
 
+    def _sniff(self, buf, start: int = 0, end: int | None = None) -> None:
+        """Once, on the first rows parsed: warn about categorical columns of decimals."""
+        if self.sniffed < 64:   # until a sample had enough rows to tell, or 64 tries
+            stop = len(buf) if end is None else end
+            told = warn_decimal_columns(bytes(buf[start:min(stop, start + (1 << 16))]), self.delimiter,
+                                        self.columns, self.cat_idx)
+            self.sniffed = 64 if told is not None else self.sniffed + 1
+
     def parse_chunk(self, chunk: Chunk) -> Batch:
         self._need_header()
+        self._sniff(chunk.buf)
         spans = split(chunk, self.delimiter, max_length=self.field_length)
         rows, st, en = fixed_fields(chunk, spans, len(self.columns))
         labels, keep = self.labels.parse(chunk, st[:, self.label_idx], en[:, self.label_idx])
