@@ -2,10 +2,13 @@
 is the predictions, so ``activation("<loss>")`` returns what a server would serve."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from .base import Layer, Option, flat_dim, register
 from .dense import sigmoid
+from streamtrain import lazy
 from streamtrain.errors import ShapeError
 
 REDUCTION = Option("sum", (str,), ("sum", "mean"),
@@ -14,6 +17,27 @@ REDUCTION = Option("sum", (str,), ("sum", "mean"),
 
 def _scale(layer, n: int) -> float:
     return 1.0 if layer.opts["reduction"] == "sum" else 1.0 / max(n, 1)
+
+
+_loss_kernels = lazy.module("streamtrain.ops._loss_kernels")
+_ZERO_ONE = {np.dtype(t): np.array([0, 1], t) for t in (np.float32, np.float64)}
+
+
+def _sigmoid_loss(ctx, name: str, z: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
+    """``(sigmoid(z), mean of log(1 + exp(-|z|)) + max(z, 0) - y z)``, stable for any z: in one
+    compiled pass (``_loss_kernels``, the same ``p`` bit for bit) once numba is loaded (a
+    sequential loss or a compiled layer loaded it: a numpy-only model does not pay its import)
+    for 1-D C-ordered float arrays of one dtype, else with numpy."""
+    h = _ZERO_ONE.get(z.dtype)
+    if (h is not None and len(z) and "numba" in sys.modules and y.dtype == z.dtype
+            and z.flags.c_contiguous and y.flags.c_contiguous):
+        e = np.abs(z, out=ctx.buffer((name, "e"), z.shape, z.dtype))
+        np.exp(np.negative(e, out=e), out=e)
+        p = np.empty_like(z)        # the predictions outlive the step (ctx.predictions): not reused
+        return p, _loss_kernels().logloss_forward(z, y, e, p, h)
+    p = sigmoid(z)
+    losses = np.logaddexp(0, -np.abs(z)) + np.maximum(z, 0) - y * z
+    return p, float(losses.mean()) if len(z) else 0.0
 
 
 @register
@@ -66,10 +90,7 @@ class LogLoss(Layer):
         if self.opts["sequential"] and ctx.training and ctx.engine is not None and len(z):
             z, rho = ctx.engine.learn(ctx, z, y)
             z = z.astype(xs[0].dtype)
-        p = sigmoid(z)
-        # log(1 + exp(-|z|)) + max(z, 0) - y z, stable for any z
-        losses = np.logaddexp(0, -np.abs(z)) + np.maximum(z, 0) - y * z
-        ctx.loss = float(losses.mean()) if len(z) else 0.0
+        p, ctx.loss = _sigmoid_loss(ctx, self.name, z, y)
         ctx.predictions = p
         ctx.saved[self.name] = (xs[0].shape, p, y, rho)
         return p
