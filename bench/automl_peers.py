@@ -181,7 +181,7 @@ def cost(rows: int, repeat: int) -> dict:
                    streams.criteo_job("auto", rows, *LR_ONLY, "batch_size=8192", "automl.grace=1000000000"))
             counted = []
             if name != "lr":
-                job.hooks.append(lambda job, batch, result: counted.append(len(job.trainer.candidates)))
+                job.hooks.append(lambda job, batch, result, counted=counted: counted.append(len(job.trainer.candidates)))
             t0 = time.perf_counter()
             summary = job.run()
             rates[name].append(summary["examples"] / (time.perf_counter() - t0))

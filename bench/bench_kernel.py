@@ -100,7 +100,7 @@ def timed(path: str, repeat: int) -> None:
     total, outputs = 0.0, []
     for args in calls:
         best = float("inf")
-        for r in range(repeat):
+        for _ in range(repeat):
             fresh = _copy(args)
             t = time.thread_time()
             out = k.learn(*fresh)

@@ -61,7 +61,7 @@ def keep_large_buffers() -> bool:
         return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.gnu_get_libc_version                           # AttributeError: not glibc
+        _ = libc.gnu_get_libc_version                       # AttributeError: not glibc
         ok = libc.mallopt(M_MMAP_THRESHOLD, MMAP_BYTES) == 1 and libc.mallopt(M_TRIM_THRESHOLD, TRIM_BYTES) == 1
     except (OSError, AttributeError) as err:
         log.info("malloc settings left as they are (not glibc: %s)", err)

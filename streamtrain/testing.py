@@ -63,7 +63,7 @@ def gradcheck(layer: Layer, xs: list, batch: Batch, *, eps=1e-6, rtol=1e-5, atol
     ctx = Context([layer.name], dtype=np.float64, seed=seed)
     ctx.reset(batch)
     feed_tables(ctx, layer)
-    for slot, spec in layer.params.items():
+    for spec in layer.params.values():
         shape = (len(ctx.table_ids.get(spec.name, ())), spec.dim) if spec.table else spec.shape
         ctx.values[spec.name] = rng.standard_normal(shape) * param_scale
     probe = None
@@ -98,7 +98,7 @@ def gradcheck(layer: Layer, xs: list, batch: Batch, *, eps=1e-6, rtol=1e-5, atol
         if isinstance(x, dict) or g is None:
             continue
         check(f"input{j}", x, np.asarray(g))
-    for slot, spec in layer.params.items():
+    for spec in layer.params.values():
         check(spec.name, ctx.values[spec.name], grads_param.get(spec.name, np.zeros_like(ctx.values[spec.name])))
     return report
 

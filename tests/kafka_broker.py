@@ -41,11 +41,11 @@ def wait_for_port(host: str, port: int, timeout: float = 15.0, proc=None) -> Non
         try:
             socket.create_connection((host, port), 0.2).close()
             return
-        except OSError:
+        except OSError as err:
             if proc is not None and proc.poll() is not None:
-                raise RuntimeError(f"broker exited with code {proc.returncode} before listening on {port}")
+                raise RuntimeError(f"broker exited with code {proc.returncode} before listening on {port}") from err
             if time.monotonic() > deadline:
-                raise TimeoutError(f"nothing listening on {host}:{port} after {timeout:.0f} s")
+                raise TimeoutError(f"nothing listening on {host}:{port} after {timeout:.0f} s") from err
             time.sleep(0.02)
 
 

@@ -129,7 +129,7 @@ def test_concurrent_evaluators_share_one_model(criteo_path):
         t.join()
     assert not errors
     assert len(results) == 4 * 6
-    for (k, i), (p, h) in results.items():
+    for (_k, i), (p, h) in results.items():
         assert np.array_equal(p, expected[i][0]) and np.array_equal(h, expected[i][1])
     assert {n: len(t) for n, t in job.store.tables.items()} == rows_before   # serving adds no rows
     assert expected[0][1].shape == (128, 64)

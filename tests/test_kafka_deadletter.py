@@ -8,6 +8,7 @@ from kafka import KafkaConsumer
 from streamtrain.produce import produce
 from streamtrain.readers.kafka.source import KafkaSource
 from tests.kafka_broker import committed_offsets, end_offsets
+from tests.kafka_helpers import read_to_end
 
 BIG = 1_500_000
 
@@ -38,11 +39,8 @@ def _run(bootstrap, topic, group, dead, consumer, **reader):
     src = KafkaSource({"type": "kafka", "bootstrap": bootstrap, "topic": topic, "group": group,
                        "format": "criteo", "stop_at_end": True, "max_wait_ms": 50,
                        "dead_letter": dead, "consumer": consumer, **reader}, 16)
-    rows = 0
     try:
-        for batch in src.batches():
-            rows += batch.size
-            src.commit(batch.offsets)
+        rows = sum(read_to_end(src))
         dl = src.dead
     finally:
         src.close()

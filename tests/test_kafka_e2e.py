@@ -11,6 +11,7 @@ from streamtrain.readers import Malformed
 from streamtrain.readers.kafka.source import KafkaSource
 from streamtrain.produce import produce, produce_file
 from tests.fixtures_kafka import read_trace
+from tests.kafka_helpers import read_to_end
 
 
 def _lines(path):
@@ -84,15 +85,12 @@ def test_several_lines_per_message(criteo_path, kafka_bootstrap, kafka_topic, ka
     src = KafkaSource({"type": "kafka", "bootstrap": kafka_bootstrap, "topic": topic,
                        "group": kafka_names("g"), "format": "criteo", "lines_per_message": 50,
                        "stop_at_end": True, "consumer": kafka_test_consumer}, batch_size=256)
-    sizes = []
+    def check(batch):
+        assert len(batch.timestamps) == batch.size
     try:
-        for batch in src.batches():
-            sizes.append(batch.size)
-            assert len(batch.timestamps) == batch.size
-            src.commit(batch.offsets)
+        sizes = read_to_end(src, 7625, each=check)
     finally:
         src.close()
-    assert sum(sizes) == 7625
     assert max(sizes) <= 256                  # cut at message boundaries, never above batch_size
     assert sum(src.committed_offsets().values()) == 153
 
@@ -108,16 +106,14 @@ def test_csv_over_kafka_takes_columns_from_the_config(kafka_bootstrap, kafka_top
                        "columns": ["click", "age", "user", "genres"], "label": "click",
                        "numeric": ["age"], "multivalue": {"genres": "|"},
                        "consumer": kafka_test_consumer}, batch_size=128, malformed=m)
-    total = 0
+    def check(batch):
+        assert batch.dense_names == ("age",) and set(batch.sparse) == {"user", "genres"}
+        assert (batch.sparse["genres"].offsets[1:] - batch.sparse["genres"].offsets[:-1] == 2).all()
     try:
-        for batch in src.batches():
-            assert batch.dense_names == ("age",) and set(batch.sparse) == {"user", "genres"}
-            assert (batch.sparse["genres"].offsets[1:] - batch.sparse["genres"].offsets[:-1] == 2).all()
-            total += batch.size
-            src.commit(batch.offsets)
+        read_to_end(src, 500, each=check)
     finally:
         src.close()
-    assert total == 500 and m.total == 0
+    assert m.total == 0
 
 
 def test_full_batches_are_parsed_ahead_and_a_stop_puts_the_next_back(kafka_bootstrap, kafka_topic,

@@ -12,6 +12,7 @@ from streamtrain.produce import produce
 from streamtrain.readers.kafka import fastpath
 from streamtrain.readers.kafka.source import KafkaSource
 from tests.kafka_broker import committed_offsets, end_offsets
+from tests.kafka_helpers import read_to_end
 
 
 @pytest.fixture
@@ -70,11 +71,8 @@ def test_a_failing_first_decode_falls_back_and_loses_nothing(kafka_bootstrap, ka
     src = KafkaSource({"type": "kafka", "bootstrap": kafka_bootstrap, "topic": topic, "group": group,
                        "format": "criteo", "stop_at_end": True, "max_wait_ms": 50,
                        "consumer": kafka_test_consumer}, 64)
-    rows = 0
     try:
-        for batch in src.batches():
-            rows += batch.size
-            src.commit(batch.offsets)
+        rows = sum(read_to_end(src))
         assert src.fastpath.fell_back is not None and not src.fast
     finally:
         src.close()

@@ -148,6 +148,26 @@ def test_a_batch_cut_before_a_seek_back_does_not_raise_the_commit():
     assert o.take_due() == {("t", 0): 150}
 
 
+def test_one_seek_back_is_one_epoch_and_one_position():
+    """``sought`` starts the seek's epoch; the first message read from the target is not the log
+    going back (no second epoch from ``_went_back``): to an offset, and to the reset policy's
+    (None) after the partition was revoked and assigned back, where the position it had at the
+    revocation must not be taken for the log going back."""
+    o = owned(0, 1)
+    o.took(("t", 0), 0)
+    o.took(("t", 1), 0)
+    o.applied({("t", 0): 500, ("t", 1): 500})
+    o.revoke([("t", 1)])
+    o.assign([("t", 0), ("t", 1)])
+    o.sought(("t", 0), 100)                           # back to a checkpoint's offset
+    o.sought(("t", 1), None)                          # back to the beginning (nothing committed)
+    assert (o.took(("t", 0), 100), o.took(("t", 1), 0)) == (None, "start")
+    assert (o.epoch(("t", 0)), o.epoch(("t", 1))) == (1, 1)
+    assert o.position == {("t", 0): 100, ("t", 1): 0}
+    o.applied(o.cut([(("t", 0), 1, 150), (("t", 1), 1, 50)]))
+    assert o.stale == 0 and o.position == {("t", 0): 150, ("t", 1): 50}
+
+
 def test_a_revoked_batch_keeps_its_epoch_when_the_partition_comes_back():
     """Revocation and assignment do not bump the epoch: an orphaned batch still counts."""
     o = owned(0)

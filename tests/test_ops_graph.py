@@ -26,7 +26,7 @@ def pull(g: Graph, ctx, *, noise=0.0, seed=0) -> None:
         ctx.values[name] = init_dense(g.params[name], ctx.dtype)
     for name in g.table_params:
         ctx.values[name] = init_rows(g.params[name], ctx.table_ids[name], ctx.dtype)
-    for name, v in ctx.values.items():
+    for v in ctx.values.values():
         v += (noise * rng.standard_normal(v.shape)).astype(ctx.dtype)
 
 

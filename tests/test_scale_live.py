@@ -185,7 +185,7 @@ def test_add_two_trainers_then_sigterm_one_and_sigkill_one(trainers, tmp_path, k
     for name in "bc":
         events.append((f"{name} joins", time.monotonic()))
         joined[name] = trainers(name, config(name))
-        wait_for(lambda: applied(name) >= 300, 60, f"trainer {name} to join and train")
+        wait_for(lambda name=name: applied(name) >= 300, 60, f"trainer {name} to join and train")
     b, c = joined["b"], joined["c"]
     events.append(("b stops (SIGTERM)", time.monotonic()))
     b.proc.send_signal(signal.SIGTERM)

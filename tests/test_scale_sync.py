@@ -70,7 +70,7 @@ def test_a_dead_trainer_stops_the_barrier_and_its_replacement_resumes_it(trainer
     wait_for(lambda: round_now() >= 10, 60, "ten sync rounds")
     procs[2].kill()
     for w in (0, 1):                                   # the named error, on both survivors
-        wait_for(lambda: "trainer(s) 2 did not arrive" in procs[w].log(), 30,
+        wait_for(lambda w=w: "trainer(s) 2 did not arrive" in procs[w].log(), 30,
                  f"trainer {w} to report the missing trainer 2")
         assert procs[w].proc.poll() is None, procs[w].log()[-2000:]
     stuck = round_now()

@@ -78,8 +78,8 @@ def read_until_closed(conn, limit_s: float = 10 * LIMIT_S) -> tuple[bytes, float
             got += chunk
     except ConnectionResetError:
         pass
-    except socket.timeout:
-        raise AssertionError(f"the server kept the connection open over {limit_s} s (got {got[:200]!r})")
+    except socket.timeout as err:
+        raise AssertionError(f"the server kept the connection open over {limit_s} s (got {got[:200]!r})") from err
     return got, time.monotonic() - t0
 
 

@@ -15,7 +15,7 @@ PAGES = {"README.md": "index.md", "ARCHITECTURE.md": "architecture.md", "BENCHMA
 def site_links(text: str) -> str:
     text = re.sub(r"\]\(docs/", "](", text)
     for name, page in PAGES.items():
-        text = re.sub(rf"\]\({re.escape(name)}(#[^)]*)?\)", lambda m: f"]({page}{m.group(1) or ''})", text)
+        text = re.sub(rf"\]\({re.escape(name)}(#[^)]*)?\)", lambda m, page=page: f"]({page}{m.group(1) or ''})", text)
     return text
 
 

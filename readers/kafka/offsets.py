@@ -246,6 +246,7 @@ class PartitionOffsets:
         """The consumer now reads ``key`` from ``target`` (None: from its reset policy)."""
         key = _key(key)
         self.epochs[key] = self.epochs.get(key, 0) + 1     # batches cut before name the old place
+        self.left.pop(key, None)    # reading below where it was when revoked is the seek, not a reset
         if target is None:
             self.position.pop(key, None)
         else:

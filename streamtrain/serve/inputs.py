@@ -333,7 +333,7 @@ def _name_bad_line(lines, fmt, options, header) -> None:
     first = int(header is not None)
     for i, line in enumerate(lines):
         reasons = []
-        one = make_parser(fmt, options, Malformed(on_bad=lambda _line, why: reasons.append(why)))
+        one = make_parser(fmt, options, Malformed(on_bad=lambda _line, why, reasons=reasons: reasons.append(why)))
         if header is not None:
             one.set_header(header)
         if one.parse([line]).size == 0:

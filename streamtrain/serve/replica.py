@@ -225,7 +225,7 @@ class Replica:
             cursor = 0
             while True:
                 cursor, keys = self.io.shards.retrying(
-                    f"list the rows of '{name}'", lambda: client.scan(cursor, match=pattern, count=2000))
+                    f"list the rows of '{name}'", lambda client=client, cursor=cursor: client.scan(cursor, match=pattern, count=2000))
                 found += keys
                 if len(found) >= SCAN_CHUNK or (cursor == 0 and found):
                     yield np.array([redis_keys.key_id(k) for k in found], np.uint64)
@@ -251,7 +251,7 @@ class Replica:
                     cmds.append(("XREAD", "COUNT", READ_COUNT, "STREAMS", *part,
                                  *(self._positions.get(k, b"0-0") for k in part)))
                 plan[s] = cmds
-            answers = self.io.shards.retrying("read the change feed", lambda: self.io.shards.run(plan))
+            answers = self.io.shards.retrying("read the change feed", lambda plan=plan: self.io.shards.run(plan))
             more = False
             if first:
                 run_ids = [_run_id(answers[s][0]) for s in by_shard]

@@ -333,7 +333,10 @@ class Shards:
             client.close()
 
 
-def refusal_hint(refused: BaseException, name=section("store."), needs: str = ACL_NEEDS) -> str:
+STORE_OPTION = section("store.")     # how refusal_hint names the options by default: store.<key>
+
+
+def refusal_hint(refused: BaseException, name=STORE_OPTION, needs: str = ACL_NEEDS) -> str:
     """What to check after ``refused``, naming the options as ``name`` words them."""
     if isinstance(refused, AuthenticationError):
         return (f"check the user and password: {name('username')}, {name('password_env')}, "

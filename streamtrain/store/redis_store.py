@@ -278,7 +278,7 @@ class RedisStore(ParamStore):
         stale = [it for it, _ in work if it.present is None]
         self.read_rows(stale, "read rows to update")
         pending = []
-        for it, g in work:
+        for it, _ in work:
             absent = np.flatnonzero(~it.present)
             drop = np.zeros(len(it.present), bool)
             if it.policy is not None and it.policy.gated:
