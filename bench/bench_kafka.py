@@ -131,9 +131,12 @@ def bench_job(reader_cfg, batch_size, store, model_keys) -> tuple[float, dict]:
     s = job.run()
     if hasattr(job.source, "waited_s"):
         first = getattr(job.source, "first_waited_s", None) or 0.0
-        print(f"# {reader_cfg['topic']}: the trainer waited {job.source.waited_s:.2f} s for batches, "
-              f"{first:.2f} s of it before the first (the group join); steady window {clock.t1 - clock.t0:.2f} s",
-              file=sys.stderr)
+        src = job.source
+        print(f"# {reader_cfg['topic']}: the trainer waited {src.waited_s:.2f} s for batches, "
+              f"{first:.2f} s of it before the first (the group join), "
+              f"{getattr(src, 'parse_waited_s', 0.0):.2f} s for their parse and "
+              f"{getattr(src, 'commit_waited_s', 0.0):.2f} s for the consumer thread to take a commit; "
+              f"steady window {clock.t1 - clock.t0:.2f} s", file=sys.stderr)
     return clock.rate, s
 
 

@@ -173,7 +173,9 @@ def read_trace(path) -> list[tuple[int, int]]:
     if not Path(path).exists():
         return []
     out = []
-    for line in Path(path).read_text().splitlines():
+    text = Path(path).read_text()
+    # a trainer killed (SIGKILL) mid-write leaves its last line cut: "t 2 1" of "t 2 1397"
+    for line in text[:text.rfind("\n") + 1].splitlines():
         _, p, o = line.split()
         out.append((int(p), int(o)))
     return out

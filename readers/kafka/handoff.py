@@ -76,10 +76,12 @@ class Handoff:
                 if fut is not None:
                     fut.set_result(result)
 
-    def wait(self, timeout: float) -> None:
-        """Sleep until work is handed over, room appears or ``timeout`` passes."""
+    def wait(self, timeout: float, unless=None) -> None:
+        """Sleep until work is handed over, room appears or ``timeout`` passes; not at all if
+        ``unless()`` (checked under the lock: a ``wake`` after the caller's own check is not
+        missed)."""
         with self._cond:
-            if not self._work:
+            if not self._work and not (unless and unless()):
                 self._cond.wait(timeout)
 
     def settle(self, timeout: float, stopped) -> bool:

@@ -100,7 +100,7 @@ class ConsumerLoop:
                 self.src.committer.flush_if_late()
                 if self.stopped() or self.ended:
                     self._stay_in_group(consumer)
-                    handoff.wait(IDLE_POLL_S)
+                    handoff.wait(IDLE_POLL_S, unless=lambda: self.closing)     # (close: set, then wake)
                 else:
                     self.turn(consumer)
         except BaseException as err:        # the training thread raises it from ``batches()``

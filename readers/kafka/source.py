@@ -88,6 +88,8 @@ class KafkaSource(Source):
         self._gen = None
         self.waited_s = 0.0                     # the training thread's wait for batches (a bottleneck's sign)
         self.first_waited_s = None              # of which before the first batch (the group join)
+        self.parse_waited_s = 0.0               # ... for a handed-over batch's parse (the parse worker)
+        self.commit_waited_s = 0.0              # ... for the consumer thread to take the previous commit
 
     # ---- what the metrics and health checks read (any thread) -------------------------------------
     @property
@@ -196,7 +198,9 @@ class KafkaSource(Source):
     def _hand_out(self, ready):
         """A handed-over batch's bad lines and bookkeeping: the batch (empty when it had no good
         line: the job commits it in turn)."""
+        t0 = time.perf_counter()
         parsed, rows = ready.future.result()   # parsed meanwhile in the parse worker
+        self.parse_waited_s += time.perf_counter() - t0
         batch, dead = parsed.batch, self.committer.dead
         if dead is not None and parsed.has_bad:
             for line, reason, where in parsed.bad_lines():
@@ -214,7 +218,9 @@ class KafkaSource(Source):
         # at most one commit handed over and not yet run: the previous batch's is run before this
         # one is traced, so at most COMMIT_EVERY traced (trained) batches are ever uncommitted
         # (what a kill makes the next owner train again), as without a thread
+        t0 = time.perf_counter()
         self.handoff.result(self._commit_token)
+        self.commit_waited_s += time.perf_counter() - t0
         self._commit_token = None
         entry = None
         while self._inflight:
