@@ -16,11 +16,14 @@ import numpy as np
 
 from streamtrain.compiled import njit
 
-from .chunk import multi_valued, utf8, views
-from .ids import hash_token
+from .chunk import _HIGH, first_byte, load_word, multi_valued, utf8, views
+from .ids import fold_word, hash_token, splitmix64_one, start_state
 from .tokens import number_token
 
 LABEL, NUMERIC, CATEGORICAL, MULTI, DROP = 0, 1, 2, 3, 4
+_ONES = np.uint64(0x0101010101010101)
+_BELOW_35 = np.uint64(0x2323232323232323)
+SHORT = 32          # token lengths whose fold start the kernel looks up (longer ones: computed)
 
 
 @njit(nogil=True)
@@ -72,6 +75,11 @@ def _parse(arr, words, delim, kinds, slots, n_num, seeds, mv_sep, mv_seeds, fiel
     out = (labels, dense, ids, present, mv_ids, mv_row, mv_n)
     high = _high(arr)
     last = len(words) - 1
+    delims = _ONES * np.uint64(delim)
+    states = np.empty((len(seeds), SHORT), np.uint64)    # each column's fold start by token length
+    for j in range(len(seeds)):
+        for k in range(SHORT):
+            states[j, k] = start_state(seeds[j], k)
     pos = 0
     for row in range(n):
         if pos >= len(arr) or arr[pos] == 10:    # fewer lines than ``n``, or a blank line
@@ -79,10 +87,14 @@ def _parse(arr, words, delim, kinds, slots, n_num, seeds, mv_sep, mv_seeds, fiel
         field = 0
         start = pos
         while True:
-            c = arr[pos]
-            if c > 34 and c != delim:            # neither the delimiter, '\n', '\r' nor '"'
-                pos += 1
+            w = load_word(arr, pos)              # 8 bytes at a time to the next byte < 35 or delimiter
+            y = w ^ delims
+            hit = (((w - _BELOW_35) & ~w) | ((y - _ONES) & ~y)) & _HIGH
+            if hit == 0:                         # (the lowest marked byte is exact: no borrow below it)
+                pos += 8
                 continue
+            pos += first_byte(hit)
+            c = arr[pos]
             end = pos
             if c == 13 and pos + 1 < len(arr) and arr[pos + 1] == 10:
                 pos += 1                         # '\r\n': the '\r' ends the text
@@ -93,7 +105,10 @@ def _parse(arr, words, delim, kinds, slots, n_num, seeds, mv_sep, mv_seeds, fiel
                     return False, high, out
                 kind, slot = kinds[field], slots[field]
                 if kind == CATEGORICAL:
-                    ids[slot, row] = hash_token(words, last, start, length, seeds[slot])
+                    x = states[slot, length] if length < SHORT else start_state(seeds[slot], length)
+                    for k in range(start, end, 8):     # hash_token's fold, the words read in place
+                        x = fold_word(x, load_word(arr, k), end - k)
+                    ids[slot, row] = splitmix64_one(x)
                     present[slot, row] = length > 0
                 elif kind == NUMERIC or kind == LABEL:
                     if length or kind == LABEL:  # a missing number is 0, a missing label is bad

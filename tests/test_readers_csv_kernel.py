@@ -102,3 +102,23 @@ def test_other_delimiter_and_columns_option():
     buf = b"1\tx\t2\n0\ty\t\n"
     assert p.parse_compiled(buf) is not None
     assert_batches_equal(p.parse_buffer(buf), q.parse_chunk(Chunk(buf)))
+
+
+@pytest.mark.parametrize("at", range(10))
+@pytest.mark.parametrize("delimiter", [",", "\t", ";"])
+def test_the_word_scan_finds_every_stop_at_every_offset(at, delimiter):
+    """The kernel looks for a field's end eight bytes at a time (a byte below 35 or the
+    delimiter): a space, '!', '#', a control byte or a high byte is a plain byte of a token
+    wherever it sits in a word, the delimiter ends the field wherever it sits, a lone ``\\r`` is
+    plain and a quote sends the chunk the vectorised way."""
+    d = delimiter
+    header = d.join(["label", "user", "age", "city"])
+    opts = {"numeric": ["age"], "delimiter": d}
+    plain = ["k" * at + c + "m" * (9 - at) for c in (" ", "!", "#", "\x0b", "\x00", "\r", "é")]
+    lines = [d.join(["1", p, str(i), "x" * at]) for i, p in enumerate(plain)]
+    lines.append(d.join(["0", "k" * at, "7", "c" * (at + 8)]))
+    fast, _ = _both(("\n".join(lines) + "\n").encode(), opts, header)
+    assert len(fast.labels) == len(lines)
+    np.testing.assert_allclose(np.expm1(fast.dense[:, 0]), [*range(len(plain)), 7.0], rtol=1e-6)
+    quoted = d.join(["1", "k" * at + '"q"', "3", "c"])
+    _both(("\n".join([lines[0], quoted]) + "\n").encode(), opts, header, fast_path=False)
