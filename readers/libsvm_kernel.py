@@ -16,10 +16,13 @@ import numpy as np
 
 from streamtrain.compiled import njit
 
-from .chunk import utf8, views
-from .csv_kernel import _count_lines, _high
-from .ids import hash_token
+from .chunk import _HIGH, first_byte, load_word, utf8, views
+from .csv_kernel import _ONES, SHORT, _count_lines, _high
+from .ids import fold_word, splitmix64_one, start_state
 from .tokens import number_token
+
+_BELOW_33 = np.uint64(0x2121212121212121)
+_COLONS = np.uint64(0x3a3a3a3a3a3a3a3a)
 
 
 @njit(nogil=True)
@@ -35,7 +38,9 @@ def _parse(arr, words, seed, field_length, n):
     vals = np.empty(cap, np.float32)              # numpy's float64 → float32 rounding
     k = 0
     high = _high(arr)
-    last = len(words) - 1
+    states = np.empty(SHORT, np.uint64)         # the fold's start by index length
+    for j in range(SHORT):
+        states[j] = start_state(seed, j)
     pos = 0
     for row in range(n):
         if pos >= len(arr):
@@ -44,10 +49,14 @@ def _parse(arr, words, seed, field_length, n):
         start = pos
         colon, colons = -1, 0
         while True:
-            c = arr[pos]
-            if c > 58 or 32 < c < 58:            # neither a separator, '\r' nor ':'
-                pos += 1
+            w = load_word(arr, pos)              # 8 bytes at a time to the next byte < 33 or ':'
+            y = w ^ _COLONS
+            hit = (((w - _BELOW_33) & ~w) | ((y - _ONES) & ~y)) & _HIGH
+            if hit == 0:                         # (the lowest marked byte is exact: no borrow below it)
+                pos += 8
                 continue
+            pos += first_byte(hit)
+            c = arr[pos]
             end = pos
             if c == 13 and pos + 1 < len(arr) and arr[pos + 1] == 10:
                 pos += 1                         # '\r\n': the '\r' ends the text
@@ -69,7 +78,11 @@ def _parse(arr, words, seed, field_length, n):
                         if not ok:
                             return False, high, labels, offsets, ids[:k], vals[:k]
                         vals[k] = v
-                        ids[k] = hash_token(words, last, start, colon - start, seed)
+                        n_idx = colon - start     # hash_token's fold, the words read in place
+                        x = states[n_idx] if n_idx < SHORT else start_state(seed, n_idx)
+                        for q in range(start, colon, 8):
+                            x = fold_word(x, load_word(arr, q), colon - q)
+                        ids[k] = splitmix64_one(x)
                         k += 1
                     tokens += 1
                 start = pos + 1

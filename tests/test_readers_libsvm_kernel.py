@@ -67,3 +67,16 @@ def test_a_chunk_of_lines_without_features_but_a_colon_is_counted_not_raised():
     m = Malformed()
     batch = make_parser("libsvm", {}, m).parse_chunk(Chunk(b":\n"))
     assert batch.size == 0 and m.snapshot()["label"] == 1
+
+
+@pytest.mark.parametrize("at", range(10))
+def test_the_word_scan_finds_every_stop_at_every_offset(at):
+    """The kernel looks for a token's end eight bytes at a time (a byte below 33 or ':'): a
+    separator, a ':' and a line's end are found wherever they sit in a word, a control byte
+    inside an index is a plain byte of it, a second ':' sends the chunk the vectorised way."""
+    idx = ["k" * at + c + "m" * (9 - at) for c in ("!", "\x0b", "\x00", "é", "z")]
+    lines = [f"1 {i}:{v}\t{'q' * (at + 1)}:2" for v, i in enumerate(idx)] + [f"0{' ' * at} {'w' * (at + 8)}:3"]
+    fast, m = _both(("\n".join(lines) + "\n").encode())
+    assert m.total == 0 and fast.labels.tolist() == [1] * len(idx) + [0]
+    assert fast.sparse["features"].offsets.tolist() == [*range(0, 2 * len(idx) + 1, 2), 2 * len(idx) + 1]
+    _both(("\n".join([lines[0], f"1 {'k' * at}:1:2"]) + "\n").encode(), fast_path=False)
