@@ -87,6 +87,15 @@ def specials(w):
 
 
 @njit(nogil=True, inline="always")
+def below_or_equal(w, below, equal):
+    """The bytes of the word ``w`` below ``below`` (a word of it in every byte, at most 0x80) or
+    equal to ``equal`` (likewise), as their top bits; the lowest set bit is exact (``specials``'
+    rule: bytes >= 0x80 are never marked as below)."""
+    y = w ^ equal
+    return (((w - below) & ~w) | ((y - _ONES) & ~y)) & _HIGH
+
+
+@njit(nogil=True, inline="always")
 def first_byte(hit):
     """The index (0..7) of the lowest byte marked in ``hit`` (not 0)."""
     t = np.int64(trailing_zeros(hit))

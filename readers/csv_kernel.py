@@ -16,12 +16,11 @@ import numpy as np
 
 from streamtrain.compiled import njit
 
-from .chunk import _HIGH, first_byte, load_word, multi_valued, utf8, views
+from .chunk import _ONES, below_or_equal, first_byte, load_word, multi_valued, utf8, views
 from .ids import fold_word, hash_token, splitmix64_one, start_state
 from .tokens import number_token
 
 LABEL, NUMERIC, CATEGORICAL, MULTI, DROP = 0, 1, 2, 3, 4
-_ONES = np.uint64(0x0101010101010101)
 _BELOW_35 = np.uint64(0x2323232323232323)
 SHORT = 32          # token lengths whose fold start the kernel looks up (longer ones: computed)
 
@@ -87,10 +86,8 @@ def _parse(arr, words, delim, kinds, slots, n_num, seeds, mv_sep, mv_seeds, fiel
         field = 0
         start = pos
         while True:
-            w = load_word(arr, pos)              # 8 bytes at a time to the next byte < 35 or delimiter
-            y = w ^ delims
-            hit = (((w - _BELOW_35) & ~w) | ((y - _ONES) & ~y)) & _HIGH
-            if hit == 0:                         # (the lowest marked byte is exact: no borrow below it)
+            hit = below_or_equal(load_word(arr, pos), _BELOW_35, delims)   # 8 bytes at a time
+            if hit == 0:
                 pos += 8
                 continue
             pos += first_byte(hit)

@@ -16,8 +16,8 @@ import numpy as np
 
 from streamtrain.compiled import njit
 
-from .chunk import _HIGH, first_byte, load_word, utf8, views
-from .csv_kernel import _ONES, SHORT, _count_lines, _high
+from .chunk import below_or_equal, first_byte, load_word, utf8, views
+from .csv_kernel import SHORT, _count_lines, _high
 from .ids import fold_word, splitmix64_one, start_state
 from .tokens import number_token
 
@@ -49,10 +49,8 @@ def _parse(arr, words, seed, field_length, n):
         start = pos
         colon, colons = -1, 0
         while True:
-            w = load_word(arr, pos)              # 8 bytes at a time to the next byte < 33 or ':'
-            y = w ^ _COLONS
-            hit = (((w - _BELOW_33) & ~w) | ((y - _ONES) & ~y)) & _HIGH
-            if hit == 0:                         # (the lowest marked byte is exact: no borrow below it)
+            hit = below_or_equal(load_word(arr, pos), _BELOW_33, _COLONS)   # 8 bytes at a time
+            if hit == 0:
                 pos += 8
                 continue
             pos += first_byte(hit)
