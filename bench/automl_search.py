@@ -36,7 +36,6 @@ from streamtrain.scores import logloss  # noqa: E402
 
 SYNTHETIC = ["reader.type=synthetic", "reader.fields=10", "reader.cardinality=300", "reader.dense=2",
              "reader.weight_scale=0.6", "reader.examples=100000"]
-EXAMPLES = ("lr", "fm", "deepfm", "wide_deep", "dcn", "pnn", "nfm")   # the fixed CTR example models
 STREAMS = {"synfm": SYNTHETIC + ["reader.model=fm", "reader.fm_dim=4", "reader.seed=11"],
            "synlr": SYNTHETIC + ["reader.model=lr", "reader.seed=12"]}
 
@@ -76,7 +75,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", help="automl.seed values, e.g. 0-9: one JSON line each, then their mean")
     ap.add_argument("--best", type=float, help="with --seeds: count the seeds at or below this logloss")
     ap.add_argument("--examples", action="store_true",
-                    help="run every fixed example model (EXAMPLES) once, then the best one's figure")
+                    help="run every fixed example model (streams.EXAMPLE_MODELS) once, then the best one's figure")
     args = ap.parse_args(argv)
     if args.examples:
         return examples(args)
@@ -108,7 +107,7 @@ def examples(args) -> int:
     """One quiet run of each fixed example model, then one JSON line: every figure and the best
     (the ``--best`` that ``--seeds`` compares ``auto.json`` with)."""
     figures = {}
-    for model in EXAMPLES:
+    for model in streams.EXAMPLE_MODELS:
         one = argparse.Namespace(**{**vars(args), "quiet": True, "model": model})
         figures[model] = report(one, run(args.data, model, args.set))["logloss"]
     best = min(figures, key=figures.get)

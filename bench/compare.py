@@ -49,7 +49,6 @@ import streams  # noqa: E402
 import targets  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-MODELS = ("lr", "fm", "deepfm", "wide_deep", "dcn", "pnn", "nfm")
 
 
 # ---- streamtrain -----------------------------------------------------------------------------
@@ -189,7 +188,7 @@ def machine() -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", nargs="+", default=["criteo"], choices=("criteo", "talkingdata", "movielens"))
-    ap.add_argument("--models", nargs="*", default=list(MODELS))
+    ap.add_argument("--models", nargs="*", default=list(streams.EXAMPLE_MODELS))
     ap.add_argument("--peers", nargs="*", default=list(peermod.PEERS), choices=peermod.PEERS)
     ap.add_argument("--examples", type=int, default=None, help="cycle the stream up to N examples")
     ap.add_argument("--repeat", type=int, default=1)

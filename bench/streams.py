@@ -19,6 +19,7 @@ DATA = Path(os.environ.get("STREAMTRAIN_DATA") or next(
     (p for p in (ROOT.parent / "shared" / "data", ROOT.parents[1] / "shared" / "data") if p.is_dir()),
     ROOT.parent / "shared" / "data"))
 BENCH_TMP = Path(tempfile.gettempdir()) / "streamtrain-bench"
+EXAMPLE_MODELS = ("lr", "fm", "deepfm", "wide_deep", "dcn", "pnn", "nfm")   # the fixed CTR example models
 
 
 @dataclass
