@@ -88,33 +88,40 @@ def _block(arrays: _Arrays, ctx, terms: list, group_of: dict, d: int, key: str, 
     concatenation; the kernel's float64 working copies are made from them into reused arrays.
     A slot no parameter of the block keeps (SGD's ``n``; SGD's and Adagrad's ``z``) is a zero
     array: only those rules' rows read or write it, and they leave it as it is. Without
-    ``start`` (the final values are assigned, nothing is combined) no start is kept: each
-    parameter goes straight into the working arrays (``_lent_block``)."""
-    if not start:
-        return _lent_block(arrays, ctx, terms, group_of, d, key)
+    ``start`` (the final values are assigned, nothing is combined) no start is kept: the
+    pulled arrays are copied straight into the working ones, or, for a parameter the store
+    lends (``ctx.lent``), its rows gathered from the store's own arrays (``prep.gather_rows``)."""
     parts, lo = [], 0
     slots = {"w": [], "n": [], "z": []}
     grp = []
     dtype = None
     for name, r in ((t.param, t.rows) for t in terms):
-        value, state = ctx.value(name), ctx.states.get(name, {})
+        rows, value, state = ctx.lent.get(name) or (None, ctx.value(name), ctx.states.get(name, {}))
         dtype = value.dtype
-        slots["w"].append(value.reshape(-1, d))
+        slots["w"].append((rows, value.reshape(-1, d)))
         for slot in "nz":
-            slots[slot].append(state[slot].reshape(-1, d) if slot in state else None)
+            slots[slot].append((rows, state[slot].reshape(-1, d)) if slot in state else (None, None))
         grp.append((lo, lo + r, group_of[name]))
-        parts.append((name, lo, lo + r, value.shape))
+        parts.append((name, lo, lo + r, value.shape if rows is None else (r, *value.shape[1:])))
         lo += r
     if dtype is None:
         return _Block([], np.zeros((0, d)), np.zeros((0, d)), np.zeros((0, d)), _EMPTY_I)
     starts, work = [], []
     for slot, parts_ in slots.items():
-        if all(a is None for a in parts_):
-            starts.append(arrays.rows((key, slot, "zero0"), lo, d, dtype, zeros=True))
+        if all(a is None for _, a in parts_):
+            if start:
+                starts.append(arrays.rows((key, slot, "zero0"), lo, d, dtype, zeros=True))
             work.append(arrays.rows((key, slot, "zero"), lo, d, np.float64, zeros=True))
             continue
         out = arrays.rows((key, slot), lo, d, np.float64)
-        starts.append(_start(arrays, key, slot, out, grp, parts_, lo, d, dtype))
+        if not start:
+            for (a, b, _), (rows, part) in zip(grp, parts_):
+                if rows is not None:
+                    prep.gather_rows(out, a, part, rows)
+                else:
+                    out[a:b] = 0 if part is None else part
+        else:
+            starts.append(_start(arrays, key, slot, out, grp, [part for _, part in parts_], lo, d, dtype))
         work.append(out)
     g = arrays.rows((key, "grp"), lo, 1, np.int64).reshape(-1)
     for a, b, group in grp:
@@ -122,37 +129,6 @@ def _block(arrays: _Arrays, ctx, terms: list, group_of: dict, d: int, key: str, 
     blk = _Block(parts, *work, g)
     blk.start = tuple(starts)
     return blk
-
-
-def _lent_block(arrays: _Arrays, ctx, terms: list, group_of: dict, d: int, key: str) -> _Block:
-    """``_block`` without a start: each parameter's rows, slots and rule group copied into the
-    working arrays by one compiled call (``prep.gather_param``), from the arrays the store lends
-    (``ctx.lent``: a table's rows gathered from its own) or the pulled ones."""
-    got, lo = [], 0
-    for t in terms:
-        rows, value, state = ctx.lent.get(t.param) or (None, ctx.value(t.param), ctx.states.get(t.param, {}))
-        got.append((t.param, lo, t.rows, rows, value, state))
-        lo += t.rows
-    if not got:
-        return _Block([], np.zeros((0, d)), np.zeros((0, d)), np.zeros((0, d)), _EMPTY_I)
-    keeps = {s: any(s in state for *_, state in got) for s in "nz"}
-    w = arrays.rows((key, "w"), lo, d, np.float64)
-    n, z = (arrays.rows((key, s), lo, d, np.float64) if keeps[s] else
-            arrays.rows((key, s, "zero"), lo, d, np.float64, zeros=True) for s in "nz")
-    g = arrays.rows((key, "grp"), lo, 1, np.int64).reshape(-1)
-    parts = []
-    for name, a, r, rows, value, state in got:
-        none = _NO_ROWS.get((value.dtype, d))
-        if none is None:
-            none = _NO_ROWS[(value.dtype, d)] = np.zeros((0, d), value.dtype)
-        sn, sz = (state[s].reshape(-1, d) if s in state else none for s in "nz")
-        prep.gather_param(w, n, z, g, a, r, group_of[name], _EMPTY_I if rows is None else rows,
-                          value.reshape(-1, d), sn, sz, keeps["n"], keeps["z"])
-        parts.append((name, a, a + r, value.shape if rows is None else (r, *value.shape[1:])))
-    return _Block(parts, w, n, z, g)
-
-
-_NO_ROWS: dict = {}       # (dtype, d) -> an empty [0, d] slot: one the parameter does not keep
 
 
 def _start(arrays: _Arrays, key: str, slot: str, out: np.ndarray, grp: list, parts: list, lo: int, d: int,

@@ -2,7 +2,7 @@
 batch's *dense* occurrences, ``[B, W]`` (example ``k``'s are row ``k``), written in place into
 arrays the engine reuses from batch to batch instead of building, stacking and casting per-term
 arrays; other occurrences grouped by example (``by_example``); a block's rows gathered from a
-store's own tables (``gather_param``); and ``combine``, which turns a
+store's own tables (``gather_rows``); and ``combine``, which turns a
 batch's per-example result into the one gradient (and squares) a store steps by.
 """
 from __future__ import annotations
@@ -50,52 +50,26 @@ def put_present(row, x, col, m, present, pos, lo, w):
             i += here
 
 
-AHEAD = 16      # rows whose load ``gather_param`` asks for before it copies them (``prefetch``)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _ahead(sw, sn, sz, have_n, have_z, row):
-    """Ask for a row of the weights and of the slots kept ahead of its copy."""
-    prefetch(sw, row)
-    if have_n:
-        prefetch(sn, row)
-    if have_z:
-        prefetch(sz, row)
+AHEAD = 16      # rows whose load ``gather_rows`` asks for before it copies them (``prefetch``)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def gather_param(w, n, z, grp, lo, r, group, rows, sw, sn, sz, fill_n, fill_z):
-    """Rows ``lo .. lo + r`` of a block's working arrays (float64) from one parameter the store
-    lends (``MemoryStore.lend``): weights ``sw`` and slots ``sn``, ``sz`` at ``rows`` of them (a
-    table's), or their first ``r`` rows in order (``rows`` empty: a dense parameter's), and its
-    rule ``group`` in ``grp``. A slot the parameter does not keep (no rows) is zeros when the
-    block keeps it for another (``fill_n``, ``fill_z``), else left alone (the block's zero
-    array). One call per parameter for what was a copy or ``gather_rows`` per slot."""
-    d = w.shape[1]
-    have_n, have_z = sn.shape[0] > 0, sz.shape[0] > 0
-    table = len(rows) > 0
-    for i in range(min(AHEAD, len(rows))):
-        _ahead(sw, sn, sz, have_n, have_z, rows[i])
-    for i in range(r):
-        if table and i + AHEAD < r:       # a table's rows are scattered over more than the caches:
-            _ahead(sw, sn, sz, have_n, have_z, rows[i + AHEAD])      # their loads overlap
-        s = np.uint64(rows[i]) if table else np.uint64(i)
-        o = np.uint64(lo + i)
-        grp[o] = group
+def gather_rows(out, lo, src, rows):
+    """``out[lo + i] = src[rows[i]]`` (cast to ``out``'s float64) for 2-D arrays with rows of one
+    width: a block's working rows straight from a table the store lends (``MemoryStore.lend``),
+    one pass instead of a pulled copy and its cast. The rows are scattered over a table larger
+    than the caches: each is requested ``AHEAD`` rows before its copy, so the loads overlap."""
+    d = out.shape[1]
+    n = len(rows)
+    for i in range(min(AHEAD, n)):
+        prefetch(src, rows[i])
+    o = out[lo:]
+    for i in range(n):
+        if i + AHEAD < n:
+            prefetch(src, rows[i + AHEAD])
+        r = np.uint64(rows[i])                  # (unsigned: no negative-index wraparound)
         for c in range(d):
-            w[o, np.uint64(c)] = sw[s, np.uint64(c)]
-        if have_n:
-            for c in range(d):
-                n[o, np.uint64(c)] = sn[s, np.uint64(c)]
-        elif fill_n:
-            for c in range(d):
-                n[o, np.uint64(c)] = 0.0
-        if have_z:
-            for c in range(d):
-                z[o, np.uint64(c)] = sz[s, np.uint64(c)]
-        elif fill_z:
-            for c in range(d):
-                z[o, np.uint64(c)] = 0.0
+            o[np.uint64(i), np.uint64(c)] = src[r, np.uint64(c)]
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
