@@ -47,18 +47,3 @@ def fm_backward(v, s, gy, gx):
             for c in range(d):
                 g = gy[b, c] if wide else gy[b, 0]
                 gx[b, f, c] = g * (s[b, c] - v[b, f, c])
-
-
-@njit(nogil=True, error_model="numpy")
-def fm_backward_add(v, s, gy, have, gx):
-    """``gx = have + fm_backward``'s gradient, in one pass: the input's gradient from its other
-    consumer (``have``, any strides: a slice of a ``concat``'s) summed with the FM's own. The
-    FM's product is rounded to the input's precision before the sum, as when ``fm_backward``
-    writes it out and numpy adds the two arrays: the same numbers."""
-    B, F, d = v.shape
-    wide = gy.shape[1] != 1
-    for b in range(B):
-        for f in range(F):
-            for c in range(d):
-                g = gy[b, c] if wide else gy[b, 0]
-                gx[b, f, c] = have[b, f, c] + g * (s[b, c] - v[b, f, c])

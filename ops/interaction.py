@@ -57,12 +57,7 @@ class FM(Layer):
         v, s = ctx.saved[self.name]
         # d/dv_f 0.5((Σv)² − Σv²) = Σv − v_f; a reduced output broadcasts over d
         gx = ctx.buffer((self.name, "gx"), v.shape, v.dtype)
-        gy = np.ascontiguousarray(gy, v.dtype).reshape(len(v), -1)
-        have = ctx.take_gradient(self.inputs[0], v.shape, v.dtype)     # another consumer's (concat)
-        if have is None:
-            _kernels().fm_backward(v, s, gy, gx)
-        else:                   # the sum of both in one pass, not this one's then an add
-            _kernels().fm_backward_add(v, s, gy, have, gx)
+        _kernels().fm_backward(v, s, np.ascontiguousarray(gy, v.dtype).reshape(len(v), -1), gx)
         return [gx]
 
 

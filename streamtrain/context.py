@@ -144,20 +144,6 @@ class Context:
         store[key] = buf
         self._written.add(tag)
 
-    def take_gradient(self, key: str, shape: tuple, dtype) -> np.ndarray | None:
-        """The output gradient ``key`` has received so far this batch, taken out of
-        ``grad_out``, when it is one contribution kept as given (not a sum in a buffer of the
-        context's) of ``shape`` and ``dtype``; else None and nothing changes. A layer that
-        takes it returns it summed with its own contribution, computed in one pass into its
-        own buffer (the FM's gradient of a ``[B, F, d]`` embedding output that a ``concat``
-        also consumes), instead of writing its own out for ``accumulate`` to add."""
-        have = self.grad_out.get(key)
-        if (have is None or (id(self.grad_out), key) in self._written or have.shape != tuple(shape)
-                or have.dtype != dtype):
-            return None
-        del self.grad_out[key]
-        return have
-
     def input_needs_grad(self, layer) -> list[bool]:
         """Per input of ``layer``: whether a gradient must flow back into it (a layer may skip
         computing the others and return None for them)."""
