@@ -156,3 +156,8 @@ def test_step_figures_expose_what_the_prometheus_client_objects_did():
     got, want = samples(m.registry), samples(ref)
     assert got == want and len(got) == 3 + len(PHASES) * (len(STEP_BUCKETS) + 3)
     assert 0 < time.time() - m.registry.get_sample_value("streamtrain_last_batch_timestamp_seconds") < 60
+    m.steps.step(SimpleNamespace(applied=True, seconds={"pull": 0.5}), 64)        # a scrape of one name
+    only = m.registry.restricted_registry(["streamtrain_step_seconds_count", "streamtrain_batches_total"])
+    got = {(s.name, s.labels.get("phase")): s.value for f in only.collect() for s in f.samples}
+    assert got[("streamtrain_batches_total", None)] == want[("streamtrain_batches_total", ())] + 1
+    assert got[("streamtrain_step_seconds_count", "pull")] == len(values) + 1
