@@ -18,6 +18,8 @@ from .context import Context, Gradients
 from .errors import ConfigError, ShapeError
 from .params import ParamSpec
 from .state import Status, advance
+
+_FORWARD, _BACKWARD, _GRADIENT = Status.FORWARD, Status.BACKWARD, Status.GRADIENT
 from .uniq import unique_inverse
 
 
@@ -141,7 +143,9 @@ class Graph:
         live = self._ancestors(self.loss.name)
         self.train_order = [layer for layer in self.order if layer.name in live]
         self._reverse_order = self.train_order[::-1]
+        self._train_names = [layer.name for layer in self.train_order]
         self._orders: dict[str, list] = {}       # target -> what forward computes for it, in order
+        self._steps: dict[str, list] = {}        # the same as (layer, name, inputs)
         self.params: dict[str, ParamSpec] = {}
         self._param_owner: dict[str, str] = {}
         self._build()
@@ -257,21 +261,26 @@ class Graph:
 
     def _forward(self, ctx: Context, layer: Layer):
         status, outputs = ctx.status, ctx.outputs
-        if status[layer.name] >= Status.FORWARD:
+        if status[layer.name] >= _FORWARD:
             return outputs[layer.name]
         elide = ctx.engine.skip if ctx.engine is not None and ctx.training else ()
-        for todo in self._forward_order(layer.name):
-            name = todo.name
-            if status[name] >= Status.FORWARD:
+        for todo, name, inputs in self._forward_steps(layer.name):
+            if status[name] >= _FORWARD:
                 continue
-            xs = [outputs[src] for src in todo.inputs]
-            advance(status, name, "forward")
+            status[name] = _FORWARD         # ``advance``'s move from NULL, the only state below
             if name in elide:               # the engine's terms: zeros, in a buffer kept across batches
                 # (zeroed once: no fresh pages to fault in, nor megabytes of zeros written, per batch)
                 outputs[name] = ctx.zeros(("elided", name), (ctx.batch.size, *todo.output_shape))
             else:
-                outputs[name] = todo.forward(ctx, xs)
+                outputs[name] = todo.forward(ctx, [outputs[src] for src in inputs])
         return outputs[layer.name]
+
+    def _forward_steps(self, name: str) -> list[tuple]:
+        """``_forward_order(name)`` as (layer, its name, its inputs), made once per target."""
+        steps = self._steps.get(name)
+        if steps is None:
+            steps = self._steps[name] = [(lay, lay.name, tuple(lay.inputs)) for lay in self._forward_order(name)]
+        return steps
 
     def _forward_order(self, name: str) -> list[Layer]:
         """``name`` and the layers it depends on, in the order a depth-first walk of the inputs
@@ -300,7 +309,11 @@ class Graph:
         status, grad_out, needs_grad = ctx.status, ctx.grad_out, self.needs_grad
         for layer in self._reverse_order:
             name = layer.name
-            if not advance(status, name, "backward") or not needs_grad[name] or name in skip:
+            if status[name] == _FORWARD:         # ``advance``'s move, inline (it raises for the others)
+                status[name] = _BACKWARD
+            elif not advance(status, name, "backward"):
+                continue
+            if not needs_grad[name] or name in skip:
                 continue
             if layer.is_loss:
                 gy = None
@@ -315,8 +328,7 @@ class Graph:
 
     def gradients(self, ctx: Context) -> Gradients:
         """Collect parameter gradients for the push; every layer moves to Gradient."""
-        for layer in self.train_order:
-            advance(ctx.status, layer.name, "gradient")
+        _move(ctx.status, self._train_names, "gradient", _BACKWARD, _GRADIENT)
         grads = Gradients()
         for name, g in ctx.param_grads.items():
             if self.params[name].table:
@@ -330,8 +342,16 @@ class Graph:
 
     def update(self, ctx: Context) -> None:
         """Mark the update applied (the store applied it where the parameters live)."""
-        for layer in self.train_order:
-            advance(ctx.status, layer.name, "update")
+        _move(ctx.status, self._train_names, "update", _GRADIENT, Status.UPDATE)
+
+
+def _move(status: dict, names: list, phase: str, need: Status, leave: Status) -> None:
+    """``advance(status, name, phase)`` of each of ``names``, the usual move inline."""
+    for name in names:
+        if status[name] == need:
+            status[name] = leave
+        else:
+            advance(status, name, phase)
 
 
 def _describe(spec: ParamSpec) -> str:

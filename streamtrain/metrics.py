@@ -4,8 +4,10 @@
 by default, so tests never share state); ``on_step`` is a job hook called after every step.
 Labels are bounded: phases, malformed reasons, row states and layer states are fixed sets;
 tables and layers come from the model file; topic/partition pairs from the source's assignment.
-Figures that cost more than a counter (the sliding window, store and source gauges) are
-refreshed at most every ``refresh_seconds``.
+A step only tallies its own figures (``metrics_scrape.StepFigures``); they, and the counters
+kept from the job's counts (store work, drift alarms, AutoML), reach the exported metrics at
+each scrape and each refresh. Figures that cost more than a counter (the sliding window, store
+and source gauges) are refreshed at most every ``refresh_seconds``.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from prometheus_client import (CollectorRegistry, Counter, Enum, Gauge, Histogra
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from .metrics_scrape import LagCollector, LiveCounts, QualityCollector
+from .metrics_scrape import LagCollector, LiveCounts, QualityCollector, StepFigures
 from .progressive import Window
 from .state import Status
 from .version import build_info
@@ -88,6 +90,10 @@ class Metrics:
             ProcessCollector(registry=r)
             PlatformCollector(registry=r)
         register_build_info(r)
+        # first of ours: a scrape folds in the steps' figures and syncs the counters below first
+        self.steps = StepFigures(PHASES, STEP_BUCKETS, before_collect=self._sync_job)
+        r.register(self.steps)
+        self._sync_lock = threading.Lock()
         self.window = Window(int(window))
         self.refresh_seconds = float(refresh_seconds)
         self._next_refresh = 0.0
@@ -97,11 +103,6 @@ class Metrics:
         self._row_labels: set = set()      # (table, state) of streamtrain_embedding_rows set so far
         self.source = None                 # whose lag() the scrape reads (set by on_step / attach)
         self.job = None                    # whose store failures the scrape reads (set by on_step / attach)
-        self.examples = Counter("streamtrain_examples_total", "Examples trained on (not those of skipped batches)",
-                                registry=r)
-        self.batches = Counter("streamtrain_batches_total", "Mini-batches trained on (not skipped ones)", registry=r)
-        self.step_seconds = Histogram("streamtrain_step_seconds", "Seconds per phase of one step", ["phase"],
-                                      buckets=STEP_BUCKETS, registry=r)
         self.quality: dict = {}            # the window's figures that apply to the model (QUALITY names)
         r.register(QualityCollector(self))
         self.window_examples = Gauge("streamtrain_window_examples", "Examples in the sliding window", registry=r)
@@ -112,7 +113,6 @@ class Metrics:
         self._store_counters(r)
         r.register(LiveCounts(self))
         self._state_gauges(r)
-        self._phase_seconds = {phase: self.step_seconds.labels(phase) for phase in PHASES}
         self._automl_metrics(r)
 
     def _store_counters(self, r: CollectorRegistry) -> None:
@@ -141,9 +141,6 @@ class Metrics:
         self.checkpoint_ts = Gauge("streamtrain_checkpoint_last_success_timestamp_seconds",
                                    "Unix time of the last checkpoint written", registry=r)
         self.checkpoint_failures = Counter("streamtrain_checkpoint_failures_total", "Checkpoints that failed", registry=r)
-        self.nonfinite = Counter("streamtrain_nonfinite_batches_total",
-                                 "Batches skipped because their loss or gradient was not finite", registry=r)
-        self.last_batch_ts = Gauge("streamtrain_last_batch_timestamp_seconds", "Unix time of the last step", registry=r)
         self.drift_alarms = Counter("streamtrain_drift_detected_total",
                                     "Drift alarms over the progressive loss, by detector", ["detector"], registry=r)
         self.drift_last = Gauge("streamtrain_drift_last_alarm_timestamp_seconds",
@@ -185,28 +182,16 @@ class Metrics:
 
     def _on_step(self, job, batch, result) -> None:
         self.source, self.job = job.source, job
+        self.steps.step(result, batch.size)        # counts and phase seconds: folded in at a scrape
         if result.applied:
-            self.batches.inc()
-            self.examples.inc(batch.size)
-        self.last_batch_ts.set_to_current_time()
-        phases = self._phase_seconds
-        for phase, seconds in result.seconds.items():
-            if phase in phases:
-                phases[phase].observe(seconds)
-        if not result.applied:
-            self.nonfinite.inc()
-        elif result.losses is not None:           # a loss with progressive figures (any kind)
-            if self.window.tracker is not type(job.trainer.progressive):
-                self.window = Window(self.window.size, type(job.trainer.progressive))
-            self.window.update(batch.labels, result.predictions)
-        if result.applied:
+            if result.losses is not None:          # a loss with progressive figures (any kind)
+                if self.window.tracker is not type(job.trainer.progressive):
+                    self.window = Window(self.window.size, type(job.trainer.progressive))
+                self.window.update(batch.labels, result.predictions)
             self._freshness(job, batch)
         graph = getattr(job, "graph_input", None)
         if graph is not None:
             self.graph_sample_seconds.observe(graph.last_sample_s)
-        self._sync_counters(job)
-        self._sync_drift(getattr(job, "drift", None))
-        self._sync_automl(getattr(getattr(job, "trainer", None), "search", None))
         if time.monotonic() >= self._next_refresh:
             self.refresh(job)
 
@@ -237,6 +222,17 @@ class Metrics:
         delta = self._delta(key, total)
         if delta:
             counter.inc(delta)
+
+    def _sync_job(self) -> None:
+        """The counters kept from the job's own counts (store work, drift alarms, AutoML): synced
+        at each scrape (before they are read) and each refresh, not after every step."""
+        job = self.job
+        if job is None:
+            return
+        with self._sync_lock:
+            self._sync_counters(job)
+            self._sync_drift(getattr(job, "drift", None))
+            self._sync_automl(getattr(getattr(job, "trainer", None), "search", None))
 
     def _sync_counters(self, job) -> None:
         stats = getattr(job.store, "stats", None)
@@ -271,6 +267,8 @@ class Metrics:
     def refresh(self, job) -> None:
         """Recompute the gauges: window figures, table rows, layer states, source lag."""
         self._next_refresh = time.monotonic() + self.refresh_seconds
+        self.steps.fold()
+        self._sync_job()
         figures = self.window.figures()
         self.window_examples.set(figures.count)
         if figures.count:

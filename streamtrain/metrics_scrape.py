@@ -1,12 +1,18 @@
 """The metrics ``Metrics`` exports that are read at scrape time, not set by a step: the sliding
-window's quality gauges (only those of the model's loss kind), the Kafka lag per partition, and
-the failures a job counts while no step runs (bad records, store errors, waiting for the store).
+window's quality gauges (only those of the model's loss kind), the Kafka lag per partition, the
+failures a job counts while no step runs (bad records, store errors, waiting for the store), and
+the figures of every step (examples, batches, seconds per phase), tallied in plain numbers.
 Part of "every metric defined in ``metrics.py``": registered there, on its registry.
 """
 from __future__ import annotations
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+import bisect
+import time
+from collections import deque
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from .lag import source_lag, total_lag  # noqa: F401  (metrics_scrape.source_lag, .total_lag: kept)
 from .readers.malformed import REASONS
@@ -98,3 +104,72 @@ class LiveCounts(Collector):
                                   value=float(getattr(job, "store_failures", 0)))
         yield GaugeMetricFamily("streamtrain_store_waiting", "1 while the job waits for an unreachable store",
                                 value=float(bool(getattr(job, "waiting_for_store", None))))
+
+
+class StepFigures(Collector):
+    """``streamtrain_examples_total``, ``_batches_total``, ``_nonfinite_batches_total``,
+    ``_last_batch_timestamp_seconds`` and the ``streamtrain_step_seconds{phase}`` histogram.
+
+    A step only counts and keeps its ``StepResult.seconds`` (``step``: a few additions and an
+    append, where the Prometheus client's counters, gauge and six histogram observations took a
+    lock and a method call each); the seconds go into the histogram's buckets when folded in
+    (``fold``: at every scrape, before any other collector of the registry is read, and at the
+    metrics' refresh, so the list stays short). Buckets are Prometheus's: a value counts in the
+    first bound at or above it; each phase's sum adds its values in order."""
+
+    STEPS = (("streamtrain_examples", "Examples trained on (not those of skipped batches)", "examples"),
+             ("streamtrain_batches", "Mini-batches trained on (not skipped ones)", "batches"),
+             ("streamtrain_nonfinite_batches", "Batches skipped because their loss or gradient was not finite",
+              "nonfinite"))
+    SECONDS = ("streamtrain_step_seconds", "Seconds per phase of one step")
+    LAST = ("streamtrain_last_batch_timestamp_seconds", "Unix time of the last step")
+
+    def __init__(self, phases, buckets, before_collect=None):
+        self.bounds = [float(b) for b in buckets]
+        self.counts = {p: [0] * (len(self.bounds) + 1) for p in phases}    # last: above every bound
+        self.sums = dict.fromkeys(phases, 0.0)
+        self.examples = self.batches = self.nonfinite = 0
+        self.last = 0.0
+        self.pending: deque = deque()       # StepResult.seconds of the steps not folded in yet
+        self.before_collect = before_collect
+
+    def step(self, result, size: int) -> None:
+        if result.applied:
+            self.batches += 1
+            self.examples += size
+        else:
+            self.nonfinite += 1
+        self.last = time.time()
+        self.pending.append(result.seconds)
+
+    def fold(self) -> None:
+        pending, counts, sums, bounds = self.pending, self.counts, self.sums, self.bounds
+        while pending:                      # (popleft: a step appending meanwhile is not lost)
+            for phase, value in pending.popleft().items():
+                got = counts.get(phase)
+                if got is not None:
+                    got[bisect.bisect_left(bounds, value)] += 1
+                    sums[phase] += value
+
+    def describe(self):
+        return list(self._families())
+
+    def collect(self):
+        if self.before_collect is not None:
+            self.before_collect()
+        self.fold()
+        return self._families()
+
+    def _families(self):
+        for name, doc, attr in self.STEPS:
+            yield CounterMetricFamily(name, doc, value=float(getattr(self, attr)))
+        yield GaugeMetricFamily(*self.LAST, value=self.last)
+        family = HistogramMetricFamily(*self.SECONDS, labels=["phase"])
+        for phase, counts in self.counts.items():
+            total, buckets = 0, []
+            for bound, n in zip(self.bounds, counts):
+                total += n
+                buckets.append((floatToGoString(bound), total))
+            buckets.append(("+Inf", total + counts[-1]))
+            family.add_metric([phase], buckets, sum_value=self.sums[phase])
+        yield family

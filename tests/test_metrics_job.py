@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 import pytest
@@ -117,3 +118,46 @@ def test_json_progress_line_carries_fields(tmp_path, fake_stream, capsys):
     lines = [json.loads(x) for x in capsys.readouterr().err.splitlines()]
     progress = [x for x in lines if "examples_per_s" in x]
     assert progress and progress[-1]["lag"] is not None and progress[-1]["level"] == "INFO"
+
+
+def test_step_figures_expose_what_the_prometheus_client_objects_did():
+    """The steps' tallies, folded in at a scrape, against the client's Counter and Histogram fed
+    step by step: the same samples (the client's ``_created`` series aside), bucket for bucket."""
+    from types import SimpleNamespace
+
+    from prometheus_client import Counter, Histogram
+
+    from streamtrain.metrics import STEP_BUCKETS
+
+    m = Metrics(CollectorRegistry())
+    ref = CollectorRegistry()
+    examples = Counter("streamtrain_examples_total", "e", registry=ref)
+    batches = Counter("streamtrain_batches_total", "b", registry=ref)
+    nonfinite = Counter("streamtrain_nonfinite_batches_total", "n", registry=ref)
+    hist = Histogram("streamtrain_step_seconds", "s", ["phase"], buckets=STEP_BUCKETS, registry=ref)
+    for phase in PHASES:
+        hist.labels(phase)
+    rng = np.random.default_rng(0)
+    values = [*STEP_BUCKETS, 0.0, 20.0, *rng.exponential(0.01, 200)]      # on the bounds, past them
+    for i, value in enumerate(values):
+        applied = i % 7 != 3
+        seconds = {"feed": 1.0, **{p: float(value) * (k + 1) for k, p in enumerate(PHASES)}}
+        m.steps.step(SimpleNamespace(applied=applied, seconds=seconds), 64)
+        if i == 100:
+            m.registry.get_sample_value("streamtrain_batches_total")        # a scrape folds in midway
+        (examples.inc(64), batches.inc()) if applied else nonfinite.inc()
+        for phase in PHASES:
+            hist.labels(phase).observe(seconds[phase])
+
+    def samples(registry):
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in registry.collect() for s in f.samples
+                if f.name in ("streamtrain_examples", "streamtrain_batches", "streamtrain_nonfinite_batches",
+                              "streamtrain_step_seconds") and not s.name.endswith("_created")}
+    got, want = samples(m.registry), samples(ref)
+    assert got == want and len(got) == 3 + len(PHASES) * (len(STEP_BUCKETS) + 3)
+    assert 0 < time.time() - m.registry.get_sample_value("streamtrain_last_batch_timestamp_seconds") < 60
+    m.steps.step(SimpleNamespace(applied=True, seconds={"pull": 0.5}), 64)        # a scrape of one name
+    only = m.registry.restricted_registry(["streamtrain_step_seconds_count", "streamtrain_batches_total"])
+    got = {(s.name, s.labels.get("phase")): s.value for f in only.collect() for s in f.samples}
+    assert got[("streamtrain_batches_total", None)] == want[("streamtrain_batches_total", ())] + 1
+    assert got[("streamtrain_step_seconds_count", "pull")] == len(values) + 1
