@@ -11,7 +11,8 @@ message) into a 4-partition topic. Each run is one child process (``--child``) t
 python, from ``/tmp`` (so the python's own streamtrain is imported, not this tree's). The child
 samples ``/proc/self/task/*/stat`` every 50 ms and names each thread (``threading``'s names:
 ``MainThread`` trains, ``streamtrain-kafka-consumer``, ``kafka-io-*``, the parse worker);
-the parent reads the broker's ``/proc/PID/stat`` before and after each run. Rounds interleave
+the parent reads the broker's ``/proc/PID/stat`` (CPU-s, of which system, and minor page faults) before
+and after each run. Rounds interleave
 variants (A B A B ...); the medians per variant and lines-per-message are printed, and every
 run as a JSON line on stderr. ``--file`` adds the file reader on the same lines as a variant.
 """
@@ -32,11 +33,23 @@ TICK = os.sysconf("SC_CLK_TCK")
 GROUPS = {"MainThread": "train", "streamtrain-kafka-consumer": "consumer"}
 
 
-def _cpu(stat_path: str) -> float:
+def _fields(stat_path: str) -> list[str]:
     with open(stat_path) as f:
         stat = f.read()
-    fields = stat[stat.rindex(")") + 2:].split()
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def _cpu(stat_path: str) -> float:
+    fields = _fields(stat_path)
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def _broker(pid) -> tuple[float, float, int]:
+    """The broker's (user CPU-s, system CPU-s, minor page faults) so far (zeros without one)."""
+    if not pid:
+        return 0.0, 0.0, 0
+    fields = _fields(f"/proc/{pid}/stat")
+    return int(fields[11]) / TICK, int(fields[12]) / TICK, int(fields[7])
 
 
 def _group(name: str) -> str:
@@ -118,13 +131,14 @@ def child(args) -> None:
 def run_one(python, broker_pid, bootstrap, topic, group, consumer, args) -> dict:
     cmd = [python, str(Path(__file__).resolve()), "--child", "--bootstrap", bootstrap, "--topic", topic,
            "--group", group, "--consumer", consumer, "--model", str(ROOT / args.model)]
-    b0 = _cpu(f"/proc/{broker_pid}/stat") if broker_pid else 0.0
+    b0 = _broker(broker_pid)
     out = subprocess.run(cmd, cwd="/tmp", capture_output=True, text=True)
-    b1 = _cpu(f"/proc/{broker_pid}/stat") if broker_pid else 0.0
+    b1 = _broker(broker_pid)
     if out.returncode:
         raise RuntimeError(out.stderr[-3000:])
     fig = json.loads(out.stdout.strip().splitlines()[-1])
-    fig["broker"] = b1 - b0
+    fig["broker_user"], fig["broker_sys"], fig["broker_faults"] = (b - a for a, b in zip(b0, b1, strict=True))
+    fig["broker"] = fig["broker_user"] + fig["broker_sys"]
     return fig
 
 
@@ -200,14 +214,16 @@ def _record(runs, key, fig, records, r, load) -> None:
     per = {g: c * 1e6 / fig["steady"] for g, c in fig["threads"].items()}
     row = {"variant": key[0], "lpm": key[1], "round": r, "load": round(load, 2), "rate": round(fig["rate"]),
            "auc": fig["auc"], "process": round(fig["process"] * 1e6 / fig["steady"], 3),
-           "broker": round(fig["broker"] * 1e6 / records, 3), **{g: round(c, 3) for g, c in per.items()}}
+           "broker": round(fig["broker"] * 1e6 / records, 3), "b_sys": round(fig["broker_sys"] * 1e6 / records, 3),
+           "b_kflt": round(fig["broker_faults"] * 1e3 / records, 1), **{g: round(c, 3) for g, c in per.items()}}
     print(json.dumps(row), file=sys.stderr, flush=True)
     runs.setdefault(key, []).append(row)
 
 
 def _summary(runs, records) -> None:
-    cols = ["rate", "process", "broker", "train", "parse", "consumer", "io", "file"]
-    print(f"# medians per variant; CPU-s per million lines ({records:,} lines a run)")
+    cols = ["rate", "process", "broker", "b_sys", "b_kflt", "train", "parse", "consumer", "io", "file"]
+    print(f"# medians per variant; CPU-s per million lines ({records:,} lines a run); the broker's: "
+          f"CPU-s, of which system (kernel), and its minor page faults in thousands")
     print(f"{'variant':<14}{'lpm':>4}" + "".join(f"{c:>10}" for c in cols))
     for (name, k), rows in runs.items():
         med = [statistics.median(r.get(c, 0.0) for r in rows) for c in cols]
