@@ -79,6 +79,7 @@ class Search:
         self.exhausted_at = 0                          # ``seen`` then
         self.turn = 0                                  # the dimension whose turn it is to move
         self.lease = 0                                 # ``seen`` at which the shadow's lease ends (``_lease``)
+        self.ranked: list = []                         # pairs a cross neighbour adds first (pairrank.py)
 
     # ---- births ------------------------------------------------------------------------------
     def begin(self, config: dict, fields) -> list[dict]:
@@ -140,7 +141,7 @@ class Search:
                 continue            # the shadow counts: at most ``live`` are held
             state = (self.turn, self.rng.bit_generator.state)
             assign, self.turn = self.space.propose(champ["assign"], self.fields, self.rng,
-                                                   self.avoid() | live, self.turn, live)
+                                                   self.avoid() | live, self.turn, live, self.ranked)
             due = self._shadow_turn()
             if due and assign is not None and self.space.cold(assign, champ["assign"]) and not self.shadow_yielded:
                 self.shadow_yielded, due = True, False      # a new term first, once
@@ -366,7 +367,8 @@ class Search:
                 "fields": self.fields, "promotions": self.promotions, "retired": self.retired,
                 "version": self.version, "exhausted": self.exhausted, "exhausted_at": self.exhausted_at,
                 "seen": self.seen, "retired_at": self.retired_at, "turn": self.turn, "rng": self.rng.bit_generator.state,
-                "shadow_slot": self.shadow_slot, "shadow_due": self.shadow_due, "shadow_yielded": self.shadow_yielded, "lease": self.lease}
+                "shadow_slot": self.shadow_slot, "shadow_due": self.shadow_due, "shadow_yielded": self.shadow_yielded, "lease": self.lease,
+                "ranked": self.ranked}
 
     def load_json(self, doc: dict) -> None:
         if len(doc["slots"]) != self.live:
@@ -385,11 +387,9 @@ class Search:
         self.exhausted = doc.get("exhausted", -1)
         self.exhausted_at, self.seen = doc.get("exhausted_at", 0), doc.get("seen", 0)
         self.retired_at = dict(doc.get("retired_at", {}))     # saved before retirements expired: none
-        self.turn = doc.get("turn", 0)
-        self.shadow_slot = doc.get("shadow_slot")
-        self.shadow_due = doc.get("shadow_due", False)
-        self.shadow_yielded = doc.get("shadow_yielded", True)
-        self.lease = doc.get("lease", 0)
+        self.turn, self.ranked = doc.get("turn", 0), list(doc.get("ranked", []))
+        self.shadow_slot, self.shadow_due = doc.get("shadow_slot"), doc.get("shadow_due", False)
+        self.shadow_yielded, self.lease = doc.get("shadow_yielded", True), doc.get("lease", 0)
         self.rng.bit_generator.state = doc["rng"]
 
 
