@@ -9,11 +9,12 @@ and per field (the cell of its value), with ``np.bincount``, over a tumbling win
 ``window`` examples. At the window's end each pair is scored by how much of the residual its
 cells explain beyond either field alone:
 
-    score(a, b) = sum over cells of S^2 / (n + shrink)  -  max(the same over a's cells, over b's)
+    score(a, b) = sum over cells of (S^2 - n v) / (n + shrink)  -  max(the same over a's cells, over b's)
 
-(``S`` the residuals' sum and ``n`` the examples of a cell; the ``shrink`` prior keeps a cell
-seen once from counting its own noise): what a cross of a and b could learn that the champion,
-which has a and b, has not. The pairs of positive score, best first (at most ``TOP``), are the
+(``S`` the residuals' sum and ``n`` the examples of a cell, ``v`` the window's mean squared
+residual: ``n v`` is what S^2 is without any signal, so a pair of many thinly seen cells is not
+credited with its own noise; the ``shrink`` prior damps thin cells): what a cross of a and b
+could learn that the champion, which has a and b, has not. The pairs of positive score, best first (at most ``TOP``), are the
 search's ``ranked`` (``Search.ranked``: shared state, checkpointed), the order in which
 ``Space.propose`` adds pairs; the tables start again for the next window (the champion's
 residual then, a pair it crossed meanwhile explaining no more). The tables are local to a
@@ -55,6 +56,16 @@ def in_rank(dim, value, options: list, ranked, rng: np.random.Generator) -> tupl
     return options, range(len(options))
 
 
+def unsettled(ranked: list, space, before: dict, after: dict) -> list:
+    """``ranked`` once a champion of the assignment ``before`` gives way to one of ``after``:
+    without the pairs that share a field with one it newly crosses (a column implying a crossed
+    one, as a site's domain its category, explains what the new cross explains now): they wait
+    for the next window, on the new champion's residuals."""
+    names = [d.name for d in space.dims if d.cross is not None]
+    new = {f for n in names for p in after[n] if p not in before[n] for f in p}
+    return [p for p in ranked if not new & set(p)]
+
+
 class PairRank:
     def __init__(self, fields, cells: int = 4096, window: int = 16384, shrink: float = 20.0):
         if cells & (cells - 1):
@@ -68,6 +79,7 @@ class PairRank:
         self.s = np.zeros(self.rows * self.cells)                 # residuals' sum per cell
         self.n = np.zeros(self.rows * self.cells, np.int64)       # examples per cell
         self.count = 0                                            # examples in the window so far
+        self.q = 0.0                                              # their residuals' sum of squares
 
     def _cells(self, batch) -> np.ndarray:
         """The flat cell of every example in every table: [rows x B]."""
@@ -87,17 +99,17 @@ class PairRank:
         self.s += np.bincount(cells, np.tile(r, self.rows), minlength=size)
         self.n += np.bincount(cells, minlength=size)
         self.count += batch.size
+        self.q += float(r @ r)
         if self.count < self.window:
             return None
         ranked = self.ranked()
-        self.s[:] = 0.0
-        self.n[:] = 0
-        self.count = 0
+        self.load(None, None)
         return ranked
 
     def scores(self) -> np.ndarray:
         """Every pair's score (``combinations(fields, 2)``'s order) on the window so far."""
-        explained = (self.s * self.s / (self.n + self.shrink)).reshape(self.rows, self.cells).sum(axis=1)
+        v = self.q / max(self.count, 1)         # a cell's S^2 is n v in expectation with no signal
+        explained = ((self.s * self.s - self.n * v) / (self.n + self.shrink)).reshape(self.rows, self.cells).sum(axis=1)
         pairs, single = explained[:len(self.a)], explained[len(self.a):]
         return pairs - np.maximum(single[self.a], single[self.b])
 
@@ -109,7 +121,7 @@ class PairRank:
 
     # ---- checkpoints -------------------------------------------------------------------------
     def describe(self) -> dict:
-        return {"fields": self.fields, "cells": self.cells, "window": self.window, "count": self.count}
+        return {"fields": self.fields, "cells": self.cells, "window": self.window, "count": self.count, "q": self.q}
 
     def arrays(self) -> dict:
         """The tables' non-empty cells."""
@@ -120,9 +132,9 @@ class PairRank:
         """The tables of a checkpoint; empty (a new window) when it has none or of another shape."""
         self.s[:] = 0.0
         self.n[:] = 0
-        self.count = 0
-        if not layout or arrays is None or layout != {**self.describe(), "count": layout.get("count")}:
+        self.count, self.q = 0, 0.0
+        if not layout or arrays is None or layout != {**self.describe(), "count": layout.get("count"), "q": layout.get("q")}:
             return
         at = arrays["at"]
         self.s[at], self.n[at] = arrays["s"], arrays["n"]
-        self.count = int(layout["count"])
+        self.count, self.q = int(layout["count"]), float(layout["q"])

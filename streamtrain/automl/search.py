@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from .bounds import verdict
+from .pairrank import unsettled
 from .space import Space, key
 
 REASONS = ("worse", "no_gain", "patience", "nonfinite")
@@ -75,8 +76,7 @@ class Search:
         self.promotions = 0
         self.retired = dict.fromkeys(REASONS, 0)
         self.version = 0                               # bumped at every change of the slots
-        self.exhausted = -1                            # a champion's epoch whose neighbours were all tried
-        self.exhausted_at = 0                          # ``seen`` then
+        self.exhausted, self.exhausted_at = -1, 0      # a champion's epoch whose neighbours were all tried, ``seen`` then
         self.turn = 0                                  # the dimension whose turn it is to move
         self.lease = 0                                 # ``seen`` at which the shadow's lease ends (``_lease``)
         self.ranked: list = []                         # pairs a cross neighbour adds first (pairrank.py)
@@ -274,6 +274,7 @@ class Search:
             self.slots[best]["led"] = True
             self.promotions += 1
             self.version += 1
+            self.ranked = unsettled(self.ranked, self.space, self.slots[h]["assign"], self.slots[best]["assign"])
             events.append({"event": "promoted", "slot": best, "from": h, "epoch": self.slots[best]["epoch"],
                            "assign": self.slots[best]["assign"], "mean_difference": float(best_mean)})
         events += self._lease()
