@@ -26,6 +26,7 @@ import numpy as np
 
 ARRAYS = "automl_pairrank"      # the checkpoint's arrays file
 TOP = 64                        # pairs ranked at most (the search's state stays small)
+Z = 3.0                         # a pair is ranked only if its score is Z standard deviations above no signal
 _K1, _K2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9)
 
 
@@ -64,6 +65,18 @@ def unsettled(ranked: list, space, before: dict, after: dict) -> list:
     names = [d.name for d in space.dims if d.cross is not None]
     new = {f for n in names for p in after[n] if p not in before[n] for f in p}
     return [p for p in ranked if not new & set(p)]
+
+
+def cross_turn(space) -> int:
+    """The turn (``Space.units``) of the first cross dimension."""
+    return next(u for u, (d, _) in enumerate(space.units()) if space.dims[d].cross is not None)
+
+
+def publish(search, ranked: list | None) -> None:
+    """A new ranking (``PairRank.add``; None: none yet) is the search's (``Search.ranked``); when
+    it ranks a pair, the next proposal is the crosses' turn (``Search.cross_due``)."""
+    if ranked is not None:
+        search.ranked, search.cross_due = ranked, bool(ranked)
 
 
 class PairRank:
@@ -113,11 +126,20 @@ class PairRank:
         pairs, single = explained[:len(self.a)], explained[len(self.a):]
         return pairs - np.maximum(single[self.a], single[self.b])
 
+    def noise(self) -> np.ndarray:
+        """Each pair's score's standard deviation without any signal: a cell's (S^2 - n v) / (n +
+        shrink) then has variance 2 v^2 (n / (n + shrink))^2 (S normal, of variance n v)."""
+        v = self.q / max(self.count, 1)
+        w = (self.n / (self.n + self.shrink)) ** 2
+        return v * np.sqrt(2.0 * w.reshape(self.rows, self.cells)[:len(self.a)].sum(axis=1))
+
     def ranked(self) -> list[list[str]]:
-        """The pairs of positive score, best first (ties: in ``combinations``' order), at most ``TOP``."""
+        """The pairs whose score is more than ``Z`` standard deviations of no signal (``noise``),
+        best first (ties: in ``combinations``' order), at most ``TOP``."""
         score = self.scores()
         order = np.argsort(-score, kind="stable")[:TOP]
-        return [[self.fields[self.a[i]], self.fields[self.b[i]]] for i in order if score[i] > 0]
+        keep = score > Z * self.noise()
+        return [[self.fields[self.a[i]], self.fields[self.b[i]]] for i in order if keep[i]]
 
     # ---- checkpoints -------------------------------------------------------------------------
     def describe(self) -> dict:

@@ -17,6 +17,8 @@ import json
 from streamtrain.errors import StoreError
 from streamtrain.store import redis_keys
 
+from .pairrank import publish
+
 CAS = """
 if (redis.call('GET', KEYS[1]) or '') ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[2])
@@ -78,8 +80,7 @@ class SharedSearch:
         for _ in range(ATTEMPTS):
             rev, doc = self._read()
             search.load_json(doc)
-            if ranked is not None:
-                search.ranked = ranked
+            publish(search, ranked)
             same = {s for s, slot in search.live_slots().items() if epochs.get(s) == slot["epoch"]}
             search.observe({s: v for s, v in good.items() if s in same})
             events = search.decide([s for s in bad if s in same])

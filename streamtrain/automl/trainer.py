@@ -19,7 +19,7 @@ from streamtrain.schema import with_defaults
 from streamtrain.trainer import StepResult
 
 from .candidates import Candidate
-from .pairrank import PairRank, wide_cross
+from .pairrank import PairRank, publish, wide_cross
 from .replay import Replay
 from .search import Search
 from .space import AUTOML, Space, key
@@ -184,8 +184,7 @@ class AutoTrainer:
             epochs = {slot: cand.epoch for slot, cand in self.candidates.items()}
             events = self.shared.step(self.search, good, bad, epochs, ranked)
         else:
-            if ranked is not None:
-                self.search.ranked = ranked
+            publish(self.search, ranked)
             self.search.observe(good)
             events = self.search.decide(bad)
         self.recent.remember(batch)
