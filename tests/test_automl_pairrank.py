@@ -106,6 +106,7 @@ def test_a_search_on_a_wide_stream_crosses_the_planted_pair_once_ranked():
     assert born[0] == (2000, [PLANTED]), born
     assert won == 4000
     assert trainer.search.ranked == []     # crossed: no pair explains the residual beyond noise any more
+    assert trainer.describe()["ranked_pairs"] == []
     # without the ranking (automl.rank 0): no ranking state, a random pair each time, never the planted one
     plain, born, won = trained(wide_config(rank=0), 30)
     assert plain.pairs is None and plain.search.ranked == []

@@ -250,6 +250,7 @@ class AutoTrainer:
             "candidates": [{**c.describe(), "examples": s.slots[i]["examples"], "mean_loss": _num(s.mean_loss(i))}
                            for i, c in sorted(self.candidates.items())],
             "promotions": s.promotions, "retired": dict(s.retired), "born": s.next_epoch,
+            "ranked_pairs": s.ranked,       # what a cross neighbour adds first (pairrank.py)
         }
 
 
