@@ -201,7 +201,8 @@ class AutoTrainer:
         if self.pairs is None or champion is None or not champion.applied:
             return None
         residual = batch.labels - np.asarray(champion.predictions, np.float64).reshape(-1)
-        return self.pairs.add(batch, residual)
+        crosses = {d.name: self.champion.assign[d.name] for d in self.space.dims if d.cross is not None}
+        return self.pairs.add(batch, residual, crosses)
 
     def _report(self, events: list[dict]) -> None:
         self.events = events
