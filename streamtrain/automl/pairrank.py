@@ -14,11 +14,14 @@ cells explain beyond either field alone:
 (``S`` the residuals' sum and ``n`` the examples of a cell, ``v`` the window's mean squared
 residual: ``n v`` is what S^2 is without any signal, so a pair of many thinly seen cells is not
 credited with its own noise; the ``shrink`` prior damps thin cells): what a cross of a and b
-could learn that the champion, which has a and b, has not. The pairs of positive score, best first (at most ``TOP``), are the
-search's ``ranked`` (``Search.ranked``: shared state, checkpointed), the order in which
-``Space.propose`` adds pairs; the tables start again for the next window (the champion's
-residual then, a pair it crossed meanwhile explaining no more). The tables are local to a
-trainer (its examples); a checkpoint holds their non-empty cells (``arrays``).
+could learn that the champion, which has a and b, has not. The pairs whose score is more than
+``Z`` standard deviations of a no-signal score (``noise``), best first (at most ``TOP``), are
+the search's ``ranked`` (``publish``: shared state, checkpointed), the order in which
+``Space.propose`` adds pairs (``in_rank``), and a new ranking makes the next proposal the
+crosses' turn. The tables start again for the next window, and whenever the champion's crosses
+change (``unsettled``: ranked pairs sharing a field with a newly crossed one wait for it). They
+are local to a trainer (its examples); a checkpoint holds their non-empty cells (``arrays``).
+A stream of at most ``max_fields`` fields has no ranking (``wide_cross``).
 """
 from __future__ import annotations
 
