@@ -96,7 +96,6 @@ class PairRank:
         self.n = np.zeros(self.rows * self.cells, np.int64)       # examples per cell
         self.count = 0                                            # examples in the window so far
         self.q = 0.0                                              # their residuals' sum of squares
-        self.of = None                                            # the crosses of the champion they are of
 
     def _cells(self, batch) -> np.ndarray:
         """The flat cell of every example in every table: [rows x B]."""
@@ -105,15 +104,11 @@ class PairRank:
         keys = (keys ^ (keys >> np.uint64(29))) * _K2
         return ((keys >> self.shift).astype(np.int64) + self.base).ravel()
 
-    def add(self, batch, residual: np.ndarray, of=None) -> list[list[str]] | None:
-        """Add one batch (its ids and the champion's residual per example; ``of``: the champion's
-        crosses: when they change, the window starts again, its residuals are of another model);
-        the ranked pairs when the window is complete (the tables then start again), else None."""
+    def add(self, batch, residual: np.ndarray) -> list[list[str]] | None:
+        """Add one batch (its ids and the champion's residual per example); the ranked pairs
+        when the window is complete (the tables then start again), else None."""
         if any(f not in batch.sparse for f in self.fields):
             return None
-        if of != self.of:
-            self._clear()
-            self.of = of
         r = np.asarray(residual, np.float64).reshape(-1)
         cells = self._cells(batch)
         size = self.rows * self.cells
@@ -124,7 +119,7 @@ class PairRank:
         if self.count < self.window:
             return None
         ranked = self.ranked()
-        self._clear()
+        self.load(None, None)
         return ranked
 
     def scores(self) -> np.ndarray:
@@ -151,8 +146,7 @@ class PairRank:
 
     # ---- checkpoints -------------------------------------------------------------------------
     def describe(self) -> dict:
-        return {"fields": self.fields, "cells": self.cells, "window": self.window, "count": self.count, "q": self.q,
-                "of": self.of}
+        return {"fields": self.fields, "cells": self.cells, "window": self.window, "count": self.count, "q": self.q}
 
     def arrays(self) -> dict:
         """The tables' non-empty cells."""
@@ -161,15 +155,11 @@ class PairRank:
 
     def load(self, layout: dict | None, arrays: dict | None) -> None:
         """The tables of a checkpoint; empty (a new window) when it has none or of another shape."""
-        self._clear()
-        shape = ("fields", "cells", "window")
-        if not layout or arrays is None or any(layout.get(k) != v for k, v in self.describe().items() if k in shape):
-            return
-        at = arrays["at"]
-        self.s[at], self.n[at] = arrays["s"], arrays["n"]
-        self.count, self.q, self.of = int(layout["count"]), float(layout["q"]), layout.get("of")
-
-    def _clear(self) -> None:
         self.s[:] = 0.0
         self.n[:] = 0
         self.count, self.q = 0, 0.0
+        if not layout or arrays is None or layout != {**self.describe(), "count": layout.get("count"), "q": layout.get("q")}:
+            return
+        at = arrays["at"]
+        self.s[at], self.n[at] = arrays["s"], arrays["n"]
+        self.count, self.q = int(layout["count"]), float(layout["q"])

@@ -201,8 +201,7 @@ class AutoTrainer:
         if self.pairs is None or champion is None or not champion.applied:
             return None
         residual = batch.labels - np.asarray(champion.predictions, np.float64).reshape(-1)
-        crosses = {d.name: self.champion.assign[d.name] for d in self.space.dims if d.cross is not None}
-        return self.pairs.add(batch, residual, crosses)
+        return self.pairs.add(batch, residual)
 
     def _report(self, events: list[dict]) -> None:
         self.events = events
