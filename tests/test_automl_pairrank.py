@@ -54,6 +54,7 @@ def test_the_planted_pair_ranks_first_after_one_window():
     score = np.sort(again.scores())[::-1]
     assert score[0] > 300 and score[1] < 5, score[:3]      # 364 against 2.8
     assert (rank.s.nbytes + rank.n.nbytes) == (66 + 12) * 4096 * 16
+    assert PairRank([f"f{i}" for i in range(100)]).cells == 256      # 5,050 tables: fewer cells each (BUDGET)
 
 
 def test_a_wide_cross_neighbour_adds_the_ranked_pair_first_a_narrow_one_ignores_the_ranking():

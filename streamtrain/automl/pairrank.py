@@ -30,6 +30,7 @@ import numpy as np
 ARRAYS = "automl_pairrank"      # the checkpoint's arrays file
 TOP = 64                        # pairs ranked at most (the search's state stays small)
 Z = 3.0                         # a pair is ranked only if its score is Z standard deviations above no signal
+BUDGET = 1 << 21                # cells of all tables at most (32 MB): fewer per pair on a very wide stream
 _K1, _K2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9)
 
 
@@ -87,10 +88,12 @@ class PairRank:
         if cells & (cells - 1):
             raise ValueError(f"cells must be a power of two, got {cells}")
         self.fields = sorted(fields)
-        self.cells, self.window, self.shrink = int(cells), int(window), float(shrink)
-        self.shift = np.uint64(64 - (self.cells.bit_length() - 1))
         self.a, self.b = np.triu_indices(len(self.fields), 1)     # itertools.combinations' order
         self.rows = len(self.a) + len(self.fields)                # every pair's table, then every field's
+        while cells > 64 and self.rows * cells > BUDGET:
+            cells //= 2
+        self.cells, self.window, self.shrink = int(cells), int(window), float(shrink)
+        self.shift = np.uint64(64 - (self.cells.bit_length() - 1))
         self.base = (np.arange(self.rows, dtype=np.int64) * self.cells)[:, None]
         self.s = np.zeros(self.rows * self.cells)                 # residuals' sum per cell
         self.n = np.zeros(self.rows * self.cells, np.int64)       # examples per cell
