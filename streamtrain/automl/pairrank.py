@@ -71,6 +71,17 @@ def unsettled(ranked: list, space, before: dict, after: dict) -> list:
     return [p for p in ranked if not new & set(p)]
 
 
+def promoted(search, before: dict, after: dict) -> None:
+    """A champion of ``after`` promoted over one of ``before``: the ranked pairs left
+    (``unsettled``); when it crosses a new pair and a pair is left, the next proposal is the
+    crosses' turn (the next ranked pair is tried on the new champion)."""
+    left = unsettled(search.ranked, search.space, before, after)
+    names = [d.name for d in search.space.dims if d.cross is not None]
+    if left and any(p not in before[n] for n in names for p in after[n]):
+        search.cross_due = True
+    search.ranked = left
+
+
 def cross_turn(space) -> int:
     """The turn (``Space.units``) of the first cross dimension."""
     return next(u for u, (d, _) in enumerate(space.units()) if space.dims[d].cross is not None)

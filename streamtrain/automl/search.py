@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from .bounds import verdict
-from .pairrank import cross_turn, unsettled
+from .pairrank import cross_turn, promoted
 from .space import Space, key
 
 REASONS = ("worse", "no_gain", "patience", "nonfinite")
@@ -275,7 +275,7 @@ class Search:
             self.slots[best]["led"] = True
             self.promotions += 1
             self.version += 1
-            self.ranked = unsettled(self.ranked, self.space, self.slots[h]["assign"], self.slots[best]["assign"])
+            promoted(self, self.slots[h]["assign"], self.slots[best]["assign"])
             events.append({"event": "promoted", "slot": best, "from": h, "epoch": self.slots[best]["epoch"],
                            "assign": self.slots[best]["assign"], "mean_difference": float(best_mean)})
         events += self._lease()
