@@ -18,8 +18,9 @@ could learn that the champion, which has a and b, has not. The pairs whose score
 ``Z`` standard deviations of a no-signal score (``noise``), best first (at most ``TOP``), are
 the search's ``ranked`` (``publish``: shared state, checkpointed), the order in which
 ``Space.propose`` adds pairs (``in_rank``), and a new ranking makes the next proposal the
-crosses' turn. The tables start again for the next window (``unsettled``: at a promotion, the
-ranked pairs sharing a field with a newly crossed one wait for it). They are local to a trainer
+crosses' turn. The tables start again for the next window (``promoted``: at a promotion, the
+ranked pairs sharing a field with a newly crossed one wait for it, and the crosses' turn comes
+again if any pair is left). They are local to a trainer
 (its examples); a checkpoint holds their non-empty cells (``arrays``). A stream of at most
 ``max_fields`` fields has no ranking (``wide_cross``).
 """
