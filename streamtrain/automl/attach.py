@@ -6,13 +6,15 @@
   champion's and the served candidate's assignments, every live candidate);
 * checkpoints hold every live candidate's parameters (they share the job's store), in
   ``meta.json``'s ``automl`` the search state and, in ``automl_replay.npz``, the replay buffer
-  (``replay.py``), so a restore resumes the same search;
+  (``replay.py``) and, in ``automl_pairrank.npz``, the pair ranking's tables (``pairrank.py``),
+  so a restore resumes the same search;
 * the drift monitor reads the step's losses: the served candidate's;
 * a promotion is logged as one event line (``automl: slot N promoted``) and counted
   (``streamtrain_automl_promotions_total``, metrics.py).
 """
 from __future__ import annotations
 
+from . import pairrank
 from .replay import ARRAYS
 from .trainer import AutoTrainer
 
@@ -47,18 +49,26 @@ def extra(job) -> dict:
     trainer = job.trainer
     if not hasattr(trainer, "search"):
         return {}
-    return {"automl": trainer.search.to_json(), ARRAYS: trainer.recent.describe()}
+    ranks = {pairrank.ARRAYS: trainer.pairs.describe()} if trainer.pairs is not None else {}
+    return {"automl": trainer.search.to_json(), ARRAYS: trainer.recent.describe(), **ranks}
 
 
 def arrays(job) -> dict:
-    """The checkpoint's arrays files of the search: the replay buffer's (nothing without one)."""
-    return {ARRAYS: job.trainer.recent.arrays()} if hasattr(job.trainer, "search") else {}
+    """The checkpoint's arrays files of the search: the replay buffer's and the pair ranking's
+    tables (nothing without one)."""
+    trainer = job.trainer
+    if not hasattr(trainer, "search"):
+        return {}
+    return {ARRAYS: trainer.recent.arrays(), **({pairrank.ARRAYS: trainer.pairs.arrays()} if trainer.pairs else {})}
 
 
 def restore(job, meta: dict) -> None:
-    """The replay buffer of a checkpoint (``checkpoint.read``'s meta; empty if it has none)."""
+    """The replay buffer and the pair ranking's tables of a checkpoint (``checkpoint.read``'s
+    meta; empty if it has none)."""
     if hasattr(job.trainer, "search"):
         job.trainer.recent.load(meta.get(ARRAYS), meta["arrays"].get(ARRAYS))
+        if job.trainer.pairs is not None:
+            job.trainer.pairs.load(meta.get(pairrank.ARRAYS), meta["arrays"].get(pairrank.ARRAYS))
 
 
 def describe(job) -> dict | None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from .bounds import verdict
+from .pairrank import cross_turn, promoted
 from .space import Space, key
 
 REASONS = ("worse", "no_gain", "patience", "nonfinite")
@@ -72,13 +73,13 @@ class Search:
         self.seen = 0                                  # examples of the stream observed
         self.retired_at: dict[str, int] = {}           # a former champion's key → ``seen`` at its last retirement
         self.fields: list[str] = []                    # the stream's categorical fields (crosses)
-        self.promotions = 0
-        self.retired = dict.fromkeys(REASONS, 0)
+        self.promotions, self.retired = 0, dict.fromkeys(REASONS, 0)
         self.version = 0                               # bumped at every change of the slots
-        self.exhausted = -1                            # a champion's epoch whose neighbours were all tried
-        self.exhausted_at = 0                          # ``seen`` then
+        self.exhausted, self.exhausted_at = -1, 0      # a champion's epoch whose neighbours were all tried, ``seen`` then
         self.turn = 0                                  # the dimension whose turn it is to move
         self.lease = 0                                 # ``seen`` at which the shadow's lease ends (``_lease``)
+        self.ranked: list = []                         # pairs a cross neighbour adds first (pairrank.py)
+        self.cross_due = False                         # a new ranking: the next proposal is the crosses' turn
 
     # ---- births ------------------------------------------------------------------------------
     def begin(self, config: dict, fields) -> list[dict]:
@@ -138,14 +139,15 @@ class Search:
         for i, slot in enumerate(self.slots):
             if slot is not None or held >= self.live:
                 continue            # the shadow counts: at most ``live`` are held
-            state = (self.turn, self.rng.bit_generator.state)
-            assign, self.turn = self.space.propose(champ["assign"], self.fields, self.rng,
-                                                   self.avoid() | live, self.turn, live)
+            state = (self.turn, self.cross_due, self.rng.bit_generator.state)
+            turn = cross_turn(self.space) if self.cross_due else self.turn     # the rotation goes on after it
+            assign, turn = self.space.propose(champ["assign"], self.fields, self.rng, self.avoid() | live, turn, live, self.ranked)
+            self.turn, self.cross_due = self.turn if self.cross_due else turn, False
             due = self._shadow_turn()
             if due and assign is not None and self.space.cold(assign, champ["assign"]) and not self.shadow_yielded:
                 self.shadow_yielded, due = True, False      # a new term first, once
             if due:     # the neighbour the shadow displaces is proposed again at the next free slot
-                self.turn, self.rng.bit_generator.state = state
+                self.turn, self.cross_due, self.rng.bit_generator.state = state
                 events.append(self._shadow(i, champ["assign"]))
                 assign = self.slots[i]["assign"]
             elif assign is None:            # every neighbour tried: slots wait for a new champion
@@ -273,6 +275,7 @@ class Search:
             self.slots[best]["led"] = True
             self.promotions += 1
             self.version += 1
+            promoted(self, self.slots[h]["assign"], self.slots[best]["assign"])
             events.append({"event": "promoted", "slot": best, "from": h, "epoch": self.slots[best]["epoch"],
                            "assign": self.slots[best]["assign"], "mean_difference": float(best_mean)})
         events += self._lease()
@@ -333,8 +336,7 @@ class Search:
         if reason != "nonfinite" and (slot.get("led") or k in self.retired_at):     # a former champion
             self.retired_at = {t: at for t, at in self.retired_at.items() if t != k and t in self.tried}
             self.retired_at[k] = self.seen
-        events = [{"event": "retired", "slot": i, "epoch": slot["epoch"], "reason": reason,
-                   "assign": slot["assign"]}]
+        events = [{"event": "retired", "slot": i, "epoch": slot["epoch"], "reason": reason, "assign": slot["assign"]}]
         if i == self.champion:
             events += self._succeed(i, slot)
         return events
@@ -366,7 +368,8 @@ class Search:
                 "fields": self.fields, "promotions": self.promotions, "retired": self.retired,
                 "version": self.version, "exhausted": self.exhausted, "exhausted_at": self.exhausted_at,
                 "seen": self.seen, "retired_at": self.retired_at, "turn": self.turn, "rng": self.rng.bit_generator.state,
-                "shadow_slot": self.shadow_slot, "shadow_due": self.shadow_due, "shadow_yielded": self.shadow_yielded, "lease": self.lease}
+                "shadow_slot": self.shadow_slot, "shadow_due": self.shadow_due, "shadow_yielded": self.shadow_yielded, "lease": self.lease,
+                "ranked": self.ranked, "cross_due": self.cross_due}
 
     def load_json(self, doc: dict) -> None:
         if len(doc["slots"]) != self.live:
@@ -385,11 +388,9 @@ class Search:
         self.exhausted = doc.get("exhausted", -1)
         self.exhausted_at, self.seen = doc.get("exhausted_at", 0), doc.get("seen", 0)
         self.retired_at = dict(doc.get("retired_at", {}))     # saved before retirements expired: none
-        self.turn = doc.get("turn", 0)
-        self.shadow_slot = doc.get("shadow_slot")
-        self.shadow_due = doc.get("shadow_due", False)
-        self.shadow_yielded = doc.get("shadow_yielded", True)
-        self.lease = doc.get("lease", 0)
+        self.turn, self.ranked, self.cross_due = doc.get("turn", 0), list(doc.get("ranked", [])), doc.get("cross_due", False)
+        self.shadow_slot, self.shadow_due = doc.get("shadow_slot"), doc.get("shadow_due", False)
+        self.shadow_yielded, self.lease = doc.get("shadow_yielded", True), doc.get("lease", 0)
         self.rng.bit_generator.state = doc["rng"]
 
 

@@ -17,6 +17,8 @@ import json
 from streamtrain.errors import StoreError
 from streamtrain.store import redis_keys
 
+from .pairrank import publish
+
 CAS = """
 if (redis.call('GET', KEYS[1]) or '') ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[2])
@@ -70,12 +72,15 @@ class SharedSearch:
         if doc is not None:
             search.load_json(doc)
 
-    def step(self, search, good: dict, bad: list, epochs: dict) -> list[dict]:
+    def step(self, search, good: dict, bad: list, epochs: dict, ranked=None) -> list[dict]:
         """Add this trainer's batch (losses of the live candidates, slot → [B]; ``epochs``: the
-        epoch each slot had when it trained) to the shared state and decide."""
+        epoch each slot had when it trained) to the shared state and decide. ``ranked``: the
+        pairs this trainer's ranking (``pairrank.py``, on its own examples) just put first: the
+        shared state's from now on, so every proposal is made from the state all trainers read."""
         for _ in range(ATTEMPTS):
             rev, doc = self._read()
             search.load_json(doc)
+            publish(search, ranked)
             same = {s for s, slot in search.live_slots().items() if epochs.get(s) == slot["epoch"]}
             search.observe({s: v for s, v in good.items() if s in same})
             events = search.decide([s for s in bad if s in same])

@@ -34,6 +34,7 @@ import numpy as np
 
 from streamtrain.errors import ConfigError
 from streamtrain.paths import set_path
+from streamtrain.automl.pairrank import in_rank, wide_cross
 from streamtrain.schema import NUMBER, REQUIRED, Option, check_options, join, non_negative, positive, probability
 
 
@@ -123,6 +124,10 @@ AUTOML = {
     "explore": Option(0.25, NUMBER, check=probability,
                       doc="chance that a proposal moves two dimensions instead of one"),
     "seed": Option(0, (int,), check=non_negative, doc="the proposals' random seed"),
+    "rank": Option(16384, (int,), check=non_negative,
+                   doc="examples per window over which the champion's residuals rank the pairs a cross "
+                       "neighbour adds, best first, on a stream of more fields than its layer's max_fields "
+                       "(pairrank.py; 0: pairs at random)"),
     "serve": Option("leader", (str,), choices=("leader", "champion"),
                     doc="what answers: the candidate of the lowest progressive loss now (leader) or the champion"),
     "space": Option(None, (list,), nested=_space_problems, doc="the dimensions searched (see the AutoML page)"),
@@ -338,14 +343,16 @@ class Space:
         return True
 
     def propose(self, assign: dict, fields: list[str], rng: np.random.Generator, avoid,
-                turn: int = 0, live=frozenset()) -> tuple[dict | None, int]:
+                turn: int = 0, live=frozenset(), ranked=()) -> tuple[dict | None, int]:
         """A neighbour of ``assign`` not in ``avoid`` (keys), and the next turn. Dimensions take
         turns (``turn``: whose it is; each optional term of a set has a turn of its own), so every
         one of them is tried from each champion; the dimension whose turn it is moves one step
         (and, with chance ``explore``, another one at random too). Dimensions that would not
         change the model are passed over, and so is a ``later`` term of a set until the set's other
         terms are decided (``_decided``; ``live``: the live candidates' keys, also in ``avoid``).
-        None when every dimension's neighbours were tried."""
+        None when every dimension's neighbours were tried. ``ranked``: pairs of fields, best
+        first (``pairrank.py``): a cross dimension of a wide stream (``wide_cross``) adds them in
+        that order before any other neighbour."""
         units = self.units()
         n = len(units)
         active = set(self.active(assign))
@@ -361,7 +368,10 @@ class Space:
                 options = dim.neighbours(assign[dim.name], fields)
             else:
                 options = [v for v in dim.neighbours(assign[dim.name], fields) if (member in v) != (member in assign[dim.name])]
-            for i in rng.permutation(len(options)):
+            wide = ranked and member is None and wide_cross(self.config, dim, fields)
+            options, order = in_rank(dim, assign[dim.name], options, ranked, rng) if wide else (
+                options, rng.permutation(len(options)))
+            for i in order:
                 out = dict(assign)
                 out[dim.name] = options[int(i)]
                 others = [j for j in self.active(out) if j != d] if len(self.dims) > 1 else []

@@ -19,6 +19,7 @@ from streamtrain.schema import with_defaults
 from streamtrain.trainer import StepResult
 
 from .candidates import Candidate
+from .pairrank import PairRank, publish, wide_cross
 from .replay import Replay
 from .search import Search
 from .space import AUTOML, Space, key
@@ -54,6 +55,9 @@ class AutoTrainer:
         self.batches = self.examples = self.nonfinite = self.skipped_examples = 0
         self.events: list[dict] = []    # the last step's decisions
         self.recent = Replay(self.section["replay"])    # the last batches (``automl.replay`` examples)
+        fields = sorted(schema.sparse)  # a wide stream's cross neighbours add pairs in the ranking's order
+        wide = self.section["rank"] > 0 and any(wide_cross(config, d, fields) for d in self.space.dims)
+        self.pairs = PairRank(fields, window=self.section["rank"]) if wide else None
         self.on_event = []              # callables(event) (metrics, logs)
         self.ctx = _Status(self)
         self.progressive = None
@@ -175,10 +179,12 @@ class AutoTrainer:
         good = {s: r.losses for s, r in results.items() if r.applied and r.losses is not None}
         bad = [s for s, r in results.items() if not r.applied]
         t1 = time.perf_counter()
+        ranked = self._rank(batch, results.get(self.search.champion))
         if self.shared is not None:
             epochs = {slot: cand.epoch for slot, cand in self.candidates.items()}
-            events = self.shared.step(self.search, good, bad, epochs)
+            events = self.shared.step(self.search, good, bad, epochs, ranked)
         else:
+            publish(self.search, ranked)
             self.search.observe(good)
             events = self.search.decide(bad)
         self.recent.remember(batch)
@@ -188,6 +194,14 @@ class AutoTrainer:
         seconds["candidates"] = t1 - t0
         return StepResult(served.loss, served.predictions, served.applied, reason=served.reason,
                           seconds=seconds, losses=losses)
+
+    def _rank(self, batch, champion) -> list | None:
+        """The champion's residuals into the pair ranking (a wide stream: ``pairrank.py``); the
+        ranked pairs at the end of its window, else None."""
+        if self.pairs is None or champion is None or not champion.applied:
+            return None
+        residual = batch.labels - np.asarray(champion.predictions, np.float64).reshape(-1)
+        return self.pairs.add(batch, residual)
 
     def _report(self, events: list[dict]) -> None:
         self.events = events
@@ -236,6 +250,7 @@ class AutoTrainer:
             "candidates": [{**c.describe(), "examples": s.slots[i]["examples"], "mean_loss": _num(s.mean_loss(i))}
                            for i, c in sorted(self.candidates.items())],
             "promotions": s.promotions, "retired": dict(s.retired), "born": s.next_epoch,
+            "ranked_pairs": s.ranked,       # what a cross neighbour adds first (pairrank.py)
         }
 
 
