@@ -135,21 +135,40 @@ def _parse(arr, words, kinds, slots, order, key_tok, tok_start, tok_len, tok_mas
             c = byte_at(arr, p)
             if kind == CATEGORICAL and c == 34:  # a string: its end eight bytes at a time
                 s = p + 1
-                e = s
-                while True:
-                    w = load_word(arr, e)
-                    high |= w
-                    hit = specials(w)
+                w0 = load_word(arr, s)           # the first two words kept for the hash
+                w1 = np.uint64(0)
+                high |= w0
+                hit = specials(w0)
+                if hit:
+                    e = s + first_byte(hit)
+                else:
+                    w1 = load_word(arr, s + 8)
+                    high |= w1
+                    hit = specials(w1)
                     if hit:
-                        e += first_byte(hit)
-                        break
-                    e += 8
+                        e = s + 8 + first_byte(hit)
+                    else:
+                        e = s + 16
+                        while True:
+                            w = load_word(arr, e)
+                            high |= w
+                            hit = specials(w)
+                            if hit:
+                                e += first_byte(hit)
+                                break
+                            e += 8
                 if byte_at(arr, e) != 34 or e - s > field_length:
                     return False, False, out
                 slot = np.uint64(slots[np.uint64(k)])
                 h = starts[slot, np.uint64(e - s)] if e - s < SHORT else start_state(seeds[slot], e - s)
-                for i in range(s, e, 8):
-                    h = fold_word(h, load_word(arr, i), e - i)
+                if e - s <= 8:                   # (up to two words: no loop, no trip count)
+                    if e > s:
+                        h = fold_word(h, w0, e - s)
+                elif e - s <= 16:
+                    h = fold_word(fold_word(h, w0, 8), w1, e - s - 8)
+                else:
+                    for i in range(s, e, 8):
+                        h = fold_word(h, load_word(arr, i), e - i)
                 ids[slot, np.uint64(row)] = splitmix64_one(h)
                 present[slot, np.uint64(row)] = True
                 p = e + 1
