@@ -103,7 +103,7 @@ class JsonlParser(Parser):
     def _plan(self, keys: list[str]) -> None:
         taken = {self.label_key, *self.numeric, *self.multi, *self.drop}
         self.cat = [k for k in keys if k not in taken]
-        self.plan = JsonPlan(self.label_key, self.numeric, self.cat, self.multi)
+        self.plan = JsonPlan(self.label_key, self.numeric, self.cat, self.multi, skip=sorted(self.drop))
 
     def _infer(self, chunk: Chunk) -> None:
         keys: dict = {}
