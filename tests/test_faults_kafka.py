@@ -89,6 +89,8 @@ def test_kill_9_and_restart_loses_no_committed_update(start_daemon, tmp_path, ka
     first = start_daemon(*kafka_sets(kafka_bootstrap, topic, group, tmp_path / "trace1", redis_url),
                          log_name="first.log")
     wait_for(lambda: sum(map(len, applied(tmp_path / "trace1").values())) >= 8000, 90, "8000 applied rows")
+    wait_for(lambda: any(committed_offsets(kafka_bootstrap, topic, group).values()), 90,
+             "a committed offset")                # a loaded host can delay the first commit past the rows
     first.send_signal(signal.SIGKILL)
     first.wait(10)
     committed = committed_offsets(kafka_bootstrap, topic, group)

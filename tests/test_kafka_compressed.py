@@ -14,6 +14,10 @@ from tests.kafka_helpers import read_to_end
 
 CODECS = {"lz4": (3, "lz4"), "zstd": (4, "zstandard")}
 
+# Both tests end by asserting every offset committed: on a loaded host a 2 s session or a 5 s
+# poll interval can drop the consumer from its group before the closing commit (seen in CI).
+IN_GROUP = {"session_timeout_ms": 10000, "max_poll_interval_ms": 60000}
+
 
 def _batch(compression_type, n=500):
     b = MemoryRecordsBuilder(magic=2, compression_type=compression_type, batch_size=1 << 22, offset=0)
@@ -62,7 +66,7 @@ def test_compressed_topics_train_every_line_once_on_the_fast_path(codec, kafka_b
                         lambda self: (library.append(self.compression_type), real(self)))
     src = KafkaSource({"type": "kafka", "bootstrap": kafka_bootstrap, "topic": topic, "group": group,
                        "format": "criteo", "stop_at_end": True, "max_wait_ms": 50,
-                       "consumer": kafka_test_consumer}, 256)
+                       "consumer": {**kafka_test_consumer, **IN_GROUP}}, 256)
     positives = []
     try:
         read_to_end(src, 3000, each=lambda batch: positives.append(int(batch.labels.sum())))
@@ -90,7 +94,7 @@ def test_produce_cli_compression_writes_lz4_batches(criteo_path, kafka_bootstrap
     monkeypatch.setitem(codecs.DECOMPRESS, codecs.LZ4, lambda view: seen.append(len(view)) or codecs._lz4(view))
     src = KafkaSource({"type": "kafka", "bootstrap": kafka_bootstrap, "topic": topic, "group": group,
                        "format": "criteo", "stop_at_end": True, "max_wait_ms": 50,
-                       "consumer": kafka_test_consumer}, 256)
+                       "consumer": {**kafka_test_consumer, **IN_GROUP}}, 256)
     try:
         read_to_end(src, 2000)
     finally:
