@@ -16,8 +16,8 @@ import numpy as np
 
 from streamtrain.compiled import njit
 
-from .chunk import below_or_equal, first_byte, load_word, utf8, views
-from .csv_kernel import SHORT, _count_lines, _high
+from .chunk import below_or_equal, copied, first_byte, lines_and_high, load_word, utf8, views
+from .csv_kernel import SHORT, _high
 from .ids import fold_word, splitmix64_one, start_state
 from .tokens import number_token
 
@@ -26,18 +26,22 @@ _COLONS = np.uint64(0x3a3a3a3a3a3a3a3a)
 
 
 @njit(nogil=True)
-def _parse(arr, words, seed, field_length, n):
+def _parse(arr, words, seed, field_length, n, high):
     """One pass over the bytes; each token's ``:`` is noted as the scan meets it. Everything
-    per token is written out here, not in a helper (see ``csv_kernel._parse``)."""
+    per token is written out here, not in a helper (see ``csv_kernel._parse``). ``n`` / ``high``
+    < 0: not known yet (counted here)."""
+    seen = high > 0
     if n < 0:
-        n = _count_lines(arr)
+        n, seen = lines_and_high(arr)
+    elif high < 0:
+        seen = _high(arr)
+    high = seen
     cap = len(arr) // 4 + 1                      # a feature takes 4 bytes at least ("i:v ")
     labels = np.zeros(n, np.float64)
     offsets = np.zeros(n + 1, np.int64)
     ids = np.empty(cap, np.uint64)
     vals = np.empty(cap, np.float32)              # numpy's float64 → float32 rounding
     k = 0
-    high = _high(arr)
     states = np.empty(SHORT, np.uint64)         # the fold's start by index length
     for j in range(SHORT):
         states[j] = start_state(seed, j)
@@ -103,11 +107,12 @@ def parse_clean(buf, seed, field_length: int, start: int = 0, end: int | None = 
                 lines: int = -1):
     """(labels f64[R], offsets i64[R + 1], ids u64[K], values f32[K]) of a chunk of whole
     ``\\n``-ended lines ``buf[start:end]``, or None when some line needs the vectorised path."""
+    buf, start, end, lines, high = copied(buf, start, end, lines)
     chunk = views(buf, start, end)
     if chunk is None:
         return None
     buf, start, end, arr, words = chunk
-    ok, high, labels, offsets, ids, vals = _parse(arr, words, np.uint64(seed), field_length, lines)
+    ok, high, labels, offsets, ids, vals = _parse(arr, words, np.uint64(seed), field_length, lines, high)
     if not ok or (high and not utf8(buf, start, end)):
         return None
     return labels, offsets, ids, vals
