@@ -80,3 +80,20 @@ def test_the_word_scan_finds_every_stop_at_every_offset(at):
     assert m.total == 0 and fast.labels.tolist() == [1] * len(idx) + [0]
     assert fast.sparse["features"].offsets.tolist() == [*range(0, 2 * len(idx) + 1, 2), 2 * len(idx) + 1]
     _both(("\n".join([lines[0], f"1 {'k' * at}:1:2"]) + "\n").encode(), fast_path=False)
+
+
+@pytest.mark.parametrize("lines", [-1, 5])
+def test_a_region_with_any_bytes_around_it_lines_counted_or_given(lines):
+    """``chunk.copied``: a region with fewer than 8 bytes after it is copied, counted and checked
+    for high bytes in one pass, any other read in place (counted and checked there); a high byte
+    after the region does not count, a non-UTF-8 one inside sends it the vectorised way."""
+    good = b"\n".join(GOOD[:4] + ["1 \u00e9:1".encode()]) + b"\n"
+    bad = good.replace(b"d:-0", b"\xff:-0")
+    alone = make_parser("libsvm", {}).parse_chunk(Chunk(good))
+    p = make_parser("libsvm", {})
+    for before in range(9):
+        for after in range(18):
+            around = b"\xff" * before, (b"\xff\n" * after)[:after]
+            got = p.parse_compiled(around[0] + good + around[1], before, before + len(good), lines)
+            assert_batches_equal(got, alone)
+            assert p.parse_compiled(around[0] + bad + around[1], before, before + len(bad), lines) is None
