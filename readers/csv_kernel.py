@@ -58,16 +58,14 @@ def _mv_capacity(arr, mv_sep, n):
 
 
 @njit(nogil=True)
-def _parse(arr, words, delim, kinds, slots, n_num, seeds, states, mv_sep, mv_seeds, field_length, n, high):
+def _parse(arr, words, delim, kinds, slots, n_num, seeds, states, mv_sep, mv_seeds, field_length, n):
     """Everything per field is written out here, not in a helper: a compiled call per field
-    that takes the output arrays costs more than the field's parse. ``n`` / ``high`` < 0: not
-    known yet (counted here)."""
-    seen = high > 0
+    that takes the output arrays costs more than the field's parse. ``n`` < 0: not
+    known yet (counted here, with the high-byte check)."""
     if n < 0:
-        n, seen = lines_and_high(arr)
-    elif high < 0:
-        seen = _high(arr)
-    high = seen
+        n, high = lines_and_high(arr)
+    else:
+        high = _high(arr)
     n_fields = len(kinds)
     labels = np.zeros(n, np.float64)
     dense = np.zeros((n, n_num), np.float64)
@@ -163,13 +161,13 @@ def parse_clean(buf, plan: CsvPlan, field_length: int, start: int = 0, end: int 
     """(labels f64[R], numeric f64[R, N], ids u64[C, R], present bool[C, R], [(ids, counts)]
     per multi-valued column) of a chunk of whole ``\\n``-ended lines ``buf[start:end]``, or
     None when some line needs the vectorised path (see the module docstring)."""
-    buf, start, end, lines, high = copied(buf, start, end, lines)
+    buf, start, end, lines = copied(buf, start, end, lines)
     chunk = views(buf, start, end)
     if chunk is None:
         return None
     buf, start, end, arr, words = chunk
     ok, high, out = _parse(arr, words, plan.delim, plan.kinds, plan.slots, plan.n_num, plan.seeds,
-                           plan.states, plan.mv_sep, plan.mv_seeds, field_length, lines, high)
+                           plan.states, plan.mv_sep, plan.mv_seeds, field_length, lines)
     if not ok or (high and not utf8(buf, start, end)):
         return None
     labels, dense, ids, present, mv_ids, mv_row, mv_n = out

@@ -269,7 +269,7 @@ def parse_clean(buf, plan: JsonPlan, field_length: int, start: int = 0, end: int
     """(labels f64[R], numeric f64[R, N], ids u64[C, R], present bool[C, R], [(ids, counts)]
     per multi-valued key) of a chunk of whole ``\\n``-ended lines ``buf[start:end]``, or None
     when some line needs the ``json.loads`` path (see the module docstring)."""
-    buf, start, end, lines, _ = copied(buf, start, end, lines)
+    buf, start, end, lines = copied(buf, start, end, lines)
     chunk = views(buf, start, end)
     if chunk is None:
         return None

@@ -26,16 +26,14 @@ _COLONS = np.uint64(0x3a3a3a3a3a3a3a3a)
 
 
 @njit(nogil=True)
-def _parse(arr, words, seed, field_length, n, high):
+def _parse(arr, words, seed, field_length, n):
     """One pass over the bytes; each token's ``:`` is noted as the scan meets it. Everything
-    per token is written out here, not in a helper (see ``csv_kernel._parse``). ``n`` / ``high``
-    < 0: not known yet (counted here)."""
-    seen = high > 0
+    per token is written out here, not in a helper (see ``csv_kernel._parse``). ``n`` < 0:
+    not known yet (counted here, with the high-byte check)."""
     if n < 0:
-        n, seen = lines_and_high(arr)
-    elif high < 0:
-        seen = _high(arr)
-    high = seen
+        n, high = lines_and_high(arr)
+    else:
+        high = _high(arr)
     cap = len(arr) // 4 + 1                      # a feature takes 4 bytes at least ("i:v ")
     labels = np.zeros(n, np.float64)
     offsets = np.zeros(n + 1, np.int64)
@@ -107,12 +105,12 @@ def parse_clean(buf, seed, field_length: int, start: int = 0, end: int | None = 
                 lines: int = -1):
     """(labels f64[R], offsets i64[R + 1], ids u64[K], values f32[K]) of a chunk of whole
     ``\\n``-ended lines ``buf[start:end]``, or None when some line needs the vectorised path."""
-    buf, start, end, lines, high = copied(buf, start, end, lines)
+    buf, start, end, lines = copied(buf, start, end, lines)
     chunk = views(buf, start, end)
     if chunk is None:
         return None
     buf, start, end, arr, words = chunk
-    ok, high, labels, offsets, ids, vals = _parse(arr, words, np.uint64(seed), field_length, lines, high)
+    ok, high, labels, offsets, ids, vals = _parse(arr, words, np.uint64(seed), field_length, lines)
     if not ok or (high and not utf8(buf, start, end)):
         return None
     return labels, offsets, ids, vals
