@@ -19,7 +19,7 @@ from streamtrain.hashing import splitmix64
 
 from .chunk import _ONES, below_or_equal, copied, first_byte, lines_and_high, load_word, multi_valued, utf8, views
 from .ids import fold_word, hash_token, splitmix64_one, start_state
-from .tokens import number_token
+from .tokens import leading_digits, number_token
 
 LABEL, NUMERIC, CATEGORICAL, MULTI, DROP = 0, 1, 2, 3, 4
 _BELOW_35 = np.uint64(0x2323232323232323)
@@ -108,9 +108,13 @@ def _parse(arr, words, delim, kinds, slots, n_num, seeds, states, mv_sep, mv_see
                     present[slot, row] = length > 0
                 elif kind == NUMERIC or kind == LABEL:
                     if length or kind == LABEL:  # a missing number is 0, a missing label is bad
-                        ok, v = number_token(arr, start, length)
-                        if not ok:
-                            return False, high, out
+                        nd, m = leading_digits(load_word(arr, start))  # up to 7 digits at once
+                        if nd == length and 0 < length < 8:
+                            v = float(m)
+                        else:
+                            ok, v = number_token(arr, start, length)
+                            if not ok:
+                                return False, high, out
                         if kind == LABEL:
                             labels[row] = v
                         else:
