@@ -19,7 +19,7 @@ from streamtrain.compiled import njit
 from .chunk import below_or_equal, copied, first_byte, lines_and_high, load_word, utf8, views
 from .csv_kernel import SHORT, _high
 from .ids import fold_word, splitmix64_one, start_state
-from .tokens import number_token
+from .tokens import leading_digits, number_token
 
 _BELOW_33 = np.uint64(0x2121212121212121)
 _COLONS = np.uint64(0x3a3a3a3a3a3a3a3a)
@@ -74,9 +74,14 @@ def _parse(arr, words, seed, field_length, n):
                     else:                        # idx:val, one ':' after a non-empty idx
                         if colons != 1 or colon <= start:
                             return False, high, labels, offsets, ids[:k], vals[:k]
-                        ok, v = number_token(arr, colon + 1, end - colon - 1)
-                        if not ok:
-                            return False, high, labels, offsets, ids[:k], vals[:k]
+                        n_val = end - colon - 1
+                        nd, m = leading_digits(load_word(arr, colon + 1))   # up to 7 digits at once
+                        if nd == n_val and 0 < n_val < 8:
+                            v = float(m)
+                        else:
+                            ok, v = number_token(arr, colon + 1, n_val)
+                            if not ok:
+                                return False, high, labels, offsets, ids[:k], vals[:k]
                         vals[k] = v
                         n_idx = colon - start     # hash_token's fold, the words read in place
                         x = states[n_idx] if n_idx < SHORT else start_state(seed, n_idx)
