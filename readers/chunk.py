@@ -33,10 +33,22 @@ def views(buf, start: int = 0, end: int | None = None):
 def counted_copy(buf, start: int = 0, end: int | None = None):
     """(a zero-padded copy of ``buf[start:end]`` as uint8, its ``\\n`` count) in one compiled
     pass, for a kernel that must copy a chunk with no bytes after it (``views``) and count its
-    lines too: one pass over the bytes instead of two."""
+    lines too: one pass over the bytes instead of two. (An OR of the bytes for a high-byte check
+    in the same loop stops the compiler vectorising it: twice the time, the cost of a pass.)"""
     end = len(buf) if end is None else end
     padded = np.empty(end - start + 16, np.uint8)
     return padded, _copy_count(np.frombuffer(buf, np.uint8)[start:end], padded)
+
+
+def copied(buf, start: int = 0, end: int | None = None, lines: int = -1):
+    """(buf, start, end, lines) for a kernel: a chunk of whole lines with fewer than 8 bytes
+    after it is copied by ``counted_copy`` (its lines counted unless given); any other is handed
+    back as it is (``views`` reads it in place)."""
+    end = len(buf) if end is None else end
+    if len(buf) - end < 8 and end > start and buf[end - 1] == 10:
+        padded, n = counted_copy(buf, start, end)
+        return padded, 0, end - start, (n if lines < 0 else lines)
+    return buf, start, end, lines
 
 
 @njit(nogil=True)

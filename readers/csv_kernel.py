@@ -15,10 +15,11 @@ from __future__ import annotations
 import numpy as np
 
 from streamtrain.compiled import njit
+from streamtrain.hashing import splitmix64
 
-from .chunk import _ONES, below_or_equal, first_byte, load_word, multi_valued, utf8, views
+from .chunk import _ONES, below_or_equal, copied, first_byte, lines_and_high, load_word, multi_valued, utf8, views
 from .ids import fold_word, hash_token, splitmix64_one, start_state
-from .tokens import number_token
+from .tokens import leading_digits, number_token
 
 LABEL, NUMERIC, CATEGORICAL, MULTI, DROP = 0, 1, 2, 3, 4
 _BELOW_35 = np.uint64(0x2323232323232323)
@@ -57,11 +58,14 @@ def _mv_capacity(arr, mv_sep, n):
 
 
 @njit(nogil=True)
-def _parse(arr, words, delim, kinds, slots, n_num, seeds, mv_sep, mv_seeds, field_length, n):
+def _parse(arr, words, delim, kinds, slots, n_num, seeds, states, mv_sep, mv_seeds, field_length, n):
     """Everything per field is written out here, not in a helper: a compiled call per field
-    that takes the output arrays costs more than the field's parse."""
+    that takes the output arrays costs more than the field's parse. ``n`` < 0: not
+    known yet (counted here, with the high-byte check)."""
     if n < 0:
-        n = _count_lines(arr)
+        n, high = lines_and_high(arr)
+    else:
+        high = _high(arr)
     n_fields = len(kinds)
     labels = np.zeros(n, np.float64)
     dense = np.zeros((n, n_num), np.float64)
@@ -72,13 +76,8 @@ def _parse(arr, words, delim, kinds, slots, n_num, seeds, mv_sep, mv_seeds, fiel
     mv_row = np.empty((len(mv_sep), cap), np.int64)
     mv_n = np.zeros(len(mv_sep), np.int64)
     out = (labels, dense, ids, present, mv_ids, mv_row, mv_n)
-    high = _high(arr)
     last = len(words) - 1
     delims = _ONES * np.uint64(delim)
-    states = np.empty((len(seeds), SHORT), np.uint64)    # each column's fold start by token length
-    for j in range(len(seeds)):
-        for k in range(SHORT):
-            states[j, k] = start_state(seeds[j], k)
     pos = 0
     for row in range(n):
         if pos >= len(arr) or arr[pos] == 10:    # fewer lines than ``n``, or a blank line
@@ -109,9 +108,13 @@ def _parse(arr, words, delim, kinds, slots, n_num, seeds, mv_sep, mv_seeds, fiel
                     present[slot, row] = length > 0
                 elif kind == NUMERIC or kind == LABEL:
                     if length or kind == LABEL:  # a missing number is 0, a missing label is bad
-                        ok, v = number_token(arr, start, length)
-                        if not ok:
-                            return False, high, out
+                        nd, m = leading_digits(load_word(arr, start))  # up to 7 digits at once
+                        if nd == length and 0 < length < 8:
+                            v = float(m)
+                        else:
+                            ok, v = number_token(arr, start, length)
+                            if not ok:
+                                return False, high, out
                         if kind == LABEL:
                             labels[row] = v
                         else:
@@ -151,6 +154,7 @@ class CsvPlan:
         self.kinds[label_idx] = LABEL
         self.n_num = len(num_idx)
         self.seeds = np.asarray(cat_seeds, np.uint64)
+        self.states = splitmix64(self.seeds[:, None] + np.arange(SHORT, dtype=np.uint64)[None, :])  # fold starts
         self.mv_sep = np.array([sep for _, _, sep in mv], np.uint8)
         self.mv_seeds = np.asarray(mv_seeds, np.uint64)
         self.delim = delimiter[0]
@@ -161,12 +165,13 @@ def parse_clean(buf, plan: CsvPlan, field_length: int, start: int = 0, end: int 
     """(labels f64[R], numeric f64[R, N], ids u64[C, R], present bool[C, R], [(ids, counts)]
     per multi-valued column) of a chunk of whole ``\\n``-ended lines ``buf[start:end]``, or
     None when some line needs the vectorised path (see the module docstring)."""
+    buf, start, end, lines = copied(buf, start, end, lines)
     chunk = views(buf, start, end)
     if chunk is None:
         return None
     buf, start, end, arr, words = chunk
     ok, high, out = _parse(arr, words, plan.delim, plan.kinds, plan.slots, plan.n_num, plan.seeds,
-                           plan.mv_sep, plan.mv_seeds, field_length, lines)
+                           plan.states, plan.mv_sep, plan.mv_seeds, field_length, lines)
     if not ok or (high and not utf8(buf, start, end)):
         return None
     labels, dense, ids, present, mv_ids, mv_row, mv_n = out

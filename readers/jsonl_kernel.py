@@ -23,7 +23,7 @@ import numpy as np
 
 from streamtrain.compiled import njit
 
-from .chunk import _HIGH, byte_at, counted_copy, first_byte, load_word, multi_valued, specials, utf8, views
+from .chunk import _HIGH, byte_at, copied, first_byte, load_word, multi_valued, specials, utf8, views
 from .csv_kernel import _count_lines
 from .ids import fold_word, hash_token, splitmix64_one, start_state
 from .jsonl_scan import (AHEAD, CATEGORICAL, LABEL, MULTI, NUMERIC, SHORT, SKIP, JsonPlan, _key_index,
@@ -269,10 +269,7 @@ def parse_clean(buf, plan: JsonPlan, field_length: int, start: int = 0, end: int
     """(labels f64[R], numeric f64[R, N], ids u64[C, R], present bool[C, R], [(ids, counts)]
     per multi-valued key) of a chunk of whole ``\\n``-ended lines ``buf[start:end]``, or None
     when some line needs the ``json.loads`` path (see the module docstring)."""
-    end = len(buf) if end is None else end
-    if lines < 0 and len(buf) - end < 8 and end > start and buf[end - 1] == 10:
-        buf, lines = counted_copy(buf, start, end)       # (else views copies, then counted)
-        start, end = 0, end - start
+    buf, start, end, lines = copied(buf, start, end, lines)
     chunk = views(buf, start, end)
     if chunk is None:
         return None

@@ -16,10 +16,10 @@ import numpy as np
 
 from streamtrain.compiled import njit
 
-from .chunk import below_or_equal, first_byte, load_word, utf8, views
-from .csv_kernel import SHORT, _count_lines, _high
+from .chunk import below_or_equal, copied, first_byte, lines_and_high, load_word, utf8, views
+from .csv_kernel import SHORT, _high
 from .ids import fold_word, splitmix64_one, start_state
-from .tokens import number_token
+from .tokens import leading_digits, number_token
 
 _BELOW_33 = np.uint64(0x2121212121212121)
 _COLONS = np.uint64(0x3a3a3a3a3a3a3a3a)
@@ -28,16 +28,18 @@ _COLONS = np.uint64(0x3a3a3a3a3a3a3a3a)
 @njit(nogil=True)
 def _parse(arr, words, seed, field_length, n):
     """One pass over the bytes; each token's ``:`` is noted as the scan meets it. Everything
-    per token is written out here, not in a helper (see ``csv_kernel._parse``)."""
+    per token is written out here, not in a helper (see ``csv_kernel._parse``). ``n`` < 0:
+    not known yet (counted here, with the high-byte check)."""
     if n < 0:
-        n = _count_lines(arr)
+        n, high = lines_and_high(arr)
+    else:
+        high = _high(arr)
     cap = len(arr) // 4 + 1                      # a feature takes 4 bytes at least ("i:v ")
     labels = np.zeros(n, np.float64)
     offsets = np.zeros(n + 1, np.int64)
     ids = np.empty(cap, np.uint64)
     vals = np.empty(cap, np.float32)              # numpy's float64 → float32 rounding
     k = 0
-    high = _high(arr)
     states = np.empty(SHORT, np.uint64)         # the fold's start by index length
     for j in range(SHORT):
         states[j] = start_state(seed, j)
@@ -72,9 +74,14 @@ def _parse(arr, words, seed, field_length, n):
                     else:                        # idx:val, one ':' after a non-empty idx
                         if colons != 1 or colon <= start:
                             return False, high, labels, offsets, ids[:k], vals[:k]
-                        ok, v = number_token(arr, colon + 1, end - colon - 1)
-                        if not ok:
-                            return False, high, labels, offsets, ids[:k], vals[:k]
+                        n_val = end - colon - 1
+                        nd, m = leading_digits(load_word(arr, colon + 1))   # up to 7 digits at once
+                        if nd == n_val and 0 < n_val < 8:
+                            v = float(m)
+                        else:
+                            ok, v = number_token(arr, colon + 1, n_val)
+                            if not ok:
+                                return False, high, labels, offsets, ids[:k], vals[:k]
                         vals[k] = v
                         n_idx = colon - start     # hash_token's fold, the words read in place
                         x = states[n_idx] if n_idx < SHORT else start_state(seed, n_idx)
@@ -103,6 +110,7 @@ def parse_clean(buf, seed, field_length: int, start: int = 0, end: int | None = 
                 lines: int = -1):
     """(labels f64[R], offsets i64[R + 1], ids u64[K], values f32[K]) of a chunk of whole
     ``\\n``-ended lines ``buf[start:end]``, or None when some line needs the vectorised path."""
+    buf, start, end, lines = copied(buf, start, end, lines)
     chunk = views(buf, start, end)
     if chunk is None:
         return None

@@ -122,3 +122,41 @@ def test_the_word_scan_finds_every_stop_at_every_offset(at, delimiter):
     np.testing.assert_allclose(np.expm1(fast.dense[:, 0]), [*range(len(plain)), 7.0], rtol=1e-6)
     quoted = d.join(["1", "k" * at + '"q"', "3", "c"])
     _both(("\n".join([lines[0], quoted]) + "\n").encode(), opts, header, fast_path=False)
+
+
+@pytest.mark.parametrize("lines", [-1, 3])
+def test_a_region_with_any_bytes_around_it_lines_counted_or_given(lines):
+    """``chunk.copied``: a region with fewer than 8 bytes after it is copied, counted and checked
+    for high bytes in one pass, any other read in place (counted and checked there); a high byte
+    after the region does not count, a non-UTF-8 one inside sends it the vectorised way."""
+    good = "1,u1,3,4,a|b,\u00e9t\u00e9\n0,u2,5,6,c,y\n1,u3,,,,z\n".encode()
+    bad = good.replace(b"z", b"\xff")
+    alone = _parser().parse_chunk(Chunk(good))
+    p = _parser()
+    for before in range(9):
+        for after in range(18):
+            around = b"\xff" * before, b"\xff\n" * after
+            buf = around[0] + good + around[1][:after]
+            got = p.parse_compiled(buf, before, before + len(good), lines)
+            assert_batches_equal(got, alone)
+            buf = around[0] + bad + around[1][:after]
+            assert p.parse_compiled(buf, before, before + len(bad), lines) is None
+
+
+@pytest.mark.parametrize("at", range(8))
+def test_numbers_of_every_length_and_form_at_every_offset(at):
+    """The kernel reads a number of up to 7 digits as one word (``tokens.leading_digits``) and
+    any other through ``number_token``: the same values as the vectorised path for integers of
+    1-15 digits, signed, with leading zeros, decimals; anything else goes the vectorised way."""
+    header = "label,pad,age"
+    opts = {"numeric": ["age"], "numeric_transform": "none"}
+    forms = [d for k in range(1, 16) for d in ("7" * k, "123456789012345"[:k])]
+    forms += ["0", "00", "0007", "-0", "-12", "+5", "3.", ".5", "12.25", "1234567.5"]
+    lines = [f"{i % 2},{'p' * at},{v}" for i, v in enumerate(forms)]
+    fast, m = _both(("\n".join(lines) + "\n").encode(), opts, header)
+    assert m.total == 0
+    np.testing.assert_array_equal(fast.dense[:, 0], np.array([float(v) for v in forms], np.float32))
+    for bad in ("1a", "12x4567", "1-2", "1234567a", "1234567890123456", "-", ""):
+        _both(f"1,{'p' * at},{bad}\n".encode(), opts, header, fast_path=bad == "")
+    for label in ("1", "0", "01", "", "1x"):
+        _both(f"{label},{'p' * at},3\n".encode(), opts, header, fast_path=label in ("1", "0", "01"))

@@ -1,6 +1,7 @@
 """The compiled libsvm pass gives exactly the Batch the vectorised path gives, or steps aside."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from streamtrain.readers import Malformed, make_parser
@@ -80,3 +81,35 @@ def test_the_word_scan_finds_every_stop_at_every_offset(at):
     assert m.total == 0 and fast.labels.tolist() == [1] * len(idx) + [0]
     assert fast.sparse["features"].offsets.tolist() == [*range(0, 2 * len(idx) + 1, 2), 2 * len(idx) + 1]
     _both(("\n".join([lines[0], f"1 {'k' * at}:1:2"]) + "\n").encode(), fast_path=False)
+
+
+@pytest.mark.parametrize("lines", [-1, 5])
+def test_a_region_with_any_bytes_around_it_lines_counted_or_given(lines):
+    """``chunk.copied``: a region with fewer than 8 bytes after it is copied, counted and checked
+    for high bytes in one pass, any other read in place (counted and checked there); a high byte
+    after the region does not count, a non-UTF-8 one inside sends it the vectorised way."""
+    good = b"\n".join(GOOD[:4] + ["1 \u00e9:1".encode()]) + b"\n"
+    bad = good.replace(b"d:-0", b"\xff:-0")
+    alone = make_parser("libsvm", {}).parse_chunk(Chunk(good))
+    p = make_parser("libsvm", {})
+    for before in range(9):
+        for after in range(18):
+            around = b"\xff" * before, (b"\xff\n" * after)[:after]
+            got = p.parse_compiled(around[0] + good + around[1], before, before + len(good), lines)
+            assert_batches_equal(got, alone)
+            assert p.parse_compiled(around[0] + bad + around[1], before, before + len(bad), lines) is None
+
+
+@pytest.mark.parametrize("at", range(8))
+def test_values_of_every_length_and_form_at_every_offset(at):
+    """A value of up to 7 digits is read as one word (``tokens.leading_digits``), any other by
+    ``number_token``: the vectorised path's values for integers of 1-15 digits, signed, with
+    leading zeros and decimals; a value that is not a number goes the vectorised way."""
+    forms = [d for k in range(1, 16) for d in ("7" * k, "123456789012345"[:k])]
+    forms += ["0", "00", "0007", "-0", "-12", "+5", "3.", ".5", "12.25", "1234567.5"]
+    lines = [f"1 {'k' * at}{i}:{v}" for i, v in enumerate(forms)]
+    fast, m = _both(("\n".join(lines) + "\n").encode())
+    assert m.total == 0
+    assert fast.sparse["features"].values.tolist() == [float(np.float32(v)) for v in forms]
+    for bad in ("1a", "12x4567", "1-2", "1234567a", "1234567890123456", "-"):
+        _both(f"1 {'k' * at}i:{bad}\n".encode(), fast_path=False)
