@@ -70,3 +70,21 @@ def small_job(over: dict | None = None, **automl) -> dict:
     cfg = {"batch_size": 1000, "layers": lay, "metrics": {"enabled": False},
            "automl": {"live": 4, "grace": 100, "explore": 0.0, **automl, "space": space}, **(over or {})}
     return configmod.validate(configmod.with_defaults(configmod.SCHEMA, cfg))
+
+
+def redis_trainers(cfg: dict, first, redis_url: str, namespace: str, n: int = 2) -> list:
+    """``n`` started AutoML trainers of ``cfg`` sharing one Redis namespace (each joins the
+    search the first one wrote; ``write_back_s`` 0: every push reaches Redis, so the rows are
+    shared). The caller closes their stores."""
+    from streamtrain.automl.shared import SharedSearch
+    from streamtrain.automl.trainer import AutoTrainer
+    from streamtrain.graph import Schema
+    from streamtrain.store import make_store
+    trainers = []
+    for _ in range(n):
+        store = make_store({"backend": "redis", "urls": [redis_url], "namespace": namespace,
+                            "write_back_s": 0})
+        t = AutoTrainer(cfg, store, Schema.of(first), shared=SharedSearch(store))
+        t.start()
+        trainers.append(t)
+    return trainers

@@ -13,7 +13,6 @@ from streamtrain import checkpoint
 from streamtrain import config as configmod
 from streamtrain.automl.pairrank import PairRank
 from streamtrain.automl.search import Search
-from streamtrain.automl.shared import SharedSearch
 from streamtrain.automl.space import AUTOML, Space, key
 from streamtrain.automl.trainer import AutoTrainer
 from streamtrain.graph import Schema
@@ -21,7 +20,7 @@ from streamtrain.job import Job
 from streamtrain.schema import with_defaults
 from streamtrain.store import make_store
 
-from .automl_helpers import job_config, planted_stream
+from .automl_helpers import job_config, planted_stream, redis_trainers
 
 FIELDS = 12             # 66 pairs; the label depends on f1 x f2 alone
 PLANTED = ["f1", "f2"]
@@ -154,13 +153,7 @@ def test_two_trainers_share_one_ranking_through_redis(redis_url, redis_namespace
     cfg = wide_config()
     batches = stream()
     batch = next(batches)
-    trainers = []
-    for _ in range(2):
-        store = make_store({"backend": "redis", "urls": [redis_url], "namespace": redis_namespace,
-                            "write_back_s": 0})
-        t = AutoTrainer(cfg, store, Schema.of(batch), shared=SharedSearch(store))
-        t.start()
-        trainers.append(t)
+    trainers = redis_trainers(cfg, batch, redis_url, redis_namespace)
     try:
         seen = []
         for i in range(30):

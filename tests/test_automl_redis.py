@@ -7,24 +7,16 @@ from __future__ import annotations
 import json
 
 from streamtrain.automl.shared import SharedSearch
-from streamtrain.automl.trainer import AutoTrainer
-from streamtrain.graph import Schema
 from streamtrain.store import make_store
 
-from .automl_helpers import job_config, planted_stream
+from .automl_helpers import job_config, planted_stream, redis_trainers
 
 
 def test_two_trainers_agree_on_the_champion_through_redis(redis_url, redis_namespace):
     cfg = job_config(seed=1)
     stream = planted_stream(1)
     first = next(stream)
-    trainers = []
-    for _ in range(2):
-        store = make_store({"backend": "redis", "urls": [redis_url], "namespace": redis_namespace,
-                            "write_back_s": 0})          # every push reaches Redis: the rows are shared
-        t = AutoTrainer(cfg, store, Schema.of(first), shared=SharedSearch(store))
-        t.start()
-        trainers.append(t)
+    trainers = redis_trainers(cfg, first, redis_url, redis_namespace)
     a, b = trainers
     try:
         assert a.search.to_json() == b.search.to_json()          # the second one joined the first's search

@@ -17,7 +17,7 @@ from streamtrain.graph import Schema
 from streamtrain.schema import with_defaults
 from streamtrain.store import make_store
 
-from .automl_helpers import planted_stream, small_job
+from .automl_helpers import planted_stream, redis_trainers, small_job
 
 
 def shadow_job(shadow=("fm",), **automl) -> dict:
@@ -212,17 +212,10 @@ def test_the_trainer_steps_the_shadow_within_live():
 
 def test_two_trainers_share_the_shadow_through_redis(redis_url, redis_namespace):
     """The shadow's slot is part of the shared search: both trainers build it and step it."""
-    from streamtrain.automl.shared import SharedSearch
     cfg = shadow_job()
     stream = unplanted_stream(2)
     first = next(stream)
-    trainers = []
-    for _ in range(2):
-        store = make_store({"backend": "redis", "urls": [redis_url], "namespace": redis_namespace,
-                            "write_back_s": 0})
-        t = AutoTrainer(cfg, store, Schema.of(first), shared=SharedSearch(store))
-        t.start()
-        trainers.append(t)
+    trainers = redis_trainers(cfg, first, redis_url, redis_namespace)
     a, b = trainers
     step_until_shadow(trainers, stream)
     a.refresh()
