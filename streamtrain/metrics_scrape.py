@@ -7,6 +7,7 @@ Part of "every metric defined in ``metrics.py``": registered there, on its regis
 from __future__ import annotations
 
 import bisect
+import threading
 import time
 from collections import deque
 
@@ -132,6 +133,7 @@ class StepFigures(Collector):
         self.last = 0.0
         self.pending: deque = deque()       # StepResult.seconds of the steps not folded in yet
         self.before_collect = before_collect
+        self._fold_lock = threading.Lock()  # a scrape's fold and the refresh's: += on a bucket is not atomic
 
     def step(self, result, size: int) -> None:
         if result.applied:
@@ -144,12 +146,13 @@ class StepFigures(Collector):
 
     def fold(self) -> None:
         pending, counts, sums, bounds = self.pending, self.counts, self.sums, self.bounds
-        while pending:                      # (popleft: a step appending meanwhile is not lost)
-            for phase, value in pending.popleft().items():
-                got = counts.get(phase)
-                if got is not None:
-                    got[bisect.bisect_left(bounds, value)] += 1
-                    sums[phase] += value
+        with self._fold_lock:
+            while pending:                  # (popleft: a step appending meanwhile is not lost)
+                for phase, value in pending.popleft().items():
+                    got = counts.get(phase)
+                    if got is not None:
+                        got[bisect.bisect_left(bounds, value)] += 1
+                        sums[phase] += value
 
     def describe(self):
         return list(self._families())
