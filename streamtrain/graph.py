@@ -18,9 +18,9 @@ from .context import Context, Gradients
 from .errors import ConfigError, ShapeError
 from .params import ParamSpec
 from .state import Status, advance
+from .uniq import unique_inverse
 
 _FORWARD, _BACKWARD, _GRADIENT = Status.FORWARD, Status.BACKWARD, Status.GRADIENT
-from .uniq import unique_inverse
 
 
 @dataclass(frozen=True)
