@@ -16,6 +16,8 @@ from numba.cpython.unsafe.numbers import trailing_zeros
 
 from streamtrain.compiled import njit
 
+from .chunk import _HIGH, _ONES
+
 _POW10 = np.array([10.0 ** k for k in range(16)])
 MAX_DIGITS = 15
 
@@ -60,9 +62,6 @@ def number_token(arr, s, n):
         x = x / _POW10[frac]
     return True, (-x if neg else x)
 
-
-_ONES = np.uint64(0x0101010101010101)
-_HIGH = np.uint64(0x8080808080808080)
 
 
 @njit(nogil=True, inline="always")
