@@ -135,6 +135,25 @@ def first_byte(hit):
 
 
 @njit(nogil=True)
+def count_lines(arr):
+    """The ``\\n`` count of ``arr``."""
+    n = 0
+    for c in arr:
+        if c == 10:
+            n += 1
+    return n
+
+
+@njit(nogil=True)
+def any_high(arr):
+    """Whether any byte is >= 0x80 (one OR over the bytes, which the compiler vectorises)."""
+    m = 0
+    for c in arr:
+        m |= c
+    return m >= 128
+
+
+@njit(nogil=True)
 def lines_and_high(arr):
     """(the ``\\n`` count, whether any byte is >= 0x80) in one pass the compiler vectorises."""
     n = 0

@@ -17,31 +17,13 @@ import numpy as np
 from streamtrain.compiled import njit
 from streamtrain.hashing import splitmix64
 
-from .chunk import _ONES, below_or_equal, copied, first_byte, lines_and_high, load_word, multi_valued, utf8, views
+from .chunk import _ONES, any_high, below_or_equal, copied, first_byte, lines_and_high, load_word, multi_valued, utf8, views
 from .ids import fold_word, hash_token, splitmix64_one, start_state
 from .tokens import leading_digits, number_token
 
 LABEL, NUMERIC, CATEGORICAL, MULTI, DROP = 0, 1, 2, 3, 4
 _BELOW_35 = np.uint64(0x2323232323232323)
 SHORT = 32          # token lengths whose fold start the kernel looks up (longer ones: computed)
-
-
-@njit(nogil=True)
-def _count_lines(arr):
-    n = 0
-    for c in arr:
-        if c == 10:
-            n += 1
-    return n
-
-
-@njit(nogil=True)
-def _high(arr):
-    """Whether any byte is >= 0x80 (one OR over the bytes, which the compiler vectorises)."""
-    m = 0
-    for c in arr:
-        m |= c
-    return m >= 128
 
 
 @njit(nogil=True)
@@ -65,7 +47,7 @@ def _parse(arr, words, delim, kinds, slots, n_num, seeds, states, mv_sep, mv_see
     if n < 0:
         n, high = lines_and_high(arr)
     else:
-        high = _high(arr)
+        high = any_high(arr)
     n_fields = len(kinds)
     labels = np.zeros(n, np.float64)
     dense = np.zeros((n, n_num), np.float64)

@@ -23,8 +23,7 @@ import numpy as np
 
 from streamtrain.compiled import njit
 
-from .chunk import _HIGH, byte_at, copied, first_byte, load_word, multi_valued, specials, utf8, views
-from .csv_kernel import _count_lines
+from .chunk import _HIGH, byte_at, copied, count_lines, first_byte, load_word, multi_valued, specials, utf8, views
 from .ids import fold_word, hash_token, splitmix64_one, start_state
 from .jsonl_scan import (AHEAD, CATEGORICAL, LABEL, MULTI, NUMERIC, SHORT, SKIP, JsonPlan, _key_index,
                          _number_value, _string_end, _value_end, _ws)
@@ -54,7 +53,7 @@ def _parse(arr, words, kinds, slots, order, key_tok, tok_start, tok_len, tok_mas
     (a key in order, a string or an integer) reads the bytes with ``byte_at`` / ``load_word``
     and calls no inlined function that takes an array but ``_is_key``."""
     if n < 0:
-        n = _count_lines(arr)
+        n = count_lines(arr)
     labels = np.zeros(n, np.float64)
     dense = np.zeros((n, n_num), np.float64)
     ids = np.empty((len(seeds), n), np.uint64)

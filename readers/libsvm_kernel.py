@@ -16,8 +16,8 @@ import numpy as np
 
 from streamtrain.compiled import njit
 
-from .chunk import below_or_equal, copied, first_byte, lines_and_high, load_word, utf8, views
-from .csv_kernel import SHORT, _high
+from .chunk import any_high, below_or_equal, copied, first_byte, lines_and_high, load_word, utf8, views
+from .csv_kernel import SHORT
 from .ids import fold_word, splitmix64_one, start_state
 from .tokens import leading_digits, number_token
 
@@ -33,7 +33,7 @@ def _parse(arr, words, seed, field_length, n):
     if n < 0:
         n, high = lines_and_high(arr)
     else:
-        high = _high(arr)
+        high = any_high(arr)
     cap = len(arr) // 4 + 1                      # a feature takes 4 bytes at least ("i:v ")
     labels = np.zeros(n, np.float64)
     offsets = np.zeros(n + 1, np.int64)
