@@ -52,7 +52,8 @@ def set_blas_variables() -> None:
     global _blas_read_variables
     for var in BLAS_VARIABLES:
         os.environ.setdefault(var, str(blas_threads()))
-    _blas_read_variables = "numpy" not in sys.modules and _variables_at_limit()
+    if "numpy" not in sys.modules:        # (apply() runs again once numpy is in: the first call tells)
+        _blas_read_variables = _variables_at_limit()
 
 
 def _variables_at_limit() -> bool:

@@ -374,6 +374,7 @@ import json, sys
 from streamtrain import startup
 startup.apply()
 import numpy
+startup.apply()                       # as the command line does: once before numpy, once in cli.main
 startup.limit_blas_threads()
 skipped = "threadpoolctl" not in sys.modules
 from threadpoolctl import threadpool_info
