@@ -13,7 +13,9 @@ internals a patch replaces, keeps its own behaviour, and one log line says so.
   products lose to thread hand-offs, badly so on a busy machine): ``OPENBLAS_NUM_THREADS``,
   ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` default to it (read by OpenBLAS/MKL when numpy
   loads), and ``limit_blas_threads()`` (threadpoolctl, 3.1 to 3.8 tested) applies it to a BLAS
-  already loaded; a job and ``eval`` call it when they start.
+  already loaded; a job and ``eval`` call it when they start. When the variables were set (all
+  three at the limit) before numpy loaded, as the command line does, the BLAS started with them
+  and the call does nothing (threadpoolctl's import and library scan: ~5 ms of a start).
 * numba's start-up: ``numba_startup.patch`` (numba 0.60 to 0.68); ``compile_notice.install``:
   a real compile (the first run after an install) says so on screen, kernel by kernel.
 * kafka-python's socket reads, for a job that reads Kafka: ``readers/kafka/zerocopy.py``'s
