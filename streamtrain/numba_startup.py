@@ -39,6 +39,11 @@ command line's start), never by an import. Without it numba behaves as numba doe
   them (each kernel's entry points). Patched, a cache load only keeps the module, and a symbol
   asked about is looked up in the modules kept (the newest first); a module compiled in the
   process is listed as numba lists it.
+* That bitcode is parsed at every cache load (LLVM's ParseBitcode: about half of the load, ~1 ms
+  a kernel) though only a later compile that links against the kernel reads it. Patched, what
+  the kernel defines is read from its object code's ELF symbol table (``numba_cacheload``:
+  the same names) and the bitcode is parsed when a compile first links against it; object code
+  that is not 64-bit ELF (another platform) is loaded as above.
 * numba compiles its runtime's own LLVM module (atomic reference counts, ~20 ms) in every
   process, before the first kernel runs. Patched, its object code is kept beside numba's cache
   of streamtrain's kernels (``NUMBA_CACHE_DIR`` or the package's ``__pycache__``, file
@@ -54,10 +59,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.abc
+import importlib.util
 import logging
 import os
 import sys
-from importlib import metadata
+
+from . import numba_cacheload
 
 log = logging.getLogger("streamtrain")
 TESTED = ((0, 60), (0, 68))        # numba major.minor: the floor in pyproject.toml .. newest tested
@@ -312,7 +319,24 @@ def _plain_arrays_typed_directly() -> None:
 
 
 def _version() -> tuple:
-    return tuple(int(part) for part in metadata.version("numba").split(".")[:2])
+    """numba's major.minor, from the name of its ``numba-X.Y.Z.dist-info`` folder beside the
+    package (``importlib.metadata.version`` reads every distribution's metadata on the path: ~4
+    ms), else as ``importlib.metadata`` finds it (an egg, an unusual layout)."""
+    spec = importlib.util.find_spec("numba")
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        site = os.path.dirname(folder)
+        try:
+            names = [n for n in os.listdir(site) if n.startswith("numba-") and n.endswith(".dist-info")]
+        except OSError:
+            continue
+        if len(names) == 1:
+            return _major_minor(names[0][len("numba-"):-len(".dist-info")])
+    from importlib import metadata
+    return _major_minor(metadata.version("numba"))
+
+
+def _major_minor(version: str) -> tuple:
+    return tuple(int(part) for part in version.split(".")[:2])
 
 
 def patch() -> bool:
@@ -336,6 +360,7 @@ def patch() -> bool:
         _helper_environments_unimported()
         _cache_directories_checked_once()
         _symbols_looked_up_when_asked()
+        numba_cacheload.bitcode_parsed_when_linked()
         _runtime_module_cached()
         _plain_arrays_typed_directly()
     except Exception as err:        # numba's internals moved: its own behaviour, one line

@@ -13,7 +13,9 @@ internals a patch replaces, keeps its own behaviour, and one log line says so.
   products lose to thread hand-offs, badly so on a busy machine): ``OPENBLAS_NUM_THREADS``,
   ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` default to it (read by OpenBLAS/MKL when numpy
   loads), and ``limit_blas_threads()`` (threadpoolctl, 3.1 to 3.8 tested) applies it to a BLAS
-  already loaded; a job and ``eval`` call it when they start.
+  already loaded; a job and ``eval`` call it when they start. When the variables were set (all
+  three at the limit) before numpy loaded, as the command line does, the BLAS started with them
+  and the call does nothing (threadpoolctl's import and library scan: ~5 ms of a start).
 * numba's start-up: ``numba_startup.patch`` (numba 0.60 to 0.68); ``compile_notice.install``:
   a real compile (the first run after an install) says so on screen, kernel by kernel.
 * kafka-python's socket reads, for a job that reads Kafka: ``readers/kafka/zerocopy.py``'s
@@ -33,10 +35,12 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import sys
 
 log = logging.getLogger("streamtrain")
 BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _gc_deferred = False      # defer_gc() turned the collector off; settled() turns it back on
+_blas_read_variables = False   # set_blas_variables() ran before numpy loaded, every variable at blas_threads()
 
 
 def blas_threads() -> int:
@@ -47,12 +51,24 @@ def blas_threads() -> int:
 def set_blas_variables() -> None:
     """Default the BLAS libraries' thread variables to ``blas_threads()`` (a variable already set
     is kept); they take effect for a BLAS loaded after this, and for child processes."""
+    global _blas_read_variables
     for var in BLAS_VARIABLES:
         os.environ.setdefault(var, str(blas_threads()))
+    if "numpy" not in sys.modules:        # (apply() runs again once numpy is in: the first call tells)
+        _blas_read_variables = _variables_at_limit()
+
+
+def _variables_at_limit() -> bool:
+    return all(os.environ.get(var) == str(blas_threads()) for var in BLAS_VARIABLES)
 
 
 def limit_blas_threads() -> None:
-    """Apply the BLAS thread limit to the BLAS already loaded (numpy's pool started before us)."""
+    """Apply the BLAS thread limit to the BLAS already loaded (numpy's pool started before us).
+    Nothing to do when ``set_blas_variables`` ran before numpy loaded and every variable says
+    ``blas_threads()``: the BLAS started with that many (threadpoolctl's import and scan of the
+    loaded libraries, ~5 ms of every job's start, are spared)."""
+    if _blas_read_variables and _variables_at_limit():
+        return
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:   # pragma: no cover - threadpoolctl is a dependency

@@ -147,3 +147,59 @@ def test_numbas_runtime_module_is_compiled_once_then_loaded(tmp_path):
     damaged = run("first")
     assert damaged.returncode == 0, damaged.stderr
     assert run("kept").returncode == 0
+
+
+SYMBOLS_PROBE = """
+import json, sys
+from streamtrain import startup
+startup.apply()
+import llvmlite.binding as ll
+from numba.core.codegen import CPUCodeLibrary
+from streamtrain import numba_cacheload
+from streamtrain.cli import main
+loads, parsed, parse, unserialize = [], [], ll.parse_bitcode, CPUCodeLibrary._unserialize.__func__
+ll.parse_bitcode = lambda *a, **k: parsed.append(1) or parse(*a, **k)
+def kept(cls, codegen, state):
+    loads.append(state)
+    return unserialize(cls, codegen, state)
+CPUCodeLibrary._unserialize = classmethod(kept)
+main(["run", sys.argv[1], "--max-examples", "512", "--set", "metrics.enabled=false", "--set", "checkpoint.dir=null",
+      "--log-level", "WARNING", "--summary", sys.argv[2]])
+ll.parse_bitcode = parse
+same = 0
+for name, kind, (obj, bitcode) in loads:
+    mod = parse(bitcode)
+    want = {g.name for gs in (mod.functions, mod.global_variables) for g in gs if not g.is_declaration}
+    same += numba_cacheload.defined(obj) == want
+print(json.dumps({"loads": len(loads), "same": same, "parsed": len(parsed),
+                  "patched": getattr(CPUCodeLibrary._get_module_for_linking, "_streamtrain", False)}))
+"""
+
+
+def test_cache_loads_list_a_kernels_symbols_from_its_object_code_and_parse_no_bitcode(tmp_path):
+    """A job's kernels load from numba's cache without their linkable bitcode being parsed; what
+    each defines, read from its object code's ELF symbol table, is what its bitcode defines; and
+    the job's figures are those of numba's own loading (STREAMTRAIN_NUMBA_EAGER=1)."""
+    config = str(ROOT / "examples" / "lr.json")
+    subprocess.run([sys.executable, "-m", "streamtrain", "run", config, "--max-examples", "512", "--set",
+                    "metrics.enabled=false", "--set", "checkpoint.dir=null", "--log-level", "WARNING"],
+                   check=True, capture_output=True, timeout=300, cwd=ROOT)       # the cache filled
+    summaries = []
+    for eager in ("0", "1"):
+        summary = tmp_path / f"summary{eager}.json"
+        out = subprocess.run([sys.executable, "-c", SYMBOLS_PROBE, config, str(summary)], capture_output=True,
+                             text=True, timeout=300, cwd=ROOT, env={**os.environ, "STREAMTRAIN_NUMBA_EAGER": eager})
+        assert out.returncode == 0, out.stderr
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        assert got["loads"] > 5 and got["same"] == got["loads"]
+        assert (got["parsed"], got["patched"]) == ((0, True) if eager == "0" else (got["loads"], False))
+        summaries.append({k: v for k, v in json.loads(summary.read_text()).items() if "seconds" not in k
+                          and not k.endswith("_s") and "per_s" not in k})
+    assert summaries[0] == summaries[1]
+
+
+def test_numbas_version_is_read_from_its_dist_info_folder_as_importlib_metadata_reads_it():
+    from importlib import metadata
+
+    from streamtrain import numba_startup
+    assert numba_startup._version() == tuple(int(p) for p in metadata.version("numba").split(".")[:2])

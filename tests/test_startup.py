@@ -214,6 +214,8 @@ def patched():
              "numba entry points": entrypoints.init_all,
              "numba cached environments": environment._rebuild_env,
              "numba symbols of cached kernels": codegen.JitEngine._load_defined_symbols,
+             "numba cached kernels' bitcode": codegen.CPUCodeLibrary._unserialize.__func__,
+             "numba bitcode for linking": codegen.CPUCodeLibrary._get_module_for_linking,
              "numba runtime module": nrtdynmod.compile_nrt_functions}
     if transport is not None:
         found["kafka socket reads"] = transport.KafkaTCPTransport._sock_recv
@@ -365,3 +367,30 @@ print("ok")
 def test_plain_arrays_are_typed_as_numba_types_them_without_importing_numpy_ma():
     out = subprocess.run([sys.executable, "-c", TYPEOF_PROBE], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
+BLAS_PROBE = """
+import json, sys
+from streamtrain import startup
+startup.apply()
+import numpy
+startup.apply()                       # as the command line does: once before numpy, once in cli.main
+startup.limit_blas_threads()
+skipped = "threadpoolctl" not in sys.modules
+from threadpoolctl import threadpool_info
+print(json.dumps({"skipped": skipped, "threads": sorted({p["num_threads"] for p in threadpool_info()
+                                                          if p["user_api"] == "blas"})}))
+"""
+
+
+@pytest.mark.parametrize("env, skipped", [({}, True), ({"OPENBLAS_NUM_THREADS": "2"}, False),
+                                          ({"STREAMTRAIN_BLAS_THREADS": "2"}, True)])
+def test_the_blas_starts_with_its_thread_limit_and_threadpoolctl_only_applies_another(env, skipped):
+    """Set before numpy loaded, the variables give the BLAS its threads: threadpoolctl is not
+    imported. A variable the user set otherwise is still overridden by the limit."""
+    clean = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS") and k != "STREAMTRAIN_BLAS_THREADS"}
+    out = subprocess.run([sys.executable, "-c", BLAS_PROBE], capture_output=True, text=True, timeout=120,
+                         cwd=ROOT, env={**clean, **env})
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"skipped": skipped, "threads": [int(env.get("STREAMTRAIN_BLAS_THREADS", 1))]}
