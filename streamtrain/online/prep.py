@@ -128,3 +128,26 @@ def combine(code, hyper, grp, w0, n0, z0, w, n, z):
                 gf[i], sqf[i] = _inverse_ftrl(h, w0f[i], n0f[i], z0f[i], wf[i], nf[i], zf[i])
         j = e
     return g, sq
+
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def one_column(present, pos, m, rows):
+    """Whether each row of a *present* term (``Term.present``; ``pos < rows``) occurs in one
+    column only: then no example holds a row twice (an example has one occurrence per column),
+    and the per-example loop need not look its rows up in ``seen`` (a random access per
+    occurrence). Hashed ids of distinct fields always are; one pass over the occurrences."""
+    B = len(present) // m if m else 0
+    col = np.full(rows, -1, np.int32)
+    i = 0
+    for f in range(m):
+        for k in range(B):
+            if present[f * B + k]:
+                r = pos[i]
+                i += 1
+                c = col[r]
+                if c != f:
+                    if c >= 0:
+                        return False
+                    col[r] = f
+    return True
