@@ -78,14 +78,15 @@ class _Arrays:
     def distinct(self, param: str, pos: np.ndarray) -> bool:
         """Whether every example's row of a dense term's ``pos`` grid holds distinct rows: one
         column, or one row broadcast to every example (an index grid) without a repeat (found
-        once per grid: a term's broadcast grid is one array from batch to batch)."""
+        once per grid: a term's broadcast grid is one array from batch to batch; by a set, not
+        ``np.unique``, which imports ``numpy.ma`` at its first call)."""
         if pos.shape[1] <= 1:
             return True
         if pos.strides[0] != 0:
             return False
         got = self._kept.get(("distinct", param))
         if got is None or got[0] is not pos:
-            got = self._kept[("distinct", param)] = (pos, len(np.unique(pos[0])) == pos.shape[1])
+            got = self._kept[("distinct", param)] = (pos, len(set(pos[0].tolist())) == pos.shape[1])
         return got[1]
 
     def _last(self, kind: str, key, make) -> np.ndarray:
