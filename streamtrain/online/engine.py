@@ -179,7 +179,7 @@ def present_grids(ctx, layers, room: dict | None = None) -> None:
                 row, x = np.empty((batch, width), np.int64), np.empty((batch, width))
                 prep.put_present(row, x, 0, m, t.present, t.pos, 0,
                                  _EMPTY_F if t.x is None else np.asarray(t.x, np.float64))
-                single = prep.one_column(t.present, t.pos, m, t.rows)
+                single = prep.one_column(t.present, t.pos, m)
                 ctx.memo[(GRID, t.param)] = (t.pos, row, x, single)
 
 
@@ -220,7 +220,7 @@ def _by_example(arrays: _Arrays, terms, blk: _Block, batch: int, fm: bool, key: 
             elif t.present is not None:
                 prep.put_present(row, x, col, m, t.present, t.pos, lo,
                                  _EMPTY_F if t.x is None else np.asarray(t.x, np.float64))
-                twice = twice or not prep.one_column(t.present, t.pos, m, t.rows)
+                twice = twice or not prep.one_column(t.present, t.pos, m)
             else:
                 np.add(t.pos, lo, out=row[:, col:col + m])
                 x[:, col:col + m] = t.x

@@ -132,22 +132,27 @@ def combine(code, hyper, grp, w0, n0, z0, w, n, z):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def one_column(present, pos, m, rows):
-    """Whether each row of a *present* term (``Term.present``; ``pos < rows``) occurs in one
-    column only: then no example holds a row twice (an example has one occurrence per column),
-    and the per-example loop need not look its rows up in ``seen`` (a random access per
-    occurrence). Hashed ids of distinct fields always are; one pass over the occurrences."""
+def one_column(present, pos, m):
+    """Whether the rows of a *present* term's columns (``Term.present``) are disjoint, found as
+    each column's rows all above every earlier column's: then no example holds a row twice (it
+    has one occurrence per column) and the per-example loop need not look its rows up in
+    ``seen`` (a random access per occurrence). A batch's rows are numbered in order of first
+    occurrence, column after column (``uniq.unique_inverse``), so hashed ids of distinct fields
+    always pass; otherwise (a row in two columns, or numbered otherwise) the answer is False.
+    Two sequential passes (``present``, ``pos``) that vectorise, no look-up per occurrence."""
     B = len(present) // m if m else 0
-    col = np.full(rows, -1, np.int32)
     i = 0
+    top = -1
     for f in range(m):
-        for k in range(B):
-            if present[f * B + k]:
-                r = pos[i]
-                i += 1
-                c = col[r]
-                if c != f:
-                    if c >= 0:
-                        return False
-                    col[r] = f
+        count = 0
+        for k in range(f * B, (f + 1) * B):
+            count += present[k]
+        low, high = top + 1, top
+        for j in range(i, i + count):
+            low = min(low, pos[j])
+            high = max(high, pos[j])
+        if low <= top:
+            return False
+        top = high
+        i += count
     return True
