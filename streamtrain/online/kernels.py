@@ -274,7 +274,7 @@ def learn(base, y, implicit, normalize, rules, linear, lslots, fm, fslots):
     one, g0 = _one_group(grp)
     lc, lh = (code[g0], _row(hyper, g0)) if len(code) else (SGD, (0.0, 0.0, 0.0, 0.0))
     l1 = lc == FTRL and lh[2] > 0
-    seen = np.full((P, 2), -1, np.int64)
+    seen = np.full((P if ltwice else 0, 2), -1, np.int64)     # (only if looked up)
     most = 1
     for k in range(B):
         most = max(most, lptr[k + 1] - lptr[k])
@@ -283,11 +283,11 @@ def learn(base, y, implicit, normalize, rules, linear, lslots, fm, fslots):
     usq, uroot, urate = np.empty(most), np.empty(most), np.empty(most)     # state and step
     E = np.zeros((max(len(fterm), 1), d))
     S = np.zeros((max(nterms, 1), d))
-    fseen = np.full((Q, 2), -1, np.int64)
-    funiq = np.empty(Q, np.int64)
     fone, fg = _one_group(vgrp)
     fm_adagrad = fone and Q > 0 and code[fg] == ADAGRAD
     ftrack = ftwice or not fm_adagrad        # the FM rows' places in ``funiq``: a row twice, or per-row rules
+    fseen = np.full((Q if ftrack else 0, 2), -1, np.int64)
+    funiq = np.empty(Q if ftrack else 0, np.int64)
     fmost = 1
     for k in range(B):
         fmost = max(fmost, fptr[k + 1] - fptr[k])
