@@ -99,7 +99,7 @@ def _gather(k, lptr, lslot, lx, L, seen, uj, ux, twice):
     return part, m
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms, seen, funiq, track):
     """The FM terms of example ``k`` at the current ``V``: fills E (per field) and S (per term)
     for the example's fields and returns ``Σ_t ½ (|S_t|² − Σ_f |E_f|²)``, and lists the
@@ -151,7 +151,7 @@ def _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms, seen, funiq, tr
     return phi, mq, twice
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _implicit(zk, y, r, K, l1_present, m, uj, ux, L, grp, code, hyper, s, usq, uroot, urate):
     """ρ with ρ = σ(z_k − D(ρ)) − y, ``D(ρ) = Σ_j x_j (w_j − w_j'(ρ))`` the example's own move
     of its logit; linear (``D = K ρ``) unless an FTRL slot has L1. Safeguarded Newton."""
@@ -188,7 +188,7 @@ def _implicit(zk, y, r, K, l1_present, m, uj, ux, L, grp, code, hyper, s, usq, u
     return rho
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _update_fm(k, rho, fptr, frow, fx, ffield, fterm, E, S, V, Vn, Vz, vgrp, code, hyper, one_adagrad, h,
                mq, twice, seen, funiq, G):
     """The example's FM rows' steps: a row's gradient ``ρ·x·(S_t − E_f)`` (summed over its
