@@ -32,6 +32,35 @@ def test_fm_terms_learn_exactly_as_one_by_one(fm_opt):
     assert {layer.name for layer in trainer.engine.layers} == {"wide", "linear", "bias", "v"}
 
 
+
+def test_a_row_twice_in_an_example_learns_exactly_as_one_by_one(monkeypatch):
+    """Ids repeated across fields (a reader breaking "unique across fields", or a hash collision)
+    put a row of a shared table twice in an example: the compiled loop is told so
+    (``Occurrences.repeats``) and merges them as before; distinct fields skip those look-ups."""
+    from streamtrain.batch import SparseField
+    from streamtrain.online import kernels
+    told = []
+    learn = kernels.learn
+    monkeypatch.setattr(kernels, "learn", lambda *a: (told.append((a[5].repeats, a[7].repeats)), learn(*a))[1])
+    layers = lr_layers({"sequential": True}, OPTIMIZERS["ftrl"], fm=OPTIMIZERS["adagrad"])
+    data = stream()
+    a = data.sparse["a"]
+    data.sparse["b"] = SparseField(a.ids.copy(), a.offsets.copy(), None)
+    assert_same_training(layers, data, 24, 1e-9)
+    assert (True, True) in told
+    told.clear()
+    assert_same_training(layers, stream(), 24, 1e-9)
+    assert set(told) == {(False, False)}
+
+
+def test_one_column_says_whether_a_present_terms_columns_share_no_row():
+    from streamtrain.online.prep import one_column
+    present = np.array([1, 1, 0, 1, 0, 1], np.uint8)           # 2 columns of 3 examples
+    assert one_column(present, np.array([0, 1, 2, 3]), 2)
+    assert not one_column(present, np.array([0, 1, 1, 2]), 2)   # row 1 in both columns
+    assert not one_column(present, np.array([2, 3, 0, 1]), 2)   # disjoint, numbered otherwise: not known
+    assert one_column(np.zeros(0, np.uint8), np.zeros(0, np.int64), 0)
+
 def test_crossed_multivalued_wide_part_learns_exactly_as_one_by_one():
     layers = lr_layers({"sequential": True}, OPTIMIZERS["adagrad"], cross=True, fm=OPTIMIZERS["adagrad"])
     assert_same_training(layers, stream(64, seed=5, multivalue=("c",)), 32, 1e-9)

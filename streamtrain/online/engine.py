@@ -75,6 +75,20 @@ class _Arrays:
         per_column = np.concatenate(fields).astype(np.int64, copy=False)
         return self._last("fields", (batch, per_column.tobytes()), lambda: np.tile(per_column, batch))
 
+    def distinct(self, param: str, pos: np.ndarray) -> bool:
+        """Whether every example's row of a dense term's ``pos`` grid holds distinct rows: one
+        column, or one row broadcast to every example (an index grid) without a repeat (found
+        once per grid: a term's broadcast grid is one array from batch to batch; by a set, not
+        ``np.unique``, which imports ``numpy.ma`` at its first call)."""
+        if pos.shape[1] <= 1:
+            return True
+        if pos.strides[0] != 0:
+            return False
+        got = self._kept.get(("distinct", param))
+        if got is None or got[0] is not pos:
+            got = self._kept[("distinct", param)] = (pos, len(set(pos[0].tolist())) == pos.shape[1])
+        return got[1]
+
     def _last(self, kind: str, key, make) -> np.ndarray:
         """The array made for ``key`` the last time (batches come in one size but the last)."""
         got = self._kept.get(kind)
@@ -165,7 +179,8 @@ def present_grids(ctx, layers, room: dict | None = None) -> None:
                 row, x = np.empty((batch, width), np.int64), np.empty((batch, width))
                 prep.put_present(row, x, 0, m, t.present, t.pos, 0,
                                  _EMPTY_F if t.x is None else np.asarray(t.x, np.float64))
-                ctx.memo[(GRID, t.param)] = (t.pos, row, x)
+                single = prep.one_column(t.present, t.pos, m)
+                ctx.memo[(GRID, t.param)] = (t.pos, row, x, single)
 
 
 def _made_ahead(memo: dict, t):
@@ -175,37 +190,44 @@ def _made_ahead(memo: dict, t):
 
 def _by_example(arrays: _Arrays, terms, blk: _Block, batch: int, fm: bool, key: str, memo: dict):
     """The terms' occurrences grouped by example for the kernel: (offsets [B+1], flat row,
-    coefficient, field). Dense terms side by side need no sorting: example ``k``'s occurrences
-    are row ``k`` of their ``[B, Σ m]`` grid, filled in place (or made ahead: ``present_grids``);
-    otherwise a counting sort."""
+    coefficient, field, twice). Dense terms side by side need no sorting: example ``k``'s
+    occurrences are row ``k`` of their ``[B, Σ m]`` grid, filled in place (or made ahead:
+    ``present_grids``); otherwise a counting sort. ``twice``: whether an example may hold a row
+    twice (``kernels.Occurrences.repeats``); only within a term (the terms' rows are disjoint),
+    and not when each of its rows is in one column (``prep.one_column``, found with a grid made
+    ahead) or it is an index grid."""
     lows = [lo for _, lo, _, _ in blk.params]
     if not terms:
-        return _no_occurrences(batch)[:4]
+        return _no_occurrences(batch)
     if all(t.example is None for t in terms):
         widths = [len(t.present) // batch if t.present is not None else t.pos.shape[1] for t in terms]
         ahead = [_made_ahead(memo, t) if t.present is not None else None for t in terms]
         total = sum(widths)
         first = 0
         if ahead[0] is not None and lows[0] == 0 and ahead[0][0].shape[1] == total:
-            row, x = ahead[0]            # made ahead with room for the other terms: the grid itself
+            row, x = ahead[0][:2]        # made ahead with room for the other terms: the grid itself
             first = 1
         else:
             row = arrays.grid((key, "row"), batch, total, np.int64)
             x = arrays.grid((key, "x"), batch, total, np.float64)
+        twice = first == 1 and not ahead[0][2]
         col = sum(widths[:first])
         for t, lo, m, made in zip(terms[first:], lows[first:], widths[first:], ahead[first:]):
             if made is not None:
                 np.add(made[0][:, :m], lo, out=row[:, col:col + m])
                 x[:, col:col + m] = made[1][:, :m]
+                twice = twice or not made[2]
             elif t.present is not None:
                 prep.put_present(row, x, col, m, t.present, t.pos, lo,
                                  _EMPTY_F if t.x is None else np.asarray(t.x, np.float64))
+                twice = twice or not prep.one_column(t.present, t.pos, m)
             else:
                 np.add(t.pos, lo, out=row[:, col:col + m])
                 x[:, col:col + m] = t.x
+                twice = twice or not arrays.distinct(t.param, t.pos)
             col += m
         field = arrays.fields(batch, [t.field for t in terms]) if fm else _EMPTY_I
-        return arrays.offsets(batch, total), row.reshape(-1), x.reshape(-1), field
+        return arrays.offsets(batch, total), row.reshape(-1), x.reshape(-1), field, twice
     ex, row, x, field = [], [], [], []
     for t, lo in zip(terms, lows):
         if t.example is None:
@@ -220,14 +242,15 @@ def _by_example(arrays: _Arrays, terms, blk: _Block, batch: int, fm: bool, key: 
         row.append(pos.reshape(-1) + lo)
         x.append(np.asarray(tx, np.float64).reshape(-1))
     cat = (lambda a: np.concatenate(a).astype(np.int64, copy=False))
-    return kernels.by_example(cat(ex), batch, cat(row), np.concatenate(x), cat(field))
+    return (*kernels.by_example(cat(ex), batch, cat(row), np.concatenate(x), cat(field)), True)
 
 
 _NO_FM = _Block([], np.zeros((0, 1)), np.zeros((0, 1)), np.zeros((0, 1)), _EMPTY_I)
 
 
 def _no_occurrences(batch: int):
-    return np.zeros(batch + 1, np.int64), _EMPTY_I, _EMPTY_F, _EMPTY_I, _EMPTY_I
+    """(offsets, row, x, field, twice) of no occurrences."""
+    return np.zeros(batch + 1, np.int64), _EMPTY_I, _EMPTY_F, _EMPTY_I, False
 
 
 class PerExample:
@@ -289,7 +312,7 @@ class PerExample:
         arrays = self._arrays
         lin = _block(arrays, ctx, linear, self.group_of, 1, "linear", not self.assign)
         self._make_room(linear, B)
-        lptr, slot, x, lfield = _by_example(arrays, linear, lin, B, False, "linear", ctx.memo)
+        lptr, slot, x, lfield, ltwice = _by_example(arrays, linear, lin, B, False, "linear", ctx.memo)
         if self.plan.fm:
             fm_terms, fterm = [], []
             for t, (_, emb) in enumerate(self.plan.fm):
@@ -299,18 +322,18 @@ class PerExample:
                 fterm += [t] * len(emb.fields)
             fm = _block(arrays, ctx, fm_terms, self.group_of, self.plan.fm[0][1].output_shape[-1], "fm",
                         not self.assign)
-            fptr, frow, fx, ffield = _by_example(arrays, fm_terms, fm, B, True, "fm", ctx.memo)
+            fptr, frow, fx, ffield, ftwice = _by_example(arrays, fm_terms, fm, B, True, "fm", ctx.memo)
             fterm = np.array(fterm, np.int64)
         else:
-            fm, (fptr, frow, fx, ffield, fterm) = _NO_FM, _no_occurrences(B)
+            fm, (fptr, frow, fx, ffield, ftwice), fterm = _NO_FM, _no_occurrences(B), _EMPTY_I
         base = np.asarray(z0, np.float64)     # the rest of the logit: the owned terms are elided
         if self.before_loop is not None:      # (the job: the parse thread's turn, Prepare.pace)
             self.before_loop()
         zs, rho = kernels.learn(
             base, np.asarray(y, np.float64), self.implicit, self.normalize, self.rules,
-            kernels.Occurrences(lptr, slot, x, lfield, _EMPTY_I, 0),
+            kernels.Occurrences(lptr, slot, x, lfield, _EMPTY_I, 0, ltwice),
             kernels.Slots(lin.w.reshape(-1), lin.n.reshape(-1), lin.z.reshape(-1), lin.grp),
-            kernels.Occurrences(fptr, frow, fx, ffield, fterm, len(self.plan.fm)),
+            kernels.Occurrences(fptr, frow, fx, ffield, fterm, len(self.plan.fm), ftwice),
             kernels.Slots(fm.w, fm.n, fm.z, fm.grp))
         self._blocks = (lin, fm) if self.plan.fm else (lin,)
         return zs, rho

@@ -6,9 +6,9 @@ entry of a dense parameter) hold ``w[j]``, the accumulator ``n[j]`` and FTRL's `
 rows ``q`` hold ``d`` coordinates each in ``V[q]``, ``Vn[q]``, ``Vz[q]``. Every slot / row has a
 rule group ``g``: ``code[g]`` (``terms.SGD``, ``ADAGRAD``, ``FTRL``) and ``hyper[g]`` (SGD: lr;
 Adagrad: lr, eps; FTRL: alpha, beta, l1, l2). A coordinate's update is ``_step`` (FM rows:
-the optimizer module's own ``rule`` function, compiled here: ``RULES``) or ``_prepare`` +
-``_apply`` (linear slots: the same step in the form the implicit residual needs, reusing √n
-and the step size; ``tests/test_optim.py`` holds them equal to the rule). ``combine``
+the optimizer module's own ``rule`` function, compiled in ``rules.py``: ``RULES``) or
+``_prepare`` + ``_apply`` (linear slots: the same step in the form the implicit residual needs,
+reusing √n and the step size; ``tests/test_optim.py`` holds them equal to the rule). ``combine``
 (prep.py) turns a batch's net change into the one gradient (and squares) whose single
 ``step`` lands on it. numba caches a kernel by this file: after editing a rule in
 ``optim/``, remove the ``__pycache__/*.nbi`` caches (numba does not see the dependency). numpy's error model: a division by zero gives inf (the trainer then skips
@@ -24,10 +24,11 @@ from ..compiled import numba  # numba as streamtrain.compiled loads it (start-up
 
 njit = numba.njit
 
-from ..optim import adagrad, ftrl, sgd  # noqa: E402
 from ..prefetch import prefetch  # noqa: E402
-from .prep import by_example, combine  # noqa: F401 - the engine's other kernels, named here too
-from .terms import ADAGRAD, FTRL, SGD
+from .prep import by_example, combine  # noqa: F401, E402 - the engine's other kernels, named here too
+from .rules import RULES, _adagrad, _apply, _prepare, _row, _step  # noqa: F401, E402 - (tests use them here)
+from .terms import ADAGRAD, FTRL, SGD  # noqa: E402
+
 NEWTON_ITERATIONS = 50      # safeguarded Newton for the implicit residual: 2-3 steps from the
 NEWTON_TOLERANCE = 1e-12    # linearised solution, more through L1's kinks
 
@@ -40,71 +41,16 @@ def _sigmoid(z):
     return e / (1.0 + e)
 
 
-@njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _row(hyper, g_):
-    """Group ``g_``'s hyperparameters as a tuple: a value, not the array view ``hyper[g_]``
-    (numba builds and reference-counts a view at every use)."""
-    return hyper[g_, 0], hyper[g_, 1], hyper[g_, 2], hyper[g_, 3]
-
-
 #: The records ``learn`` takes (numba passes namedtuples as typed tuples: no cost per access).
 #: ``Rules``: per rule group, its code (its index in ``RULES``) and hyperparameters ``[G, 4]``.
 Rules = namedtuple("Rules", "code hyper")
 #: Occurrences grouped by example (``ptr[k]:ptr[k+1]`` are example ``k``'s): slot or row, the
-#: coefficient, and for FM the field, each field's term and the number of terms.
-Occurrences = namedtuple("Occurrences", "ptr row x field term nterms")
+#: coefficient, and for FM the field, each field's term and the number of terms; ``repeats``:
+#: whether an example may hold a slot / row twice (if not, the examples' slots / rows are not
+#: looked up in ``seen``, a random access per occurrence).
+Occurrences = namedtuple("Occurrences", "ptr row x field term nterms repeats")
 #: A block of parameters flattened: weights, accumulator, FTRL's z, and each slot's rule group.
 Slots = namedtuple("Slots", "w n z grp")
-
-#: the rules ``_step`` runs, at their index in ``terms.KERNEL_RULES`` (the code ``kernel_rule`` gives)
-RULES = (sgd.rule, adagrad.rule, ftrl.rule)
-_sgd = njit(cache=True, nogil=True, error_model="numpy", inline="always")(sgd.rule)
-_adagrad = njit(cache=True, nogil=True, error_model="numpy", inline="always")(adagrad.rule)
-_ftrl = njit(cache=True, nogil=True, error_model="numpy", inline="always")(ftrl.rule)
-
-
-@njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _step(code, h, w, n, z, g, sq):
-    """One coordinate's update by gradient ``g`` with squared gradient ``sq``: (w, n, z), by
-    the rule's own function (``optim/<rule>.py: rule``)."""
-    h5 = (h[0], h[1], h[2], h[3], 0.0)
-    if code == SGD:
-        return _sgd(h5, w, n, z, g, sq)
-    if code == ADAGRAD:
-        return _adagrad(h5, w, n, z, g, sq)
-    return _ftrl(h5, w, n, z, g, sq)
-
-
-def _compiled(fn):
-    return njit(cache=True, nogil=True, error_model="numpy", inline="always")(fn)
-
-
-# one global per function (a tuple of them would be called through pointers, not inlined)
-_rate_sgd, _rate_adagrad, _rate_ftrl = _compiled(sgd.rate), _compiled(adagrad.rate), _compiled(ftrl.rate)
-_rate_step_sgd, _rate_step_adagrad, _rate_step_ftrl = (
-    _compiled(sgd.rate_step), _compiled(adagrad.rate_step), _compiled(ftrl.rate_step))
-
-
-@njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _prepare(code, h, n, sq):
-    """For a linear slot with accumulator ``n`` about to add ``sq``: (√(n + sq), the step size
-    ``dw/d(−g)``), by the rule's own ``rate`` (optim/<rule>.py)."""
-    if code == SGD:
-        return _rate_sgd(h, n, sq)
-    if code == ADAGRAD:
-        return _rate_adagrad(h, n, sq)
-    return _rate_ftrl(h, n, sq)
-
-
-@njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _apply(code, h, w, n, z, root0, root, rate, g, sq):
-    """``_step`` of a linear slot with ``√n`` before (``root0``) and after, and the rate, known:
-    the rule's own ``rate_step``."""
-    if code == SGD:
-        return _rate_step_sgd(h, w, n, z, root0, root, rate, g, sq)
-    if code == ADAGRAD:
-        return _rate_step_adagrad(h, w, n, z, root0, root, rate, g, sq)
-    return _rate_step_ftrl(h, w, n, z, root0, root, rate, g, sq)
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
@@ -119,12 +65,23 @@ def _one_group(grp):
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _gather(k, lptr, lslot, lx, L, seen, uj, ux):
+def _gather(k, lptr, lslot, lx, L, seen, uj, ux, twice):
     """Example ``k``'s linear part of the logit (its occurrences in order) and its features, one
     per slot (a slot twice: coefficients summed), into ``uj``/``ux``: returns (part, count).
-    ``seen[j]`` is (the last example that had slot ``j``, its place in that example's list)."""
+    ``seen[j]`` is (the last example that had slot ``j``, its place in that example's list);
+    unless the example may hold a slot ``twice``, the slots are listed as they come."""
     part = 0.0
     m = 0
+    if not twice:
+        for i in range(np.uint64(lptr[k]), np.uint64(lptr[k + 1])):
+            x = lx[i]
+            if x != 0.0:
+                j = np.uint64(lslot[i])
+                part += x * L[j, 0]
+                uj[m] = j
+                ux[m] = 0.0 + x
+                m += 1
+        return part, m
     for i in range(np.uint64(lptr[k]), np.uint64(lptr[k + 1])):     # (unsigned: no wraparound)
         x = lx[i]
         if x == 0.0:                         # a missing numeric value, or padding: not a feature
@@ -142,12 +99,12 @@ def _gather(k, lptr, lslot, lx, L, seen, uj, ux):
     return part, m
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
-def _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms, seen, funiq):
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms, seen, funiq, track):
     """The FM terms of example ``k`` at the current ``V``: fills E (per field) and S (per term)
     for the example's fields and returns ``Σ_t ½ (|S_t|² − Σ_f |E_f|²)``, and lists the
-    example's rows in ``funiq`` (``seen`` as in ``_gather``): (value, rows, a row twice). One
-    pass: an example's occurrences come field after field."""
+    example's rows in ``funiq`` (``seen`` as in ``_gather``; only if asked to ``track`` them):
+    (value, rows, a row twice). One pass: an example's occurrences come field after field."""
     d = V.shape[1]
     for t in range(nterms):
         for c in range(d):
@@ -165,13 +122,14 @@ def _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms, seen, funiq):
             i += np.uint64(1)
             if x == 0.0:                     # nothing (a dense term's padding)
                 continue
-            if seen[q, 0] != k:
-                seen[q, 0] = k
-                seen[q, 1] = mq
-                funiq[mq] = q
-                mq += 1
-            else:
-                twice = True
+            if track:
+                if seen[q, 0] != k:
+                    seen[q, 0] = k
+                    seen[q, 1] = mq
+                    funiq[mq] = q
+                    mq += 1
+                else:
+                    twice = True
             if empty:                        # E_f = 0 + x·v: written, not zeroed then added to
                 for c in range(d):
                     E[fu, c] = 0.0 + x * V[q, c]
@@ -193,7 +151,7 @@ def _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms, seen, funiq):
     return phi, mq, twice
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _implicit(zk, y, r, K, l1_present, m, uj, ux, L, grp, code, hyper, s, usq, uroot, urate):
     """ρ with ρ = σ(z_k − D(ρ)) − y, ``D(ρ) = Σ_j x_j (w_j − w_j'(ρ))`` the example's own move
     of its logit; linear (``D = K ρ``) unless an FTRL slot has L1. Safeguarded Newton."""
@@ -230,7 +188,7 @@ def _implicit(zk, y, r, K, l1_present, m, uj, ux, L, grp, code, hyper, s, usq, u
     return rho
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _update_fm(k, rho, fptr, frow, fx, ffield, fterm, E, S, V, Vn, Vz, vgrp, code, hyper, one_adagrad, h,
                mq, twice, seen, funiq, G):
     """The example's FM rows' steps: a row's gradient ``ρ·x·(S_t − E_f)`` (summed over its
@@ -273,16 +231,19 @@ def _update_fm(k, rho, fptr, frow, fx, ffield, fterm, E, S, V, Vn, Vz, vgrp, cod
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _prefetch(k, lptr, lslot, L, seen, fptr, frow, V, Vn, fseen):
-    """Ask for example ``k``'s rows (linear slots, FM rows, their slots and ``seen`` entries)
-    ahead of it: they are scattered over a block larger than the L2 cache; the loads overlap."""
+def _prefetch(k, lptr, lslot, L, seen, fptr, frow, V, Vn, fseen, lookup, flookup):
+    """Ask for example ``k``'s rows (linear slots, FM rows, their slots and, if it looks them up,
+    ``seen`` entries) ahead of it: they are scattered over a block larger than the L2 cache; the
+    loads overlap."""
     for i in range(np.uint64(lptr[k]), np.uint64(lptr[k + 1])):
         prefetch(L, lslot[i])
-        prefetch(seen, lslot[i])
+        if lookup:
+            prefetch(seen, lslot[i])
     for i in range(np.uint64(fptr[k]), np.uint64(fptr[k + 1])):
         prefetch(V, frow[i])
         prefetch(Vn, frow[i])
-        prefetch(fseen, frow[i])
+        if flookup:
+            prefetch(fseen, frow[i])
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -302,9 +263,9 @@ def learn(base, y, implicit, normalize, rules, linear, lslots, fm, fslots):
     short contiguous arrays that one rule group steps in vectorised loops, and FM rows seen
     once in the example (the usual case) take their Adagrad step straight from the gradient."""
     code, hyper = rules
-    lptr, lslot, lx = linear.ptr, linear.row, linear.x
+    lptr, lslot, lx, ltwice = linear.ptr, linear.row, linear.x, linear.repeats
     w, n, z, grp = lslots
-    fptr, frow, fx, ffield, fterm, nterms = fm
+    fptr, frow, fx, ffield, fterm, nterms, ftwice = fm
     V, Vn, Vz, vgrp = fslots
     B, P, Q, d = len(base), len(w), V.shape[0], V.shape[1]
     L = np.empty((P, 4))
@@ -313,7 +274,7 @@ def learn(base, y, implicit, normalize, rules, linear, lslots, fm, fslots):
     one, g0 = _one_group(grp)
     lc, lh = (code[g0], _row(hyper, g0)) if len(code) else (SGD, (0.0, 0.0, 0.0, 0.0))
     l1 = lc == FTRL and lh[2] > 0
-    seen = np.full((P, 2), -1, np.int64)
+    seen = np.full((P if ltwice else 0, 2), -1, np.int64)     # (only if looked up)
     most = 1
     for k in range(B):
         most = max(most, lptr[k + 1] - lptr[k])
@@ -322,10 +283,11 @@ def learn(base, y, implicit, normalize, rules, linear, lslots, fm, fslots):
     usq, uroot, urate = np.empty(most), np.empty(most), np.empty(most)     # state and step
     E = np.zeros((max(len(fterm), 1), d))
     S = np.zeros((max(nterms, 1), d))
-    fseen = np.full((Q, 2), -1, np.int64)
-    funiq = np.empty(Q, np.int64)
     fone, fg = _one_group(vgrp)
     fm_adagrad = fone and Q > 0 and code[fg] == ADAGRAD
+    ftrack = ftwice or not fm_adagrad        # the FM rows' places in ``funiq``: a row twice, or per-row rules
+    fseen = np.full((Q if ftrack else 0, 2), -1, np.int64)
+    funiq = np.empty(Q if ftrack else 0, np.int64)
     fmost = 1
     for k in range(B):
         fmost = max(fmost, fptr[k + 1] - fptr[k])
@@ -333,12 +295,12 @@ def learn(base, y, implicit, normalize, rules, linear, lslots, fm, fslots):
     zs, rhos = np.empty(B), np.empty(B)
     for k in range(B):
         if k + 2 < B:
-            _prefetch(k + 2, lptr, lslot, L, seen, fptr, frow, V, Vn, fseen)
-        part, m = _gather(k, lptr, lslot, lx, L, seen, uj, ux)
+            _prefetch(k + 2, lptr, lslot, L, seen, fptr, frow, V, Vn, fseen, ltwice, ftrack)
+        part, m = _gather(k, lptr, lslot, lx, L, seen, uj, ux, ltwice)
         zk = base[k] + part
         mq, twice = 0, False
         if nterms:
-            phi, mq, twice = _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms, fseen, funiq)
+            phi, mq, twice = _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms, fseen, funiq, ftrack)
             zk += phi
         r = _sigmoid(zk) - y[k]
         norm = 0.0

@@ -128,3 +128,34 @@ def combine(code, hyper, grp, w0, n0, z0, w, n, z):
                 gf[i], sqf[i] = _inverse_ftrl(h, w0f[i], n0f[i], z0f[i], wf[i], nf[i], zf[i])
         j = e
     return g, sq
+
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def one_column(present, pos, m):
+    """Whether the rows of a *present* term's columns (``Term.present``) are disjoint, found as
+    each column's rows all above every earlier column's: then no example holds a row twice (it
+    has one occurrence per column) and the per-example loop need not look its rows up in
+    ``seen`` (a random access per occurrence). A batch's rows are numbered in order of first
+    occurrence, column after column (``uniq.unique_inverse``), so hashed ids of distinct fields
+    always pass; otherwise (a row in two columns, or numbered otherwise) the answer is False.
+    Two sequential passes (``present``, ``pos``) that vectorise, no look-up per occurrence:
+    ~30 µs for fm.json's 2048 rows of 26 fields."""
+    B = len(present) // m if m else 0
+    i = 0
+    top = -1
+    for f in range(m):
+        count = 0
+        for k in range(f * B, (f + 1) * B):
+            count += present[k]
+        low, high = top + 1, top
+        seg = pos[i:i + count]
+        for j in range(count):
+            p = seg[j]
+            low = p if p < low else low             # (selects: vectorised, unlike min/max here)
+            high = p if p > high else high
+        if low <= top:
+            return False
+        top = high
+        i += count
+    return True
