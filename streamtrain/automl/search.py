@@ -29,8 +29,6 @@ share a Redis store share it (``shared.py``) so that all of them agree on the ch
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from . import state
@@ -93,9 +91,6 @@ class Search:
         events = [self._born(0, start)]
         self.slots[0]["led"] = True
         self.champion = self.served = 0
-        if self.span and os.environ.get("SPAN_LATE") == "1":
-            self.span_due = True
-            return events
         for i, assign in enumerate(_spans(self.space, start)[:self.live - 1] if self.span else [], 1):
             events.append(self._born(i, assign))        # live from the first example (``span``)
         return events + self._fill()
@@ -144,12 +139,6 @@ class Search:
         champ = self.slots[self.champion]
         if self.exhausted == champ["epoch"] and not self._expired_since():
             return events
-        if getattr(self, "span_due", False) and self.seen > 0:
-            self.span_due = False
-            free = [i for i, s in enumerate(self.slots) if s is None]
-            for i, assign in zip(free, _spans(self.space, champ["assign"])):
-                events.append(self._born(i, assign))
-                self.slots[i]["grace"] = max(self.grace, min(champ["examples"] - self.replay, self.patience))
         live = {key(s["assign"]) for s in self.slots if s is not None}
         held = sum(s is not None for s in self.slots)
         for i, slot in enumerate(self.slots):
