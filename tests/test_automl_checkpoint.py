@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from streamtrain import checkpoint
 from streamtrain.automl.trainer import AutoTrainer
@@ -31,14 +32,15 @@ def write_csv(tmp_path) -> None:
         (tmp_path / name).write_text("\n".join(["label,f0,f1,f2,f3"] + rows) + "\n")
 
 
-def job_config(tmp_path, name: str, data: str = "planted.csv") -> dict:
-    """The job on ``data``, its checkpoints in ``tmp_path / name`` (one directory per job)."""
+def job_config(tmp_path, name: str, data: str = "planted.csv", span: bool = False) -> dict:
+    """The job on ``data``, its checkpoints in ``tmp_path / name`` (one directory per job;
+    ``span``: the start set spans the terms, + deep and + FM live from the first example)."""
     if not (tmp_path / data).exists():
         write_csv(tmp_path)
     over = {"reader": {"type": "file", "path": str(tmp_path / data), "format": "csv", "label": "label"},
             "checkpoint": {"dir": str(tmp_path / name), "every_seconds": 0}}
     # deep_batch 100 (not 10): a cold deep newborn replays 3,000 examples in steps of 100
-    cfg = small_job(over, replay=3000, grace=500, patience=1500, explore=0.9, seed=1)
+    cfg = small_job(over, replay=3000, grace=500, patience=1500, explore=0.9, seed=1, span=span)
     space = cfg["automl"]["space"]
     space[1]["values"] = [0.03, 0.1, 0.3, 1.0, 3.0]
     space[2]["values"] = [0.001, 0.003, 0.01, 0.03]
@@ -63,10 +65,11 @@ def recorded(job: Job, monkeypatch) -> dict:
     return out
 
 
-def test_a_restored_search_goes_on_as_the_uninterrupted_one(tmp_path, monkeypatch):
-    whole = recorded(Job(job_config(tmp_path, "whole")), monkeypatch)
+@pytest.mark.parametrize("span", [False, True])
+def test_a_restored_search_goes_on_as_the_uninterrupted_one(tmp_path, monkeypatch, span):
+    whole = recorded(Job(job_config(tmp_path, "whole", span=span)), monkeypatch)
 
-    first = Job(job_config(tmp_path, "first"), max_examples=STOP)
+    first = Job(job_config(tmp_path, "first", span=span), max_examples=STOP)
     part = recorded(first, monkeypatch)
     assert part["summary"]["examples"] == STOP
     buffer = list(first.trainer.recent)
@@ -75,7 +78,7 @@ def test_a_restored_search_goes_on_as_the_uninterrupted_one(tmp_path, monkeypatc
     assert meta["automl_replay"]["replayed"] == first.trainer.replayed
     assert sum(b["rows"] for b in meta["automl_replay"]["batches"]) == 3000
 
-    again = Job(job_config(tmp_path, "again"), restore=first.last_checkpoint)
+    again = Job(job_config(tmp_path, "again", span=span), restore=first.last_checkpoint)
     again._build(next(iter(again.source.batches())))
     try:    # the buffer, array by array, and the search as the first job left them
         restored = list(again.trainer.recent)
@@ -91,7 +94,7 @@ def test_a_restored_search_goes_on_as_the_uninterrupted_one(tmp_path, monkeypatc
     finally:
         again.finish()
 
-    rest = recorded(Job(job_config(tmp_path, "rest", "rest.csv"), restore=first.last_checkpoint), monkeypatch)
+    rest = recorded(Job(job_config(tmp_path, "rest", "rest.csv", span), restore=first.last_checkpoint), monkeypatch)
     assert rest["summary"]["examples"] == ROWS
     # the next cold newborns replay what they replayed without the restart ...
     later = [r for r in whole["replays"] if r[0] >= part["search"]["next_epoch"]]

@@ -24,18 +24,19 @@ follow-the-leader, chosen after every batch from the evidence before the next on
 challenger that is better, but not yet *confidently* so, answers meanwhile. With
 ``serve: "champion"`` the champion answers (ChaCha's rule).
 
-The state is plain JSON (``to_json``/``from_json``): checkpoints hold it, and trainers that
+The state is plain JSON (``to_json``/``load_json``, ``state.py``): checkpoints hold it, and trainers that
 share a Redis store share it (``shared.py``) so that all of them agree on the champion.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from . import state
 from .bounds import verdict
 from .pairrank import cross_turn, promoted
 from .space import Space, key
+from .state import REASONS
 
-REASONS = ("worse", "no_gain", "patience", "nonfinite")
 TRIED = 1000          # assignments remembered as tried (never proposed again while remembered)
 EXPIRES = 2.0         # a former champion retired at n examples of the stream may be tried again at 2 n
 SHADOW_EPOCH = 1_000_000    # the shadow candidate's epoch (``begin``): it takes none of the births' numbers
@@ -51,6 +52,7 @@ class Search:
         self.margin = float(section["margin"])
         self.replay = int(section["replay"])
         self.follow = section["serve"] == "leader"
+        self.span = bool(section.get("span", False))   # the first challengers: the start with each term
         self.rng = np.random.default_rng(int(section["seed"]))
         # a set of terms with ``shadow`` members: the first champion with them (``_shadow``)
         self.shadow_terms = [(d.name, d.shadow) for d in space.dims if getattr(d, "shadow", None)]
@@ -85,9 +87,12 @@ class Search:
     def begin(self, config: dict, fields) -> list[dict]:
         """The first champion (the space's start in ``config``) and its first challengers."""
         self.fields = sorted(fields)
-        events = [self._born(0, self.space.start(config, self.fields))]
+        start = self.space.start(config, self.fields)
+        events = [self._born(0, start)]
         self.slots[0]["led"] = True
         self.champion = self.served = 0
+        for i, assign in enumerate(_spans(self.space, start)[:self.live - 1] if self.span else [], 1):
+            events.append(self._born(i, assign))        # live from the first example (``span``)
         return events + self._fill()
 
     def _shadow(self, i: int, start: dict) -> dict:
@@ -362,36 +367,16 @@ class Search:
         return s["loss_sum"] / s["examples"] if s and s["examples"] else float("nan")
 
     def to_json(self) -> dict:
-        return {"slots": self.slots, "champion": self.champion, "served": self.served, "next_epoch": self.next_epoch,
-                "n": self.n.tolist(), "s": self.s.tolist(), "ss": self.ss.tolist(), "tried": self.tried,
-                "start": self.start.tolist(), "mid": self.mid.tolist(), "windows": self.windows.tolist(),
-                "fields": self.fields, "promotions": self.promotions, "retired": self.retired,
-                "version": self.version, "exhausted": self.exhausted, "exhausted_at": self.exhausted_at,
-                "seen": self.seen, "retired_at": self.retired_at, "turn": self.turn, "rng": self.rng.bit_generator.state,
-                "shadow_slot": self.shadow_slot, "shadow_due": self.shadow_due, "shadow_yielded": self.shadow_yielded, "lease": self.lease,
-                "ranked": self.ranked, "cross_due": self.cross_due}
+        return state.dump(self)
 
     def load_json(self, doc: dict) -> None:
-        if len(doc["slots"]) != self.live:
-            raise ValueError(f"the saved search has {len(doc['slots'])} slots, automl.live is {self.live}")
-        self.slots, self.champion, self.next_epoch = doc["slots"], doc["champion"], doc["next_epoch"]
-        self.served = doc.get("served", self.champion)
-        self.n = np.array(doc["n"], np.int64)
-        self.s, self.ss = np.array(doc["s"], np.float64), np.array(doc["ss"], np.float64)
-        k = self.live            # a state saved before the recent windows: every pair's starts at 0
-        self.start = np.array(doc.get("start", np.zeros((3, k, k))), np.float64)
-        self.mid = np.array(doc.get("mid", np.zeros((3, k, k))), np.float64)
-        self.windows = np.array(doc.get("windows", np.zeros((k, k))), np.int64)
-        self.tried, self.fields = list(doc["tried"]), list(doc["fields"])
-        self.promotions, self.retired, self.version = doc["promotions"], dict(doc["retired"]), doc["version"]
-        self.retired = dict.fromkeys(REASONS, 0) | self.retired    # saved before a reason existed
-        self.exhausted = doc.get("exhausted", -1)
-        self.exhausted_at, self.seen = doc.get("exhausted_at", 0), doc.get("seen", 0)
-        self.retired_at = dict(doc.get("retired_at", {}))     # saved before retirements expired: none
-        self.turn, self.ranked, self.cross_due = doc.get("turn", 0), list(doc.get("ranked", [])), doc.get("cross_due", False)
-        self.shadow_slot, self.shadow_due = doc.get("shadow_slot"), doc.get("shadow_due", False)
-        self.shadow_yielded, self.lease = doc.get("shadow_yielded", True), doc.get("lease", 0)
-        self.rng.bit_generator.state = doc["rng"]
+        state.load(self, doc)
+
+def _spans(space: Space, start: dict) -> list[dict]:
+    """The start with one optional term of a set added (each but its ``later`` ones, in the set's
+    order): ``automl.span``'s first challengers, one per term, live from the first example."""
+    return [dict(start, **{d.name: [t for t in d.optional if t in start[d.name] or t == m]})
+            for d in space.dims if d.optional for m in d.optional if m not in d.later and m not in start[d.name]]
 
 
 def _means(found) -> tuple[float, float]:

@@ -128,6 +128,8 @@ AUTOML = {
                    doc="examples per window over which the champion's residuals rank the pairs a cross "
                        "neighbour adds, best first, on a stream of more fields than its layer's max_fields "
                        "(pairrank.py; 0: pairs at random)"),
+    "span": Option(False, (bool,), doc="the first challengers are the start with each optional term of a set "
+                                        "added (but later ones), live from the first example; then neighbours"),
     "serve": Option("leader", (str,), choices=("leader", "champion"),
                     doc="what answers: the candidate of the lowest progressive loss now (leader) or the champion"),
     "space": Option(None, (list,), nested=_space_problems, doc="the dimensions searched (see the AutoML page)"),
