@@ -134,6 +134,8 @@ def run_targets(rows: int, repeat: int, learners: list[str], threads: int) -> di
                   file=sys.stderr, flush=True)
     return {name: {"whole_rate": statistics.median(r["examples"] / r["whole_s"] for r in runs),
                    "whole_s": statistics.median(r["whole_s"] for r in runs),
+                   "best_rate": max(r["examples"] / r["whole_s"] for r in runs),
+                   "rounds_s": [round(r["whole_s"], 2) for r in runs],
                    "steady_rate": statistics.median(r["steady_rate"] for r in runs),
                    "logloss": runs[0].get("logloss"), "batch": _batch(name)}
             for name, runs in results.items()}
@@ -149,6 +151,7 @@ def ratios(got: dict) -> list[dict]:
     """Each target ratio of examples/s the run can tell (whole process and steady state)."""
     return [{"learner": a, "against": b, "target": target,
              "whole": got[a]["whole_rate"] / got[b]["whole_rate"],
+             "whole_vs_fastest": got[a]["whole_rate"] / got[b].get("best_rate", got[b]["whole_rate"]),
              "steady": got[a]["steady_rate"] / got[b]["steady_rate"]}
             for a, b, target in TARGETS if a in got and b in got]
 
@@ -156,19 +159,19 @@ def ratios(got: dict) -> list[dict]:
 def print_targets(rows: int, repeat: int, got: dict, threads: int) -> None:
     print(f"\n### {rows} Criteo rows (cycled, uncompressed), whole process per learner, "
           f"median of {repeat}; torch threads {threads}\n")
-    print("| learner | batch | whole process s | examples/s whole | examples/s steady | logloss (cycled) |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| learner | batch | whole process s | rounds s | examples/s whole | examples/s steady | logloss (cycled) |")
+    print("|---|---:|---:|---|---:|---:|---:|")
     for name, g in got.items():
         ll = f"{g['logloss']:.5f}" if g.get("logloss") is not None else "-"
-        print(f"| {name} | {g['batch']} | {g['whole_s']:.2f} | {g['whole_rate']:.0f} | "
+        rounds = ", ".join(f"{t:.2f}" for t in g.get("rounds_s", []))
+        print(f"| {name} | {g['batch']} | {g['whole_s']:.2f} | {rounds} | {g['whole_rate']:.0f} | "
               f"{g['steady_rate']:.0f} | {ll} |")
-    print("\n| ratio of examples/s | whole process | steady state | target | met (whole) |")
-    print("|---|---:|---:|---:|---|")
-    for a, b, target in TARGETS:
-        if a not in got or b not in got:
-            continue
-        whole = got[a]["whole_rate"] / got[b]["whole_rate"]
-        steady = got[a]["steady_rate"] / got[b]["steady_rate"]
-        met = "-" if target is None else ("yes" if whole >= target else "**no**")
-        print(f"| {a} ÷ {b} | {whole:.2f}× | {steady:.2f}× | "
-              f"{'-' if target is None else f'≥ {target}×'} | {met} |")
+    # a peer's whole-process time can swing between rounds (VW's 256 MB table of -b 24 on a
+    # shared host: 2.0-3.7 s on a quiet one); met is judged against its fastest round
+    print("\n| ratio of examples/s | whole process | ÷ its fastest round | steady state | target | met |")
+    print("|---|---:|---:|---:|---:|---|")
+    for r in ratios(got):
+        target = r["target"]
+        met = "-" if target is None else ("yes" if r["whole_vs_fastest"] >= target else "**no**")
+        print(f"| {r['learner']} ÷ {r['against']} | {r['whole']:.2f}× | {r['whole_vs_fastest']:.2f}× | "
+              f"{r['steady']:.2f}× | {'-' if target is None else f'≥ {target}×'} | {met} |")
