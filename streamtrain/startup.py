@@ -12,7 +12,7 @@ internals a patch replaces, keeps its own behaviour, and one log line says so.
   runs single-threaded unless ``STREAMTRAIN_BLAS_THREADS`` says otherwise (small per-batch matrix
   products lose to thread hand-offs, badly so on a busy machine): ``OPENBLAS_NUM_THREADS``,
   ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` default to it (read by OpenBLAS/MKL when numpy
-  loads), and ``limit_blas_threads()`` (threadpoolctl, 3.1 to 3.8 tested) applies it to a BLAS
+  loads), and ``limit_blas_threads()`` (threadpoolctl, 3.5 to 3.8 tested; 3.1-3.4 do not see numpy 2's BLAS) applies it to a BLAS
   already loaded; a job and ``eval`` call it when they start. When the variables were set (all
   three at the limit) before numpy loaded, as the command line does, the BLAS started with them
   and the call does nothing (threadpoolctl's import and library scan: ~5 ms of a start).
