@@ -151,7 +151,7 @@ def ratios(got: dict) -> list[dict]:
     """Each target ratio of examples/s the run can tell (whole process and steady state)."""
     return [{"learner": a, "against": b, "target": target,
              "whole": got[a]["whole_rate"] / got[b]["whole_rate"],
-             "whole_vs_fastest": got[a]["whole_rate"] / got[b].get("best_rate", got[b]["whole_rate"]),
+             "whole_vs_fastest": got[a]["whole_rate"] / got[b]["best_rate"],
              "steady": got[a]["steady_rate"] / got[b]["steady_rate"]}
             for a, b, target in TARGETS if a in got and b in got]
 

@@ -52,7 +52,7 @@ class Search:
         self.margin = float(section["margin"])
         self.replay = int(section["replay"])
         self.follow = section["serve"] == "leader"
-        self.span = bool(section.get("span", False))   # the first challengers: the start with each term
+        self.span = bool(section["span"])   # the first challengers: the start with each term
         self.rng = np.random.default_rng(int(section["seed"]))
         # a set of terms with ``shadow`` members: the first champion with them (``_shadow``)
         self.shadow_terms = [(d.name, d.shadow) for d in space.dims if getattr(d, "shadow", None)]
@@ -371,6 +371,7 @@ class Search:
 
     def load_json(self, doc: dict) -> None:
         state.load(self, doc)
+
 
 def _spans(space: Space, start: dict) -> list[dict]:
     """The start with one optional term of a set added (each but its ``later`` ones, in the set's

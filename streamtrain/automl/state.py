@@ -42,4 +42,3 @@ def load(self, doc: dict) -> None:
     self.shadow_slot, self.shadow_due = doc.get("shadow_slot"), doc.get("shadow_due", False)
     self.shadow_yielded, self.lease = doc.get("shadow_yielded", True), doc.get("lease", 0)
     self.rng.bit_generator.state = doc["rng"]
-

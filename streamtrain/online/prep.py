@@ -130,7 +130,6 @@ def combine(code, hyper, grp, w0, n0, z0, w, n, z):
     return g, sq
 
 
-
 @njit(cache=True, nogil=True, error_model="numpy")
 def one_column(present, pos, m):
     """Whether the rows of a *present* term's columns (``Term.present``) are disjoint, found as

@@ -22,11 +22,13 @@ def _row(hyper, g_):
     return hyper[g_, 0], hyper[g_, 1], hyper[g_, 2], hyper[g_, 3]
 
 
+def _compiled(fn):
+    return njit(cache=True, nogil=True, error_model="numpy", inline="always")(fn)
+
+
 #: the rules ``_step`` runs, at their index in ``terms.KERNEL_RULES`` (the code ``kernel_rule`` gives)
 RULES = (sgd.rule, adagrad.rule, ftrl.rule)
-_sgd = njit(cache=True, nogil=True, error_model="numpy", inline="always")(sgd.rule)
-_adagrad = njit(cache=True, nogil=True, error_model="numpy", inline="always")(adagrad.rule)
-_ftrl = njit(cache=True, nogil=True, error_model="numpy", inline="always")(ftrl.rule)
+_sgd, _adagrad, _ftrl = _compiled(sgd.rule), _compiled(adagrad.rule), _compiled(ftrl.rule)
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
@@ -39,10 +41,6 @@ def _step(code, h, w, n, z, g, sq):
     if code == ADAGRAD:
         return _adagrad(h5, w, n, z, g, sq)
     return _ftrl(h5, w, n, z, g, sq)
-
-
-def _compiled(fn):
-    return njit(cache=True, nogil=True, error_model="numpy", inline="always")(fn)
 
 
 # one global per function (a tuple of them would be called through pointers, not inlined)
