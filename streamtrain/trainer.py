@@ -138,6 +138,9 @@ class Trainer:
         ctx = self.graph.prepare(batch)
         if self.ctx.engine is not None:
             self.ctx.engine.prepare(ctx)
+        index_ahead = getattr(self.store, "index_ahead", None)    # the memory store: the ids' rows too
+        if index_ahead is not None:
+            index_ahead(ctx.table_ids)
 
     def pace(self, turn) -> None:
         """Let the reader's thread work while each step's compiled per-example loop runs (it

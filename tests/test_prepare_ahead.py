@@ -161,3 +161,53 @@ def test_put_present_grid(share, weighted):
     assert np.array_equal(row[:, 1:-1][here], want_row[here])
     assert np.array_equal(x[:, 1:-1], want_x)
     assert (row[:, [0, -1]] == -5).all() and (x[:, [0, -1]] == -5.0).all()     # other columns untouched
+
+
+@pytest.mark.parametrize("model", ["lr", "fm", "deepfm"])
+def test_rows_found_while_batches_are_prepared_serve_their_steps_bit_for_bit(model, monkeypatch):
+    """The memory store finds each prepared batch's rows ahead (``MemoryStore.index_ahead``, in
+    the parse thread): batches prepared several ahead of their steps train as batches fed in the
+    step, and the steps look no id up again."""
+    from streamtrain.store import idindex
+    config = json.loads((EXAMPLES / f"{model}.json").read_text())
+    batches = [random_batch(64, fields=("a", "b", "c"), seed=s) for s in range(6)]
+    twins = [random_batch(64, fields=("a", "b", "c"), seed=s) for s in range(6)]
+    plain, ahead = _trainer(config, batches[0]), _trainer(config, batches[0])
+    for twin in twins:
+        ahead.prepare(twin)
+    tables = ahead.store.tables.values()
+    assert all(len(t.ids.ahead) == 6 for t in tables if t.ids.ahead or len(t))
+    looked_up = []
+    real = idindex.IdIndex.find_or_add
+    monkeypatch.setattr(idindex.IdIndex, "find_or_add", lambda self, ids: looked_up.append(len(ids)) or real(self, ids))
+    for batch, twin in zip(batches, twins):
+        got_plain, got_ahead = plain.step(batch), ahead.step(twin)
+        np.testing.assert_array_equal(got_ahead.predictions, got_plain.predictions)
+    assert sum(looked_up) == sum(len(ids) for b in batches for ids in plain.graph.prepare(b).table_ids.values())
+    assert all(not t.ids.ahead for t in tables)
+    ids = np.unique(np.concatenate([f.ids for b in batches for f in b.sparse.values()]))
+    for name, spec in plain.graph.params.items():
+        a, b = (s.store.pull([] if spec.table else [name], {name: ids} if spec.table else {})[name]
+                for s in (plain, ahead))
+        np.testing.assert_array_equal(a, b, err_msg=name)
+
+
+def test_index_ahead_keeps_the_last_batches_and_a_dropped_one_is_looked_up_in_its_step():
+    from streamtrain.params import ParamSpec
+    from streamtrain.store.memory import AHEAD_BATCHES
+    store, plain = MemoryStore(), MemoryStore()
+    for s in (store, plain):
+        s.declare({"t": ParamSpec("t", (4,), table=True)}, {"type": "adagrad", "lr": 0.1})
+    rng = np.random.default_rng(0)
+    batches = [np.unique(rng.integers(0, 50, 20).astype(np.uint64)) for _ in range(AHEAD_BATCHES + 3)]
+    for ids in batches:
+        store.index_ahead({"t": ids})
+    ahead = store.tables["t"].ids.ahead
+    assert len(ahead) == AHEAD_BATCHES and id(batches[0]) not in ahead and id(batches[-1]) in ahead
+    assert len(store.tables["t"]) == len(np.unique(np.concatenate(batches)))    # ids known, rows made later
+    for ids in batches:                 # the first three in their step, the rest as found ahead
+        np.testing.assert_array_equal(store.pull([], {"t": ids})["t"], plain.pull([], {"t": ids})["t"])
+    assert not ahead
+    snap = store.snapshot()
+    order = np.argsort(snap.tables["t"]["ids"])
+    np.testing.assert_array_equal(snap.tables["t"]["value"][order], plain.snapshot().tables["t"]["value"])

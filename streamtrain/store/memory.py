@@ -16,6 +16,7 @@ from .base import ParamStore, Snapshot, initial_dense, initial_rows, register
 from .idindex import IdIndex
 
 _scatter = lazy.module("streamtrain.store.scatter")
+AHEAD_BATCHES = 16      # batches whose rows ``index_ahead`` keeps for their step at most
 
 
 def take_rows(arr: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -60,6 +61,7 @@ class _Ids:
     def __init__(self):
         self.index = IdIndex()
         self.last = (None, None)    # (ids array, rows) of the last lookup: a push follows its pull
+        self.ahead: dict = {}       # id(ids array) -> (ids, rows): found ahead (``MemoryStore.index_ahead``)
 
 
 class Table:
@@ -105,7 +107,9 @@ class Table:
             return rows, int((rows < 0).sum())
         last_ids, rows = shared.last
         if ids is not last_ids:
-            rows = self.index.find_or_add(ids)          # new ids get rows before, before + 1, ...
+            got = shared.ahead.pop(id(ids), None)
+            # new ids get rows before, before + 1, ... (here, or when the batch was prepared)
+            rows = got[1] if got is not None and got[0] is ids else self.index.find_or_add(ids)
             shared.last = (ids, rows)
         return rows, self.fill()
 
@@ -223,6 +227,24 @@ class MemoryStore(ParamStore):
         self.stats.rows_pulled += len(ids)
         self.stats.rows_created += n_new if create else 0
         return table, rows, n_new
+
+    def index_ahead(self, tables: dict) -> None:
+        """The rows of a batch's ids (``{table: unique ids}``), new ids added, found before its
+        step: ``Trainer.prepare`` calls it in the reader's parse thread, while the training
+        thread's compiled loop runs, so the step's pull finds them ready. A row is made for an
+        id a few batches early; its values are made (``Table.fill``) when it is first pulled,
+        from the id alone, so every number is the same. At most ``AHEAD_BATCHES`` wait."""
+        with self._lock:
+            if len(tables) > 1:
+                self._share_ids(tables)
+            for name, ids in tables.items():
+                table = self.tables.get(name)
+                if table is None or id(ids) in table.ids.ahead:
+                    continue
+                ahead = table.ids.ahead
+                ahead[id(ids)] = (ids, table.index.find_or_add(ids))
+                while len(ahead) > AHEAD_BATCHES:      # never stepped (a stopped job): drop the oldest
+                    del ahead[next(iter(ahead))]
 
     lends = True       # ``lend``: the per-example engine reads its rows from the store's own arrays
 
