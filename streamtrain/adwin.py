@@ -25,6 +25,7 @@ import numpy as np
 from .compiled import njit
 
 ROWS = 64              # 2**64 values: more rows than any stream fills
+POW2 = np.array([2.0 ** r for r in range(ROWS)])   # a row's bucket size 2**r: a table (exact), not a pow() call
 
 # scalars: 0 width, 1 total, 2 variance, 3 tick, 4 rows in use
 WIDTH, TOTAL, VAR, TICK, NROWS = range(5)
@@ -72,7 +73,7 @@ def _insert(sc, tot, var, cnt, x, max_buckets):
         sc[NROWS] = 1
     r = 0
     while cnt[r] == max_buckets + 1:           # merge the two oldest into the next row
-        n = 2.0 ** r
+        n = POW2[r]
         mu1, mu2 = tot[r, 0] / n, tot[r, 1] / n
         t12 = tot[r, 0] + tot[r, 1]
         v12 = var[r, 0] + var[r, 1] + n * n * (mu1 - mu2) * (mu1 - mu2) / (2 * n)
@@ -89,7 +90,7 @@ def _insert(sc, tot, var, cnt, x, max_buckets):
 @njit()
 def _delete_oldest(sc, tot, var, cnt):
     r = int(sc[NROWS]) - 1
-    n = 2.0 ** r
+    n = POW2[r]
     u, v = tot[r, 0], var[r, 0]
     mu = u / n
     sc[WIDTH] -= n
@@ -127,7 +128,7 @@ def _detect(sc, tot, var, cnt, delta, min_len, direction, min_change):
         for r in range(int(sc[NROWS]) - 1, -1, -1):
             if done:
                 break
-            n = 2.0 ** r
+            n = POW2[r]
             for k in range(cnt[r]):
                 n0 += n
                 n1 -= n
