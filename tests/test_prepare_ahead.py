@@ -211,3 +211,25 @@ def test_index_ahead_keeps_the_last_batches_and_a_dropped_one_is_looked_up_in_it
     snap = store.snapshot()
     order = np.argsort(snap.tables["t"]["ids"])
     np.testing.assert_array_equal(snap.tables["t"]["value"][order], plain.snapshot().tables["t"]["value"])
+
+
+def test_automl_candidates_find_no_rows_ahead_and_a_table_dropped_since_is_skipped():
+    """A birth copies the champion's index (``MemoryStore.copy``): rows the parse thread had made
+    by then would start with the champion's initial values, so candidates find none ahead and a
+    search stays a function of its seed. A table dropped after its batch was prepared is skipped."""
+    from streamtrain.automl.candidates import Candidate
+    config = json.loads((EXAMPLES / "fm.json").read_text())
+    batch = random_batch(32, fields=("a", "b", "c"), seed=0)
+    store = MemoryStore()
+    cand = Candidate(0, 0, {}, config, Schema.of(batch), store)
+    cand.trainer.prepare(batch)
+    assert store.tables and not any(len(t) or t.ids.ahead for t in store.tables.values())
+    plain = _trainer(config, batch)
+    plain.prepare(batch)
+    tables = dict(batch.prepared.of(plain.graph).table_ids)
+    assert all(plain.store.tables[t].ids.ahead for t in tables)
+    gone, kept = list(tables)[0], list(tables)[1:]
+    plain.store.drop([gone])
+    twin = random_batch(32, fields=("a", "b", "c"), seed=1)
+    plain.store.index_ahead(dict(plain.graph.prepare(twin).table_ids))    # the dropped one too: no KeyError
+    assert gone not in plain.store.tables and all(len(plain.store.tables[t].ids.ahead) == 2 for t in kept)

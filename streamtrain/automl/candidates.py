@@ -58,6 +58,10 @@ class Candidate:
         self.graph = Graph.from_config(prefixed(config["layers"], self.prefix), schema)
         store.add(self.graph.params, config["default_optimizer"])
         self.trainer = Trainer(self.graph, store, seed=seed + epoch)
+        # no rows found ahead (``MemoryStore.index_ahead``): a birth copies the champion's index,
+        # and rows the parse thread had made by then would start with the champion's initial
+        # values: a search's figures would depend on that thread's timing
+        self.trainer.finds_rows_ahead = False
         self.batch_size = int(config["batch_size"])
 
     @property

@@ -235,11 +235,12 @@ class MemoryStore(ParamStore):
         id a few batches early; its values are made (``Table.fill``) when it is first pulled,
         from the id alone, so every number is the same. At most ``AHEAD_BATCHES`` wait."""
         with self._lock:
+            tables = {name: ids for name, ids in tables.items() if name in self.tables}   # (none dropped since)
             if len(tables) > 1:
                 self._share_ids(tables)
             for name, ids in tables.items():
-                table = self.tables.get(name)
-                if table is None or id(ids) in table.ids.ahead:
+                table = self.tables[name]
+                if id(ids) in table.ids.ahead:
                     continue
                 ahead = table.ids.ahead
                 ahead[id(ids)] = (ids, table.index.find_or_add(ids))
