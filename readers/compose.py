@@ -120,6 +120,7 @@ class Prepare:
 
     def __init__(self, handback: bool = False):
         self.fn = None
+        self.also = None          # work of the consumer's the producer runs at each turn (scoring.py)
         self._failed = False
         self._turn: threading.Event | None = None
         self.handback = handback
@@ -179,6 +180,8 @@ def _paced(items, q, prepare: Prepare | None, ready: int = 1):
     while True:
         if prepare is not None and q.qsize() >= ready:
             prepare.wait_turn()
+            if prepare.also is not None:     # ahead of the consumer: its work handed over first
+                prepare.also()
         try:
             item = next(it)
         except StopIteration:
@@ -230,6 +233,8 @@ def buffered(reader, size: int, prepare: Prepare | None = None):
             while True:
                 if prepare is not None and q.empty():
                     prepare.give_turn()          # nothing ready: a paced producer goes on at once
+                    if prepare.also is not None:     # ... and the work handed over is done here meanwhile
+                        prepare.also()
                 item = q.get()
                 if isinstance(item, _HandBack):
                     t.join()

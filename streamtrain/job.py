@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from . import checkpoint, job_checkpoints, outage, readahead, report
+from . import checkpoint, job_checkpoints, outage, readahead, report, scoring
 from .backoff import STOPPED, Backoff
 from .automl import attach as automl_attach
 from .drift import DriftMonitor
@@ -47,7 +47,7 @@ class Job:
             store_cfg.setdefault("namespace", config.get("name") or "default")
         self.store = make_store(store_cfg)
         # a stop ends the store's own retries at once; what they wait for shows as store_waiting
-        self.store.watch(lambda: self.stop_requested, self._store_waits)
+        self.store.watch(lambda: self.stop_requested, lambda what: setattr(self, "_store_waiting", what))
         self.graph_input = open_graph_input(config.get("graph"), self.malformed,
                                             namespace=config.get("name") or "default")
         self.graph: Graph | None = None
@@ -83,9 +83,6 @@ class Job:
         own retries of an operation), or None."""
         return self._waiting or self._store_waiting
 
-    def _store_waits(self, what: str | None) -> None:
-        self._store_waiting = what
-
     @property
     def stop_requested(self) -> bool:
         return self._stop_requested
@@ -116,6 +113,7 @@ class Job:
         if prepare is not None and self.graph_input is None and ahead:
             prepare.fn = self.trainer.prepare    # the parse thread works out each batch's ids ahead
             self.trainer.pace(prepare.pace)      # ... in turns the trainer's compiled loop gives
+            scoring.attach(self, prepare)        # ... and scores the batches trained meanwhile
         if self.restore_from:
             try:
                 self._until_store_answers("restore the checkpoint", lambda: self.restore(self.restore_from))

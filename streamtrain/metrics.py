@@ -21,6 +21,7 @@ from prometheus_client import (CollectorRegistry, Counter, Enum, Gauge, Histogra
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from . import scoring
 from .metrics_scrape import LagCollector, LiveCounts, QualityCollector, StepFigures
 from .progressive import Window
 from .state import Status
@@ -184,7 +185,7 @@ class Metrics:
         self.source, self.job = job.source, job
         self.steps.step(result, batch.size)        # counts and phase seconds: folded in at a scrape
         if result.applied:
-            if result.losses is not None:          # a loss with progressive figures (any kind)
+            if result.predictions is not None:     # a loss with progressive figures (any kind)
                 if self.window.tracker is not type(job.trainer.progressive):
                     self.window = Window(self.window.size, type(job.trainer.progressive))
                 self.window.update(batch.labels, result.predictions)
@@ -267,6 +268,7 @@ class Metrics:
     def refresh(self, job) -> None:
         """Recompute the gauges: window figures, table rows, layer states, source lag."""
         self._next_refresh = time.monotonic() + self.refresh_seconds
+        scoring.scored(job)                  # the drift monitor has seen every batch trained
         self.steps.fold()
         self._sync_job()
         figures = self.window.figures()

@@ -17,6 +17,8 @@ import time
 
 import numpy as np
 
+from . import scoring
+
 FIXED = ("logloss", "auc", "predicted_ctr", "observed_ctr")     # in every summary (null: not this loss)
 
 
@@ -33,6 +35,7 @@ def progress(job, whole_run: bool = False) -> dict:
     t, now = job.trainer, time.monotonic()
     if t is None:
         return {}
+    scoring.scored(job)          # every batch trained is in the figures
     if whole_run:
         s = getattr(job, "final", None) or summary(job)
         return {"examples": s["examples"], "batches": s["batches"], "examples_per_s": s["examples_per_s"],
@@ -69,6 +72,7 @@ def steady_rate(job) -> float | None:
 def summary(job) -> dict:
     elapsed = time.monotonic() - job.started
     t = job.trainer
+    scoring.scored(job)
     figures = t.progressive.figures() if t is not None else {}
     restored = getattr(job, "restored_examples", 0)
     out = {

@@ -47,6 +47,7 @@ class Trainer:
         # a store that lends its arrays (memory) to an engine that hands back final rows
         self._lends = self.ctx.engine is not None and self.engine.assign and getattr(store, "lends", False)
         self.progressive = tracker_class(graph.loss)()   # figures of the loss's kind (progressive.py)
+        self.scorer = None        # a job's ``scoring.Scorer``: it updates ``progressive`` (in the parse thread)
         self.finds_rows_ahead = True    # ``prepare`` has the store find the batch's rows (index_ahead)
         self.batches = 0                   # batches (and examples) whose update was applied
         self.examples = 0
@@ -105,7 +106,12 @@ class Trainer:
         t.update(pull=t1 - t0, forward=t2 - t1)
         if not np.isfinite(ctx.loss):
             return self._skip(batch, predictions, "loss", t)
-        losses = self.progressive.update(batch.labels, predictions) if predictions is not None else None
+        losses = None
+        if predictions is not None:       # scored here, or handed to the job's scorer (scoring.py)
+            if self.scorer is not None:
+                self.scorer.submit(batch.labels, predictions)
+            else:
+                losses = self.progressive.update(batch.labels, predictions)
         g.backward(ctx)
         assigned = ctx.engine.push(ctx) if ctx.engine is not None else {}
         grads = g.gradients(ctx)
