@@ -121,6 +121,7 @@ class Prepare:
     def __init__(self, handback: bool = False):
         self.fn = None
         self.also = None          # work of the consumer's the producer runs at each turn (scoring.py)
+        self.runs_also = False    # a producer that runs it (``buffered``'s thread) took this one
         self._failed = False
         self._turn: threading.Event | None = None
         self.handback = handback
@@ -200,6 +201,8 @@ def buffered(reader, size: int, prepare: Prepare | None = None):
         raise ValueError(f"buffer size must be >= 1, got {size}")
 
     def gen():
+        if prepare is not None:
+            prepare.runs_also = True
         q: _queue.Queue = _queue.Queue(maxsize=size)
         stop = threading.Event()
 

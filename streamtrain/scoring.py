@@ -74,11 +74,11 @@ class Scorer:
 
 
 def attach(job, prepare) -> None:
-    """A plain trainer's scoring moves to the parse thread behind ``prepare`` (a file reader's):
-    the job's drift monitor is fed there, not by its step hook."""
+    """A plain trainer's scoring moves to the parse thread behind ``prepare`` (a file reader's,
+    ``compose.buffered``): the job's drift monitor is fed there, not by its step hook."""
     trainer = job.trainer
-    if type(trainer).__name__ != "Trainer":      # (an AutoML search: its decisions need the losses now)
-        return
+    if type(trainer).__name__ != "Trainer" or not prepare.runs_also:    # (an AutoML search's decisions
+        return                                   # need the losses now; a Kafka reader's worker runs no turns)
     trainer.scorer = Scorer(trainer.progressive, job.drift)
     prepare.also = lambda: trainer.scorer.run_pending(wait=False)
     if job.drift is not None and job.drift.on_step in job.hooks:
