@@ -76,8 +76,9 @@ class Scorer:
 def attach(job, prepare) -> None:
     """A plain trainer's scoring moves to the parse thread behind ``prepare`` (a file reader's,
     ``compose.buffered``): the job's drift monitor is fed there, not by its step hook."""
+    from .trainer import Trainer          # (here: importing scoring, report and metrics stay light)
     trainer = job.trainer
-    if type(trainer).__name__ != "Trainer" or not prepare.runs_also:    # (an AutoML search's decisions
+    if not isinstance(trainer, Trainer) or not prepare.runs_also:    # (an AutoML search's decisions
         return                                   # need the losses now; a Kafka reader's worker runs no turns)
     trainer.scorer = Scorer(trainer.progressive, job.drift)
     prepare.also = lambda: trainer.scorer.run_pending(wait=False)
