@@ -121,7 +121,7 @@ class Prepare:
     def __init__(self, handback: bool = False):
         self.fn = None
         self.also = None          # work of the consumer's the producer runs at each turn (scoring.py)
-        self.runs_also = False    # a producer that runs it (``buffered``'s thread) took this one
+        self.runs_also = False    # a producer that runs it (``buffered``'s thread, ``_paced``) took this one
         self._failed = False
         self._turn: threading.Event | None = None
         self.handback = handback
@@ -149,6 +149,13 @@ class Prepare:
         """The consumer waits for an item: the producer's turn, if it is paced."""
         if self._turn is not None:
             self._turn.set()
+
+    def consumer_waits(self) -> None:
+        """Nothing is ready for the consumer: a paced producer goes on at once, and the work
+        handed over (``also``) is done in the consumer's thread meanwhile."""
+        self.give_turn()
+        if self.also is not None:
+            self.also()
 
     def wait_turn(self) -> None:
         """In the producer, before an item while the consumer has one ready: wait for the turn."""
@@ -178,6 +185,8 @@ def _paced(items, q, prepare: Prepare | None, ready: int = 1):
     """``items``, each taken once the producer's turn came while ``q`` has ``ready`` items
     (``Prepare.pace``); with fewer the producer goes on at once: it catches up freely."""
     it = iter(items)
+    if prepare is not None:
+        prepare.runs_also = True
     while True:
         if prepare is not None and q.qsize() >= ready:
             prepare.wait_turn()
@@ -201,8 +210,6 @@ def buffered(reader, size: int, prepare: Prepare | None = None):
         raise ValueError(f"buffer size must be >= 1, got {size}")
 
     def gen():
-        if prepare is not None:
-            prepare.runs_also = True
         q: _queue.Queue = _queue.Queue(maxsize=size)
         stop = threading.Event()
 
@@ -235,9 +242,7 @@ def buffered(reader, size: int, prepare: Prepare | None = None):
         try:
             while True:
                 if prepare is not None and q.empty():
-                    prepare.give_turn()          # nothing ready: a paced producer goes on at once
-                    if prepare.also is not None:     # ... and the work handed over is done here meanwhile
-                        prepare.also()
+                    prepare.consumer_waits()
                 item = q.get()
                 if isinstance(item, _HandBack):
                     t.join()
