@@ -122,6 +122,7 @@ class Prepare:
         self.fn = None
         self.also = None          # work of the consumer's the producer runs at each turn (scoring.py)
         self.runs_also = False    # a producer that runs it (``buffered``'s thread, ``_paced``) took this one
+        self.ahead = False        # the producer is ahead of the consumer (its item after ``ready`` waiting)
         self._failed = False
         self._turn: threading.Event | None = None
         self.handback = handback
@@ -188,7 +189,9 @@ def _paced(items, q, prepare: Prepare | None, ready: int = 1):
     if prepare is not None:
         prepare.runs_also = True
     while True:
-        if prepare is not None and q.qsize() >= ready:
+        if prepare is not None:
+            prepare.ahead = q.qsize() >= ready
+        if prepare is not None and prepare.ahead:
             prepare.wait_turn()
             if prepare.also is not None:     # ahead of the consumer: its work handed over first
                 prepare.also()

@@ -113,6 +113,7 @@ class Job:
         if prepare is not None and self.graph_input is None and ahead:
             prepare.fn = self.trainer.prepare    # the parse thread works out each batch's ids ahead
             self.trainer.pace(prepare.pace)      # ... in turns the trainer's compiled loop gives
+            self.trainer.ahead = lambda: prepare.ahead    # ... finding rows only when it has time to spare
             scoring.attach(self, prepare)        # ... and scores the batches trained meanwhile
         if self.restore_from:
             try:

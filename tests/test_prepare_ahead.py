@@ -233,3 +233,29 @@ def test_automl_candidates_find_no_rows_ahead_and_a_table_dropped_since_is_skipp
     twin = random_batch(32, fields=("a", "b", "c"), seed=1)
     plain.store.index_ahead(dict(plain.graph.prepare(twin).table_ids))    # the dropped one too: no KeyError
     assert gone not in plain.store.tables and all(len(plain.store.tables[t].ids.ahead) == 2 for t in kept)
+
+
+def test_a_reader_thread_behind_the_trainer_finds_no_rows_and_the_step_finds_them():
+    """``Trainer.ahead`` (the job's: ``compose.Prepare.ahead``, the reader's thread has batches
+    waiting) says whether ``prepare`` has the store find the rows too: a parse thread behind the
+    trainer leaves them to the step, which would otherwise wait for it. The same numbers."""
+    config = json.loads((EXAMPLES / "fm.json").read_text())
+    batches = [random_batch(64, fields=("a", "b", "c"), seed=s) for s in range(4)]
+    twins = [random_batch(64, fields=("a", "b", "c"), seed=s) for s in range(4)]
+    plain, behind = _trainer(config, batches[0]), _trainer(config, batches[0])
+    flags = iter([False, True, False, True])
+    behind.ahead = lambda: next(flags)
+    for twin in twins:
+        behind.prepare(twin)
+    assert all(len(t.ids.ahead) == 2 for t in behind.store.tables.values() if t.ids.ahead)
+    for batch, twin in zip(batches, twins):
+        np.testing.assert_array_equal(behind.step(twin).predictions, plain.step(batch).predictions)
+    assert all(not t.ids.ahead for t in behind.store.tables.values())
+
+
+def test_the_producer_says_before_each_item_whether_it_is_ahead_of_the_consumer():
+    prepare = Prepare()
+    seen = []
+    prepare.fn = lambda item: seen.append(prepare.ahead)
+    got = list(buffered(lambda: iter(range(3)), 2, prepare)())
+    assert got == [0, 1, 2] and len(seen) == 3 and prepare.runs_also
