@@ -122,7 +122,8 @@ class Prepare:
         self.fn = None
         self.also = None          # work of the consumer's the producer runs at each turn (scoring.py)
         self.runs_also = False    # a producer that runs it (``buffered``'s thread, ``_paced``) took this one
-        self.ahead = False        # the producer is ahead of the consumer (its item after ``ready`` waiting)
+        self.ahead = True         # the producer is ahead of the consumer (``_paced``: ``ready`` items wait;
+                                  # a producer that does not say, as the Kafka reader's worker: True)
         self._failed = False
         self._turn: threading.Event | None = None
         self.handback = handback

@@ -259,3 +259,7 @@ def test_the_producer_says_before_each_item_whether_it_is_ahead_of_the_consumer(
     prepare.fn = lambda item: seen.append(prepare.ahead)
     got = list(buffered(lambda: iter(range(3)), 2, prepare)())
     assert got == [0, 1, 2] and len(seen) == 3 and prepare.runs_also
+
+
+def test_a_producer_that_does_not_say_counts_as_ahead():
+    assert Prepare().ahead          # the Kafka reader's parse worker: its batches' rows are found there
