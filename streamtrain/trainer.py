@@ -48,8 +48,9 @@ class Trainer:
         self._lends = self.ctx.engine is not None and self.engine.assign and getattr(store, "lends", False)
         self.progressive = tracker_class(graph.loss)()   # figures of the loss's kind (progressive.py)
         self.scorer = None        # a job's ``scoring.Scorer``: it updates ``progressive`` (in the parse thread)
-        self.finds_rows_ahead = True    # ``prepare`` has the store find the batch's rows (index_ahead) ...
-        self.ahead = lambda: True       # ... when this says the reader's thread is ahead (has time to spare)
+        # ``prepare`` has the store find the batch's rows too (index_ahead) when this says the
+        # reader's thread is ahead of the trainer (the job's: ``compose.Prepare.ahead``)
+        self.ahead = lambda: True
         self.batches = 0                   # batches (and examples) whose update was applied
         self.examples = 0
         self.nonfinite = 0                 # batches (and examples) skipped: a loss or gradient not finite
@@ -147,7 +148,7 @@ class Trainer:
         if self.ctx.engine is not None:
             self.ctx.engine.prepare(ctx)
         index_ahead = getattr(self.store, "index_ahead", None)    # the memory store: the ids' rows too
-        if index_ahead is not None and self.finds_rows_ahead and self.ahead():
+        if index_ahead is not None and self.ahead():
             index_ahead(ctx.table_ids)
 
     def pace(self, turn) -> None:

@@ -61,7 +61,7 @@ class Candidate:
         # no rows found ahead (``MemoryStore.index_ahead``): a birth copies the champion's index,
         # and rows the parse thread had made by then would start with the champion's initial
         # values: a search's figures would depend on that thread's timing
-        self.trainer.finds_rows_ahead = False
+        self.trainer.ahead = lambda: False
         self.batch_size = int(config["batch_size"])
 
     @property
