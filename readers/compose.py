@@ -192,10 +192,10 @@ def _paced(items, q, prepare: Prepare | None, ready: int = 1):
     while True:
         if prepare is not None:
             prepare.ahead = q.qsize() >= ready
-        if prepare is not None and prepare.ahead:
-            prepare.wait_turn()
-            if prepare.also is not None:     # ahead of the consumer: its work handed over first
-                prepare.also()
+            if prepare.ahead:
+                prepare.wait_turn()
+                if prepare.also is not None:     # ahead of the consumer: its work handed over first
+                    prepare.also()
         try:
             item = next(it)
         except StopIteration:
