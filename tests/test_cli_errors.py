@@ -73,8 +73,8 @@ def test_a_config_nested_100k_deep(tmp_path):
 @pytest.mark.parametrize("command", ["validate", "run"])
 @pytest.mark.parametrize("setting, where, needle", [
     ("batch_size=100000000000000000000", "batch_size: 100000000000000000000 is too large", "GiB of memory here"),
-    ("layers.deep1.dim=1000000000", "layers[10]: the model needs at least", "layer 'deep1': output [256, 1000000000]"),
-    ("layers.emb.dim=1000000000", "layers[7]: the model needs at least", "layer 'emb': output [256, 1, 1000000000]"),
+    ("layers.deep1.dim=1000000000", "layers[10]: the model needs at least", "layer 'deep1': output [1024, 1000000000]"),
+    ("layers.emb.dim=1000000000", "layers[7]: the model needs at least", "layer 'emb': output [1024, 1, 1000000000]"),
 ])
 def test_a_model_larger_than_the_memory_is_refused(command, setting, where, needle):
     args = (*QUIET, "--max-examples", 1000) if command == "run" else ()

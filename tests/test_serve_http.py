@@ -31,7 +31,7 @@ def trained_job(sets, max_examples=None):
 
 @pytest.fixture(scope="module")
 def synthetic_job():
-    return trained_job(["reader.type=synthetic", "reader.examples=4096", "reader.fields=4",
+    return trained_job(["batch_size=256", "reader.type=synthetic", "reader.examples=4096", "reader.fields=4",
                         "reader.dense=2", "reader.cardinality=100", "serve.max_records=64",
                         "serve.max_body_bytes=20000"])
 
@@ -172,8 +172,8 @@ def test_model_description_probes_and_metrics(server):
 
 def test_a_job_that_has_not_trained_answers_503_then_serves():
     cfg = configmod.validate(configmod.load("examples/deepfm.json", [
-        "metrics.enabled=false", "reader.type=synthetic", "reader.examples=512", "reader.fields=2",
-        "serve.enabled=true", "serve.port=0"]))
+        "metrics.enabled=false", "batch_size=256", "reader.type=synthetic", "reader.examples=512",
+        "reader.fields=2", "serve.enabled=true", "serve.port=0"]))
     job = Job(cfg)
     stop = attach(job, cfg)
     try:
