@@ -145,10 +145,12 @@ class Trainer:
         thread calls it) and kept on the batch for its step: ``Graph.prepare`` and the
         per-example engine's occurrence grids (``PerExample.prepare``)."""
         ctx = self.graph.prepare(batch)
+        if not self.ahead():          # the reader's thread is the busier: the step does the rest
+            return
         if self.ctx.engine is not None:
             self.ctx.engine.prepare(ctx)
         index_ahead = getattr(self.store, "index_ahead", None)    # the memory store: the ids' rows too
-        if index_ahead is not None and self.ahead():
+        if index_ahead is not None:
             index_ahead(ctx.table_ids)
 
     def pace(self, turn) -> None:

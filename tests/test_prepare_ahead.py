@@ -238,7 +238,8 @@ def test_automl_candidates_find_no_rows_ahead_and_a_table_dropped_since_is_skipp
 def test_a_reader_thread_behind_the_trainer_finds_no_rows_and_the_step_finds_them():
     """``Trainer.ahead`` (the job's: ``compose.Prepare.ahead``, the reader's thread has batches
     waiting) says whether ``prepare`` has the store find the rows too: a parse thread behind the
-    trainer leaves them to the step, which would otherwise wait for it. The same numbers."""
+    trainer leaves them, and the per-example engine's grids, to the step, which would otherwise
+    wait for it. The same numbers."""
     config = json.loads((EXAMPLES / "fm.json").read_text())
     batches = [random_batch(64, fields=("a", "b", "c"), seed=s) for s in range(4)]
     twins = [random_batch(64, fields=("a", "b", "c"), seed=s) for s in range(4)]
@@ -248,6 +249,10 @@ def test_a_reader_thread_behind_the_trainer_finds_no_rows_and_the_step_finds_the
     for twin in twins:
         behind.prepare(twin)
     assert all(len(t.ids.ahead) == 2 for t in behind.store.tables.values() if t.ids.ahead)
+    # ... nor the per-example engine's grids (``PerExample.prepare``): the step makes them
+    grids = [any(isinstance(k, tuple) and k[0] == GRID for k in twin.prepared.of(behind.graph).memo)
+             for twin in twins]
+    assert grids == [False, True, False, True]
     for batch, twin in zip(batches, twins):
         np.testing.assert_array_equal(behind.step(twin).predictions, plain.step(batch).predictions)
     assert all(not t.ids.ahead for t in behind.store.tables.values())
