@@ -49,7 +49,8 @@ def applied(trace_path, since_line: int = 0) -> dict:
     """{partition: set of offsets} applied, from the reader's trace (lines after ``since_line``)."""
     out = defaultdict(set)
     if trace_path.exists():
-        for line in trace_path.read_text().splitlines()[since_line:]:
+        text = trace_path.read_text()      # read while the trainer writes: its last line may be cut
+        for line in text[:text.rfind("\n") + 1].splitlines()[since_line:]:
             _, p, o = line.split()
             out[int(p)].add(int(o))
     return out

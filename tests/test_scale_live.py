@@ -220,10 +220,11 @@ def test_add_two_trainers_then_sigterm_one_and_sigkill_one(trainers, tmp_path, k
     assert not lost.any(), f"{int(lost.sum())} traced updates missing from Redis: lost updates"
     # applied by c, whose kill cut the trace line off: the trace is written when a batch is
     # committed, after the write-back flush that carries it, so a kill mid-flush leaves every batch
-    # of that flush applied and untraced: at most one write-back interval of the stream (RATE x
-    # write_back_s, more than c's share) and the batches on either side of it
+    # of that flush applied and untraced: at most one write-back interval of c's training and the
+    # batches on either side of it. c trains up to twice the stream's rate while it catches up on
+    # the backlog of b's partitions (a CI run saw 1,034 against RATE x write_back_s + 2 batches, 1,006)
     extra = t - traced
-    flush_bound = RATE * 0.5 + 2 * BATCH          # write_back_s: the redis store's default, 0.5 s
+    flush_bound = 2 * RATE * 0.5 + 2 * BATCH      # write_back_s: the redis store's default, 0.5 s
     assert extra.max() <= 1 and extra.sum() <= flush_bound, (extra.max(), extra.sum())
     assert int(t.sum()) == int(traced.sum()) + int(extra.sum())
     repeats = int((traced > 1).sum())
