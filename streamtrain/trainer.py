@@ -142,8 +142,9 @@ class Trainer:
 
     def prepare(self, batch) -> None:
         """Each batch's work that depends on the batch alone, done ahead (the file reader's parse
-        thread calls it) and kept on the batch for its step: ``Graph.prepare`` and the
-        per-example engine's occurrence grids (``PerExample.prepare``)."""
+        thread calls it) and kept on the batch for its step: ``Graph.prepare`` and, while that
+        thread is ahead of the trainer (``ahead``), the per-example engine's occurrence grids
+        (``PerExample.prepare``) and the memory store's rows of the ids (``index_ahead``)."""
         ctx = self.graph.prepare(batch)
         if not self.ahead():          # the reader's thread is the busier: the step does the rest
             return

@@ -19,6 +19,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
+from tests.fixtures_kafka import read_trace
 from tests.fixtures_prometheus import wait_for, wait_metrics
 
 pytestmark = pytest.mark.timeout(240)
@@ -48,11 +49,8 @@ def produce(bootstrap, topic, lines):
 def applied(trace_path, since_line: int = 0) -> dict:
     """{partition: set of offsets} applied, from the reader's trace (lines after ``since_line``)."""
     out = defaultdict(set)
-    if trace_path.exists():
-        text = trace_path.read_text()      # read while the trainer writes: its last line may be cut
-        for line in text[:text.rfind("\n") + 1].splitlines()[since_line:]:
-            _, p, o = line.split()
-            out[int(p)].add(int(o))
+    for p, o in read_trace(trace_path)[since_line:]:     # (a line cut mid-write is left out)
+        out[p].add(o)
     return out
 
 
