@@ -10,7 +10,8 @@ value is a zero padding row) and 13 numeric fields as sign(x)·log1p|x|. The mod
 the numeric fields + a bias, an 8-dim embedding, then FM + MLP 64-32-1 (DeepFM) or a 3-layer
 cross network beside an MLP 64-32 joined by a linear output (DCN v1). Optimisers as in the
 example files where torch has them: Adagrad (sparse gradients) for the embeddings (lr 0.03) and
-the wide / linear / bias terms (lr 0.05: torch has no FTRL), Adam 0.001 for the MLP and cross.
+the wide / linear / bias terms (lr 0.05: torch has no FTRL), Adam for the MLP and cross at the
+example file's rate (``mlp_rate``: deepfm 0.004, dcn 0.001).
 Predict-then-learn per mini-batch, one pass. Prints one JSON line: examples, seconds in the
 training loop (forward, backward, step; reading and tensor building excluded), seconds from
 the first line of ``main`` to the end, and the progressive logloss.
@@ -22,6 +23,7 @@ import json
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -97,7 +99,18 @@ class DCN(nn.Module):
 MODELS = {"deepfm": DeepFM, "dcn": DCN}
 
 
-def optimizers(model) -> list:
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def mlp_rate(name: str) -> float:
+    """The Adam rate of ``examples/<name>.json``'s MLP (every Adam layer there has the same)."""
+    layers = json.loads((EXAMPLES / f"{name}.json").read_text())["layers"]
+    rates = {layer["optimizer"]["lr"] for layer in layers if layer.get("optimizer", {}).get("type") == "adam"}
+    (rate,) = rates
+    return rate
+
+
+def optimizers(model, adam_lr: float) -> list:
     f = model.features
     first = [f.wide.weight]
     dense_first = f.dense_parameters()
@@ -106,7 +119,7 @@ def optimizers(model) -> list:
     return [torch.optim.Adagrad([f.emb.weight], lr=0.03),
             torch.optim.Adagrad(first, lr=0.05),
             torch.optim.Adagrad(dense_first, lr=0.05),
-            torch.optim.Adam(others, lr=0.001)]
+            torch.optim.Adam(others, lr=adam_lr)]
 
 
 def tensors(batch, rows: int):
@@ -137,7 +150,7 @@ def main(argv=None) -> int:
     from streamtrain.readers import Malformed, open_reader
 
     model = MODELS[args.model](args.table_rows)
-    opts = optimizers(model)
+    opts = optimizers(model, mlp_rate(args.model))
     loss_fn = nn.BCEWithLogitsLoss(reduction="sum")
     src = open_reader({"type": "file", "path": args.data, "format": "criteo"}, args.batch_size, Malformed())
     n, total_loss, train_s = 0, 0.0, 0.0
