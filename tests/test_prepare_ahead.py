@@ -46,9 +46,9 @@ def test_batches_prepared_ahead_train_bit_for_bit_as_batches_fed_in_the_step(mod
         if ahead.engine is not None and ahead.engine.layers and not multi[seed]:   # the engine's too
             assert [k for k in fed.memo if k[0] == GRID]
             room = ahead.engine._room          # made with room for its block's other terms (once known)
-            if seed and model in ("lr", "fm"):
-                (param, extra), = room.items()
-                assert extra > 0 and fed.memo[(GRID, param)][1].shape[1] > extra
+            if seed and model in ("lr", "fm"):     # the grid is the block's: its other terms,
+                (param, extra), = room.items()      # the numeric and bias weights, are fixed rows
+                assert extra == 0 and fed.memo[(GRID, param)][1].shape[1] > 0     # beside it
         got_plain, got_ahead = plain.step(batch), ahead.step(twin)
         assert all(ahead.ctx.table_ids[t] is fed.table_ids[t] for t in fed.table_ids)   # taken, not redone
         np.testing.assert_array_equal(got_ahead.predictions, got_plain.predictions)
@@ -103,14 +103,16 @@ def test_the_file_readers_parse_thread_prepares_batches_once_the_graph_exists(cr
 
 def test_a_job_whose_parse_thread_hands_back_trains_the_same(criteo_path, monkeypatch):
     """After the parse thread hands its work back (``compose.Prepare``'s ``handback``, here
-    after 1 + 5 prepared batches) the trainer prepares each batch in its step: the same numbers."""
+    after 1 + 5 prepared batches) the trainer prepares each batch in its step: the same numbers.
+    Batches of 256: 30 of them, room for the 6 after the PARSE_AHEAD + 2 read before the graph
+    is built (deepfm.json's 1024 make 8: with 3 or more read before, fewer than 6 are left)."""
     from streamtrain.readers import compose
     monkeypatch.setattr(compose, "HANDBACK_AFTER", 5)
     monkeypatch.setattr(compose, "HANDBACK_CPU_S", 10.0)    # every batch is cheap enough
-    summary, preds, prepared = _run(criteo_path, "deepfm")
+    summary, preds, prepared = _run(criteo_path, "deepfm", "batch_size=256")
     # prepared: 6 batches, after at most the PARSE_AHEAD + 2 read before the graph was built
-    assert summary["examples"] == 7625 and sum(prepared) == 6 and not any(prepared[PARSE_AHEAD + 8:])
-    summary_on, preds_on, prepared_on = _run(criteo_path, "deepfm", "reader.parse_thread=always")
+    assert summary["examples"] == 7625 and sum(prepared) == 6 and not any(prepared[PARSE_AHEAD + 8:]), prepared
+    summary_on, preds_on, prepared_on = _run(criteo_path, "deepfm", "batch_size=256", "reader.parse_thread=always")
     assert sum(prepared_on) >= len(prepared_on) - (PARSE_AHEAD + 2)
     np.testing.assert_array_equal(preds, preds_on)
     assert summary["logloss"] == summary_on["logloss"]
@@ -268,3 +270,26 @@ def test_the_producer_says_before_each_item_whether_it_is_ahead_of_the_consumer(
 
 def test_a_producer_that_does_not_say_counts_as_ahead():
     assert Prepare().ahead          # the Kafka reader's parse worker: its batches' rows are found there
+
+
+@pytest.mark.parametrize("model", ["lr", "fm"])
+def test_fixed_rows_beside_the_grid_train_bit_for_bit_as_the_rows_in_it(model, monkeypatch):
+    """The numeric weights and the bias (every example's, at the same rows) are read by the
+    kernel beside the grid (``Occurrences.fixed``): the same numbers as copied into every row."""
+    from streamtrain.online import engine
+
+    config = json.loads((EXAMPLES / f"{model}.json").read_text())
+    batches = [random_batch(64, fields=("a", "b", "c"), dense=4, seed=s, multivalue=("b",) if s == 2 else ())
+               for s in range(4)]
+    beside, inside = _trainer(config, batches[0]), _trainer(config, batches[0])
+    tails, tail = [], engine._fixed_tail
+    monkeypatch.setattr(engine, "_fixed_tail", lambda *a: tails.append(tail(*a)) or tails[-1])
+    got = [beside.step(b).predictions for b in batches]
+    assert 2 in tails          # the numeric weights' term and the bias', in the linear block
+    monkeypatch.setattr(engine, "_fixed_tail", lambda arrays, terms, fm: 0)
+    want = [inside.step(b).predictions for b in batches]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    for name, spec in beside.graph.params.items():
+        if not spec.table:
+            np.testing.assert_array_equal(beside.store.pull([name], {})[name], inside.store.pull([name], {})[name])

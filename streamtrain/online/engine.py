@@ -15,10 +15,12 @@ import numpy as np
 from streamtrain.errors import ConfigError
 
 from . import kernels, prep, terms
+from .arrays import Arrays
 from .plan import plan
 
 _EMPTY_I = np.zeros(0, np.int64)
 _EMPTY_F = np.zeros(0)
+_NO_X = np.zeros((0, 0))      # the coefficients of no fixed rows
 
 
 @dataclass
@@ -33,71 +35,7 @@ class _Block:
     start: tuple = ()         # (w, n, z) before the batch, in the store's precision
 
 
-def _aligned(shape: tuple, dtype) -> np.ndarray:
-    """``np.empty(shape, dtype)`` starting on a 64-byte cache line (numpy's start 16 bytes into
-    one): a block's row of 8 float64 is then one line, not two, for the per-example loop that
-    reads and writes rows all over the block (10 % of the FM loop's time)."""
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape)) * dtype.itemsize
-    raw = np.empty(nbytes + 64, np.uint8)
-    start = -raw.ctypes.data % 64
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
-
-
-class _Arrays:
-    """Arrays the engine reuses from batch to batch (a block's rows vary: the first ``n`` rows
-    of one grown as needed), and zero arrays nothing writes to."""
-
-    def __init__(self):
-        self._kept: dict = {}
-
-    def rows(self, key, n: int, d: int, dtype, zeros: bool = False) -> np.ndarray:
-        buf = self._kept.get(key)
-        if buf is None or len(buf) < n or buf.shape[1] != d or buf.dtype != dtype:
-            size = max(n, len(buf) * 3 // 2 if buf is not None else 0)
-            buf = self._kept[key] = _aligned((size, d), dtype)
-            if zeros:
-                buf.fill(0)
-        return buf[:n]
-
-    def grid(self, key, batch: int, width: int, dtype) -> np.ndarray:
-        buf = self._kept.get(key)
-        if buf is None or buf.shape != (batch, width) or buf.dtype != dtype:
-            buf = self._kept[key] = np.empty((batch, width), dtype)
-        return buf
-
-    def offsets(self, batch: int, width: int) -> np.ndarray:
-        """``k * width`` for ``k = 0..B``: where each example's row of a dense grid starts."""
-        return self._last("offsets", (batch, width), lambda: np.arange(batch + 1, dtype=np.int64) * width)
-
-    def fields(self, batch: int, fields: list) -> np.ndarray:
-        """The field of every cell of a dense grid whose columns hold ``fields``."""
-        per_column = np.concatenate(fields).astype(np.int64, copy=False)
-        return self._last("fields", (batch, per_column.tobytes()), lambda: np.tile(per_column, batch))
-
-    def distinct(self, param: str, pos: np.ndarray) -> bool:
-        """Whether every example's row of a dense term's ``pos`` grid holds distinct rows: one
-        column, or one row broadcast to every example (an index grid) without a repeat (found
-        once per grid: a term's broadcast grid is one array from batch to batch; by a set, not
-        ``np.unique``, which imports ``numpy.ma`` at its first call)."""
-        if pos.shape[1] <= 1:
-            return True
-        if pos.strides[0] != 0:
-            return False
-        got = self._kept.get(("distinct", param))
-        if got is None or got[0] is not pos:
-            got = self._kept[("distinct", param)] = (pos, len(set(pos[0].tolist())) == pos.shape[1])
-        return got[1]
-
-    def _last(self, kind: str, key, make) -> np.ndarray:
-        """The array made for ``key`` the last time (batches come in one size but the last)."""
-        got = self._kept.get(kind)
-        if got is None or got[0] != key:
-            got = self._kept[kind] = (key, make())
-        return got[1]
-
-
-def _block(arrays: _Arrays, ctx, terms: list, group_of: dict, d: int, key: str, start: bool = True) -> _Block:
+def _block(arrays: Arrays, ctx, terms: list, group_of: dict, d: int, key: str, start: bool = True) -> _Block:
     """The block's start values are the pulled arrays themselves (one parameter) or their
     concatenation; the kernel's float64 working copies are made from them into reused arrays.
     A slot no parameter of the block keeps (SGD's ``n``; SGD's and Adagrad's ``z``) is a zero
@@ -145,7 +83,7 @@ def _block(arrays: _Arrays, ctx, terms: list, group_of: dict, d: int, key: str, 
     return blk
 
 
-def _start(arrays: _Arrays, key: str, slot: str, out: np.ndarray, grp: list, parts: list, lo: int, d: int,
+def _start(arrays: Arrays, key: str, slot: str, out: np.ndarray, grp: list, parts: list, lo: int, d: int,
            dtype) -> np.ndarray:
     """A slot's start values in the store's precision (the pulled array itself, or the pulled
     arrays side by side), copied into ``out``, the kernel's working copy."""
@@ -188,18 +126,41 @@ def _made_ahead(memo: dict, t):
     return got[1:] if got is not None and got[0] is t.pos else None
 
 
-def _by_example(arrays: _Arrays, terms, blk: _Block, batch: int, fm: bool, key: str, memo: dict):
+def _fixed(arrays: Arrays, t) -> bool:
+    """A dense term every example has at the same rows, each once (an index grid: a dense
+    parameter's, a bias's): the kernel takes its rows once (``Occurrences.fixed``) and its
+    coefficients ``[B, m]`` beside the grid instead of a copy of both in every row of it."""
+    return t.example is None and t.present is None and t.pos.strides[0] == 0 and arrays.distinct(t.param, t.pos)
+
+
+def _fixed_tail(arrays: Arrays, terms: list, fm: bool) -> int:
+    """How many of the last terms are ``_fixed`` (linear blocks only: the FM loop reads a grid):
+    the kernel reads them after the grid's, so each example's occurrences keep their order."""
+    n = 0
+    while not fm and n < len(terms) and _fixed(arrays, terms[len(terms) - 1 - n]):
+        n += 1
+    return n
+
+
+def _by_example(arrays: Arrays, terms, blk: _Block, batch: int, fm: bool, key: str, memo: dict):
     """The terms' occurrences grouped by example for the kernel: (offsets [B+1], flat row,
-    coefficient, field, twice). Dense terms side by side need no sorting: example ``k``'s
-    occurrences are row ``k`` of their ``[B, Σ m]`` grid, filled in place (or made ahead:
-    ``present_grids``); otherwise a counting sort. ``twice``: whether an example may hold a row
-    twice (``kernels.Occurrences.repeats``); only within a term (the terms' rows are disjoint),
-    and not when each of its rows is in one column (``prep.one_column``, found with a grid made
-    ahead) or it is an index grid."""
+    coefficient, field, twice, fixed rows, their coefficients). Dense terms side by side need
+    no sorting: example ``k``'s occurrences are row ``k`` of their ``[B, Σ m]`` grid, filled in
+    place (or made ahead: ``present_grids``), then the rows of the last terms if they are
+    ``_fixed`` (the same for every example: once, with their coefficients ``[B, m]``);
+    otherwise a counting sort. ``twice``: whether an example may hold a row twice
+    (``kernels.Occurrences.repeats``); only within a term (the terms' rows are disjoint), and not
+    when each of its rows is in one column (``prep.one_column``, found with a grid made ahead)
+    or it is an index grid."""
     lows = [lo for _, lo, _, _ in blk.params]
     if not terms:
         return _no_occurrences(batch)
     if all(t.example is None for t in terms):
+        nfix = _fixed_tail(arrays, terms, fm)
+        fixed, fx = _fixed_part(arrays, terms[len(terms) - nfix:], lows[len(terms) - nfix:], batch, key)
+        terms, lows = terms[:len(terms) - nfix], lows[:len(terms) - nfix]
+        if not terms:
+            return (*_no_occurrences(batch)[:5], fixed, fx)
         widths = [len(t.present) // batch if t.present is not None else t.pos.shape[1] for t in terms]
         ahead = [_made_ahead(memo, t) if t.present is not None else None for t in terms]
         total = sum(widths)
@@ -227,7 +188,12 @@ def _by_example(arrays: _Arrays, terms, blk: _Block, batch: int, fm: bool, key: 
                 twice = twice or not arrays.distinct(t.param, t.pos)
             col += m
         field = arrays.fields(batch, [t.field for t in terms]) if fm else _EMPTY_I
-        return arrays.offsets(batch, total), row.reshape(-1), x.reshape(-1), field, twice
+        return arrays.offsets(batch, total), row.reshape(-1), x.reshape(-1), field, twice, fixed, fx
+    return _sorted(terms, lows, batch, fm)
+
+
+def _sorted(terms: list, lows: list, batch: int, fm: bool):
+    """``_by_example`` of terms that list their occurrences: a counting sort by example."""
     ex, row, x, field = [], [], [], []
     for t, lo in zip(terms, lows):
         if t.example is None:
@@ -242,15 +208,30 @@ def _by_example(arrays: _Arrays, terms, blk: _Block, batch: int, fm: bool, key: 
         row.append(pos.reshape(-1) + lo)
         x.append(np.asarray(tx, np.float64).reshape(-1))
     cat = (lambda a: np.concatenate(a).astype(np.int64, copy=False))
-    return (*kernels.by_example(cat(ex), batch, cat(row), np.concatenate(x), cat(field)), True)
+    return (*kernels.by_example(cat(ex), batch, cat(row), np.concatenate(x), cat(field)), True, _EMPTY_I, _NO_X)
+
+
+def _fixed_part(arrays: Arrays, terms: list, lows: list, batch: int, key: str):
+    """The ``_fixed`` terms' rows (each term's first example's, moved to its block rows) and
+    their coefficients side by side, ``[B, Σ m]`` float64 (into a reused array)."""
+    if not terms:
+        return _EMPTY_I, _NO_X
+    rows = np.concatenate([t.pos[0] + lo for t, lo in zip(terms, lows)]).astype(np.int64, copy=False)
+    fx = arrays.grid((key, "fixed x"), batch, len(rows), np.float64)
+    col = 0
+    for t in terms:
+        m = t.pos.shape[1]
+        fx[:, col:col + m] = t.x
+        col += m
+    return rows, fx
 
 
 _NO_FM = _Block([], np.zeros((0, 1)), np.zeros((0, 1)), np.zeros((0, 1)), _EMPTY_I)
 
 
 def _no_occurrences(batch: int):
-    """(offsets, row, x, field, twice) of no occurrences."""
-    return np.zeros(batch + 1, np.int64), _EMPTY_I, _EMPTY_F, _EMPTY_I, False
+    """(offsets, row, x, field, twice, fixed rows, their coefficients) of no occurrences."""
+    return np.zeros(batch + 1, np.int64), _EMPTY_I, _EMPTY_F, _EMPTY_I, False, _EMPTY_I, _NO_X
 
 
 class PerExample:
@@ -278,7 +259,7 @@ class PerExample:
             self.hyper[g, :len(hyper)] = hyper
         self.rules = kernels.Rules(self.code, self.hyper)
         self._blocks: tuple = ()
-        self._arrays = _Arrays()
+        self._arrays = Arrays()
         self._room: dict = {}     # param -> the columns of its block's other terms (``present_grids``)
         self.before_loop = None   # called as the compiled loop (no GIL held) is about to start
 
@@ -312,7 +293,7 @@ class PerExample:
         arrays = self._arrays
         lin = _block(arrays, ctx, linear, self.group_of, 1, "linear", not self.assign)
         self._make_room(linear, B)
-        lptr, slot, x, lfield, ltwice = _by_example(arrays, linear, lin, B, False, "linear", ctx.memo)
+        lptr, slot, x, lfield, ltwice, lfixed, lfx = _by_example(arrays, linear, lin, B, False, "linear", ctx.memo)
         if self.plan.fm:
             fm_terms, fterm = [], []
             for t, (_, emb) in enumerate(self.plan.fm):
@@ -322,18 +303,18 @@ class PerExample:
                 fterm += [t] * len(emb.fields)
             fm = _block(arrays, ctx, fm_terms, self.group_of, self.plan.fm[0][1].output_shape[-1], "fm",
                         not self.assign)
-            fptr, frow, fx, ffield, ftwice = _by_example(arrays, fm_terms, fm, B, True, "fm", ctx.memo)
+            fptr, frow, fx, ffield, ftwice = _by_example(arrays, fm_terms, fm, B, True, "fm", ctx.memo)[:5]
             fterm = np.array(fterm, np.int64)
         else:
-            fm, (fptr, frow, fx, ffield, ftwice), fterm = _NO_FM, _no_occurrences(B), _EMPTY_I
+            fm, (fptr, frow, fx, ffield, ftwice), fterm = _NO_FM, _no_occurrences(B)[:5], _EMPTY_I
         base = np.asarray(z0, np.float64)     # the rest of the logit: the owned terms are elided
         if self.before_loop is not None:      # (the job: the parse thread's turn, Prepare.pace)
             self.before_loop()
         zs, rho = kernels.learn(
             base, np.asarray(y, np.float64), self.implicit, self.normalize, self.rules,
-            kernels.Occurrences(lptr, slot, x, lfield, _EMPTY_I, 0, ltwice),
+            kernels.Occurrences(lptr, slot, x, lfield, _EMPTY_I, 0, ltwice, lfixed, lfx),
             kernels.Slots(lin.w.reshape(-1), lin.n.reshape(-1), lin.z.reshape(-1), lin.grp),
-            kernels.Occurrences(fptr, frow, fx, ffield, fterm, len(self.plan.fm), ftwice),
+            kernels.Occurrences(fptr, frow, fx, ffield, fterm, len(self.plan.fm), ftwice, _EMPTY_I, _NO_X),
             kernels.Slots(fm.w, fm.n, fm.z, fm.grp))
         self._blocks = (lin, fm) if self.plan.fm else (lin,)
         return zs, rho
@@ -342,8 +323,9 @@ class PerExample:
         """A block of dense terms whose first is made ahead: the next batches' grids of that term
         are made with room for the others' columns (``present_grids``), so it is the block's grid."""
         if terms and terms[0].present is not None and all(t.example is None for t in terms[1:]):
+            grid = terms[1:len(terms) - _fixed_tail(self._arrays, terms, False)]
             self._room = {terms[0].param: sum(t.pos.shape[1] if t.present is None else len(t.present) // batch
-                                              for t in terms[1:])}
+                                              for t in grid)}
 
     def push(self, ctx) -> dict:
         """Add to ``ctx`` one gradient (and, for Adagrad/FTRL, squares) per owned parameter whose

@@ -47,8 +47,10 @@ Rules = namedtuple("Rules", "code hyper")
 #: Occurrences grouped by example (``ptr[k]:ptr[k+1]`` are example ``k``'s): slot or row, the
 #: coefficient, and for FM the field, each field's term and the number of terms; ``repeats``:
 #: whether an example may hold a slot / row twice (if not, the examples' slots / rows are not
-#: looked up in ``seen``, a random access per occurrence).
-Occurrences = namedtuple("Occurrences", "ptr row x field term nterms repeats")
+#: looked up in ``seen``, a random access per occurrence). Linear ones only: ``fixed``, slots
+#: every example has after those (once each, none of them among its others: a dense
+#: parameter's, a bias), with example ``k``'s coefficients in row ``k`` of ``fx``.
+Occurrences = namedtuple("Occurrences", "ptr row x field term nterms repeats fixed fx")
 #: A block of parameters flattened: weights, accumulator, FTRL's z, and each slot's rule group.
 Slots = namedtuple("Slots", "w n z grp")
 
@@ -65,11 +67,27 @@ def _one_group(grp):
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _gather(k, lptr, lslot, lx, L, seen, uj, ux, twice):
-    """Example ``k``'s linear part of the logit (its occurrences in order) and its features, one
-    per slot (a slot twice: coefficients summed), into ``uj``/``ux``: returns (part, count).
-    ``seen[j]`` is (the last example that had slot ``j``, its place in that example's list);
-    unless the example may hold a slot ``twice``, the slots are listed as they come."""
+def _gather(k, lptr, lslot, lx, L, seen, uj, ux, twice, fixed, fx):
+    """Example ``k``'s linear part of the logit (its occurrences in order, then its ``fixed``
+    slots) and its features, one per slot (a slot twice: coefficients summed), into
+    ``uj``/``ux``: returns (part, count). ``seen[j]`` is (the last example that had slot ``j``,
+    its place in that example's list); unless the example may hold a slot ``twice``, the slots
+    are listed as they come."""
+    part, m = _gather_rows(k, lptr, lslot, lx, L, seen, uj, ux, twice)
+    for f in range(len(fixed)):              # (not in ``seen``: no other occurrence is one of them)
+        x = fx[k, f]
+        if x != 0.0:
+            j = np.uint64(fixed[f])
+            part += x * L[j, 0]
+            uj[m] = j
+            ux[m] = 0.0 + x
+            m += 1
+    return part, m
+
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _gather_rows(k, lptr, lslot, lx, L, seen, uj, ux, twice):
+    """``_gather``'s occurrences (``ptr[k]:ptr[k+1]``)."""
     part = 0.0
     m = 0
     if not twice:
@@ -264,8 +282,9 @@ def learn(base, y, implicit, normalize, rules, linear, lslots, fm, fslots):
     once in the example (the usual case) take their Adagrad step straight from the gradient."""
     code, hyper = rules
     lptr, lslot, lx, ltwice = linear.ptr, linear.row, linear.x, linear.repeats
+    lfixed, lfx = linear.fixed, linear.fx
     w, n, z, grp = lslots
-    fptr, frow, fx, ffield, fterm, nterms, ftwice = fm
+    fptr, frow, fx, ffield, fterm, nterms, ftwice = fm.ptr, fm.row, fm.x, fm.field, fm.term, fm.nterms, fm.repeats
     V, Vn, Vz, vgrp = fslots
     B, P, Q, d = len(base), len(w), V.shape[0], V.shape[1]
     L = np.empty((P, 4))
@@ -277,7 +296,7 @@ def learn(base, y, implicit, normalize, rules, linear, lslots, fm, fslots):
     seen = np.full((P if ltwice else 0, 2), -1, np.int64)     # (only if looked up)
     most = 1
     for k in range(B):
-        most = max(most, lptr[k + 1] - lptr[k])
+        most = max(most, lptr[k + 1] - lptr[k] + len(lfixed))
     uj = np.empty(most, np.int64)            # the example's slots and, per slot, its coefficient,
     ux, uw, un, uz, ur0 = np.empty(most), np.empty(most), np.empty(most), np.empty(most), np.empty(most)
     usq, uroot, urate = np.empty(most), np.empty(most), np.empty(most)     # state and step
@@ -296,7 +315,7 @@ def learn(base, y, implicit, normalize, rules, linear, lslots, fm, fslots):
     for k in range(B):
         if k + 2 < B:
             _prefetch(k + 2, lptr, lslot, L, seen, fptr, frow, V, Vn, fseen, ltwice, ftrack)
-        part, m = _gather(k, lptr, lslot, lx, L, seen, uj, ux, ltwice)
+        part, m = _gather(k, lptr, lslot, lx, L, seen, uj, ux, ltwice, lfixed, lfx)
         zk = base[k] + part
         mq, twice = 0, False
         if nterms:

@@ -29,10 +29,11 @@ def index_grid(batch: int, n: int) -> np.ndarray:
 @functools.lru_cache(maxsize=16)
 def bias_grid(batch: int) -> tuple[np.ndarray, np.ndarray]:
     """``(pos, x)`` of a one-weight term that every example has once, coefficient 1: ``[batch,
-    1]`` zeros (int) and ones (float64), read-only, made once per batch size."""
-    pos, x = np.zeros((batch, 1), np.int64), np.ones((batch, 1))
-    pos.flags.writeable = x.flags.writeable = False
-    return pos, x
+    1]`` zeros (int; one row broadcast, as an ``index_grid``) and ones (float64), read-only, made
+    once per batch size."""
+    x = np.ones((batch, 1))
+    x.flags.writeable = False
+    return index_grid(batch, 1), x
 
 
 @dataclass
