@@ -177,12 +177,13 @@ def test_a_cold_newborn_learns_the_recent_batches_first():
 def test_pnn_is_one_step_from_the_auto_example_start():
     """examples/auto.json starts at LR; the move `+ deep_out` gives pnn.json's model: the same
     layers (inner products of the field embeddings and an MLP beside the wide terms), rates,
-    sizes and batch size."""
+    sizes and batch size; but the bias's rate, which the search starts at twice the examples'."""
     cfg, pnn = auto_job(), configmod.validate(configmod.load(EXAMPLES / "pnn.json", []))
     space = Space(with_defaults(AUTOML, cfg["automl"]), cfg)
     start = space.start(cfg, ["app", "ip"])
-    assert start["terms"] == []
-    moved = space.apply(cfg, dict(start, terms=["deep_out"]))
+    assert start["terms"] == [] and start["bias_rate"] == 1.4
+    assert pnn["layers"][[lay["name"] for lay in pnn["layers"]].index("bias")]["optimizer"]["alpha"] == 0.7
+    moved = space.apply(cfg, dict(start, terms=["deep_out"], bias_rate=0.7))
     mine = {c["name"]: c for c in reachable(moved["layers"])}
     theirs = {c["name"]: c for c in reachable(pnn["layers"])}
     assert set(mine) == set(theirs)
