@@ -77,12 +77,16 @@ def _gather(k, lptr, lslot, lx, L, seen, uj, ux, twice, fixed, fx):
     for f in range(len(fixed)):              # (not in ``seen``: no other occurrence is one of them)
         x = fx[k, f]
         if x != 0.0:
-            j = np.uint64(fixed[f])
-            part += x * L[j, 0]
-            uj[m] = j
-            ux[m] = 0.0 + x
-            m += 1
+            part, m = _listed(x, np.uint64(fixed[f]), L, uj, ux, part, m)
     return part, m
+
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _listed(x, j, L, uj, ux, part, m):
+    """Slot ``j`` with coefficient ``x`` listed as the example's ``m``-th: (part + x·w_j, m + 1)."""
+    uj[m] = j
+    ux[m] = 0.0 + x
+    return part + x * L[j, 0], m + 1
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
@@ -94,11 +98,7 @@ def _gather_rows(k, lptr, lslot, lx, L, seen, uj, ux, twice):
         for i in range(np.uint64(lptr[k]), np.uint64(lptr[k + 1])):
             x = lx[i]
             if x != 0.0:
-                j = np.uint64(lslot[i])
-                part += x * L[j, 0]
-                uj[m] = j
-                ux[m] = 0.0 + x
-                m += 1
+                part, m = _listed(x, np.uint64(lslot[i]), L, uj, ux, part, m)
         return part, m
     for i in range(np.uint64(lptr[k]), np.uint64(lptr[k + 1])):     # (unsigned: no wraparound)
         x = lx[i]
