@@ -286,7 +286,7 @@ def test_fixed_rows_beside_the_grid_train_bit_for_bit_as_the_rows_in_it(model, m
     monkeypatch.setattr(engine, "_fixed_tail", lambda *a: tails.append(tail(*a)) or tails[-1])
     got = [beside.step(b).predictions for b in batches]
     assert 2 in tails          # the numeric weights' term and the bias', in the linear block
-    monkeypatch.setattr(engine, "_fixed_tail", lambda arrays, terms, fm: 0)
+    monkeypatch.setattr(engine, "_fixed_tail", lambda arrays, terms: 0)
     want = [inside.step(b).predictions for b in batches]
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)

@@ -133,21 +133,21 @@ def _fixed(arrays: Arrays, t) -> bool:
     return t.example is None and t.present is None and t.pos.strides[0] == 0 and arrays.distinct(t.param, t.pos)
 
 
-def _fixed_tail(arrays: Arrays, terms: list, fm: bool) -> int:
-    """How many of the last terms are ``_fixed`` (linear blocks only: the FM loop reads a grid):
+def _fixed_tail(arrays: Arrays, terms: list) -> int:
+    """How many of a linear block's last terms are ``_fixed`` (the FM loop reads a grid only):
     the kernel reads them after the grid's, so each example's occurrences keep their order."""
     n = 0
-    while not fm and n < len(terms) and _fixed(arrays, terms[len(terms) - 1 - n]):
+    while n < len(terms) and _fixed(arrays, terms[len(terms) - 1 - n]):
         n += 1
     return n
 
 
-def _by_example(arrays: Arrays, terms, blk: _Block, batch: int, fm: bool, key: str, memo: dict):
+def _by_example(arrays: Arrays, terms, blk: _Block, batch: int, fm: bool, key: str, memo: dict, nfix: int = 0):
     """The terms' occurrences grouped by example for the kernel: (offsets [B+1], flat row,
     coefficient, field, twice, fixed rows, their coefficients). Dense terms side by side need
     no sorting: example ``k``'s occurrences are row ``k`` of their ``[B, Σ m]`` grid, filled in
-    place (or made ahead: ``present_grids``), then the rows of the last terms if they are
-    ``_fixed`` (the same for every example: once, with their coefficients ``[B, m]``);
+    place (or made ahead: ``present_grids``), then the rows of the last ``nfix`` terms, which
+    are ``_fixed`` (the same for every example: once, with their coefficients ``[B, m]``);
     otherwise a counting sort. ``twice``: whether an example may hold a row twice
     (``kernels.Occurrences.repeats``); only within a term (the terms' rows are disjoint), and not
     when each of its rows is in one column (``prep.one_column``, found with a grid made ahead)
@@ -156,7 +156,6 @@ def _by_example(arrays: Arrays, terms, blk: _Block, batch: int, fm: bool, key: s
     if not terms:
         return _no_occurrences(batch)
     if all(t.example is None for t in terms):
-        nfix = _fixed_tail(arrays, terms, fm)
         fixed, fx = _fixed_part(arrays, terms[len(terms) - nfix:], lows[len(terms) - nfix:], batch, key)
         terms, lows = terms[:len(terms) - nfix], lows[:len(terms) - nfix]
         if not terms:
@@ -292,8 +291,10 @@ class PerExample:
         linear = [t for layer in self.plan.linear for t in layer.linear_terms(ctx)]
         arrays = self._arrays
         lin = _block(arrays, ctx, linear, self.group_of, 1, "linear", not self.assign)
-        self._make_room(linear, B)
-        lptr, slot, x, lfield, ltwice, lfixed, lfx = _by_example(arrays, linear, lin, B, False, "linear", ctx.memo)
+        nfix = _fixed_tail(arrays, linear)
+        self._make_room(linear, B, nfix)
+        lptr, slot, x, lfield, ltwice, lfixed, lfx = _by_example(arrays, linear, lin, B, False, "linear", ctx.memo,
+                                                                 nfix)
         if self.plan.fm:
             fm_terms, fterm = [], []
             for t, (_, emb) in enumerate(self.plan.fm):
@@ -319,11 +320,11 @@ class PerExample:
         self._blocks = (lin, fm) if self.plan.fm else (lin,)
         return zs, rho
 
-    def _make_room(self, terms: list, batch: int) -> None:
+    def _make_room(self, terms: list, batch: int, nfix: int) -> None:
         """A block of dense terms whose first is made ahead: the next batches' grids of that term
         are made with room for the others' columns (``present_grids``), so it is the block's grid."""
         if terms and terms[0].present is not None and all(t.example is None for t in terms[1:]):
-            grid = terms[1:len(terms) - _fixed_tail(self._arrays, terms, False)]
+            grid = terms[1:len(terms) - nfix]          # (the last ``nfix``: fixed rows, beside the grid)
             self._room = {terms[0].param: sum(t.pos.shape[1] if t.present is None else len(t.present) // batch
                                               for t in grid)}
 
