@@ -51,6 +51,7 @@ class Trainer:
         # ``prepare`` has the store find the batch's rows too (index_ahead) when this says the
         # reader's thread is ahead of the trainer (the job's: ``compose.Prepare.ahead``)
         self.ahead = lambda: True
+        self.rows_ahead = True             # ... and whether it may (an AutoML candidate's may not)
         self.batches = 0                   # batches (and examples) whose update was applied
         self.examples = 0
         self.nonfinite = 0                 # batches (and examples) skipped: a loss or gradient not finite
@@ -151,7 +152,7 @@ class Trainer:
         if self.ctx.engine is not None:
             self.ctx.engine.prepare(ctx)
         index_ahead = getattr(self.store, "index_ahead", None)    # the memory store: the ids' rows too
-        if index_ahead is not None:
+        if index_ahead is not None and self.rows_ahead:
             index_ahead(ctx.table_ids)
 
     def pace(self, turn) -> None:

@@ -60,8 +60,9 @@ class Candidate:
         self.trainer = Trainer(self.graph, store, seed=seed + epoch)
         # no rows found ahead (``MemoryStore.index_ahead``): a birth copies the champion's index,
         # and rows the parse thread had made by then would start with the champion's initial
-        # values: a search's figures would depend on that thread's timing
-        self.trainer.ahead = lambda: False
+        # values: a search's figures would depend on that thread's timing. Its occurrence grids
+        # (``PerExample.prepare``) depend on the batch alone: they are made ahead, as a Trainer's
+        self.trainer.rows_ahead = False
         self.batch_size = int(config["batch_size"])
 
     @property

@@ -61,6 +61,7 @@ class AutoTrainer:
         self.on_event = []              # callables(event) (metrics, logs)
         self.ctx = _Status(self)
         self.progressive = None
+        self.ahead = lambda: True       # the job's (``Trainer.ahead``): every candidate's prepare follows it
 
     # ---- the candidates ----------------------------------------------------------------------
     def start(self, state: dict | None = None) -> None:
@@ -92,6 +93,7 @@ class AutoTrainer:
                 cfg = self.space.apply(self.config, s["assign"])
                 self.candidates[slot] = Candidate(slot, s["epoch"], s["assign"], cfg, self.schema, self.store,
                                                   seed=self.seed)
+                self.candidates[slot].trainer.ahead = lambda: self.ahead()
                 if s["epoch"] in born and not self._warm(self.candidates[slot]):
                     self._replay(self.candidates[slot])
 
