@@ -218,7 +218,7 @@ def test_index_ahead_keeps_the_last_batches_and_a_dropped_one_is_looked_up_in_it
 def test_automl_candidates_find_no_rows_ahead_and_a_table_dropped_since_is_skipped():
     """A birth copies the champion's index (``MemoryStore.copy``): rows the parse thread had made
     by then would start with the champion's initial values, so candidates find none ahead and a
-    search stays a function of its seed. A table dropped after its batch was prepared is skipped."""
+    search stays a function of its seed; their grids are made ahead. A table dropped after its batch was prepared is skipped."""
     from streamtrain.automl.candidates import Candidate
     config = json.loads((EXAMPLES / "fm.json").read_text())
     batch = random_batch(32, fields=("a", "b", "c"), seed=0)
@@ -226,6 +226,9 @@ def test_automl_candidates_find_no_rows_ahead_and_a_table_dropped_since_is_skipp
     cand = Candidate(0, 0, {}, config, Schema.of(batch), store)
     cand.trainer.prepare(batch)
     assert store.tables and not any(len(t) or t.ids.ahead for t in store.tables.values())
+    from streamtrain.online.engine import GRID      # its grids depend on the batch alone: made ahead
+    made = [k for k in batch.prepared.of(cand.graph).memo if isinstance(k, tuple) and k[0] == GRID]
+    assert made and all(k[1].startswith(cand.prefix) for k in made)
     plain = _trainer(config, batch)
     plain.prepare(batch)
     tables = dict(batch.prepared.of(plain.graph).table_ids)
