@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from streamtrain.compiled import njit
+from streamtrain.prefetch import prefetch
 
 FIBONACCI = np.uint64(0x9E3779B97F4A7C15)      # 2^64 / golden ratio: Knuth's multiplicative hash
 
@@ -40,6 +41,9 @@ def unique_inverse(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return _unique_inverse(ids, table_bits(len(ids)))
 
 
+AHEAD = 16       # ids whose home slot is prefetched ahead of the probe (``prefetch``)
+
+
 @njit(nogil=True)
 def _unique_inverse(ids, bits):
     n = len(ids)
@@ -49,7 +53,11 @@ def _unique_inverse(ids, bits):
     uniq = np.empty(n, np.uint64)
     inverse = np.empty(n, np.int64)
     m = 0
+    for i in range(min(AHEAD, n)):
+        prefetch(slots, home(ids[i], shift))
     for i in range(n):
+        if i + AHEAD < n:
+            prefetch(slots, home(ids[i + AHEAD], shift))
         x = ids[i]
         s = home(x, shift)
         while True:
