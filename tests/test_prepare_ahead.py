@@ -296,3 +296,37 @@ def test_fixed_rows_beside_the_grid_train_bit_for_bit_as_the_rows_in_it(model, m
     for name, spec in beside.graph.params.items():
         if not spec.table:
             np.testing.assert_array_equal(beside.store.pull([name], {})[name], inside.store.pull([name], {})[name])
+
+
+@pytest.mark.parametrize("ahead", [False, True])
+def test_a_grid_of_unweighted_terms_is_rows_alone_and_trains_as_one_with_coefficients(ahead, monkeypatch):
+    """lr.json's linear block: its grid terms (the categorical fields' weights) are unweighted, so
+    the grid is rows alone, padding (a missing field: 10 % here) -1, and the kernel reads no
+    coefficient (``engine._unit``). Bit for bit what a grid with coefficients gives, made ahead
+    or in the step."""
+    from streamtrain.online import engine
+    config = json.loads((EXAMPLES / "lr.json").read_text())
+    batches = [random_batch(64, fields=("a", "b", "c"), missing=0.3, seed=s) for s in range(6)]
+    twins = [random_batch(64, fields=("a", "b", "c"), missing=0.3, seed=s) for s in range(6)]
+    bare, full = _trainer(config, batches[0]), _trainer(config, batches[0])
+    unit = engine._unit
+    for i, (batch, twin) in enumerate(zip(batches, twins)):
+        if ahead:
+            bare.prepare(batch)
+        monkeypatch.setattr(engine, "_unit", lambda terms, fm: False)
+        if ahead:
+            full.prepare(twin)
+        got_full = full.step(twin)
+        monkeypatch.setattr(engine, "_unit", unit)
+        got_bare = bare.step(batch)
+        np.testing.assert_array_equal(got_bare.predictions, got_full.predictions)
+        assert bare.engine._bare and not full.engine._bare
+        if ahead and i:                  # (once the block is known: made as it is)
+            made = batch.prepared.of(bare.graph).memo
+            (param,) = bare.engine._bare
+            assert made[(GRID, param)][2] is None and (made[(GRID, param)][1] == -1).any()
+    for name, spec in bare.graph.params.items():
+        ids = np.unique(np.concatenate([f.ids for b in batches for f in b.sparse.values()]))
+        a, b = (t.store.pull([] if spec.table else [name], {name: ids} if spec.table else {})[name]
+                for t in (bare, full))
+        np.testing.assert_array_equal(a, b, err_msg=name)

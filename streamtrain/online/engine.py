@@ -100,13 +100,15 @@ def _start(arrays: Arrays, key: str, slot: str, out: np.ndarray, grp: list, part
 GRID = "per-example grid"        # ctx.memo key (with the term's parameter) of a grid made ahead
 
 
-def present_grids(ctx, layers, room: dict | None = None) -> None:
+def present_grids(ctx, layers, room: dict | None = None, bare=()) -> None:
     """For each term of ``layers`` given by present flags, its ``[B, m]`` grid of rows (from 0)
     and coefficients, into ``ctx.memo``: work that depends on the batch alone, done ahead in
     the reader's thread (``PerExample.prepare``); ``_by_example`` offsets and copies it instead
     of filling it from the term. ``room[param]`` more columns (the block's other terms, when
     the term is its first: ``PerExample.learn`` says how many) make it ``[B, m + room]``: the
-    block's grid itself, whose last columns ``_by_example`` fills in place."""
+    block's grid itself, whose last columns ``_by_example`` fills in place. A parameter in
+    ``bare`` (its block's grid has unweighted terms alone: ``_unit``) gets rows alone, padding
+    -1, and None for its coefficients."""
     batch = ctx.batch.size
     room = room or {}
     for layer in layers:
@@ -114,16 +116,24 @@ def present_grids(ctx, layers, room: dict | None = None) -> None:
             if t.present is not None:
                 m = len(t.present) // batch
                 width = m + room.get(t.param, 0)
-                row, x = np.empty((batch, width), np.int64), np.empty((batch, width))
+                unit = t.param in bare and t.x is None
+                row, x = np.empty((batch, width), np.int64), _NO_X if unit else np.empty((batch, width))
                 prep.put_present(row, x, 0, m, t.present, t.pos, 0,
                                  _EMPTY_F if t.x is None else np.asarray(t.x, np.float64))
                 single = prep.one_column(t.present, t.pos, m)
-                ctx.memo[(GRID, t.param)] = (t.pos, row, x, single)
+                ctx.memo[(GRID, t.param)] = (t.pos, row, None if unit else x, single)
 
 
 def _made_ahead(memo: dict, t):
     got = memo.get((GRID, t.param))
     return got[1:] if got is not None and got[0] is t.pos else None
+
+
+def _unit(terms: list, fm: bool) -> bool:
+    """Whether a linear block's grid terms are all unweighted present ones: every coefficient is
+    1, so the grid is rows alone (padding -1) and the kernel reads no coefficient (a third of
+    the fill's time, half the bytes it reads)."""
+    return not fm and bool(terms) and all(t.present is not None and t.x is None for t in terms)
 
 
 def _fixed(arrays: Arrays, t) -> bool:
@@ -161,7 +171,9 @@ def _by_example(arrays: Arrays, terms, blk: _Block, batch: int, fm: bool, key: s
         if not terms:
             return (*_no_occurrences(batch)[:5], fixed, fx)
         widths = [len(t.present) // batch if t.present is not None else t.pos.shape[1] for t in terms]
+        unit = _unit(terms, fm)
         ahead = [_made_ahead(memo, t) if t.present is not None else None for t in terms]
+        ahead = [a if a is not None and (a[1] is None) == unit else None for a in ahead]   # (made as the block is)
         total = sum(widths)
         first = 0
         if ahead[0] is not None and lows[0] == 0 and ahead[0][0].shape[1] == total:
@@ -169,25 +181,26 @@ def _by_example(arrays: Arrays, terms, blk: _Block, batch: int, fm: bool, key: s
             first = 1
         else:
             row = arrays.grid((key, "row"), batch, total, np.int64)
-            x = arrays.grid((key, "x"), batch, total, np.float64)
+            x = None if unit else arrays.grid((key, "x"), batch, total, np.float64)
         twice = first == 1 and not ahead[0][2]
         col = sum(widths[:first])
         for t, lo, m, made in zip(terms[first:], lows[first:], widths[first:], ahead[first:]):
-            if made is not None:
+            if made is not None and not unit:
                 np.add(made[0][:, :m], lo, out=row[:, col:col + m])
                 x[:, col:col + m] = made[1][:, :m]
                 twice = twice or not made[2]
-            elif t.present is not None:
-                prep.put_present(row, x, col, m, t.present, t.pos, lo,
+            elif t.present is not None:          # (a bare grid's padding stays -1: filled again)
+                prep.put_present(row, _NO_X if unit else x, col, m, t.present, t.pos, lo,
                                  _EMPTY_F if t.x is None else np.asarray(t.x, np.float64))
-                twice = twice or not prep.one_column(t.present, t.pos, m)
+                twice = twice or not (made[2] if made is not None else prep.one_column(t.present, t.pos, m))
             else:
                 np.add(t.pos, lo, out=row[:, col:col + m])
                 x[:, col:col + m] = t.x
                 twice = twice or not arrays.distinct(t.param, t.pos)
             col += m
         field = arrays.fields(batch, [t.field for t in terms]) if fm else _EMPTY_I
-        return arrays.offsets(batch, total), row.reshape(-1), x.reshape(-1), field, twice, fixed, fx
+        return (arrays.offsets(batch, total), row.reshape(-1), _EMPTY_F if unit else x.reshape(-1), field, twice,
+                fixed, fx)
     return _sorted(terms, lows, batch, fm)
 
 
@@ -260,6 +273,7 @@ class PerExample:
         self._blocks: tuple = ()
         self._arrays = Arrays()
         self._room: dict = {}     # param -> the columns of its block's other terms (``present_grids``)
+        self._bare: set = set()   # params whose grids are rows alone (``_unit``; ``present_grids``)
         self.before_loop = None   # called as the compiled loop (no GIL held) is about to start
 
     @property
@@ -282,7 +296,7 @@ class PerExample:
     def prepare(self, ctx) -> None:
         """The occurrence grids of this batch's embedding terms, from a context fed with the
         batch alone (``Trainer.prepare``, in the reader's thread): see ``present_grids``."""
-        present_grids(ctx, [layer for layer in self.layers if layer.pools_rows], self._room)
+        present_grids(ctx, [layer for layer in self.layers if layer.pools_rows], self._room, self._bare)
 
     def learn(self, ctx, z0: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each example's logit after the examples before it, and its residual ρ (the logit
@@ -322,11 +336,13 @@ class PerExample:
 
     def _make_room(self, terms: list, batch: int, nfix: int) -> None:
         """A block of dense terms whose first is made ahead: the next batches' grids of that term
-        are made with room for the others' columns (``present_grids``), so it is the block's grid."""
+        are made with room for the others' columns (``present_grids``), so it is the block's grid;
+        and rows alone if the block's grid is (``_unit``)."""
+        grid = terms[:len(terms) - nfix]               # (the last ``nfix``: fixed rows, beside the grid)
+        self._bare = {t.param for t in grid} if _unit(grid, False) else set()
         if terms and terms[0].present is not None and all(t.example is None for t in terms[1:]):
-            grid = terms[1:len(terms) - nfix]          # (the last ``nfix``: fixed rows, beside the grid)
             self._room = {terms[0].param: sum(t.pos.shape[1] if t.present is None else len(t.present) // batch
-                                              for t in grid)}
+                                              for t in grid[1:])}
 
     def push(self, ctx) -> dict:
         """Add to ``ctx`` one gradient (and, for Adagrad/FTRL, squares) per owned parameter whose

@@ -49,7 +49,8 @@ Rules = namedtuple("Rules", "code hyper")
 #: whether an example may hold a slot / row twice (if not, the examples' slots / rows are not
 #: looked up in ``seen``, a random access per occurrence). Linear ones only: ``fixed``, slots
 #: every example has after those (once each, none of them among its others: a dense
-#: parameter's, a bias), with example ``k``'s coefficients in row ``k`` of ``fx``.
+#: parameter's, a bias), with example ``k``'s coefficients in row ``k`` of ``fx``; and ``x``
+#: empty: every coefficient 1, a slot of -1 padding (a grid of unweighted terms).
 Occurrences = namedtuple("Occurrences", "ptr row x field term nterms repeats fixed fx")
 #: A block of parameters flattened: weights, accumulator, FTRL's z, and each slot's rule group.
 Slots = namedtuple("Slots", "w n z grp")
@@ -91,17 +92,25 @@ def _listed(x, j, L, uj, ux, part, m):
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _gather_rows(k, lptr, lslot, lx, L, seen, uj, ux, twice):
-    """``_gather``'s occurrences (``ptr[k]:ptr[k+1]``)."""
+    """``_gather``'s occurrences (``ptr[k]:ptr[k+1]``). No coefficients (``lx`` empty: a grid
+    of unweighted terms): each is 1, and padding is a slot of -1."""
     part = 0.0
     m = 0
+    unit = len(lx) == 0
     if not twice:
         for i in range(np.uint64(lptr[k]), np.uint64(lptr[k + 1])):
+            if unit:
+                if lslot[i] >= 0:
+                    part, m = _listed(1.0, np.uint64(lslot[i]), L, uj, ux, part, m)
+                continue
             x = lx[i]
             if x != 0.0:
                 part, m = _listed(x, np.uint64(lslot[i]), L, uj, ux, part, m)
         return part, m
     for i in range(np.uint64(lptr[k]), np.uint64(lptr[k + 1])):     # (unsigned: no wraparound)
-        x = lx[i]
+        if unit and lslot[i] < 0:
+            continue
+        x = 1.0 if unit else lx[i]
         if x == 0.0:                         # a missing numeric value, or padding: not a feature
             continue
         j = np.uint64(lslot[i])
