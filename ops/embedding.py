@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from streamtrain import lazy
+from streamtrain.batch import shared_memo
 from streamtrain.errors import ShapeError
 from streamtrain.online.terms import Term
 
@@ -12,6 +13,15 @@ from .base import INIT_OPTIONS, SPARSE, Layer, Option, SparseShape, positive, re
 from .inputs import memo_fields
 
 _kernels = lazy.module("streamtrain.ops._embedding_kernels")
+
+
+def _layout_of(fields: list, B: int) -> tuple:
+    F = len(fields)
+    ids = fields[0].ids if F == 1 else np.concatenate([f.ids for f in fields])
+    offs = np.concatenate([f.offsets for f in fields]).reshape(F, B + 1)
+    counts, slot = field_slots(offs)            # field-major [F*B]; batch-major row of each id
+    valued = any(f.values is not None for f in fields)
+    return fields, ids, counts, slot, valued
 
 
 @register
@@ -72,12 +82,14 @@ class Embedding(Layer):
         got = ctx.memo.get(key)
         if got is None:
             fields = self.source(ctx, self.fields) if self.source else memo_fields(ctx, self.fields)
-            B, F = ctx.batch.size, len(fields)
-            ids = fields[0].ids if F == 1 else np.concatenate([f.ids for f in fields])
-            offs = np.concatenate([f.offsets for f in fields]).reshape(F, B + 1)
-            counts, slot = field_slots(offs)            # field-major [F*B]; batch-major row of each id
-            valued = any(f.values is not None for f in fields)
-            got = ctx.memo[key] = (fields, ids, counts, slot, valued)
+            shared = shared_memo(ctx.batch)     # the same field arrays (another graph's too): the same layout
+            skey = ("embedding-layout", tuple(map(id, fields)))
+            got = shared.get(skey) if shared is not None else None
+            if got is None or any(a is not b for a, b in zip(got[0], fields)):
+                got = _layout_of(fields, ctx.batch.size)
+                if shared is not None:
+                    shared[skey] = got
+            ctx.memo[key] = got
         return got
 
     ids_from_batch = True          # the batch's fields, or a feature_cross of them

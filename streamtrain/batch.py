@@ -40,6 +40,11 @@ class SparseField:
         return SparseField(self.ids[pos], offsets, values)
 
 
+def shared_memo(batch) -> dict | None:
+    """The batch's memo of work any graph may take (``Prepared.shared``), if it has one."""
+    return getattr(getattr(batch, "prepared", None), "shared", None)
+
+
 @dataclass(frozen=True)
 class Feed:
     """``Graph.prepare``'s work for one batch and one model graph: each table's unique ids, each
@@ -57,6 +62,10 @@ class Prepared:
     candidates' graphs on one batch); a graph without one feeds the batch in its step."""
 
     feeds: dict = field(default_factory=dict)          # Graph -> Feed
+    # work that depends on the batch alone, whichever graph asks (the fields' layout, a table's
+    # unique ids): the candidates of an AutoML job over the same fields take the same arrays,
+    # so the memory store looks their ids up once (``MemoryStore._share_ids``)
+    shared: dict = field(default_factory=dict)
 
     def of(self, graph) -> Feed | None:
         return self.feeds.get(graph)
@@ -66,6 +75,7 @@ class Prepared:
 
     def clear(self) -> None:
         self.feeds.clear()
+        self.shared.clear()
 
 
 @dataclass

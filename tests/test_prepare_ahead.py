@@ -68,8 +68,12 @@ def test_a_batch_prepared_for_another_graph_is_fed_afresh():
     one, other = _trainer(config, batch), _trainer(config, batch)
     other.graph.prepare(batch)
     stale = batch.prepared.of(other.graph)
+    assert batch.prepared.of(one.graph) is None           # another graph's feed: not taken
     one.step(batch)
-    assert all(one.ctx.table_ids[t] is not stale.table_ids[t] for t in stale.table_ids)
+    # fed in its step: its own positions; the batch-only arrays (the fields' layout, the unique
+    # ids) are any graph's to take (``Prepared.shared``)
+    assert all(one.ctx.table_pos[k] is not stale.table_pos[k] for k in stale.table_pos)
+    assert all(one.ctx.table_ids[t] is stale.table_ids[t] for t in stale.table_ids)
 
 
 def test_graph_input_layers_are_not_prepared_ahead():
@@ -330,3 +334,28 @@ def test_a_grid_of_unweighted_terms_is_rows_alone_and_trains_as_one_with_coeffic
         a, b = (t.store.pull([] if spec.table else [name], {name: ids} if spec.table else {})[name]
                 for t in (bare, full))
         np.testing.assert_array_equal(a, b, err_msg=name)
+
+
+def test_automl_candidates_over_the_same_fields_take_one_layout_and_one_index():
+    """Two candidates of one search over the same fields: the second's prepare takes the first's
+    fields' layout and unique ids (``Prepared.shared``), so the memory store finds their tables
+    pulled with one id array and, from the second batch on, looks it up once for both. The
+    same numbers as candidates on stores of their own."""
+    from streamtrain.automl.candidates import Candidate
+    config = json.loads((EXAMPLES / "lr.json").read_text())
+    batches = [random_batch(64, fields=("a", "b", "c"), seed=s) for s in range(4)]
+    store, one, two = MemoryStore(), MemoryStore(), MemoryStore()
+    cands = [Candidate(s, 0, {}, config, Schema.of(batches[0]), store) for s in (0, 1)]
+    alone = [Candidate(s, 0, {}, config, Schema.of(batches[0]), st) for s, st in ((0, one), (1, two))]
+    for i, batch in enumerate(batches):
+        twin = random_batch(64, fields=("a", "b", "c"), seed=i)
+        for c in cands:
+            c.trainer.prepare(batch)
+        feeds = [batch.prepared.of(c.graph) for c in cands]
+        (t0,), (t1,) = ([t for t in f.table_ids if t.endswith("wide.table")] for f in feeds)
+        assert feeds[0].table_ids[t0] is feeds[1].table_ids[t1]
+        got = [c.step(batch).predictions for c in cands]
+        want = [c.step(twin).predictions for c in alone]
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+    assert store.tables[t0].ids is store.tables[t1].ids

@@ -72,3 +72,44 @@ def test_indexes_with_different_ids_stay_apart_and_restored_twins_share_again():
     restored.restore(twins.snapshot())
     _step(restored, ids, ids, 2)                              # the same ids in the same order: shared
     assert restored.tables[WIDE.name].ids is restored.tables[EMB.name].ids
+
+
+TWIN = ParamSpec("a1_wide.table", (1,), table=True, init="normal", scale=0.1)
+
+
+def test_tables_pulled_one_after_the_other_with_one_id_array_share_an_index_once_equal(monkeypatch):
+    """An AutoML job's candidates over the same fields pull their tables one after the other with
+    the batch's one id array (``Prepared.shared``): once the second has found that array's rows
+    (the same ids in the same order as the first's), the two share one index, and each batch's
+    ids are looked up once. A table with another history stays apart. The same numbers."""
+    from streamtrain.store import idindex
+    stores = [MemoryStore() for _ in range(3)]
+    for s in stores:
+        s.declare({WIDE.name: WIDE, TWIN.name: TWIN, EMB.name: EMB}, OPT)
+    together, apart, cold = stores
+    cold.pull([], {EMB.name: np.arange(100, 110, dtype=np.uint64)})     # another history first
+    looked_up = []
+    real = idindex.IdIndex.find_or_add
+    monkeypatch.setattr(idindex.IdIndex, "find_or_add", lambda self, ids: looked_up.append(self) or real(self, ids))
+    rng = np.random.default_rng(1)
+    for step in range(5):
+        ids = np.unique(rng.integers(0, 60, 30).astype(np.uint64))
+        n = len(looked_up)
+        got = {}
+        for name in (WIDE.name, TWIN.name):
+            got[name] = together.pull([], {name: ids})[name]
+            np.testing.assert_array_equal(got[name], apart.pull([], {name: ids.copy()})[name])
+            g = Gradients(tables={name: (ids, np.full((len(ids), 1), 0.5 + step, np.float32))})
+            together.push(g)
+            apart.push(g)
+        cold.pull([], {EMB.name: ids})
+        cold.pull([], {WIDE.name: ids})
+        mine = [ix for ix in looked_up[n:] if any(ix is t.index for t in together.tables.values())]
+        if step:
+            assert len(mine) == 1                     # after the first batch: once for both
+    assert together.tables[WIDE.name].ids is together.tables[TWIN.name].ids
+    assert cold.tables[WIDE.name].ids is not cold.tables[EMB.name].ids      # 10 other ids first: apart
+    one, two = together.snapshot(), apart.snapshot()
+    for name in one.tables:
+        for k in one.tables[name]:
+            np.testing.assert_array_equal(one.tables[name][k], two.tables[name][k])

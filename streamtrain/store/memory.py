@@ -17,6 +17,7 @@ from .idindex import IdIndex
 
 _scatter = lazy.module("streamtrain.store.scatter")
 AHEAD_BATCHES = 16      # batches whose rows ``index_ahead`` keeps for their step at most
+PULLED_KEPT = 16        # id arrays remembered with a table pulled with them (``_share_ids``)
 
 
 def take_rows(arr: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -134,6 +135,7 @@ class MemoryStore(ParamStore):
         self.dense_state: dict[str, dict] = {}
         self.tables: dict[str, Table] = {}
         self._id_groups: set = set()     # groups of tables looked at for one shared id index
+        self._pulled: dict = {}          # id(ids) -> (ids, a table pulled with them): the last few
         self._lock = threading.Lock()
 
     def _declare(self) -> None:
@@ -181,30 +183,60 @@ class MemoryStore(ParamStore):
             gone = set(names)
             self._id_groups = {g for g in self._id_groups if not gone & set(g)}
 
-    def _share_ids(self, tables: dict) -> None:
+    def _share_ids(self, tables: dict) -> list:
         """Tables pulled together with the very same id array whose indexes hold the same ids in
         the same order (so the same rows: always so when both start empty) share one from then
-        on; each group is looked at once."""
+        on; each group is looked at once. Returns the pairs to look at once this pull's rows are
+        found (``_share_after``): a table pulled with the array another table was pulled with
+        before (the candidates of an AutoML job over the same fields: ``Prepared.shared``)."""
         groups: dict = {}
         for name, ids in tables.items():
             groups.setdefault(id(ids), []).append(name)
-        for names in groups.values():
+        after = []
+        for key_id, names in groups.items():
+            ids = tables[names[0]]
+            last = self._pulled.get(key_id)
+            if last is not None and last[0] is ids and last[1] in self.tables and last[1] not in names:
+                after.append((last[1], names[0]))
+            else:
+                self._pulled[key_id] = (ids, names[0])
+                while len(self._pulled) > PULLED_KEPT:
+                    del self._pulled[next(iter(self._pulled))]
             key = tuple(names)
             if len(names) < 2 or key in self._id_groups:
                 continue
             self._id_groups.add(key)
             first, *rest = (self.tables[n] for n in names)
             for table in rest:
-                if table.ids is not first.ids and len(table) == len(first) \
-                        and np.array_equal(table.index.ids, first.index.ids):
-                    table.fill()
-                    table.ids = first.ids
+                self._join(first, table)
+        return after
+
+    def _share_after(self, pairs: list) -> None:
+        """``_share_ids``'s later pairs, once each: ``b`` has just found the rows of the array
+        ``a`` found before, adding the ids it lacked in the order ``a`` did, so if the two indexes
+        are now the same they stay so."""
+        for a, b in pairs:
+            if (a, b) not in self._id_groups:
+                self._id_groups.add((a, b))
+                self._join(self.tables[a], self.tables[b])
+
+    def _join(self, first: Table, table: Table) -> None:
+        """``table`` (and every table sharing its index) takes ``first``'s index if the two hold
+        the same ids in the same order."""
+        old = table.ids
+        if old is first.ids or len(table) != len(first) or not np.array_equal(table.index.ids, first.index.ids):
+            return
+        for t in self.tables.values():
+            if t.ids is old:
+                t.fill()
+                t.ids = first.ids
 
     def pull(self, dense, tables, *, create=True):
         with self._lock:
-            if create and len(tables) > 1:
-                self._share_ids(tables)
-            return self._pull(dense, tables, create)
+            after = self._share_ids(tables) if create else []
+            out = self._pull(dense, tables, create)
+            self._share_after(after)
+            return out
 
     def _pull(self, dense, tables, create: bool) -> dict:
         out = {}
@@ -236,8 +268,7 @@ class MemoryStore(ParamStore):
         from the id alone, so every number is the same. At most ``AHEAD_BATCHES`` wait."""
         with self._lock:
             tables = {name: ids for name, ids in tables.items() if name in self.tables}   # (none dropped since)
-            if len(tables) > 1:
-                self._share_ids(tables)
+            after = self._share_ids(tables)
             for name, ids in tables.items():
                 table = self.tables[name]
                 if id(ids) in table.ids.ahead:
@@ -246,6 +277,7 @@ class MemoryStore(ParamStore):
                 ahead[id(ids)] = (ids, table.index.find_or_add(ids))
                 while len(ahead) > AHEAD_BATCHES:      # never stepped (a stopped job): drop the oldest
                     del ahead[next(iter(ahead))]
+            self._share_after(after)
 
     lends = True       # ``lend``: the per-example engine reads its rows from the store's own arrays
 
@@ -257,8 +289,7 @@ class MemoryStore(ParamStore):
         through ``Gradients.assigned``, as always: the lent arrays are read, never written."""
         own = set(names)
         with self._lock:
-            if len(tables) > 1:
-                self._share_ids(tables)
+            after = self._share_ids(tables)
             values = self._pull([n for n in dense if n not in own],
                                 {n: ids for n, ids in tables.items() if n not in own}, True)
             lent = {n: (None, self.dense[n], self.dense_state[n]) for n in dense if n in own}
@@ -266,6 +297,7 @@ class MemoryStore(ParamStore):
                 if name in own:
                     table, rows, _ = self._rows(name, ids, True)
                     lent[name] = (rows, table.weights, table.state)
+            self._share_after(after)
         return values, lent
 
     def pull_states(self, names):
