@@ -277,3 +277,33 @@ def test_a_former_champion_retired_is_tried_again_once_the_stream_has_doubled():
         assert t.retired_at == {key(first): 2 * at}
         t.observe({1: np.full(2 * at - 100, 0.5)})
         assert t.decide() == [] and key(first) in t.avoid()
+
+
+def test_candidates_step_side_by_side_on_the_memory_store_and_give_the_same_search(monkeypatch):
+    """On a store that allows it (``ParamStore.concurrent``: the memory store) the candidates step
+    in threads of their own (their compiled loops hold no GIL); each learns its own parameters
+    from the same batch, so every prediction, decision and parameter is what one after the
+    other gives."""
+    import threading
+    schema = Schema.of(next(planted_stream(3)))
+    side, one = (AutoTrainer(job_config(seed=3), make_store({"backend": "memory"}), schema) for _ in range(2))
+    assert side._pool is not None
+    one._pool = None
+    threads = set()
+    real = Candidate.step
+    monkeypatch.setattr(Candidate, "step", lambda self, b: threads.add(threading.current_thread().name) or real(self, b))
+    for t in (side, one):
+        t.start()
+    for a, _ in zip(planted_stream(3), range(30)):
+        threads.clear()
+        got_side = side.step(a)
+        assert any(n.startswith("streamtrain-automl") for n in threads)     # (a cold newborn replays in this one)
+        got_one = one.step(a)
+        np.testing.assert_array_equal(got_side.predictions, got_one.predictions)
+    assert side.search.to_json() == one.search.to_json() and side.search.promotions + side.search.retired["worse"] > 0
+    for name in one.store.specs:
+        x, y = one.store.snapshot_of([name]), side.store.snapshot_of([name])
+        for kind in ("dense", "tables"):
+            for k, arrays in getattr(x, kind).items():
+                for part, arr in arrays.items():
+                    np.testing.assert_array_equal(arr, getattr(y, kind)[k][part], err_msg=f"{k}.{part}")

@@ -9,7 +9,9 @@ job commits the batch's offsets only then.
 from __future__ import annotations
 
 import logging
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -62,6 +64,11 @@ class AutoTrainer:
         self.ctx = _Status(self)
         self.progressive = None
         self.ahead = lambda: True       # the job's (``Trainer.ahead``): every candidate's prepare follows it
+        # candidates step side by side on a store that allows it (``ParamStore.concurrent``): their
+        # compiled loops hold no GIL, so a second core takes one while the first takes another
+        threads = min(int(self.section["live"]), os.cpu_count() or 1)
+        self._pool = (ThreadPoolExecutor(threads, thread_name_prefix="streamtrain-automl")
+                      if threads > 1 and getattr(store, "concurrent", False) else None)
 
     # ---- the candidates ----------------------------------------------------------------------
     def start(self, state: dict | None = None) -> None:
@@ -164,7 +171,7 @@ class AutoTrainer:
     def step(self, batch) -> StepResult:
         t0 = time.perf_counter()
         self.refresh()          # other trainers' decisions since this one's last step
-        results = {slot: cand.step(batch) for slot, cand in self.candidates.items()}
+        results = self._step_all(batch)
         served = results[self.search.served]
         seconds = {}
         for r in results.values():
@@ -196,6 +203,14 @@ class AutoTrainer:
         seconds["candidates"] = t1 - t0
         return StepResult(served.loss, served.predictions, served.applied, reason=served.reason,
                           seconds=seconds, losses=losses)
+
+    def _step_all(self, batch) -> dict:
+        """Every live candidate's step on the batch (side by side when ``_pool``): slot -> result.
+        Each learns its own parameters from the same batch, so the order changes no number."""
+        if self._pool is None or len(self.candidates) < 2:
+            return {slot: cand.step(batch) for slot, cand in self.candidates.items()}
+        running = {slot: self._pool.submit(cand.step, batch) for slot, cand in self.candidates.items()}
+        return {slot: f.result() for slot, f in running.items()}
 
     def _rank(self, batch, champion) -> list | None:
         """The champion's residuals into the pair ranking (a wide stream: ``pairrank.py``); the

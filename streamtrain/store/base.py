@@ -205,6 +205,9 @@ class ParamStore(abc.ABC):
     lends = False
 
     prefetches = False     # True: ``prefetch`` reads ahead, worth calling with the next batch
+    #: True: models with parameters of their own may pull and push from several threads at once
+    #: (the memory store's lock): an AutoML job steps its candidates side by side
+    concurrent = False
 
     #: True: pushes update a local copy that ``flush()`` writes to the store's server (the redis
     #: store's write-back). The job then sets ``auto_flush`` False and flushes before checkpoints

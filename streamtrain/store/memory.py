@@ -127,6 +127,7 @@ class MemoryStore(ParamStore):
 
     kind = "memory"
     assigns = True     # one writer in this process: the engine's rows are written, not re-stepped
+    concurrent = True  # every pull, lend and push under the lock; each model's rows its own
 
     def __init__(self, dtype=np.float32):
         super().__init__()
