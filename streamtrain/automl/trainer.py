@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
 
@@ -210,6 +210,7 @@ class AutoTrainer:
         if self._pool is None or len(self.candidates) < 2:
             return {slot: cand.step(batch) for slot, cand in self.candidates.items()}
         running = {slot: self._pool.submit(cand.step, batch) for slot, cand in self.candidates.items()}
+        wait(running.values())          # all of them done before any error is raised: none left running
         return {slot: f.result() for slot, f in running.items()}
 
     def _rank(self, batch, champion) -> list | None:
