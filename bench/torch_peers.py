@@ -106,6 +106,9 @@ def mlp_rate(name: str) -> float:
     """The Adam rate of ``examples/<name>.json``'s MLP (every Adam layer there has the same)."""
     layers = json.loads((EXAMPLES / f"{name}.json").read_text())["layers"]
     rates = {layer["optimizer"]["lr"] for layer in layers if layer.get("optimizer", {}).get("type") == "adam"}
+    if len(rates) != 1:
+        raise SystemExit(f"examples/{name}.json: the PyTorch peer takes one Adam rate for its MLP; "
+                         f"the example's Adam layers have {sorted(rates) or 'none'}")
     (rate,) = rates
     return rate
 
