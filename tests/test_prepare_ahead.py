@@ -338,7 +338,7 @@ def test_a_grid_of_unweighted_terms_is_rows_alone_and_trains_as_one_with_coeffic
 
 def test_automl_candidates_over_the_same_fields_take_one_layout_and_one_index():
     """Two candidates of one search over the same fields: the second's prepare takes the first's
-    fields' layout and unique ids (``Prepared.shared``), so the memory store finds their tables
+    fields' layout, unique ids and grid of rows (``Prepared.shared``), so the memory store finds their tables
     pulled with one id array and, from the second batch on, looks it up once for both. The
     same numbers as candidates on stores of their own."""
     from streamtrain.automl.candidates import Candidate
@@ -354,6 +354,7 @@ def test_automl_candidates_over_the_same_fields_take_one_layout_and_one_index():
         feeds = [batch.prepared.of(c.graph) for c in cands]
         (t0,), (t1,) = ([t for t in f.table_ids if t.endswith("wide.table")] for f in feeds)
         assert feeds[0].table_ids[t0] is feeds[1].table_ids[t1]
+        assert feeds[0].memo[(GRID, t0)][1] is feeds[1].memo[(GRID, t1)][1]      # one grid of rows
         got = [c.step(batch).predictions for c in cands]
         want = [c.step(twin).predictions for c in alone]
         for g, w in zip(got, want):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from streamtrain.batch import shared_memo
 from streamtrain.errors import ConfigError
 
 from . import kernels, prep, terms
@@ -117,11 +118,29 @@ def present_grids(ctx, layers, room: dict | None = None, bare=()) -> None:
                 m = len(t.present) // batch
                 width = m + room.get(t.param, 0)
                 unit = t.param in bare and t.x is None
-                row, x = np.empty((batch, width), np.int64), _NO_X if unit else np.empty((batch, width))
-                prep.put_present(row, x, 0, m, t.present, t.pos, 0,
-                                 _EMPTY_F if t.x is None else np.asarray(t.x, np.float64))
-                single = prep.one_column(t.present, t.pos, m)
+                row, x, single = _grid(ctx, t, batch, m, width, unit)
                 ctx.memo[(GRID, t.param)] = (t.pos, row, None if unit else x, single)
+
+
+def _grid(ctx, t, batch: int, m: int, width: int, unit: bool) -> tuple:
+    """``present_grids``' grid of one term: (rows, coefficients, one column). An unweighted
+    term's grid with no room for others (nothing writes into it later) depends on its present
+    flags and positions alone: made once per batch for every graph whose term has the very
+    same arrays (an AutoML job's candidates over the same fields: ``Prepared.shared``)."""
+    shared = shared_memo(ctx.batch) if t.x is None and width == m else None
+    key = None
+    if shared is not None:
+        key = ("grid", id(t.present), t.pos.__array_interface__["data"][0], t.pos.shape, t.pos.strides, unit)
+        got = shared.get(key)
+        if got is not None and got[0] is t.present:      # (it holds both arrays: their addresses name them)
+            return got[2:]
+    row, x = np.empty((batch, width), np.int64), _NO_X if unit else np.empty((batch, width))
+    prep.put_present(row, x, 0, m, t.present, t.pos, 0,
+                     _EMPTY_F if t.x is None else np.asarray(t.x, np.float64))
+    made = (row, x, prep.one_column(t.present, t.pos, m))
+    if key is not None:
+        shared[key] = (t.present, t.pos, *made)
+    return made
 
 
 def _made_ahead(memo: dict, t):
