@@ -11,7 +11,7 @@ from itertools import combinations
 
 import numpy as np
 
-from streamtrain.batch import shared_memo
+from streamtrain.batch import once_per_batch
 from streamtrain.errors import ShapeError
 from streamtrain.hashing import hash_str, splitmix64
 
@@ -52,19 +52,6 @@ def _pairs_check(value):
     ok = isinstance(value, list) and all(
         isinstance(p, list) and len(p) == 2 and all(isinstance(f, str) for f in p) for p in value)
     return None if ok else f"expected a list of [field, field] pairs or null, got {value!r}"
-
-
-def _shared_cross(ctx, fa, fb, salt):
-    """``cross_field`` of two of the batch's fields, once per batch whichever graph asks (the
-    batch's shared memo, ``Prepared.shared``: an AutoML job's candidates cross the same pairs)."""
-    shared = shared_memo(ctx.batch)
-    if shared is None:
-        return cross_field(fa, fb, salt)
-    key = ("cross", id(fa), id(fb), int(salt))
-    hit = shared.get(key)
-    if hit is None or hit[0] is not fa or hit[1] is not fb:     # (it holds both: their ids name them)
-        hit = shared[key] = (fa, fb, cross_field(fa, fb, salt))
-    return hit[2]
 
 
 @register
@@ -139,7 +126,9 @@ class FeatureCross(Layer):
             for n in missing:
                 if n in self.crossed:
                     a, b, salt = self.crossed[n]
-                    got[n] = _shared_cross(ctx, base[a], base[b], salt)
+                    fa, fb = base[a], base[b]       # (an AutoML job's candidates cross the same pairs)
+                    got[n] = once_per_batch(ctx.batch, ("cross", int(salt)), (fa, fb),
+                                            lambda fa=fa, fb=fb, salt=salt: cross_field(fa, fb, salt))
                 else:
                     got[n] = base[n]
         return [got[n] for n in names]

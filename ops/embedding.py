@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from streamtrain import lazy
-from streamtrain.batch import shared_memo
+from streamtrain.batch import once_per_batch
 from streamtrain.errors import ShapeError
 from streamtrain.online.terms import Term
 
@@ -82,14 +82,9 @@ class Embedding(Layer):
         got = ctx.memo.get(key)
         if got is None:
             fields = self.source(ctx, self.fields) if self.source else memo_fields(ctx, self.fields)
-            shared = shared_memo(ctx.batch)     # the same field arrays (another graph's too): the same layout
-            skey = ("embedding-layout", tuple(map(id, fields)))
-            got = shared.get(skey) if shared is not None else None
-            if got is None or any(a is not b for a, b in zip(got[0], fields)):
-                got = _layout_of(fields, ctx.batch.size)
-                if shared is not None:
-                    shared[skey] = got
-            ctx.memo[key] = got
+            # the same field arrays (another graph's too): the same layout
+            got = ctx.memo[key] = once_per_batch(ctx.batch, "embedding-layout", tuple(fields),
+                                                 lambda: _layout_of(fields, ctx.batch.size))
         return got
 
     ids_from_batch = True          # the batch's fields, or a feature_cross of them

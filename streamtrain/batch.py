@@ -40,9 +40,22 @@ class SparseField:
         return SparseField(self.ids[pos], offsets, values)
 
 
-def shared_memo(batch) -> dict | None:
-    """The batch's memo of work any graph may take (``Prepared.shared``), if it has one."""
-    return getattr(getattr(batch, "prepared", None), "shared", None)
+def once_per_batch(batch, key, pinned: tuple, make, fallback: dict | None = None):
+    """``make()``, made once per batch for every graph that asks with the same ``key`` and the
+    very same ``pinned`` arrays, in the batch's shared memo (``Prepared.shared``; without one, in
+    ``fallback``, or made each time). The arrays are kept with the result, so while the batch
+    lives no other array has their ids: the memo's key holds those ids, and a hit is checked
+    against the arrays themselves."""
+    memo = getattr(getattr(batch, "prepared", None), "shared", None)
+    if memo is None:
+        memo = fallback
+    if memo is None:
+        return make()
+    full = (key, *map(id, pinned))
+    got = memo.get(full)
+    if got is None or any(a is not b for a, b in zip(got[0], pinned)):
+        got = memo[full] = (pinned, make())
+    return got[1]
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import numpy as np
 from streamtrain.ops import LAYERS, load_all
 from streamtrain.ops.base import Layer
 
-from .batch import Feed, shared_memo
+from .batch import Feed, once_per_batch
 from .context import Context, Gradients
 from .errors import ConfigError, ShapeError
 from .params import ParamSpec
@@ -235,16 +235,11 @@ class Graph:
             for table, ids in layer.table_ids(ctx).items():
                 wanted.setdefault(table, []).append((layer.name, ids))
         ctx.table_ids, ctx.table_pos = {}, {}
-        # tables fed the very same id array share one unique pass (another graph's too: the
-        # batch's shared memo, which holds the array, so its id names it while the batch lives)
-        shared = shared_memo(batch)
-        done = shared if shared is not None else {}
+        done: dict = {}             # tables fed the very same id array share one unique pass (another graph's too)
         for table, parts in wanted.items():
             ids = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
-            got = done.get(("unique", id(ids)))
-            if got is None or got[0] is not ids:
-                got = done[("unique", id(ids))] = (ids, unique_inverse(ids))
-            ctx.table_ids[table], inverse = got[1]
+            ctx.table_ids[table], inverse = once_per_batch(batch, "unique", (ids,), lambda ids=ids: unique_inverse(ids),
+                                                           fallback=done)
             start = 0
             for name, part in parts:
                 ctx.table_pos[(name, table)] = inverse[start:start + len(part)]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from streamtrain.batch import shared_memo
+from streamtrain.batch import once_per_batch
 from streamtrain.errors import ConfigError
 
 from . import kernels, prep, terms
@@ -127,20 +127,18 @@ def _grid(ctx, t, batch: int, m: int, width: int, unit: bool) -> tuple:
     term's grid with no room for others (nothing writes into it later) depends on its present
     flags and positions alone: made once per batch for every graph whose term has the very
     same arrays (an AutoML job's candidates over the same fields: ``Prepared.shared``)."""
-    shared = shared_memo(ctx.batch) if t.x is None and width == m else None
-    key = None
-    if shared is not None:
-        key = ("grid", id(t.present), t.pos.__array_interface__["data"][0], t.pos.shape, t.pos.strides, unit)
-        got = shared.get(key)
-        if got is not None and got[0] is t.present:      # (it holds both arrays: their addresses name them)
-            return got[2:]
-    row, x = np.empty((batch, width), np.int64), _NO_X if unit else np.empty((batch, width))
-    prep.put_present(row, x, 0, m, t.present, t.pos, 0,
-                     _EMPTY_F if t.x is None else np.asarray(t.x, np.float64))
-    made = (row, x, prep.one_column(t.present, t.pos, m))
-    if key is not None:
-        shared[key] = (t.present, t.pos, *made)
-    return made
+    def make():
+        row, x = np.empty((batch, width), np.int64), _NO_X if unit else np.empty((batch, width))
+        prep.put_present(row, x, 0, m, t.present, t.pos, 0,
+                         _EMPTY_F if t.x is None else np.asarray(t.x, np.float64))
+        return row, x, prep.one_column(t.present, t.pos, m)
+    if t.x is not None or width != m:
+        return make()
+    # a graph's positions are a view of the batch's one unique pass (``Graph._feed``): named by
+    # the array they view and where in it
+    owner = t.pos if t.pos.base is None else t.pos.base
+    where = (t.pos.__array_interface__["data"][0], t.pos.shape, t.pos.strides, unit)
+    return once_per_batch(ctx.batch, ("grid", *where), (t.present, owner), make)
 
 
 def _made_ahead(memo: dict, t):
