@@ -92,6 +92,20 @@ def load_word(typingctx, arr, p):
 
 
 @intrinsic
+def store_word(typingctx, arr, p, word):
+    """``arr[p:p+8] = word`` (little-endian uint64, an unaligned store; ``p + 8 <= len(arr)`` is
+    the caller's to make sure): ``load_word``'s counterpart."""
+    sig = types.void(arr, types.intp, types.uint64)
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        builder.store(args[2], builder.bitcast(builder.gep(data, [args[1]]), ir.IntType(64).as_pointer()),
+                      align=1)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@intrinsic
 def byte_at(typingctx, arr, p):
     """``arr[p]`` for ``0 <= p`` (no wrap of negative indices): a plain load, for the kernels'
     hottest loops."""

@@ -21,12 +21,10 @@ not add up; the fast path then falls back to the library's own decoder.
 from __future__ import annotations
 
 import numpy as np
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
 
 from streamtrain.compiled import njit
 
+from ..chunk import load_word, store_word
 from .decode import record_at
 
 HEADER = 61                    # a v2 batch's header, up to its first record
@@ -74,13 +72,13 @@ def _batch_table(a):
 
 @njit(nogil=True)
 def _records(a, table, min_offset):
-    """Pass one: every data record's (offset, timestamp, value start, value length, newlines in
-    the value), kept or not."""
+    """Pass one: every data record's (offset, timestamp, value start, value length), kept or
+    not."""
     total = 0
     for b in range(len(table)):
         if not table[b, ATTRS] & CONTROL:
             total += table[b, COUNT]
-    fields = np.empty((total, 5), np.int64)
+    fields = np.empty((total, 4), np.int64)
     i, kept, size = 0, 0, 0
     for b in range(len(table)):
         if table[b, ATTRS] & CONTROL:
@@ -93,10 +91,6 @@ def _records(a, table, min_offset):
             f[0] = table[b, BASE] + o
             f[1] = table[b, MAX_TS] if append_time else table[b, FIRST_TS] + t
             f[2], f[3] = p, v                         # a null value: an empty line
-            nl = 0
-            for c in a[p:p + f[3]]:                     # (an iterator: no index checks, vectorised)
-                nl += c == 10
-            f[4] = nl
             if f[0] >= min_offset:
                 kept += 1
                 size += f[3] + 1
@@ -107,19 +101,34 @@ def _records(a, table, min_offset):
     return fields, kept, size
 
 
-@intrinsic
-def _copy(typingctx, dst, dst_at, src, src_at, n):
-    """``dst[dst_at:dst_at + n] = src[src_at:src_at + n]`` for uint8 arrays, as one ``memmove``
-    (the ranges may overlap when ``dst`` is ``src``; numba's slice assignment copies ~5x
-    slower); the caller has checked both ranges."""
-    def codegen(context, builder, signature, args):
-        d, d_at, s, s_at, count = args
-        dst_arr = context.make_array(signature.args[0])(context, builder, d)
-        src_arr = context.make_array(signature.args[2])(context, builder, s)
-        cgutils.raw_memmove(builder, builder.gep(dst_arr.data, [d_at]), builder.gep(src_arr.data, [s_at]),
-                           count, context.get_constant(types.intp, 1))
-        return context.get_dummy_value()
-    return types.void(dst, types.intp, src, types.intp, types.intp), codegen
+_ONES = np.uint64(0x0101010101010101)
+_LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
+_HIGH = np.uint64(0x8080808080808080)
+_NEWLINES = np.uint64(0x0A0A0A0A0A0A0A0A)
+
+
+@njit(nogil=True, inline="always")
+def _copy_counting(out, w, a, s, m):
+    """``out[w:w + m] = a[s:s + m]``, eight bytes a step, and the ``\\n`` count of those bytes:
+    one pass where a copy and a count were two (the bytes come from the IO thread's socket read,
+    not yet in this core's cache). A byte of ``x ^ 0x0A..`` is zero exactly where ``x`` holds a
+    ``\\n``; ``((y & 0x7F..) + 0x7F..) | y`` sets the top bit of every byte that is not (no carry
+    crosses a byte), and a multiply sums the top bits left. ``out`` may be ``a`` with ``w <= s``:
+    each word is read before the store that could reach it."""
+    n = np.uint64(0)
+    k = 0
+    while k + 8 <= m:
+        x = load_word(a, s + k)
+        store_word(out, w + k, x)
+        y = x ^ _NEWLINES
+        n += (((~(((y & _LOW7) + _LOW7) | y) & _HIGH) >> np.uint64(7)) * _ONES) >> np.uint64(56)
+        k += 8
+    count = np.int64(n)
+    for i in range(k, m):
+        c = a[s + i]
+        out[w + i] = c
+        count += c == 10
+    return count
 
 
 @njit(nogil=True)
@@ -140,10 +149,9 @@ def _join(a, fields, min_offset, out, at):
         if fields[i, 0] < min_offset:
             continue
         m = fields[i, 3]
-        _copy(out, w, a, fields[i, 2], m)
+        n += _copy_counting(out, w, a, fields[i, 2], m) + 1
         w += m
         out[w] = 10                                    # '\n'
-        n += fields[i, 4] + 1
         ends[j], offs[j], ts[j], lines[j] = w - at, fields[i, 0], fields[i, 1], n
         w += 1
         j += 1
