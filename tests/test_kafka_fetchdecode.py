@@ -139,3 +139,21 @@ def test_bytes_that_do_not_add_up_fall_back_to_the_library():
     with pytest.raises(CorruptRecordError):          # the library's own decoder has its say
         cls(0, TP, MemoryRecords(bytes(raw)), check_crcs=True).take()
     assert len(fell) == 1
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_every_value_length_and_newline_position_around_the_eight_byte_steps(in_place):
+    """The join copies and counts eight bytes a step, then byte by byte: values of 0 to 19 bytes
+    (and 200, two-byte varints), a ``\\n`` at each position or none, many newlines; in place
+    too (each value moves left over its own record's header)."""
+    vals = [b""] + [bytes(b"x" * m) for m in range(1, 20)]
+    vals += [bytes(b"y" * k + b"\n" + b"z" * (m - k - 1)) for m in range(1, 20) for k in range(m)]
+    vals += [b"\n" * 9, b"a\n" * 100, b"b" * 199 + b"\n", bytes(range(1, 256)) * 2]
+    raw = _batch(7, vals)
+    table, _ = fetchdecode.batch_table(raw)
+    buf = bytearray(raw) if in_place else raw
+    offs, ts, joined, ends, lines = fetchdecode.decode_batches(buf, table, 0, in_place=in_place)
+    assert bytes(joined) == b"".join(v + b"\n" for v in vals)
+    assert offs.tolist() == list(range(7, 7 + len(vals)))
+    assert lines.tolist() == np.cumsum([v.count(b"\n") + 1 for v in vals]).tolist()
+    assert ends.tolist() == (np.cumsum([len(v) + 1 for v in vals]) - 1).tolist()
