@@ -8,7 +8,7 @@ from streamtrain.batch import once_per_batch
 from streamtrain.errors import ShapeError
 from streamtrain.online.terms import Term
 
-from ._field_layout import field_slots
+from ._field_layout import end_to_end, field_counts, field_slots
 from .base import INIT_OPTIONS, SPARSE, Layer, Option, SparseShape, positive, register
 from .inputs import memo_fields
 
@@ -17,11 +17,11 @@ _kernels = lazy.module("streamtrain.ops._embedding_kernels")
 
 def _layout_of(fields: list, B: int) -> tuple:
     F = len(fields)
-    ids = fields[0].ids if F == 1 else np.concatenate([f.ids for f in fields])
-    offs = np.concatenate([f.offsets for f in fields]).reshape(F, B + 1)
-    counts, slot = field_slots(offs)            # field-major [F*B]; batch-major row of each id
+    ids = fields[0].ids if F == 1 else end_to_end([f.ids for f in fields])
+    offs = end_to_end([f.offsets for f in fields]).reshape(F, B + 1)
+    counts, single = field_counts(offs)          # field-major [F*B]
     valued = any(f.values is not None for f in fields)
-    return fields, ids, counts, slot, valued
+    return fields, ids, counts, single, valued
 
 
 @register
@@ -74,10 +74,10 @@ class Embedding(Layer):
         return (len(self.fields), dim)
 
     def _layout(self, ctx):
-        """(fields, all ids field after field, per-(field, example) id counts [F*B], for
-        single-valued data the batch-major slot of every id, whether any field has values),
-        once per batch for every embedding layer over the same fields (an LR part and an FM
-        part share it), in the parse thread when the batch is prepared ahead."""
+        """(fields, all ids field after field, per-(field, example) id counts [F*B], whether no
+        field has several ids in an example, whether any field has values), once per batch for
+        every embedding layer over the same fields (an LR part and an FM part share it), in the
+        parse thread when the batch is prepared ahead."""
         key = ("embedding-layout", self.fields)
         got = ctx.memo.get(key)
         if got is None:
@@ -87,11 +87,25 @@ class Embedding(Layer):
                                                  lambda: _layout_of(fields, ctx.batch.size))
         return got
 
+    def _slots(self, ctx):
+        """For single-valued data, the batch-major slot of every id (what ``forward`` gathers
+        by; a linear part's terms need none), once per batch like the layout."""
+        _, _, counts, _, _ = self._layout(ctx)
+        key = ("embedding-slots", self.fields)
+        got = ctx.memo.get(key)
+        if got is None:
+            got = ctx.memo[key] = once_per_batch(ctx.batch, "embedding-slots", (counts,),
+                                                 lambda: field_slots(counts, len(self.fields)))
+        return got
+
     ids_from_batch = True          # the batch's fields, or a feature_cross of them
 
     def table_ids(self, ctx):
-        """Ids per table, field after field: the order of the batch's CSR data."""
-        fields, ids, _, _, _ = self._layout(ctx)
+        """Ids per table, field after field: the order of the batch's CSR data (and, for a
+        layer that gathers rows by slot, the slots: made here, ahead, with the layout)."""
+        fields, ids, _, single, _ = self._layout(ctx)
+        if single and not self.is_linear():
+            self._slots(ctx)
         if len(self.tables) == 1:
             return {self.tables[0]: ids}
         return {t: field.ids for t, field in zip(self.tables, fields)}
@@ -105,10 +119,10 @@ class Embedding(Layer):
         return self.field_terms(ctx)
 
     def field_terms(self, ctx):
-        fields, _, counts, slot, valued = self._layout(ctx)
+        fields, _, counts, single, valued = self._layout(ctx)
         B, F = ctx.batch.size, len(fields)
         weights = self._weights(ctx, fields, counts, valued)
-        if slot is not None and len(self.tables) == 1:     # single-valued: dense [B, F], by slot
+        if single and len(self.tables) == 1:              # single-valued: dense [B, F], by slot
             t = self.tables[0]
             return [Term(t, ctx.table_pos[(self.name, t)], weights, len(ctx.table_ids[t]),
                          field=np.arange(F), present=counts)]
@@ -125,7 +139,7 @@ class Embedding(Layer):
         return terms
 
     def forward(self, ctx, xs):
-        fields, _, counts, slot, valued = self._layout(ctx)
+        fields, _, counts, single, valued = self._layout(ctx)
         B, F, dim = ctx.batch.size, len(self.fields), self.opts["dim"]
         bases, total = [], 0
         for t in self.tables:
@@ -138,7 +152,8 @@ class Embedding(Layer):
                 if total else np.zeros(0, np.int64)
         rows = [ctx.value(t) for t in self.tables]
         weights = self._weights(ctx, fields, counts, valued)
-        if slot is not None:
+        if single:
+            slot = self._slots(ctx)
             index = np.full(B * F, total, np.int64)                             # missing -> zero row
             index[slot] = pos
             table = rows[0] if len(rows) == 1 else np.concatenate(rows)
