@@ -28,6 +28,10 @@ command line's start), never by an import. Without it numba behaves as numba doe
   the first batch). The environment of a numba-internal module that is not imported yet is
   rebuilt without importing it: its globals are read only by object-mode code, which numba's
   own helpers never are (their constants are kept); the module imports as usual later.
+* numba's cache is keyed by a kernel's source file, and an entry names the module it was
+  compiled in: an entry written where the file was imported under another name (a checkout's
+  ``ops.x`` for ``streamtrain.ops.x``, as ``pytest --doctest-modules ops/`` imports it) fails to
+  load with an ImportError. Patched, such a kernel is compiled again (and its entry rewritten).
 * numba checks that a kernel's cache directory is writable by creating a file there, once for
   every cached kernel as its module is imported (78 for an LR job); patched, once per directory.
 * numba scans every installed distribution for ``numba_extensions`` entry points (~10 ms with
@@ -135,7 +139,11 @@ def _registries_at_first_compile() -> None:
     def load_overload(self, sig, target_context):
         rtsys.initialize(target_context)         # what cached object code needs of refresh()
         with self._guard_against_spurious_io_errors():
-            return self._load_overload(sig, target_context)
+            try:
+                return self._load_overload(sig, target_context)
+            except ImportError as err:           # cached where its module had another name
+                log.debug("numba cache entry of %s not loaded (%s): compiled again", getattr(self, "_name", "?"), err)
+                return None
 
     def ours_first(load_additional_registries):
         def load(self):

@@ -203,3 +203,38 @@ def test_numbas_version_is_read_from_its_dist_info_folder_as_importlib_metadata_
 
     from streamtrain import numba_startup
     assert numba_startup._version() == tuple(int(p) for p in metadata.version("numba").split(".")[:2])
+
+
+ALIAS_PROBE = """
+import json, sys
+from streamtrain import startup
+if sys.argv[3] == "patched":
+    startup.apply()
+sys.path.insert(0, sys.argv[1])
+import importlib
+kern = importlib.import_module(sys.argv[2])
+print(json.dumps({"out": kern.doubled(5).tolist(), "compiled": sum(kern.doubled.stats.cache_misses.values())}))
+"""
+
+
+def test_a_cache_entry_written_under_another_module_name_is_compiled_again(tmp_path):
+    """The same file imported as ``b.kern`` (its folder on the path, as a checkout's doctests
+    import ``ops/...``) and then as ``a.b.kern``: numba's entry names ``b.kern``, which the
+    second process cannot import; patched, the kernel is compiled again instead of failing."""
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "__init__.py").write_text("")
+    (tmp_path / "a" / "b" / "__init__.py").write_text("")
+    (tmp_path / "a" / "b" / "kern.py").write_text(ARRAYS)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+
+    def run(where, name, how):
+        return subprocess.run([sys.executable, "-c", ALIAS_PROBE, str(where), name, how], capture_output=True,
+                              text=True, timeout=120, cwd=ROOT, env=env)
+    first = run(tmp_path / "a", "b.kern", "numba")
+    assert first.returncode == 0, first.stderr
+    again = run(tmp_path, "a.b.kern", "patched")
+    assert again.returncode == 0, again.stderr
+    got = json.loads(again.stdout.strip().splitlines()[-1])
+    assert got == {"out": [0, 2, 4, 6, 8], "compiled": 1}
+    then = run(tmp_path, "a.b.kern", "patched")            # its entry rewritten: loaded from now on
+    assert json.loads(then.stdout.strip().splitlines()[-1])["compiled"] == 0
