@@ -66,8 +66,10 @@ def child(args) -> None:
     """One training run; prints a JSON line of its figures."""
     import threading
 
-    from streamtrain import config as C
     from streamtrain import startup
+    startup.set_blas_variables()          # before numpy loads, as the command line does (else
+                                          # OpenBLAS's second thread spins ~85 ms at import)
+    from streamtrain import config as C
     from streamtrain.job import Job
 
     names, cpu, first, stop = {}, {}, {}, threading.Event()
