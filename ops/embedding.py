@@ -91,12 +91,8 @@ class Embedding(Layer):
         """For single-valued data, the batch-major slot of every id (what ``forward`` gathers
         by; a linear part's terms need none), once per batch like the layout."""
         _, _, counts, _, _ = self._layout(ctx)
-        key = ("embedding-slots", self.fields)
-        got = ctx.memo.get(key)
-        if got is None:
-            got = ctx.memo[key] = once_per_batch(ctx.batch, "embedding-slots", (counts,),
-                                                 lambda: field_slots(counts, len(self.fields)))
-        return got
+        return once_per_batch(ctx.batch, "embedding-slots", (counts,), lambda: field_slots(counts, len(self.fields)),
+                              fallback=ctx.memo)
 
     ids_from_batch = True          # the batch's fields, or a feature_cross of them
 

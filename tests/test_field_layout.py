@@ -72,4 +72,5 @@ def test_a_linear_part_makes_no_slots_and_an_fm_part_makes_them_ahead(dim, slots
               {"name": "out", "type": "fm", "inputs": ["e"], "reduce": True},
               {"name": "loss", "type": "logloss", "inputs": ["out"]}]
     feed = Graph.from_config(layers, Schema.of(batch)).prepare(batch)
-    assert any(k[0] == "embedding-slots" for k in feed.memo if isinstance(k, tuple)) == slots
+    memos = [feed.memo, getattr(batch.prepared, "shared", {})]     # (the batch's, any graph's to take)
+    assert any(k[0] == "embedding-slots" for m in memos for k in m if isinstance(k, tuple)) == slots

@@ -24,7 +24,7 @@ import numpy as np
 
 from streamtrain.compiled import njit
 
-from ..chunk import load_word, store_word
+from ..chunk import _HIGH, _ONES, load_word, store_word
 from .decode import record_at
 
 HEADER = 61                    # a v2 batch's header, up to its first record
@@ -101,9 +101,7 @@ def _records(a, table, min_offset):
     return fields, kept, size
 
 
-_ONES = np.uint64(0x0101010101010101)
 _LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
-_HIGH = np.uint64(0x8080808080808080)
 _NEWLINES = np.uint64(0x0A0A0A0A0A0A0A0A)
 
 
