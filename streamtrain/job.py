@@ -277,6 +277,8 @@ class Job:
                 log.warning("stopped while the store was unreachable: no final checkpoint (the previous one stays)")
         finally:
             try:
+                if self.trainer is not None:     # its threads (an AutoML job's candidates)
+                    self.trainer.close()
                 self.source.close()
             finally:
                 self.store.close()

@@ -180,6 +180,9 @@ class Trainer:
         dense, tables = self.graph.needs(self._ahead_ctx)
         self._ahead = (list(dense), dict(tables))
 
+    def close(self) -> None:
+        """Nothing to end (``AutoTrainer.close`` ends its candidates' threads)."""
+
     def _skip(self, batch, predictions, reason, t) -> StepResult:
         if self.graph_input is not None:
             self.graph_input.learnt(batch)

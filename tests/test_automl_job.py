@@ -4,6 +4,8 @@ search, and a restore that resumes the very same search."""
 from __future__ import annotations
 
 import json
+import os
+import threading
 
 import numpy as np
 from prometheus_client import CollectorRegistry
@@ -211,5 +213,14 @@ def test_a_search_trains_from_a_file_source(criteo_path):
         "automl": {"live": 2, "grace": 1000, "space": [
             {"name": "rate", "paths": ["layers.wide.optimizer.alpha"], "values": [0.1, 0.3]}]}}))
     job = Job(cfg)
+    before = _automl_threads()      # (searches other tests built without a job, still alive)
+    stepping = set()        # the candidates' threads while it runs (two cores: side by side)
+    job.hooks.append(lambda job, batch, result: stepping.update(_automl_threads() - before))
     summary = job.run()
     assert summary["examples"] == 7625 and job.trainer.candidates
+    assert bool(stepping) == (os.cpu_count() > 1)
+    assert not any(t.is_alive() for t in stepping) and job.trainer._pool is None    # the teardown ended them
+
+
+def _automl_threads() -> set:
+    return {t for t in threading.enumerate() if t.name.startswith("streamtrain-automl")}

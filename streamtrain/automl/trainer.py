@@ -259,6 +259,13 @@ class AutoTrainer:
         """The reader's thread is not paced by a search (``Trainer.pace``): each candidate runs
         its own compiled loop, none of them the step's one long GIL-free stretch."""
 
+    def close(self) -> None:
+        """End the threads the candidates step on (the job's teardown); a step after it takes
+        them in turn."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
     def describe(self) -> dict:
         """The search for ``/v1/model`` and the summary: champion, live candidates, counts."""
         s = self.search
