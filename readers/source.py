@@ -29,6 +29,8 @@ class Source:
     has the capability:
 
     * ``commit(offsets)``: called after the batch's update was applied (no-op here);
+      ``commit_many(batches)``: several batches' offsets at once, oldest first (what one flush
+      of a store that writes back made durable; here ``commit`` of each);
     * ``seek(offsets) -> bool``: resume from a checkpoint's offsets; False (the default) when
       the source has none to seek to;
     * ``request_stop()``: end ``batches()`` at its next safe point (thread-safe; no-op here:
@@ -73,6 +75,11 @@ class Source:
         """Record that everything up to ``offsets`` is trained (no-op for files / synthetic)."""
         if self._commit is not None:
             self._commit(offsets)
+
+    def commit_many(self, batches: list[dict]) -> None:
+        """``commit`` of several batches' offsets, oldest first (one flush made them durable)."""
+        for offsets in batches:
+            self.commit(offsets)
 
     def seek(self, offsets: dict) -> bool:
         """Resume from ``offsets``; False: this source has no offsets to seek to."""

@@ -57,8 +57,7 @@ class Job:
         self.started = time.monotonic()
         self.offsets, self.offset_epochs = {}, {}   # committed (not the store's undurable) and their epochs
         self.writes_back = self.store.writes_back
-        if self.writes_back:
-            self.store.auto_flush = False       # the job flushes, then commits what was flushed
+        self.store.auto_flush = not self.writes_back    # writing back: the job flushes, then commits
         self.last_checkpoint: str | None = None
         self.checkpoint_error: str | None = None   # why the final checkpoint failed (exit 3)
         self.store_failures = 0     # steps that failed because the store gave up (then retried)
@@ -74,13 +73,11 @@ class Job:
         self.step_lock = threading.Lock()   # held for a whole step: a server reads between steps
         self.checkpoint_hooks = []   # callables(job, path, ok) after every checkpoint attempt
         self.checkpoint_requested = False   # set by SIGHUP: write one at the next safe point
-        self._ckpt_batches = 0
-        self._ckpt_time = time.monotonic()
+        self._ckpt_batches, self._ckpt_time = 0, time.monotonic()
 
     @property
     def waiting_for_store(self) -> str | None:
-        """What waits for an unreachable store now (the job's retry of a step, or the store's
-        own retries of an operation), or None."""
+        """What waits for an unreachable store now (the job's retry of a step, or the store's own), or None."""
         return self._waiting or self._store_waiting
 
     @property
@@ -225,9 +222,10 @@ class Job:
         return self._commit_durable()
 
     def _commit(self, durable) -> None:
-        """Commit the offsets of these durable batches, in order."""
-        for offsets in durable:             # each batch's own dict (the Kafka source tracks them)
-            self.source.commit(offsets)
+        """Commit these durable batches' offsets in order, at once (one flush makes many durable)."""
+        durable = list(durable)             # each batch's own dict (the Kafka source tracks them)
+        self.source.commit_many(durable)
+        for offsets in durable:
             committed(self.offsets, self.offset_epochs, offsets)
 
     def _before_poll(self, due_only: bool) -> None:

@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from streamtrain.readers.source import Source
+
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = json.loads((ROOT / "examples" / "synthetic.json").read_text())["layers"]
 
@@ -96,7 +98,7 @@ def wait_all_have_data(base: str, exprs, timeout: float = 45) -> None:
 
 
 # ---- an in-process source ---------------------------------------------------------------------
-class FakeSource:
+class FakeSource(Source):
     """Random batches (fields a, b, c; 3 dense) with offsets ``{("fake", 0): n}`` and timestamps."""
 
     def __init__(self, batch_size=64, batches=None, poison=None, delay=0.0):

@@ -204,6 +204,27 @@ def test_a_batch_is_traced_only_once_the_previous_batchs_commit_ran():
     assert src.consumer.commits == [{("t", 0): 20, ("t", 1): 2}]
 
 
+def test_the_batches_of_one_flush_are_handed_over_and_committed_once():
+    """A store that writes back makes many batches durable at once (``Job._commit``): traced in
+    order, they reach the consumer thread as one piece of work and one commit of the newest
+    offsets (one by one, each waited for a consumer turn: ``test_kafka_writeback.py``)."""
+    src = _source()
+    handed, traced, submit = [], [], src.handoff.submit
+    src.handoff.submit = lambda fn: (handed.append(fn), submit(fn))[1]
+
+    class Trace:
+        def write(self, rows):
+            traced.append(rows)
+
+    src.trace = Trace()
+    batches = [{("t", 0): 10 * n, ("t", 1): n} for n in range(1, 21)]
+    for n, offsets in enumerate(batches, 1):
+        src._inflight.append((offsets, n, None))
+    src.commit_many(batches)
+    assert len(handed) == 1 and traced == list(range(1, 21))
+    assert src.consumer.commits == [{("t", 0): 200, ("t", 1): 20}] and src.stats["commits"] == 1
+
+
 class _UnreachableConsumer(_FakeConsumer):
     """Its polls fail as kafka-python 3's do while the broker is away mid-rejoin, then answer.
     (The same path against a real broker: ``test_faults_kafka.py::test_broker_restart_mid_run``.)"""

@@ -239,8 +239,8 @@ def test_a_due_flush_commits_what_it_wrote(tmp_path, redis_url, redis_namespace)
 
     def commit_(offsets):
         committed.append(1)
-        assert store.wb.flight is None                 # no flush of these rows still in flight
-        assert len(committed) <= covered[0]            # the batch's rows are in Redis
+        assert len(committed) <= covered[0]            # the batch's rows are in Redis (a flush of
+        # later batches' rows may be in flight: the job takes what is durable, then commits it)
         return commit(offsets)
 
     store.flush_begin, store.flush_poll, store.flush, job.source.commit = flush_begin, flush_poll, flush_, commit_

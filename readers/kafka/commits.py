@@ -28,15 +28,19 @@ class Committer:
         self.dead = None                # the dead-letter producer, if any
         self.due_since = None           # when the oldest offset not sent became due
 
-    def applied(self, offsets: dict) -> None:
-        """Everything below ``offsets`` was applied: due now, sent when ``COMMIT_EVERY`` are."""
-        skipped = self.offsets.skipped
-        send = self.offsets.applied(offsets)
+    def applied(self, *batches: dict) -> None:
+        """Everything below each batch's ``offsets`` (oldest first) was applied: due now, sent
+        when ``COMMIT_EVERY`` batches are (once, however many batches came together)."""
+        skipped, send, gone = self.offsets.skipped, False, set()
+        for offsets in batches:
+            before = self.offsets.skipped
+            send |= self.offsets.applied(offsets)
+            if self.offsets.skipped > before:
+                gone.update(k for k in offsets if (k[0], k[1]) not in self.offsets.owned)
         if self.due_since is None and self.offsets.due:
             self.due_since = time.monotonic()
         if self.offsets.skipped > skipped:
-            log.info("kafka reader: not committing %s (no longer assigned here)",
-                     sorted(k for k in offsets if (k[0], k[1]) not in self.offsets.owned))
+            log.info("kafka reader: not committing %s (no longer assigned here)", sorted(gone))
         if send:
             self.flush()
 

@@ -215,24 +215,34 @@ class KafkaSource(Source):
     def commit(self, offsets: dict) -> None:
         """Everything up to ``offsets`` ({(topic, partition): next offset}) was applied: the
         trace and freshness are written here, the commit is handed to the consumer thread."""
-        # at most one commit handed over and not yet run: the previous batch's is run before this
-        # one is traced, so at most COMMIT_EVERY traced (trained) batches are ever uncommitted
-        # (what a kill makes the next owner train again), as without a thread
+        self.commit_many([offsets])
+
+    def commit_many(self, batches: list) -> None:
+        """``commit`` of several batches' offsets, oldest first (those one flush of a store that
+        writes back made durable), handed to the consumer thread as one piece of work: it runs
+        work between polls, and an idle poll lasts ``IDLE_POLL_S``, so one hand-over a batch
+        committed two batches a second once the stream was caught up."""
+        if not batches:
+            return
+        # at most one commit handed over and not yet run: the previous one is run before these
+        # batches are traced, so the batches traced and not committed are at most COMMIT_EVERY,
+        # or one flush's (what a kill makes the next owner train again), as without a thread
         t0 = time.perf_counter()
         self.handoff.result(self._commit_token)
         self.commit_waited_s += time.perf_counter() - t0
         self._commit_token = None
-        entry = None
-        while self._inflight:
-            e = self._inflight.popleft()
-            if e[0] is offsets:
-                entry = e
-                break                       # older entries were never committed (cut batches)
-        if entry is not None:
-            if self.trace is not None and entry[1] is not None:
-                self.trace.write(entry[1])
-            self.health.applied(entry[2])
-        self._commit_token = self.handoff.submit(lambda: self.committer.applied(offsets))
+        for offsets in batches:
+            entry = None
+            while self._inflight:
+                e = self._inflight.popleft()
+                if e[0] is offsets:
+                    entry = e
+                    break                   # older entries were never committed (cut batches)
+            if entry is not None:
+                if self.trace is not None and entry[1] is not None:
+                    self.trace.write(entry[1])
+                self.health.applied(entry[2])
+        self._commit_token = self.handoff.submit(lambda: self.committer.applied(*batches))
 
     def committed_offsets(self) -> dict:
         """{(topic, partition): offset} this trainer committed (what is due is sent first)."""

@@ -238,7 +238,7 @@ class ParamStore(abc.ABC):
         them has written to the store's server. A background flush is polled first (raising what
         stopped it: its batches then wait for the next flush); once the last one is handed out
         (iterate to the end) the next background flush begins when due, so a commit never waits
-        on, nor races, the flush of later batches."""
+        on the flush of later batches (the job takes them all, then commits them while it runs)."""
         d = self.durability
         if d.flying:
             try:
