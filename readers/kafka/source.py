@@ -220,8 +220,8 @@ class KafkaSource(Source):
     def commit_many(self, batches: list) -> None:
         """``commit`` of several batches' offsets, oldest first (those one flush of a store that
         writes back made durable), handed to the consumer thread as one piece of work: it runs
-        work between polls, and an idle poll lasts ``IDLE_POLL_S``, so one hand-over a batch
-        committed two batches a second once the stream was caught up."""
+        work between polls, and an idle poll lasts ``IDLE_POLL_S``, so a hand-over per batch
+        would commit two batches a second on a caught-up stream."""
         if not batches:
             return
         # at most one commit handed over and not yet run: the previous one is run before these
