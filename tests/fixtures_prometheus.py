@@ -103,6 +103,7 @@ class FakeSource(Source):
 
     def __init__(self, batch_size=64, batches=None, poison=None, delay=0.0):
         from streamtrain.testing import random_batch
+        super().__init__(description="fake")     # (the rest of Source's contract: commit_many, ...)
         self._make = random_batch
         self.batch_size, self.limit = batch_size, batches
         self.poison = poison or {}          # batch number -> callable(batch) that spoils it
