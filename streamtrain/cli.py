@@ -32,7 +32,8 @@ exit codes:
      password, a reader cannot open its input, a gzip file ends before its end)
   2  nothing was trained: the config is invalid (every problem is listed), the command line
      or a STREAMTRAIN_* variable is wrong, a port is in use, or --restore names a checkpoint
-     that is missing, unreadable or of another model
+     that is missing, unreadable or of another model; or a package the job needs is not
+     installed (an extra: serve, compression; what was trained before is committed)
   3  the run ended and its offsets were committed, but the final checkpoint could not be
      written (disk full, read-only); the previous checkpoint stays
   a second SIGTERM/SIGINT kills the process with that signal (shell status 128+N)"""

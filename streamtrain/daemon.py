@@ -26,6 +26,7 @@ from .health import Health, caught_up, job_readiness
 from .job import Job
 from .logs import log_start, setup_logging
 from .serve.run import attach as attach_serving
+from .serve.settings import require_extra, serve_settings
 
 if TYPE_CHECKING:
     from .metrics import Metrics
@@ -105,6 +106,8 @@ def run_job(cfg: dict, args) -> int:
     logcfg = cfg.get("log", {})
     setup_logging(args.log_format or logcfg.get("format", "text"), args.log_level or logcfg.get("level", "INFO"))
     log_start(log, f"training job {cfg.get('name', '')!r}")
+    if serve_settings(cfg)["enabled"]:
+        require_extra("serve.enabled (predictions served beside training)")
     startup.for_job(cfg)
     restore = resolve_restore(args.restore, cfg)
     job = Job(cfg, max_examples=args.max_examples, restore=restore)

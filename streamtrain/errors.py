@@ -73,6 +73,14 @@ class ReaderError(StreamtrainError):
     """A reader could not be opened or configured (bad records are counted, not raised)."""
 
 
+class MissingPackageError(StreamtrainError):
+    """What the job asks for needs a package that is not installed (an extra of streamtrain's:
+    ``serve``, ``compression``): a restart would fail the same way, so exit 2; the message names
+    the package and the ``pip install`` that adds it."""
+
+    exit_code = 2
+
+
 class CheckpointError(StreamtrainError):
     """A checkpoint to restore is missing, unreadable, or of another model: nothing is trained
     (exit 2)."""

@@ -14,6 +14,7 @@ import time
 from .errors import ReaderError
 from .readers.files import iter_blocks, open_binary
 from .readers.kafka.clients import MECHANISMS, PROTOCOLS, check_security, client_settings, patient, quiet_library_logs
+from .readers.kafka.codecs import PACKAGES
 
 # acks=1 without idempotence, said explicitly (kafka-python 3 warns otherwise)
 PRODUCER_SETTINGS = {"linger_ms": 20, "batch_size": 1 << 20, "max_request_size": 16 << 20,
@@ -166,6 +167,15 @@ def compression_settings(codec: str | None) -> dict:
     return {"compression_type": codec} if codec and codec != "none" else {}
 
 
+def missing_codec(codec: str | None) -> str | None:
+    """Why ``--compression codec`` cannot be used here (its package is not installed), or None."""
+    from kafka import codec as kafka_codec
+    if codec in PACKAGES and not getattr(kafka_codec, f"has_{codec}")():
+        return (f"--compression {codec} needs {PACKAGES[codec]}, which is not installed: "
+                f"pip install 'streamtrain[compression]'")
+    return None
+
+
 def run_produce(args) -> int:
     from kafka.errors import KafkaError
 
@@ -174,6 +184,10 @@ def run_produce(args) -> int:
     if problems:
         for key, msg in problems:
             print(f"streamtrain produce: security {key}: {msg}", file=sys.stderr)
+        return 2
+    why = missing_codec(args.compression)
+    if why:
+        print(f"streamtrain produce: {why}", file=sys.stderr)
         return 2
     try:
         out = produce(iter_lines(args.file, loop=args.loop, skip_header=args.skip_header),

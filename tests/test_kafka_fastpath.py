@@ -160,3 +160,35 @@ def test_large_fetches_are_read_straight_into_their_frame(kafka_bootstrap, kafka
         c.close(autocommit=False)
     assert got == values
     assert into["frame"] > into["scratch"] > 0
+
+
+def _batches_with_a_bad_crc_after(n: int = 5) -> bytearray:
+    """Two v2 record batches of ``n`` records each; the second's CRC is wrong."""
+    from kafka.record.memory_records import MemoryRecordsBuilder
+
+    out = bytearray()
+    for base in (0, n):
+        b = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20, offset=base)
+        for i in range(base, base + n):
+            b.append(timestamp=1000 + i, key=None, value=b"1\t%d" % i, headers=[])
+        b.close()
+        out += b.buffer()
+    out[len(out) // 2 + 17] ^= 0xFF                 # the second batch's CRC (after offset, length, epoch, magic)
+    return out
+
+
+def test_a_part_whose_records_raised_is_drained_so_the_fetch_loop_moves_on(consumer):
+    """kafka-python defers an error met after records were taken; dropped later (the partition
+    revoked meanwhile), it left the dead part undrained and its fetch loop spun on it forever."""
+    from kafka import TopicPartition
+    from kafka.errors import CorruptRecordError
+    from kafka.record.memory_records import MemoryRecords
+
+    cls = fastpath._segment_records_class(consumer._fetcher.PartitionRecords, fall_back=pytest.fail)
+    part = cls(fetch_offset=0, tp=TopicPartition("t", 0), records=MemoryRecords(_batches_with_a_bad_crc_after()),
+               check_crcs=True)
+    got = part.take(100)                            # the good batch; the CRC error waits for the next take
+    assert [len(seg) for seg in got] == [5] and list(got[0].offsets) == [0, 1, 2, 3, 4]
+    with pytest.raises(CorruptRecordError):
+        part.take(100)
+    assert not part                                 # drained: the fetch loop takes nothing more from it

@@ -49,7 +49,7 @@ def test_serve_unit_and_image():
         assert key in svc, key
     docker = (DEPLOY / "Dockerfile").read_text()
     assert "install.sh" in docker and "8080" in docker
-    assert '"${wheel}[serve]"' in (DEPLOY / "install.sh").read_text()     # the image installs the serve extra
+    assert '"${wheel}[serve,compression]"' in (DEPLOY / "install.sh").read_text()   # the image: serving, compressed topics
 
 
 def serving_exprs():

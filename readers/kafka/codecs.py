@@ -8,10 +8,19 @@ the compiled decode reads it next (lz4's a bytearray: ``fastpath.segment_of_batc
 the lines over it in place, as ``fetchdecode`` does over a fetch, with no fresh buffer). Anything else (gzip,
 snappy, a missing codec package, bytes these calls do not read as exactly one frame) goes
 through the library's own ``_maybe_uncompress``, as before.
+
+A batch compressed with a codec whose package is not installed makes kafka-python raise
+``UnsupportedCodecError`` from ``poll``; ``missing(err)`` is the error the reader stops with
+instead (exit 2, naming the codec, where it was met and the install that adds it).
 """
 from __future__ import annotations
 
+import re
+
+from streamtrain.errors import MissingPackageError
+
 LZ4, ZSTD = 3, 4                       # a v2 batch's compression type (attributes & 0x07)
+PACKAGES = {"snappy": "python-snappy", "lz4": "lz4", "zstd": "zstandard"}   # the compression extra's
 
 
 def _lz4(view):
@@ -46,3 +55,16 @@ def uncompress(batch) -> None:
             batch._buffer, batch._pos, batch._decompressed = out, 0, True
             return
     batch._maybe_uncompress()
+
+
+def missing(err) -> MissingPackageError:
+    """kafka-python's ``UnsupportedCodecError`` (its message names the codec; the fast path's
+    adds the partition and offset) as the error the reader stops with."""
+    text = str(err.args[0]) if err.args else str(err)
+    found = re.search(r"for (\w+) compression", text)
+    codec = found.group(1) if found else "a compression codec"
+    package = PACKAGES.get(codec, codec)
+    return MissingPackageError(
+        f"kafka reader: {text}: the topic's record batches are {codec}-compressed and {package} is not "
+        f"installed: pip install 'streamtrain[compression]' (lz4, zstandard, python-snappy). What was "
+        f"trained before it is committed; the reader resumes there once it is installed")

@@ -210,6 +210,18 @@ def _segment_records_class(base, fall_back):
     from kafka.record.memory_records import MemoryRecords
 
     class SegmentRecords(base):
+        def take(self, n=None):
+            """The library's ``take``; once an error came out of the records (a batch's CRC, a
+            codec not installed), drained: nothing more can come from them, and kafka-python's
+            fetch loop, finding an undrained part that gives nothing, would spin on it at 100 %
+            CPU when the error it deferred is dropped (the partition revoked meanwhile). A new
+            fetch from the partition's position meets the same batch again."""
+            try:
+                return super().take(n)
+            except Exception:
+                self.drain()
+                raise
+
         def _maybe_skip_record(self, record):
             if isinstance(record, Segment):     # segment_of_batch already dropped them
                 return False
@@ -278,6 +290,9 @@ def _per_batch(pr, tp, records, key_deserializer, value_deserializer, base, fall
                 f"record batch for partition {tp} at offset {batch.base_offset} failed crc check")
         try:
             seg = _batch_segment(pr, tp, batch)
+        except Errors.UnsupportedCodecError as err:     # not the fast path's: the library's decoder fails alike
+            raise Errors.UnsupportedCodecError(f"{err.args[0] if err.args else err} (topic {tp.topic!r} partition "
+                                               f"{tp.partition}, record batch at offset {batch.base_offset})") from None
         except Exception as err:
             fall_back(err)
             yield from base._unpack_records(pr, tp, _Replay(batch, records),

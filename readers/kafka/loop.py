@@ -25,10 +25,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from kafka import TopicPartition
-from kafka.errors import KafkaError
+from kafka.errors import KafkaError, UnsupportedCodecError
 
 from streamtrain.backoff import STOPPED, Backoff
 
+from . import codecs
 from .batching import Parsed
 from .clients import consumer_settings, patient, producer_settings, quiet_library_logs
 from .connect import connect, coordinator_known
@@ -218,9 +219,12 @@ class ConsumerLoop:
             (log.warning if attempt == 1 or attempt % 20 == 0 else log.debug)(
                 "kafka reader: poll failed (%s, attempt %d); retrying in %.1f s", err, attempt, pause)
 
-        got = POLL_BACKOFF.retry(lambda: consumer.poll(timeout_ms=timeout_ms, update_offsets=True),
-                                 transient=lambda e: isinstance(e, KafkaError) and (e.retriable or refused_frame(e)),
-                                 on_retry=failed, stopped=self.stopped)
+        try:
+            got = POLL_BACKOFF.retry(lambda: consumer.poll(timeout_ms=timeout_ms, update_offsets=True),
+                                     transient=lambda e: isinstance(e, KafkaError) and (e.retriable or refused_frame(e)),
+                                     on_retry=failed, stopped=self.stopped)
+        except UnsupportedCodecError as err:    # a batch compressed by a codec not installed here
+            raise codecs.missing(err) from None
         if apply_lost_join(consumer):       # (rejoin.py)
             self.src.count("lost_joins")
         return {} if got is STOPPED else got

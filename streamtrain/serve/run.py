@@ -10,7 +10,7 @@ from streamtrain.graphstore.nodes import reader_config
 from streamtrain.health import address_error
 from streamtrain.logs import log_start
 
-from .settings import serve_settings
+from .settings import require_extra, serve_settings
 
 log = logging.getLogger("streamtrain.serve")
 
@@ -18,6 +18,7 @@ log = logging.getLogger("streamtrain.serve")
 def serve_forever(config: dict, restore: str | None = None) -> int:
     """``streamtrain serve``: build the server and run it until SIGTERM/SIGINT; with ``restore``
     (a checkpoint directory, or a ``checkpoint.dir`` for its latest) from that saved model."""
+    require_extra("streamtrain serve")
     from streamtrain.metrics import ServeMetrics
     from .http import Server, make_app
     from .service import Service, StoreModel

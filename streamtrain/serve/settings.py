@@ -5,6 +5,9 @@
 """
 from __future__ import annotations
 
+import importlib
+
+from streamtrain.errors import MissingPackageError
 from streamtrain.schema import NUMBER, Option, non_negative, port, positive, with_defaults
 
 
@@ -58,6 +61,27 @@ SERVE_OPTIONS = {
     "keep_alive_s": Option(5.0, NUMBER, check=positive, doc="an idle keep-alive connection is closed after this long"),
     "max_header_bytes": Option(65536, (int,), check=positive, doc="request line and headers at most; more: 431"),
 }
+
+
+SERVE_PACKAGES = ("uvicorn", "starlette")     # what the server cannot run without (the serve extra)
+
+
+def require_extra(what: str) -> None:
+    """Raise ``MissingPackageError`` (exit 2) when the server's packages are not installed,
+    before a job or a server starts, instead of an ImportError from inside them (imported
+    here: the server imports them next anyway)."""
+    missing = []
+    for name in SERVE_PACKAGES:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name != name:            # installed, but something it imports is not: its own error
+                raise
+            missing.append(name)
+    if missing:
+        raise MissingPackageError(f"{what} needs the 'serve' extra, and {' and '.join(missing)} "
+                                  f"{'is' if len(missing) == 1 else 'are'} not installed: "
+                                  f"pip install 'streamtrain[serve]'")
 
 
 def serve_settings(config: dict) -> dict:
