@@ -19,6 +19,24 @@ GRAPH = "graph"              # an edge's endpoint missing or unparseable, or a s
 TOO_LARGE = "too_large"      # a Kafka record larger than the consumer can fetch (skipped by reference)
 
 REASONS = (DECODE, FIELD_COUNT, NUMBER, LABEL, FIELD_LENGTH, GRAPH, TOO_LARGE)
+MEANING = {                  # what each reason says about a line, for the end-of-run summary (``describe``)
+    DECODE: "bytes that are not UTF-8",
+    FIELD_COUNT: "another number of fields than the format or the header has",
+    NUMBER: "a value that must be a finite number is not one",
+    LABEL: "a label missing, not a number, or not in the reader's labels; map other values with label_map",
+    FIELD_LENGTH: "a field longer than field_length",
+    GRAPH: "an edge's endpoint missing or unparseable, or a self-loop",
+    TOO_LARGE: "a Kafka record larger than the consumer can fetch",
+}
+
+
+def describe(counts: dict[str, int]) -> str:
+    """The reasons that counted lines, each with its count and meaning.
+
+    >>> describe({"label": 3, "number": 0})
+    "label 3 (a label missing, not a number, or not in the reader's labels; map other values with label_map)"
+    """
+    return "; ".join(f"{reason} {n} ({MEANING[reason]})" for reason, n in counts.items() if n)
 
 
 class Malformed:

@@ -29,7 +29,8 @@ RUN_EXIT_CODES = """\
 exit codes:
   0  the run ended: stream over, --max-examples reached, or stopped by a first SIGTERM/SIGINT
   1  the run failed; the reason is the last line on stderr (e.g. the store refused the
-     password, a reader cannot open its input, a gzip file ends before its end)
+     password, a reader cannot open its input, a gzip file ends before its end, every line
+     of a stream that ended was malformed)
   2  nothing was trained: the config is invalid (every problem is listed), the command line
      or a STREAMTRAIN_* variable is wrong, a port is in use, or --restore names a checkpoint
      that is missing, unreadable or of another model; or a package the job needs is not

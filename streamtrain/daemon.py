@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import checkpoint, startup, systemd
+from .errors import ReaderError
 from .health import Health, caught_up, job_readiness
 from .job import Job
 from .logs import log_start, setup_logging
+from .readers.malformed import describe
 from .serve.run import attach as attach_serving
 from .serve.settings import require_extra, serve_settings
 
@@ -138,12 +140,25 @@ def run_job(cfg: dict, args) -> int:
         signals.restore()
         sys.setswitchinterval(switch_interval)
     fields = job.progress(whole_run=True)     # the summary's figures: one measure of the run
-    log.info("done: %s elapsed=%.3fs", job.progress_line(fields), fields.get("elapsed_s", 0.0),
-             extra={"fields": fields})
+    log.info("done: %s elapsed=%.3fs", job.progress_line(fields) if fields else "nothing trained",
+             fields.get("elapsed_s", summary["elapsed_s"]), extra={"fields": fields})
     if args.summary:
         with open(args.summary, "w") as fh:
             json.dump(summary, fh, indent=2)
+    _malformed(job)
     return EXIT_NO_CHECKPOINT if job.checkpoint_error else 0
+
+
+def _malformed(job: Job) -> None:
+    """Say which lines the run skipped, and why; a stream that ended with every line skipped
+    trained nothing: a ``ReaderError`` (exit 1), not a quiet exit 0."""
+    bad = job.malformed.snapshot()
+    if not any(bad.values()):
+        return
+    log.warning("%d lines skipped as malformed: %s", sum(bad.values()), describe(bad))
+    if job.trainer is None and not job.stop_requested and not job.store_down:
+        raise ReaderError(f"nothing was trained: every one of the {sum(bad.values())} lines of the stream "
+                          f"was malformed: {describe(bad)}")
 
 
 def resolve_restore(restore: str | None, cfg: dict) -> str | None:

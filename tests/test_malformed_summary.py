@@ -1,0 +1,59 @@
+"""The end of a run says which lines it skipped and why; a stream whose every line was skipped
+trained nothing and says so (exit 1), instead of ``done: waiting for the first batch`` and exit 0.
+Every case runs the real command on a CSV as a user writes it."""
+from __future__ import annotations
+
+import doctest
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from streamtrain.readers import malformed
+
+ROOT = Path(__file__).resolve().parents[1]
+QUIET = ["--set", "metrics.enabled=false", "--set", "checkpoint.dir=null"]
+LABEL = "label {} (a label missing, not a number, or not in the reader's labels; map other values with label_map)"
+
+
+def run_csv(path: Path, summary: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "streamtrain", "run", "lr", "--set", "reader.type=file",
+                           "--set", f"reader.path={path}", "--set", "reader.format=csv", "--set", "reader.label=clicked",
+                           "--summary", str(summary), *QUIET], capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+def write(path: Path, labels: list[str]) -> Path:
+    path.write_text("a,b,clicked\n" + "".join(f"{i % 7},{i % 11},{y}\n" for i, y in enumerate(labels)))
+    return path
+
+
+def test_every_line_malformed_is_an_error_naming_the_reason(tmp_path):
+    done = run_csv(write(tmp_path / "yes_no.csv", ["yes", "no"] * 600), tmp_path / "s.json")
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    assert "done: nothing trained" in done.stderr
+    assert f"1200 lines skipped as malformed: {LABEL.format(1200)}" in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"streamtrain: nothing was trained: every one of the 1200 lines of the stream was malformed: "
+        f"{LABEL.format(1200)}")
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["examples"] == 0 and summary["malformed_by_reason"]["label"] == 1200
+
+
+def test_some_lines_malformed_are_counted_by_reason_at_the_end(tmp_path):
+    done = run_csv(write(tmp_path / "mixed.csv", ["1", "0", "yes"] * 400), tmp_path / "s.json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "done: examples=800 " in done.stderr and " malformed=400 " in done.stderr
+    assert f"WARNING streamtrain: 400 lines skipped as malformed: {LABEL.format(400)}" in done.stderr
+
+
+def test_an_empty_stream_trains_nothing_quietly(tmp_path):
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    done = run_csv(empty, tmp_path / "s.json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "done: nothing trained" in done.stderr and "malformed" not in done.stderr
+
+
+def test_describe_doctest():
+    assert doctest.testmod(malformed).failed == 0
