@@ -92,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
                          description=RUN_DESCRIPTION, epilog=RUN_EXIT_CODES)
     _common(run)
     run.add_argument("--max-examples", type=_count, default=_env("MAX_EXAMPLES"), metavar="N",
-                     help="stop after N examples, drain, exit 0 [env STREAMTRAIN_MAX_EXAMPLES]")
+                     help="stop once the model has seen N examples (a restored checkpoint's count), "
+                          "drain, exit 0 [env STREAMTRAIN_MAX_EXAMPLES]")
     run.add_argument("--summary", default=_env("SUMMARY"), metavar="FILE.json",
                      help="write a JSON summary on exit [env STREAMTRAIN_SUMMARY]")
     run.add_argument("--restore", default=_env("RESTORE"), metavar="DIR|latest",
