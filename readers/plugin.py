@@ -10,8 +10,9 @@ function returning a fresh iterator) or an iterable. Its items may be:
 * ``dict`` records (``{"label": 1, "user": "u7", "age": 31.0, ...}``) — batched by
   ``batch_size`` and turned into a batch by ``records_to_batch`` (floats are dense columns,
   strings/ints categorical, lists multi-valued; the label under key ``label_key``, default
-  ``"label"``); a record whose label is missing or not in the label set (option ``labels``,
-  default [0, 1]) is counted as ``label`` and skipped;
+  ``"label"``); a record whose label is missing, not a number or not in the label set (option
+  ``labels``, default [0, 1]) is counted as ``label`` and skipped, one whose dense column holds
+  something else than a finite number (a string, NaN) as ``number``;
 * ``bytes`` / ``str`` log lines — batched and parsed by ``format`` (``criteo``/``csv``/
   ``libsvm``, with its options inline or in ``options``), bad lines counted by reason.
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata as md
+import logging
 import os
 import re
 import sys
@@ -37,8 +39,10 @@ from streamtrain.errors import ConfigError, ReaderError
 
 from .formats import LabelRule, format_problems, make_parser, split_format_options
 from .malformed import LABEL, Malformed
-from .records import records_to_batch
+from .records import infer_schema, records_to_batch
 from .source import Reader, Source, register
+
+log = logging.getLogger("streamtrain")
 
 GROUP = "streamtrain.readers"
 PLUGIN_KEYS = ("type", "factory", "entry_point", "args", "format", "options", "label_key")
@@ -122,6 +126,7 @@ class _Batcher:
         self.size, self.parser, self.labels = batch_size, parser, labels
         self.label_key, self.malformed, self.name = label_key, malformed, name
         self.kind, self.items = None, []
+        self.schema: dict[str, str] = {}    # each record column's kind, fixed by the first batch it is in
 
     def add(self, item):
         if isinstance(item, Batch):
@@ -136,7 +141,7 @@ class _Batcher:
             if self.parser is None:
                 raise ReaderError(f"plug-in {self.name} yields lines: give the reader a 'format'")
         else:
-            raise ReaderError(f"plug-in {self.name} yielded a {type(item).__name__}: "
+            raise ReaderError(f"plug-in {self.name} yielded an item of type {type(item).__name__}: "
                               "expected a Batch, a dict record or a log line")
         if kind != self.kind:
             yield from self.flush()
@@ -154,7 +159,17 @@ class _Batcher:
             yield batch
 
     def _records(self, records):
-        batch = records_to_batch(records, label=self.label_key)
+        first = not self.schema
+        for column, kind in infer_schema(records, self.label_key).items():
+            if column in self.schema:                # (a dense column's string later: ``number``)
+                continue
+            if kind == "dense" and not first:        # the model's dense input is the first batch's columns
+                log.warning("plug-in %s: dense column %r first appears after the first batch, whose columns "
+                            "the model was built on: ignored (yield it from the first records, or give "
+                            "its value as a string to make it categorical)", self.name, column)
+                kind = "skip"
+            self.schema[column] = kind
+        batch = records_to_batch(records, schema_hint=self.schema, label=self.label_key, malformed=self.malformed)
         y = batch.labels.astype(np.float64)
         ok = np.isfinite(y)
         if self.labels.allowed is not None:
@@ -163,6 +178,24 @@ class _Batcher:
             self.malformed.add(LABEL, int((~ok).sum()))
             batch = batch.take(np.flatnonzero(ok))
         return batch
+
+
+def _guarded(it, name: str):
+    """The plug-in's items; an exception its code raises ends the run as a ``ReaderError``
+    naming the plug-in and how far it got, its traceback logged first (it points into the
+    plug-in's own code)."""
+    n = 0
+    while True:
+        try:
+            item = next(it)
+        except StopIteration:
+            return
+        except Exception as err:
+            log.error("plug-in %s raised after %d items", name, n, exc_info=True)
+            raise ReaderError(f"plug-in {name} raised {type(err).__name__}: {err} (after {n} items; "
+                              f"its traceback is logged above)") from None
+        n += 1
+        yield item
 
 
 def open_plugin(cfg: dict, batch_size: int, malformed: Malformed) -> Source:
@@ -182,7 +215,7 @@ def open_plugin(cfg: dict, batch_size: int, malformed: Malformed) -> Source:
     def reader():
         it = obj() if callable(obj) and not hasattr(obj, "__iter__") else iter(obj)
         b = _Batcher(batch_size, parser, labels, label_key, malformed, name)
-        for item in it:
+        for item in _guarded(it, name):
             yield from b.add(item)
         yield from b.flush()
 

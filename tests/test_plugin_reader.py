@@ -81,6 +81,84 @@ def test_records_with_bad_labels_are_counted_and_skipped():
     assert batch.labels.tolist() == [1.0, 0.0] and m.snapshot()["label"] == 2
 
 
+def test_records_with_bad_labels_or_dense_values_are_counted_and_the_rest_trains():
+    m = Malformed()
+    records = [{"label": 1, "a": "x", "d": 1.5}, {"label": "yes", "a": "y", "d": 2.0},
+               {"label": None, "a": "z"}, {"label": "0", "a": "w", "d": "oops"},
+               {"label": 0, "a": "v", "d": float("nan")}, {"label": 1, "a": "u", "d": [1.0]},
+               {"label": 0, "a": "t", "d": 1e39}, {"label": True, "a": "s", "d": "2.5"},
+               {"label": 0, "a": "r", "d": None}]
+    src = open_reader({"type": "plugin", "factory": "tests.test_plugin_reader:make_lines",
+                       "args": {"lines": records}}, 100, m)
+    (batch,) = list(src.batches())
+    assert batch.labels.tolist() == [1.0, 1.0, 0.0]                  # x, s ("2.5" is a number), r (d missing: 0)
+    assert batch.dense[:, 0].tolist() == [1.5, 2.5, 0.0]
+    assert m.snapshot()["number"] == 4 and m.snapshot()["label"] == 2   # oops, nan, [1.0], 1e39; yes, None
+
+
+def test_records_to_batch_without_a_counter_names_the_record_and_column():
+    from streamtrain.readers import records_to_batch
+    with pytest.raises(ValueError, match=r"record 1, column 'd': expected a finite number within float32's "
+                                         r"range, got 'oops'"):
+        records_to_batch([{"label": 1, "d": 1.0}, {"label": 0, "d": "oops"}])
+
+
+def drifting_records():
+    """A dense column that later holds strings only, and a dense column that appears later."""
+    def reader():
+        for i in range(12):
+            r = {"label": i % 2, "u": f"u{i}", "x": 1.0 if i < 4 else "n/a"}
+            if i >= 8:
+                r["y"] = 2.0
+            yield r
+    return reader
+
+
+def test_each_columns_kind_is_fixed_by_the_first_batch_it_is_in(caplog):
+    """Kinds were inferred batch by batch: a batch whose dense column held only strings made it a
+    categorical field, and a dense column appearing later widened the dense input; both crashed the
+    engine (``cannot reshape array``)."""
+    m = Malformed()
+    src = open_reader({"type": "plugin", "factory": "tests.test_plugin_reader:drifting_records"}, 4, m)
+    batches = list(src.batches())
+    assert [b.size for b in batches] == [4]                         # records 4..11: x is not a number
+    assert batches[0].dense_names == ("x",) and m.snapshot()["number"] == 8
+    m2 = Malformed()
+    rows = [{"label": 1, "x": 1.0}] * 4 + [{"label": 0, "x": 2.0, "y": 3.0, "c": "k"}] * 4
+    src = open_reader({"type": "plugin", "factory": "tests.test_plugin_reader:make_lines", "args": {"lines": rows}}, 4, m2)
+    first, second = list(src.batches())
+    assert first.dense_names == second.dense_names == ("x",) and set(second.sparse) == {"c"}
+    assert "dense column 'y' first appears after the first batch" in caplog.text and m2.total == 0
+
+
+def test_drifting_records_train_from_the_cli(tmp_path):
+    summary = tmp_path / "s.json"
+    out = subprocess.run([sys.executable, "-m", "streamtrain", "run", "lr", "--set",
+                          'reader={"type": "plugin", "factory": "tests.test_plugin_reader:drifting_records"}',
+                          "--set", "batch_size=4", "--set", "metrics.enabled=false", "--set", "checkpoint.dir=null",
+                          "--summary", str(summary)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(summary.read_text())["malformed_by_reason"]["number"] == 8
+    assert "8 lines skipped as malformed: number 8" in out.stderr
+
+
+def raises_after(n=5):
+    def reader():
+        for i in range(n):
+            yield {"label": i % 2, "a": f"x{i}"}
+        raise ConnectionError("upstream API returned 503")
+    return reader
+
+
+def test_an_exception_in_the_plugin_is_a_reader_error_naming_it(caplog):
+    src = open_reader({"type": "plugin", "factory": "tests.test_plugin_reader:raises_after",
+                       "args": {"n": 5}}, 2, Malformed())
+    with pytest.raises(ReaderError, match=r"plug-in tests.test_plugin_reader:raises_after raised ConnectionError: "
+                                          r"upstream API returned 503 \(after 5 items; its traceback is logged above\)"):
+        list(src.batches())
+    assert "raise ConnectionError" in caplog.text          # the plug-in's own line, in the logged traceback
+
+
 def test_config_problems_are_listed():
     assert validate_reader_config({"type": "plugin", "factory": "no_such_mod:f"})[0][0] == "reader.factory"
     assert validate_reader_config({"type": "plugin", "factory": "bad spec"})[0][0] == "reader.factory"
@@ -91,7 +169,7 @@ def test_config_problems_are_listed():
                      "format": "libsvm", "bogus": 1}, 4)
     src = open_reader({"type": "plugin", "factory": "tests.test_plugin_reader:make_lines",
                        "args": {"lines": [3.5]}}, 4)
-    with pytest.raises(ReaderError, match="yielded a float"):
+    with pytest.raises(ReaderError, match="yielded an item of type float"):
         list(src.batches())
 
 
