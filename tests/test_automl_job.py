@@ -21,6 +21,8 @@ from streamtrain.serve.settings import SERVE_OPTIONS
 
 from .automl_helpers import layers
 
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
 READER = {"type": "synthetic", "fields": 4, "cardinality": 20, "dense": 0, "model": "fm", "fm_dim": 4,
           "weight_scale": 1.5, "seed": 3}
 
@@ -224,3 +226,28 @@ def test_a_search_trains_from_a_file_source(criteo_path):
 
 def _automl_threads() -> set:
     return {t for t in threading.enumerate() if t.name.startswith("streamtrain-automl")}
+
+
+def test_auto_json_on_a_csv_of_one_categorical_column_proposes_only_what_builds(tmp_path):
+    """examples/auto.json is for 'any CSV with a label column': on one categorical column its
+    search proposed inner products of the field embeddings (they need two fields) and the run
+    failed at the first batch with 'invalid config: layers.a3g3_products: ... needs at least 2
+    fields, got 1' (exit 2). Such a configuration is now never proposed; the rest of the space is."""
+    import subprocess
+    import sys
+
+    rng = np.random.default_rng(0)
+    c = rng.integers(0, 30, 6000)
+    y = (rng.random(6000) < np.where(c < 10, 0.6, 0.1)).astype(int)
+    data = tmp_path / "one.csv"
+    data.write_text("c,clicked\n" + "".join(f"{a},{b}\n" for a, b in zip(c, y)))
+    summary = tmp_path / "s.json"
+    out = subprocess.run([sys.executable, "-m", "streamtrain", "run", "auto", "--set", "reader.type=file",
+                          "--set", f"reader.path={data}", "--set", "reader.format=csv", "--set", "reader.label=clicked",
+                          "--set", "metrics.enabled=false", "--set", "checkpoint.dir=null", "--summary", str(summary)],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(summary.read_text())["examples"] == 6000
+    born = [line for line in out.stderr.splitlines() if " born: " in line]
+    assert len(born) >= 4 and not any("deep_out" in line for line in born)
+    assert "automl: not proposed on this stream" in out.stderr and "inner_product" in out.stderr

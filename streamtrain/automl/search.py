@@ -82,6 +82,7 @@ class Search:
         self.lease = 0                                 # ``seen`` at which the shadow's lease ends (``_lease``)
         self.ranked: list = []                         # pairs a cross neighbour adds first (pairrank.py)
         self.cross_due = False                         # a new ranking: the next proposal is the crosses' turn
+        self.fits = lambda assign: True                # whether an assignment builds on this stream (the trainer's)
 
     # ---- births ------------------------------------------------------------------------------
     def begin(self, config: dict, fields) -> list[dict]:
@@ -91,7 +92,7 @@ class Search:
         events = [self._born(0, start)]
         self.slots[0]["led"] = True
         self.champion = self.served = 0
-        for i, assign in enumerate(_spans(self.space, start)[:self.live - 1] if self.span else [], 1):
+        for i, assign in enumerate([a for a in _spans(self.space, start) if self.fits(a)][:self.live - 1] if self.span else [], 1):
             events.append(self._born(i, assign))        # live from the first example (``span``)
         return events + self._fill()
 
@@ -102,21 +103,22 @@ class Search:
         first, once: ``_fill``), it learns the replay buffer first (every example so far, while
         the stream is shorter than ``replay``). It is judged as any challenger of another model,
         answers only once promoted (``_lead``) and holds its slot for a lease (``_lease``)."""
-        assign = dict(start)
-        for name, terms in self.shadow_terms:
-            dim = next(d for d in self.space.dims if d.name == name)
-            assign[name] = [m for m in dim.optional if m in start[name] or m in terms]
-        event = self._born(i, assign)
+        event = self._born(i, self._shadow_assign(start))
         self.next_epoch -= 1                # the births after it keep their numbers (and names)
         self.slots[i]["epoch"] = event["epoch"] = SHADOW_EPOCH
         self.shadow_slot, self.shadow_due = i, False
         self.lease = int(LEASE * self.seen)
         return event
 
+    def _shadow_assign(self, start: dict) -> dict:
+        dims = {d.name: d for d in self.space.dims}
+        return {**start, **{n: [m for m in dims[n].optional if m in start[n] or m in terms] for n, terms in self.shadow_terms}}
+
     def _shadow_turn(self) -> bool:
         """The shadow is due from the first slot freed while the champion has the start's terms."""
         champ, dims = self.slots[self.champion]["assign"], {d.name: d for d in self.space.dims}
-        if any(set(champ[n]) != set(dims[n].start) or set(t) <= set(champ[n]) for n, t in self.shadow_terms):
+        if any(set(champ[n]) != set(dims[n].start) or set(t) <= set(champ[n]) for n, t in self.shadow_terms) \
+                or not self.fits(self._shadow_assign(champ)):
             self.shadow_due = False
         return self.shadow_due and self.seen > 0
 
@@ -146,7 +148,7 @@ class Search:
                 continue            # the shadow counts: at most ``live`` are held
             state = (self.turn, self.cross_due, self.rng.bit_generator.state)
             turn = cross_turn(self.space) if self.cross_due else self.turn     # the rotation goes on after it
-            assign, turn = self.space.propose(champ["assign"], self.fields, self.rng, self.avoid() | live, turn, live, self.ranked)
+            assign, turn = self._proposal(champ["assign"], live, turn)
             self.turn, self.cross_due = self.turn if self.cross_due else turn, False
             due = self._shadow_turn()
             if due and assign is not None and self.space.cold(assign, champ["assign"]) and not self.shadow_yielded:
@@ -168,6 +170,16 @@ class Search:
                 # birth (at most ``patience``): equal experience, not its cold start
                 self.slots[i]["grace"] = max(self.grace, min(champ["examples"] - self.replay, self.patience))
         return events
+
+    def _proposal(self, champ: dict, live: set, turn: int):
+        """The space's next proposal that builds on this stream (``fits``: not, e.g., inner
+        products of the field embeddings on a stream of one categorical field)."""
+        unfit: set[str] = set()
+        while True:
+            assign, after = self.space.propose(champ, self.fields, self.rng, self.avoid() | live | unfit, turn, live, self.ranked)
+            if assign is None or self.fits(assign):
+                return assign, after
+            unfit.add(key(assign))
 
     def avoid(self) -> set[str]:
         """The keys not to propose: those tried, but for a former champion's retirement the

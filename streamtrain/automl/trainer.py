@@ -15,7 +15,8 @@ from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
 
-from streamtrain.errors import StoreError
+from streamtrain.errors import ConfigError, StoreError
+from streamtrain.graph import Graph
 from streamtrain.progressive import tracker_class
 from streamtrain.schema import with_defaults
 from streamtrain.trainer import StepResult
@@ -24,7 +25,7 @@ from .candidates import Candidate
 from .pairrank import PairRank, publish, wide_cross
 from .replay import Replay
 from .search import Search
-from .space import AUTOML, Space, key
+from .space import AUTOML, Space, key, reachable
 
 log = logging.getLogger("streamtrain.automl")
 
@@ -52,6 +53,8 @@ class AutoTrainer:
         self.section = with_defaults(AUTOML, config["automl"])
         self.space = Space(self.section, config)
         self.search = Search(self.section, self.space)
+        self.search.fits = self._fits
+        self._fit: dict[str, bool] = {}
         self.shared = shared            # trainers on one Redis store: the search state they share
         self.candidates: dict[int, Candidate] = {}
         self.batches = self.examples = self.nonfinite = self.skipped_examples = 0
@@ -69,6 +72,19 @@ class AutoTrainer:
         threads = min(int(self.section["live"]), os.cpu_count() or 1)
         self._pool = (ThreadPoolExecutor(threads, thread_name_prefix="streamtrain-automl")
                       if threads > 1 and getattr(store, "concurrent", False) else None)
+
+    def _fits(self, assign: dict) -> bool:
+        """Whether the assignment's model builds on this stream's fields (cached by its key): the
+        search proposes no other (it follows from the schema, so trainers sharing a search agree)."""
+        k = key(assign)
+        if k not in self._fit:
+            try:
+                Graph.from_config(reachable(self.space.apply(self.config, assign)["layers"]), self.schema)
+                self._fit[k] = True
+            except ConfigError as err:
+                log.info("automl: not proposed on this stream: %s (%s)", k, str(err).replace("\n", " "))
+                self._fit[k] = False
+        return self._fit[k]
 
     # ---- the candidates ----------------------------------------------------------------------
     def start(self, state: dict | None = None) -> None:
