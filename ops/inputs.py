@@ -74,7 +74,10 @@ class SparseInput(Layer):
                              f"(the reader reports: {', '.join(schema.sparse) or 'none'})")
         fields = [f for f in fields if f not in self.opts["exclude"]]
         if not fields:
-            raise ShapeError(f"layer '{self.name}': no categorical fields to read")
+            dense = ", ".join(schema.dense) or "none"
+            raise ShapeError(f"layer '{self.name}': no categorical fields to read: the stream has "
+                             f"{'none' if not schema.sparse else 'only excluded ones'} (its numeric columns: {dense}); "
+                             f"this model needs at least one (a column listed in reader.numeric is not one)")
         self.fields = tuple(fields)
         return SparseShape(self.fields)
 

@@ -190,3 +190,12 @@ def test_restore_a_checkpoint_of_another_model(model, sets, needle, fm_checkpoin
                       "--set", f"checkpoint.dir={ckpt_dir}", "--restore", fm_checkpoint)
     assert_refused(out, "is of another model", needle)
     assert not ckpt_dir.exists()                  # no final checkpoint of the untrained model
+
+
+def test_a_csv_with_no_categorical_column_is_refused_naming_its_numeric_ones(tmp_path):
+    data = tmp_path / "numeric.csv"
+    data.write_text("a,b,clicked\n0.5,0.25,1\n0.1,0.75,0\n")
+    out = streamtrain("run", "lr", "--set", "reader.type=file", "--set", f"reader.path={data}", "--set",
+                      "reader.format=csv", "--set", "reader.label=clicked", "--set", 'reader.numeric=["a","b"]', *QUIET)
+    assert_refused(out, "layers.sparse: layer 'sparse': no categorical fields to read: the stream has none (its "
+                        "numeric columns: a, b); this model needs at least one")
