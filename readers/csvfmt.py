@@ -102,8 +102,11 @@ class CsvParser(Parser):
     def _plan(self, cols: list[str]) -> None:
         missing = [c for c in [self.label_col, *self.numeric, *self.multivalue] if c not in cols]
         if missing:
+            hint = next((f"; the header looks {name}-separated: set reader.delimiter to {d!r}"
+                         for d, name in ((";", "semicolon"), ("\t", "tab"), ("|", "pipe"), (",", "comma"))
+                         if len(cols) == 1 and d != self.delimiter.decode() and d in cols[0]), "")
             raise ReaderError(f"csv columns {cols} lack {missing} (label / numeric / multivalue "
-                              "options name columns that are not in the header)")
+                              f"options name columns that are not in the header){hint}")
         self.columns = cols
         idx = {c: i for i, c in enumerate(cols)}
         self.label_idx = idx[self.label_col]

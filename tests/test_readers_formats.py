@@ -266,3 +266,10 @@ def test_missing_file_and_bad_config():
                                         "reader.delimiter", "reader.options.multivalue.g"]
     assert validate_reader_config({"type": "kafkaa"})[0][0] == "reader.type"
     assert validate_reader_config({"type": "file", "path": "x", "format": "criteo"}) == []
+
+
+@pytest.mark.parametrize("sep,name", [(";", "semicolon"), ("\t", "tab"), ("|", "pipe")])
+def test_a_header_of_another_delimiter_is_named_in_the_error(sep, name):
+    parser = make_parser("csv", {"label": "clicked"}, Malformed())
+    with pytest.raises(ReaderError, match=f"the header looks {name}-separated: set reader.delimiter to "):
+        parser.set_header(sep.join(["clicked", "a", "b"]) + "\n")
