@@ -8,7 +8,8 @@ the ``columns`` option, else those of the first block of lines parsed, in order 
 appearance (give ``columns`` when a key may be absent from the first lines); others are
 ignored. Bad lines are counted: ``decode`` (not UTF-8, not JSON, not an object, a
 nested value), ``label`` (absent, not a number, not allowed), ``number`` (a numeric key that is
-not a number), ``field_length`` (a value longer than ``field_length``).
+not a number), ``field_length`` (a value longer than ``field_length``). A label or a numeric
+key may also be a boolean (true: 1) or a string holding a number (``"1"``).
 
 Blocks of simple lines (no escapes, no exponents, no nesting, no duplicate keys) take one
 compiled pass (``jsonl_kernel``); the others this module's path, which gives the same batches.
@@ -42,8 +43,15 @@ def _loads(text: str):
 
 
 def _number(v) -> float | None:
-    if isinstance(v, _Text):
-        x = float(v)
+    """A label's or a numeric key's value: a JSON number, a boolean (true: 1) or a string that
+    holds a number (``"1"``, ``"0.5"``, as exports write them); None for anything else."""
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            x = float(v)
+        except ValueError:
+            return None
         return x if math.isfinite(x) else None
     return None
 

@@ -182,3 +182,19 @@ def test_a_region_read_in_place_with_any_bytes_after_it():
             buf = b"{" * before + piece + b'"\xff\\'[:3] * after
             got = p.parse_batches(buf, [0, len(lines)], before, before + len(piece))
             assert_batches_equal(got[0], alone)
+
+
+def test_boolean_and_numeric_string_labels_and_numbers_read_as_their_numbers():
+    """An export writes "clicked": true or "clicked": "1", "n1": "3.5": every such line was
+    skipped as a label (or number) error; they read as the numbers they hold."""
+    plain = [{"label": 1, "n1": 3.5, "c1": "a"}, {"label": 0, "n1": 2, "c1": "b"}]
+    written = [{"label": True, "n1": "3.5", "c1": "a"}, {"label": "0", "n1": "2", "c1": "b"}]
+    batches = []
+    for rows in (plain, written):
+        m = Malformed()
+        batches.append(make_parser("jsonl", OPTIONS, m).parse_buffer(b"\n".join(_line(r.items()) for r in rows) + b"\n"))
+        assert m.total == 0
+    assert_batches_equal(*batches)
+    m = Malformed()
+    make_parser("jsonl", OPTIONS, m).parse_buffer(b'{"label": "yes", "c1": "a"}\n{"label": 1, "n1": "x"}\n')
+    assert m.snapshot()["label"] == 1 and m.snapshot()["number"] == 1
