@@ -24,7 +24,7 @@ MEANING = {                  # what each reason says about a line, for the end-o
             "under a key not in multivalue (name such keys in drop or multivalue)",
     FIELD_COUNT: "another number of fields than the format or the header has",
     NUMBER: "a value that must be a finite number is not one",
-    LABEL: "a label missing, not a number, or not in the reader's labels; map other values with label_map",
+    LABEL: "a label missing, not a number, or not in the reader's labels; label_map maps other numbers to them",
     FIELD_LENGTH: "a field longer than field_length",
     GRAPH: "an edge's endpoint missing or unparseable, or a self-loop",
     TOO_LARGE: "a Kafka record larger than the consumer can fetch",
@@ -35,7 +35,7 @@ def describe(counts: dict[str, int]) -> str:
     """The reasons that counted lines, each with its count and meaning.
 
     >>> describe({"label": 3, "number": 0})
-    "label 3 (a label missing, not a number, or not in the reader's labels; map other values with label_map)"
+    "label 3 (a label missing, not a number, or not in the reader's labels; label_map maps other numbers to them)"
     """
     return "; ".join(f"{reason} {n} ({MEANING[reason]})" for reason, n in counts.items() if n)
 

@@ -13,7 +13,7 @@ from streamtrain.readers import malformed
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = ["--set", "metrics.enabled=false", "--set", "checkpoint.dir=null"]
-LABEL = "label {} (a label missing, not a number, or not in the reader's labels; map other values with label_map)"
+LABEL = "label {} (a label missing, not a number, or not in the reader's labels; label_map maps other numbers to them)"
 
 
 def run_csv(path: Path, summary: Path) -> subprocess.CompletedProcess:
