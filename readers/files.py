@@ -45,7 +45,8 @@ def not_a_file(path: str | os.PathLike) -> str | None:
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
-        return "no such file"
+        pattern = any(c in str(path) for c in "*?[")
+        return "no such file" + (" (a pattern is not expanded: a reader reads one file)" if pattern else "")
     except OSError as err:
         return f"cannot read it ({err.strerror or err})"
     if stat.S_ISREG(mode):
@@ -58,7 +59,7 @@ def not_a_file(path: str | os.PathLike) -> str | None:
 
 def open_binary(path: str | os.PathLike):
     """Open a file for binary reading, gunzipping when it is gzip (by suffix or magic bytes)."""
-    p = Path(path)
+    p = Path(path).expanduser()
     why = not_a_file(p)
     if why:
         raise ReaderError(f"cannot open {str(path)!r}: {why}")
@@ -154,7 +155,7 @@ def file_reader(path, fmt: str, options: dict | None = None, batch_size: int = 1
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     malformed = malformed if malformed is not None else Malformed()
     make_parser(fmt, options, malformed)            # fail fast on bad options
-    path = str(path)
+    path = os.path.expanduser(str(path))      # ("~/clicks.csv", as a config may write it)
     why = not_a_file(path)
     if why:
         raise ReaderError(f"cannot open {path!r}: {why}")

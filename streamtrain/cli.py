@@ -164,6 +164,10 @@ def load_config(args) -> dict:
     found += configmod.problems(cfg)
     if found:
         raise ConfigError(found, source=args.config)
+    for section, key in (("reader", "path"), ("checkpoint", "dir")):   # "~/..." as a shell would read it
+        value = (cfg.get(section) or {}).get(key)
+        if isinstance(value, str) and value.startswith("~"):
+            cfg[section][key] = os.path.expanduser(value)
     return cfg
 
 

@@ -199,3 +199,19 @@ def test_a_csv_with_no_categorical_column_is_refused_naming_its_numeric_ones(tmp
                       "reader.format=csv", "--set", "reader.label=clicked", "--set", 'reader.numeric=["a","b"]', *QUIET)
     assert_refused(out, "layers.sparse: layer 'sparse': no categorical fields to read: the stream has none (its "
                         "numeric columns: a, b); this model needs at least one")
+
+
+def test_a_home_relative_path_in_the_config_is_the_home_directorys(tmp_path):
+    """'~/clicks.csv' in a config was read as a file under a directory named '~' (no such file), and
+    checkpoint.dir '~/ckpts' made a directory named '~' in the working directory."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "clicks.csv").write_text("clicked,a\n" + "".join(f"{i % 2},{i % 5}\n" for i in range(300)))
+    out = streamtrain("run", "lr", "--set", "reader.type=file", "--set", "reader.path=~/clicks.csv", "--set",
+                      "reader.format=csv", "--set", "reader.label=clicked", "--set", "metrics.enabled=false",
+                      "--set", "checkpoint.dir=~/ckpts", env={"HOME": str(home)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (home / "ckpts" / "LATEST").exists() and not (ROOT / "~").exists()
+    out = streamtrain("run", "lr", "--set", "reader.type=file", "--set", f"reader.path={tmp_path}/*.csv", "--set",
+                      "reader.format=csv", *QUIET)
+    assert out.returncode == 1 and "no such file (a pattern is not expanded: a reader reads one file)" in out.stderr
