@@ -56,13 +56,16 @@ def test_values_as_written_and_the_kernel_agrees():
     (b'[1, 2]', "decode"),                                 # not an object
     (b'{"label": 1} x', "decode"),
     (b'{"user": "a"}', "label"),                           # no label
-    (b'{"label": "1"}', "label"),                          # a label that is not a number
+    (b'{"label": "1"}', None),                             # a label written as a string: its number
+    (b'{"label": true}', None),                            # ... or as a boolean
+    (b'{"label": "yes"}', "label"),                        # a label that is not a number
     (b'{"label": 2}', "label"),                            # a label not allowed
     (b'{"label": 1, "age": 1234567890123456}', None),     # 16 digits: past an exact double's
     (b'{"label": 1, "age": -01}', "decode"),
     (b'{"label": 1, "age": -}', "decode"),
-    (b'{"label": 1, "age": "31"}', "number"),
-    (b'{"label": 1, "age": true}', "number"),
+    (b'{"label": 1, "age": "31"}', None),                 # a number written as a string
+    (b'{"label": 1, "age": true}', None),                 # a boolean: 1
+    (b'{"label": 1, "age": "x"}', "number"),
     (b'{"label": 1, "user": "' + b"q" * 40 + b'"}', "field_length"),
     (b'{"label": 1, "user": "\xff"}', "decode"),           # not UTF-8
     (b"   ", "decode"),
