@@ -12,7 +12,7 @@ import sys
 import time
 
 from .errors import ReaderError
-from .readers.files import iter_blocks, open_binary
+from .readers.files import iter_blocks, not_a_file, open_binary
 from .readers.kafka.clients import MECHANISMS, PROTOCOLS, check_security, client_settings, patient, quiet_library_logs
 from .readers.kafka.codecs import PACKAGES
 
@@ -189,6 +189,10 @@ def run_produce(args) -> int:
     if why:
         print(f"streamtrain produce: {why}", file=sys.stderr)
         return 2
+    unreadable = not_a_file(os.path.expanduser(args.file))      # before the broker: its wait is long
+    if unreadable:
+        print(f"streamtrain produce: cannot open {args.file!r}: {unreadable}", file=sys.stderr)
+        return 1
     try:
         out = produce(iter_lines(args.file, loop=args.loop, skip_header=args.skip_header),
                       args.bootstrap, args.topic, rate=args.rate, limit=args.limit,

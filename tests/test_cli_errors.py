@@ -215,3 +215,10 @@ def test_a_home_relative_path_in_the_config_is_the_home_directorys(tmp_path):
     out = streamtrain("run", "lr", "--set", "reader.type=file", "--set", f"reader.path={tmp_path}/*.csv", "--set",
                       "reader.format=csv", *QUIET)
     assert out.returncode == 1 and "no such file (a pattern is not expanded: a reader reads one file)" in out.stderr
+
+
+def test_produce_names_a_missing_file_before_it_waits_for_the_broker(tmp_path):
+    """It tried the broker first and, with none answering, said only 'Unable to bootstrap'."""
+    out = streamtrain("produce", "--bootstrap", "127.0.0.1:1", "--topic", "t", tmp_path / "nope.tsv", timeout=30)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1] == f"streamtrain produce: cannot open '{tmp_path / 'nope.tsv'}': no such file"
