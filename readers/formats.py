@@ -35,15 +35,17 @@ def _labels(v) -> str | None:
 
 
 def _label_map(v) -> str | None:
-    if isinstance(v, dict) and all(_is_number(k) and _is_number(x) for k, x in v.items()):
+    if isinstance(v, dict) and all((_is_number(k) or (isinstance(k, str) and k.strip())) and _is_number(x)
+                                   for k, x in v.items()):
         return None
-    return f"expected {{number: number}}, got {v!r}"
+    return f"expected {{number or text: number}}, e.g. {{\"-1\": 0}} or {{\"yes\": 1, \"no\": 0}}, got {v!r}"
 
 
 TRANSFORM = Option("log1p", (str,), ("log1p", "none"), doc="numbers as sign(x)·log1p(|x|), or as they are")
 COMMON_OPTIONS = {
     "labels": Option([0, 1], check=_labels, doc="the label values accepted; null = any finite number"),
-    "label_map": Option({}, check=_label_map, doc="labels replaced before the check, e.g. {-1: 0}"),
+    "label_map": Option({}, check=_label_map, doc='labels replaced before the check, e.g. {"-1": 0}; a text key '
+                                                  'maps a label written as text, e.g. {"yes": 1, "no": 0} (any case)'),
     "field_length": Option(65536, (int,), check=positive,
                            doc="bytes; a line with a longer field is skipped as malformed 'field_length'"),
 }
@@ -57,12 +59,26 @@ class LabelRule:
 
     def __init__(self, labels=(0, 1), label_map=None):
         self.allowed = None if labels is None else np.array(sorted(float(x) for x in labels))
-        self.mapping = [(float(k), float(v)) for k, v in (label_map or {}).items()]
+        items = (label_map or {}).items()
+        self.mapping = [(float(k), float(v)) for k, v in items if _is_number(k)]
+        self.words = {str(k).strip().lower().encode(): float(v) for k, v in items if not _is_number(k)}
 
     def parse(self, chunk: Chunk, starts, ends):
         """(labels float32, ok bool) of the label spans."""
         vals, ok, _ = parse_spans(chunk, starts, ends)
+        if self.words:                  # labels written as text: a loop over the lines that are not numbers
+            for i in np.flatnonzero(~ok):
+                v = self.word(chunk.buf[starts[i]:ends[i]])
+                if v is not None:
+                    vals[i], ok[i] = v, True
         return self.apply(vals, ok)
+
+    def word(self, text) -> float | None:
+        """The number ``label_map`` gives a label written as text (any case, quotes and spaces
+        around it ignored), or None."""
+        if isinstance(text, str):
+            text = text.encode()
+        return self.words.get(text.strip().strip(b'"').strip().lower())
 
     def apply(self, vals, ok):
         """(labels float32, ok bool) of parsed label values (``vals`` is changed in place)."""

@@ -180,7 +180,10 @@ class JsonlParser(Parser):
             return mf.DECODE
         if not isinstance(obj, dict):
             return mf.DECODE
-        label = _number(obj.get(self.label_key))
+        value = obj.get(self.label_key)
+        label = _number(value)
+        if label is None and isinstance(value, str) and not isinstance(value, _Text):
+            label = self.labels.word(value)           # label_map's text keys ({"yes": 1})
         if label is None:
             return mf.LABEL
         label, ok = self.labels.apply(np.array([label]), np.ones(1, dtype=bool))

@@ -24,7 +24,8 @@ MEANING = {                  # what each reason says about a line, for the end-o
             "under a key not in multivalue (name such keys in drop or multivalue)",
     FIELD_COUNT: "another number of fields than the format or the header has",
     NUMBER: "a value that must be a finite number is not one",
-    LABEL: "a label missing, not a number, or not in the reader's labels; label_map maps other numbers to them",
+    LABEL: "a label missing, not a number, or not in the reader's labels; label_map maps other values, "
+           "numbers or text, to them",
     FIELD_LENGTH: "a field longer than field_length",
     GRAPH: "an edge's endpoint missing or unparseable, or a self-loop",
     TOO_LARGE: "a Kafka record larger than the consumer can fetch",
@@ -34,8 +35,10 @@ MEANING = {                  # what each reason says about a line, for the end-o
 def describe(counts: dict[str, int]) -> str:
     """The reasons that counted lines, each with its count and meaning.
 
-    >>> describe({"label": 3, "number": 0})
-    "label 3 (a label missing, not a number, or not in the reader's labels; label_map maps other numbers to them)"
+    >>> describe({"label": 3, "number": 0})[:40]
+    'label 3 (a label missing, not a number, '
+    >>> describe({"label": 1, "number": 2}).count("; number 2 (")
+    1
     """
     return "; ".join(f"{reason} {n} ({MEANING[reason]})" for reason, n in counts.items() if n)
 

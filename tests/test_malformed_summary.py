@@ -13,7 +13,7 @@ from streamtrain.readers import malformed
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = ["--set", "metrics.enabled=false", "--set", "checkpoint.dir=null"]
-LABEL = "label {} (a label missing, not a number, or not in the reader's labels; label_map maps other numbers to them)"
+LABEL = "label {} (a label missing, not a number, or not in the reader's labels; label_map maps other values, numbers or text, to them)"
 
 
 def run_csv(path: Path, summary: Path) -> subprocess.CompletedProcess:
@@ -57,3 +57,14 @@ def test_an_empty_stream_trains_nothing_quietly(tmp_path):
 
 def test_describe_doctest():
     assert doctest.testmod(malformed).failed == 0
+
+
+def test_the_same_file_trains_with_label_maps_text_keys(tmp_path):
+    path = write(tmp_path / "yes_no.csv", ["yes", "no"] * 600)
+    done = subprocess.run([sys.executable, "-m", "streamtrain", "run", "lr", "--set", "reader.type=file",
+                           "--set", f"reader.path={path}", "--set", "reader.format=csv", "--set", "reader.label=clicked",
+                           "--set", 'reader.label_map={"yes": 1, "no": 0}', "--summary", str(tmp_path / "s.json"),
+                           *QUIET], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["examples"] == 1200 and summary["malformed"] == 0

@@ -273,3 +273,18 @@ def test_a_header_of_another_delimiter_is_named_in_the_error(sep, name):
     parser = make_parser("csv", {"label": "clicked"}, Malformed())
     with pytest.raises(ReaderError, match=f"the header looks {name}-separated: set reader.delimiter to "):
         parser.set_header(sep.join(["clicked", "a", "b"]) + "\n")
+
+
+def test_text_labels_are_mapped_by_label_maps_text_keys():
+    """A CSV (or JSON lines) label column of yes/no: every line was a label error, and label_map
+    took numbers only; a text key maps it, any case, quoted or not."""
+    m = Malformed()
+    parser = make_parser("csv", {"label": "clicked", "label_map": {"yes": 1, "No": 0, "-1": 0}}, m)
+    batch = parser.parse(["clicked,a", "yes,x", "NO,y", '"Yes",z', "-1,w", "1,v", "maybe,u"])
+    assert batch.labels.tolist() == [1.0, 0.0, 1.0, 0.0, 1.0] and m.snapshot()["label"] == 1
+    m = Malformed()
+    jl = make_parser("jsonl", {"label": "clicked", "label_map": {"yes": 1, "no": 0}}, m)
+    batch = jl.parse_buffer(b'{"clicked": "yes", "a": "x"}\n{"clicked": "No", "a": "y"}\n{"clicked": "z", "a": "w"}\n')
+    assert batch.labels.tolist() == [1.0, 0.0] and m.snapshot()["label"] == 1
+    with pytest.raises(ConfigError, match=r"expected \{number or text: number\}"):
+        make_parser("csv", {"label_map": {"yes": "one"}}, Malformed())
