@@ -222,3 +222,13 @@ def test_produce_names_a_missing_file_before_it_waits_for_the_broker(tmp_path):
     out = streamtrain("produce", "--bootstrap", "127.0.0.1:1", "--topic", "t", tmp_path / "nope.tsv", timeout=30)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines()[-1] == f"streamtrain produce: cannot open '{tmp_path / 'nope.tsv'}': no such file"
+
+
+def test_a_misspelt_kafka_client_setting_is_a_config_error_with_its_near_name():
+    """'check_crc' passed validate and stopped the run when the consumer was built (exit 1)."""
+    reader = json.dumps({"type": "kafka", "bootstrap": "127.0.0.1:1", "topic": "t", "group": "g", "format": "criteo",
+                         "consumer": {"check_crc": False, "check_crcs": False}, "producer": {"lingerms": 5}})
+    out = streamtrain("validate", "lr", "--set", f"reader={reader}")
+    assert_refused(out, "reader.consumer: not a kafka-python KafkaConsumer setting: 'check_crc' (did you mean "
+                        "'check_crcs'?)", "reader.producer: not a kafka-python KafkaProducer setting: 'lingerms' "
+                        "(did you mean 'linger_ms'?)")

@@ -266,6 +266,19 @@ def test_a_stop_ends_the_wait_for_the_broker_and_other_errors_propagate(monkeypa
         src.loop.poll(_UnreachableConsumer(1, UnsupportedVersionError("no")), 100)
 
 
+def test_a_damaged_batch_ends_the_run_naming_it_and_how_to_go_past_it():
+    """kafka-python's CorruptRecordError (not retriable) ended the run with its traceback."""
+    from kafka.errors import CorruptRecordError
+    from streamtrain.errors import ReaderError
+    src = _source()
+    err = CorruptRecordError("record batch for partition TopicPartition(topic='t', partition=0) at offset 1200 "
+                             "failed crc check")
+    with pytest.raises(ReaderError, match=r"^kafka reader: record batch for partition .* at offset 1200 failed crc "
+                                          r"check: the topic's log holds a damaged record batch; .* reader\.consumer\."
+                                          r"check_crcs=false$"):
+        src.loop.poll(_UnreachableConsumer(1, err), 100)
+
+
 def test_pending_put_back_restores_the_queue_in_order():
     from streamtrain.readers.kafka.pending import Pending
     from streamtrain.readers.kafka.segment import Segment

@@ -45,7 +45,22 @@ def _at_least_one(v) -> str | None:
 def _no_auto_commit(v) -> str | None:
     if v.get("enable_auto_commit"):
         return "enable_auto_commit must stay false: offsets are committed only after the update is applied"
-    return None
+    return _known(v, "KafkaConsumer")
+
+
+def _known(v: dict, client: str) -> str | None:
+    """A key kafka-python's client does not take (it refuses it when the reader starts)."""
+    import difflib
+
+    import kafka
+    from .clients import SECURITY_OPTIONS     # (checked as the security section's: clients.py)
+    known = getattr(kafka, client).DEFAULT_CONFIG
+    unknown = sorted(k for k in v if k not in known and k not in SECURITY_OPTIONS)
+    if not unknown:
+        return None
+    near = {k: difflib.get_close_matches(k, list(known), 1) for k in unknown}
+    hints = "; ".join(f"{k!r}" + (f" (did you mean {near[k][0]!r}?)" if near[k] else "") for k in unknown)
+    return f"not a kafka-python {client} setting: {hints}"
 
 
 OPTIONS = {
@@ -67,7 +82,8 @@ OPTIONS = {
                                 doc="where a group with no committed offset starts"),
     "consumer": Option({}, (dict,), check=_no_auto_commit,
                        doc="extra kafka-python KafkaConsumer settings (applied last)"),
-    "producer": Option({}, (dict,), doc="extra KafkaProducer settings of the dead-letter producer"),
+    "producer": Option({}, (dict,), check=lambda v: _known(v, "KafkaProducer"),
+                       doc="extra KafkaProducer settings of the dead-letter producer"),
     "trace_file": Option(None, (str, type(None)), check=optional(_non_empty),
                          doc='debug: append "topic partition offset" of every applied row at commit'),
     "fast_decode": Option(True, (bool,), doc="decode record batches in bulk (fastpath.py)"),

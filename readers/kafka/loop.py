@@ -25,9 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from kafka import TopicPartition
-from kafka.errors import KafkaError, UnsupportedCodecError
+from kafka.errors import CorruptRecordError, KafkaError, UnsupportedCodecError
 
 from streamtrain.backoff import STOPPED, Backoff
+from streamtrain.errors import ReaderError
 
 from . import codecs
 from .batching import Parsed
@@ -225,6 +226,11 @@ class ConsumerLoop:
                                      on_retry=failed, stopped=self.stopped)
         except UnsupportedCodecError as err:    # a batch compressed by a codec not installed here
             raise codecs.missing(err) from None
+        except CorruptRecordError as err:       # a damaged batch in the log: no retry reads it
+            raise ReaderError(f"kafka reader: {err.args[0] if err.args else err}: the topic's log holds a damaged "
+                              "record batch; what was trained before it is committed. To go on past it, move the "
+                              "group's offset beyond the batch (kafka-consumer-groups --reset-offsets), or read it "
+                              "unchecked with reader.consumer.check_crcs=false") from None
         if apply_lost_join(consumer):       # (rejoin.py)
             self.src.count("lost_joins")
         return {} if got is STOPPED else got
