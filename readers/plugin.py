@@ -11,8 +11,9 @@ function returning a fresh iterator) or an iterable. Its items may be:
   ``batch_size`` and turned into a batch by ``records_to_batch`` (floats are dense columns,
   strings/ints categorical, lists multi-valued; the label under key ``label_key``, default
   ``"label"``); a record whose label is missing, not a number or not in the label set (option
-  ``labels``, default [0, 1]) is counted as ``label`` and skipped, one whose dense column holds
-  something else than a finite number (a string, NaN) as ``number``;
+  ``labels``, default [0, 1], after ``label_map``: both allowed without a ``format``) is counted
+  as ``label`` and skipped, one whose dense column holds something else than a finite number (a
+  string, NaN) as ``number``;
 * ``bytes`` / ``str`` log lines — batched and parsed by ``format`` (``criteo``/``csv``/
   ``libsvm``, with its options inline or in ``options``), bad lines counted by reason.
 
@@ -36,8 +37,9 @@ import numpy as np
 
 from streamtrain.batch import Batch
 from streamtrain.errors import ConfigError, ReaderError
+from streamtrain.schema import check_options
 
-from .formats import LabelRule, format_problems, make_parser, split_format_options
+from .formats import COMMON_OPTIONS, LabelRule, format_problems, make_parser, split_format_options
 from .malformed import LABEL, Malformed
 from .records import infer_schema, records_to_batch
 from .source import Reader, Source, register
@@ -45,6 +47,7 @@ from .source import Reader, Source, register
 log = logging.getLogger("streamtrain")
 
 GROUP = "streamtrain.readers"
+RECORD_OPTIONS = {k: COMMON_OPTIONS[k] for k in ("labels", "label_map")}    # (dict records, no format)
 PLUGIN_KEYS = ("type", "factory", "entry_point", "args", "format", "options", "label_key")
 _SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
@@ -113,9 +116,12 @@ def validate(cfg: dict) -> list[tuple[str, str]]:
         problems.append(("args", f"expected an object of keyword arguments, got {cfg.get('args')!r}"))
     if cfg.get("format") is not None:
         problems += format_problems(cfg, PLUGIN_KEYS)
-    else:
-        problems += [(key, f"unknown key for reader type 'plugin' (known: {', '.join(sorted(PLUGIN_KEYS))}; "
-                           "other keys are format options and need a 'format')") for key in _options(cfg)]
+    else:                                   # dict records: the label options apply to them too
+        labels = {k: v for k, v in _options(cfg).items() if k in RECORD_OPTIONS}
+        problems += check_options(RECORD_OPTIONS, labels, what="a plug-in's records")
+        problems += [(key, f"unknown key for reader type 'plugin' (known: {', '.join(sorted(PLUGIN_KEYS))}, "
+                           f"{', '.join(RECORD_OPTIONS)}; other keys are format options and need a 'format')")
+                     for key in _options(cfg) if key not in RECORD_OPTIONS]
     return problems
 
 
@@ -169,15 +175,23 @@ class _Batcher:
                             "its value as a string to make it categorical)", self.name, column)
                 kind = "skip"
             self.schema[column] = kind
+        if self.labels.words:               # text labels ({"yes": 1}): a loop over the records, as records_to_batch's
+            records = [_worded(r, self.label_key, self.labels) for r in records]
         batch = records_to_batch(records, schema_hint=self.schema, label=self.label_key, malformed=self.malformed)
         y = batch.labels.astype(np.float64)
-        ok = np.isfinite(y)
-        if self.labels.allowed is not None:
-            ok &= np.isin(y, self.labels.allowed)
+        _, ok = self.labels.apply(y, np.isfinite(y))      # label_map's numbers, then the allowed labels
+        batch.labels = y.astype(np.float32)
         if not ok.all():
             self.malformed.add(LABEL, int((~ok).sum()))
             batch = batch.take(np.flatnonzero(ok))
         return batch
+
+
+def _worded(record: dict, key: str, rule: LabelRule) -> dict:
+    """The record with a label written as text replaced by ``label_map``'s number for it."""
+    value = record.get(key)
+    mapped = rule.word(value) if isinstance(value, str) else None
+    return {**record, key: mapped} if mapped is not None else record
 
 
 def _guarded(it, name: str):
@@ -209,7 +223,8 @@ def open_plugin(cfg: dict, batch_size: int, malformed: Malformed) -> Source:
     obj = factory(**(cfg.get("args") or {}))
     options = _options(cfg)
     parser = make_parser(cfg["format"], options, malformed) if cfg.get("format") else None
-    labels = parser.labels if parser is not None else LabelRule(options.get("labels", (0, 1)))
+    labels = parser.labels if parser is not None else LabelRule(options.get("labels", (0, 1)),
+                                                                 options.get("label_map"))
     label_key = cfg.get("label_key", "label")
 
     def reader():

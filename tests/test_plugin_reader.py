@@ -96,6 +96,20 @@ def test_records_with_bad_labels_or_dense_values_are_counted_and_the_rest_trains
     assert m.snapshot()["number"] == 4 and m.snapshot()["label"] == 2   # oops, nan, [1.0], 1e39; yes, None
 
 
+def test_records_take_labels_and_label_map_without_a_format():
+    """A plug-in of dict records labelled -1/1 or yes/no could not be trained: the label options
+    were format options, refused without a 'format'."""
+    rows = [{"label": y, "a": f"x{i}"} for i, y in enumerate([-1, 1, "yes", "No", "maybe", 2])]
+    m = Malformed()
+    src = open_reader({"type": "plugin", "factory": "tests.test_plugin_reader:make_lines", "args": {"lines": rows},
+                       "label_map": {"-1": 0, "yes": 1, "no": 0}}, 10, m)
+    (batch,) = list(src.batches())
+    assert batch.labels.tolist() == [0.0, 1.0, 1.0, 0.0] and m.snapshot()["label"] == 2
+    problems = validate_reader_config({"type": "plugin", "factory": "tests.test_plugin_reader:make_lines",
+                                       "labels": [0, 1, 2], "label_map": {"yes": "one"}, "delimiter": ";"})
+    assert [p for p, _ in problems] == ["reader.label_map", "reader.delimiter"]
+
+
 def test_records_to_batch_without_a_counter_names_the_record_and_column():
     from streamtrain.readers import records_to_batch
     with pytest.raises(ValueError, match=r"record 1, column 'd': expected a finite number within float32's "
