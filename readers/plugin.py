@@ -179,8 +179,7 @@ class _Batcher:
             records = [_worded(r, self.label_key, self.labels) for r in records]
         batch = records_to_batch(records, schema_hint=self.schema, label=self.label_key, malformed=self.malformed)
         y = batch.labels.astype(np.float64)
-        _, ok = self.labels.apply(y, np.isfinite(y))      # label_map's numbers, then the allowed labels
-        batch.labels = y.astype(np.float32)
+        batch.labels, ok = self.labels.apply(y, np.isfinite(y))     # label_map's numbers, then the allowed labels
         if not ok.all():
             self.malformed.add(LABEL, int((~ok).sum()))
             batch = batch.take(np.flatnonzero(ok))

@@ -153,12 +153,12 @@ def _malformed(job: Job) -> None:
     """Say which lines the run skipped, and why; a stream that ended with every line skipped
     trained nothing: a ``ReaderError`` (exit 1), not a quiet exit 0."""
     bad = job.malformed.snapshot()
-    if not any(bad.values()):
+    total, why = sum(bad.values()), describe(bad)
+    if not total:
         return
-    log.warning("%d lines skipped as malformed: %s", sum(bad.values()), describe(bad))
+    log.warning("%d lines skipped as malformed: %s", total, why)
     if job.trainer is None and not job.stop_requested and not job.store_down:
-        raise ReaderError(f"nothing was trained: every one of the {sum(bad.values())} lines of the stream "
-                          f"was malformed: {describe(bad)}")
+        raise ReaderError(f"nothing was trained: every one of the {total} lines of the stream was malformed: {why}")
 
 
 def resolve_restore(restore: str | None, cfg: dict) -> str | None:
