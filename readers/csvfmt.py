@@ -2,12 +2,14 @@
 
 The header comes from ``set_header(line)`` (the file reader passes each file's first line),
 from the ``columns`` option (streams without a header), or else from the first line parsed.
-Quoting is not interpreted: a quoted field that contains the delimiter changes the field
-count, so that line is counted as ``field_count``. ``hash_as: {column: other}`` gives a
-column's values the ids they have in ``other`` (one id space for both: a graph job with
+A field may be quoted (RFC 4180, as Python's ``csv`` writes it: ``"a,b"``, a quote inside
+doubled); a chunk with a quote is parsed by the vectorised path after ``csv_quotes.unquoted``
+takes its quotes out. ``hash_as: {column: other}`` gives a column's values the ids they have in ``other`` (one id space for both: a graph job with
 ``graph.ids: shared`` sets it for its ``dst`` column).
 """
 from __future__ import annotations
+
+import csv
 
 import numpy as np
 
@@ -18,6 +20,7 @@ from streamtrain.schema import Option
 from . import malformed as mf
 from .batching import field_from_rows, fields_from_columns, offsets_from_counts
 from .csv_kernel import CsvPlan, parse_clean
+from .csv_quotes import unquoted
 from .csv_sniff import warn_decimal_columns
 from .formats import COMMON_OPTIONS, TRANSFORM, Parser, register
 from .ids import field_seed, hash_spans
@@ -96,7 +99,8 @@ class CsvParser(Parser):
     def set_header(self, line) -> None:
         if isinstance(line, bytes):
             line = line.decode("utf-8-sig", errors="replace")
-        cols = [c.strip().strip('"') for c in line.rstrip("\r\n").split(self.delimiter.decode())]
+        row = next(csv.reader([line.rstrip("\r\n")], delimiter=self.delimiter.decode()), [])
+        cols = [c.strip().strip('"') for c in row]
         self._plan(cols)
 
     def _plan(self, cols: list[str]) -> None:
@@ -148,18 +152,20 @@ class CsvParser(Parser):
         if self.columns is None:
             raise ReaderError("csv parser has no header: give option 'columns' or call set_header()")
 
-    def _sniff(self, buf, start: int = 0, end: int | None = None) -> None:
+    def _sniff(self, buf, start: int = 0, end: int | None = None, delimiter: bytes | None = None) -> None:
         """Once, on the first rows parsed: warn about categorical columns of decimals."""
         if self.sniffed < 64:   # until a sample had enough rows to tell, or 64 tries
             stop = len(buf) if end is None else end
-            told = warn_decimal_columns(bytes(buf[start:min(stop, start + (1 << 16))]), self.delimiter,
+            told = warn_decimal_columns(bytes(buf[start:min(stop, start + (1 << 16))]), delimiter or self.delimiter,
                                         self.columns, self.cat_idx)
             self.sniffed = 64 if told is not None else self.sniffed + 1
 
     def parse_chunk(self, chunk: Chunk) -> Batch:
         self._need_header()
-        self._sniff(chunk.buf)
-        spans = split(chunk, self.delimiter, max_length=self.field_length)
+        whole = chunk
+        chunk, delimiter = unquoted(chunk, self.delimiter)     # marks on one mark the other
+        self._sniff(chunk.buf, delimiter=delimiter)
+        spans = split(chunk, delimiter, max_length=self.field_length)
         rows, st, en = fixed_fields(chunk, spans, len(self.columns))
         labels, keep = self.labels.parse(chunk, st[:, self.label_idx], en[:, self.label_idx])
         self._mark_rows(chunk, rows, ~keep, mf.LABEL)
@@ -181,7 +187,7 @@ class CsvParser(Parser):
             sparse = dict(zip(self.cat, fields_from_columns(ids, present)))
         for name, j, sep in self.mv:
             sparse[name] = _multivalue_field(chunk, self.hash_as.get(name, name), st[:, j], en[:, j], sep)
-        self._finish(chunk)
+        self._finish(whole)                 # bad lines reported as they were written
         return Batch(labels=labels, sparse=sparse, dense=vals.astype(np.float32),
                      dense_names=tuple(self.numeric))
 

@@ -42,8 +42,9 @@ def test_edge_values_match():
 
 
 @pytest.mark.parametrize("bad", [
-    b'1,"u,1",3,4,a,b',          # a quoted delimiter: field count, marked by the vectorised path
-    b'1,"u1",3,4,a,b',           # quotes are not interpreted: the value keeps them
+    b'1,"u,1",3,4,a,b',          # a quoted delimiter: text, read by the vectorised path
+    b'1,"u1",3,4,a,b',           # quotes: the vectorised path takes them out
+    b'1,"u1,3,4,a,b',            # a quote that does not close: field count
     b"1,u1,abc,4,a,b",           # not a number
     b"1,u1,1e5,4,a,b",           # an exponent: the vectorised path parses it
     b"1,u1,1234567890123456,4,a,b",  # 16 digits: beyond the exact rule

@@ -155,16 +155,17 @@ def test_csv_numeric_multivalue_drop_and_quotes():
                             "drop": ["junk"], "delimiter": ";"})
     p.set_header("y;user;n;tags;junk\r\n")
     b = p.parse(["1;u1;3;a|b|c;z", "0;;-2.5;;z", "1;u2;;b;z", '0;"x;y";1;a;z', "1;u3;n/a;a;z"])
-    assert b.labels.tolist() == [1, 0, 1]
-    assert p.malformed.counts == {"decode": 0, "field_count": 1, "number": 1, "label": 0, "field_length": 0, "graph": 0,
+    assert b.labels.tolist() == [1, 0, 1, 0]                  # a quoted delimiter is text
+    assert p.malformed.counts == {"decode": 0, "field_count": 0, "number": 1, "label": 0, "field_length": 0, "graph": 0,
                         "too_large": 0}
-    np.testing.assert_allclose(b.dense[:, 0], [np.log1p(3), -np.log1p(2.5), 0.0], rtol=1e-6)
+    np.testing.assert_allclose(b.dense[:, 0], [np.log1p(3), -np.log1p(2.5), 0.0, np.log1p(1)], rtol=1e-6)
     assert b.dense_names == ("n",)
     assert list(b.sparse) == ["user", "tags"]
-    assert b.sparse["user"].offsets.tolist() == [0, 1, 1, 2]
+    assert b.sparse["user"].offsets.tolist() == [0, 1, 1, 2, 3]
+    assert b.sparse["user"].ids.tolist() == hash_values("user", ["u1", "u2", "x;y"]).tolist()
     tags = b.sparse["tags"]
-    assert tags.offsets.tolist() == [0, 3, 3, 4]
-    assert tags.ids.tolist() == hash_values("tags", ["a", "b", "c", "b"]).tolist()
+    assert tags.offsets.tolist() == [0, 3, 3, 4, 5]
+    assert tags.ids.tolist() == hash_values("tags", ["a", "b", "c", "b", "a"]).tolist()
 
 
 def test_csv_columns_option_transform_none_and_auto_header():
