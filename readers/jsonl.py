@@ -1,7 +1,7 @@
 """JSON lines: one flat JSON object per line, ``{"label": 1, "price": 3.5, "user": "u1", ...}``.
 
 Options as csv's: ``label`` (key), ``numeric`` (keys read as dense numbers: a number, or
-null / absent = 0), ``multivalue`` (keys whose value may be a list: one id per element),
+null / absent / ``NaN`` / a string that says missing, ``"NA"``, = 0), ``multivalue`` (keys whose value may be a list: one id per element),
 ``drop``; every other key is categorical (a string, number or boolean, hashed as its text as it
 is written, e.g. ``7``, ``1.50``, ``true``; null or absent = missing). The categorical keys are
 the ``columns`` option, else those of the first block of lines parsed, in order of first
@@ -31,7 +31,7 @@ from .formats import COMMON_OPTIONS, TRANSFORM, Parser, register
 from .ids import hash_values
 from .jsonl_kernel import JsonPlan, parse_clean
 from .lines import Chunk
-from .numbers import signed_log1p
+from .numbers import MISSING_TEXT, signed_log1p
 
 
 class _Text(str):
@@ -192,7 +192,7 @@ class JsonlParser(Parser):
         nums = []
         for k in self.numeric:
             v = obj.get(k)
-            x = 0.0 if v is None else _number(v)
+            x = 0.0 if v is None or (isinstance(v, str) and v in MISSING_TEXT) else _number(v)
             if x is None:
                 return mf.NUMBER
             nums.append(x)

@@ -21,6 +21,10 @@ _F0 = _U(0xF0F0F0F0F0F0F0F0)
 _SIX = _U(0x0606060606060606)
 _THREES = _U(0x3333333333333333)
 _LOW8 = _U(0xFF)
+# what pandas.read_csv reads as missing by default (its ``na_values``; "" is an empty span anyway)
+MISSING = np.array([b"#N/A", b"#N/A N/A", b"#NA", b"-1.#IND", b"-1.#QNAN", b"-NaN", b"-nan", b"1.#IND",
+                    b"1.#QNAN", b"<NA>", b"N/A", b"NA", b"NULL", b"NaN", b"None", b"n/a", b"nan", b"null"])
+MISSING_TEXT = frozenset(m.decode() for m in MISSING.tolist())
 LONG_NUMBER = 64     # bytes: longer tokens are parsed one by one, not in the fixed-width batch
 
 
@@ -75,8 +79,9 @@ def _cast_float(tokens: np.ndarray):
 def parse_spans(chunk, starts: np.ndarray, ends: np.ndarray):
     """Parse the byte spans of ``chunk`` as numbers.
 
-    Returns ``(values float64, ok bool, empty bool)`` with the input's shape. Empty spans are
-    ``ok=False, empty=True, value 0``; non-finite numbers (nan, inf) are not ok.
+    Returns ``(values float64, ok bool, empty bool)`` with the input's shape. Empty spans, and
+    spans that say a value is missing (``MISSING``: ``NA``, ``NaN``, ``null``, ...), are
+    ``ok=False, empty=True, value 0``; other non-finite numbers (inf) are not ok.
     """
     shape = starts.shape
     starts, ends = starts.ravel(), ends.ravel()
@@ -87,7 +92,12 @@ def parse_spans(chunk, starts: np.ndarray, ends: np.ndarray):
     if rest.size:
         long = lengths[rest] > LONG_NUMBER
         short = rest[~long]          # gathered into one fixed-width array: its width must stay small
-        v2, ok2 = _cast_float(gather_bytes(chunk.arr, starts[short], lengths[short]))
+        tokens = gather_bytes(chunk.arr, starts[short], lengths[short])
+        na = np.isin(tokens, MISSING)
+        if na.any():                 # written as missing: empty
+            empty[short[na]] = True
+            short, tokens = short[~na], tokens[~na]
+        v2, ok2 = _cast_float(tokens)
         vals[short], ok[short] = v2, ok2
         for i in rest[long]:         # one at a time, in time linear in their bytes (rare, and long)
             v, o = _cast_float(np.array([chunk.buf[starts[i]:ends[i]]]))

@@ -46,6 +46,7 @@ def test_edge_values_match():
     b'1,"u1",3,4,a,b',           # quotes: the vectorised path takes them out
     b'1,"u1,3,4,a,b',            # a quote that does not close: field count
     b"1,u1,abc,4,a,b",           # not a number
+    b"1,u1,NA,4,a,b",            # a number written as missing: the vectorised path reads it as empty
     b"1,u1,1e5,4,a,b",           # an exponent: the vectorised path parses it
     b"1,u1,1234567890123456,4,a,b",  # 16 digits: beyond the exact rule
     b",u1,3,4,a,b",              # missing label

@@ -154,7 +154,7 @@ def test_csv_numeric_multivalue_drop_and_quotes():
     p = make_parser("csv", {"label": "y", "numeric": ["n"], "multivalue": {"tags": "|"},
                             "drop": ["junk"], "delimiter": ";"})
     p.set_header("y;user;n;tags;junk\r\n")
-    b = p.parse(["1;u1;3;a|b|c;z", "0;;-2.5;;z", "1;u2;;b;z", '0;"x;y";1;a;z', "1;u3;n/a;a;z"])
+    b = p.parse(["1;u1;3;a|b|c;z", "0;;-2.5;;z", "1;u2;;b;z", '0;"x;y";1;a;z', "1;u3;abc;a;z"])
     assert b.labels.tolist() == [1, 0, 1, 0]                  # a quoted delimiter is text
     assert p.malformed.counts == {"decode": 0, "field_count": 0, "number": 1, "label": 0, "field_length": 0, "graph": 0,
                         "too_large": 0}
@@ -166,6 +166,26 @@ def test_csv_numeric_multivalue_drop_and_quotes():
     tags = b.sparse["tags"]
     assert tags.offsets.tolist() == [0, 3, 3, 4, 5]
     assert tags.ids.tolist() == hash_values("tags", ["a", "b", "c", "b", "a"]).tolist()
+
+
+@pytest.mark.parametrize("missing", ["NA", "NaN", "nan", "null", "NULL", "None", "N/A", "n/a", "#N/A", "<NA>"])
+def test_csv_and_criteo_numbers_written_as_missing_are_missing_not_bad_lines(missing):
+    """What R (``NA``), pandas (``NaN`` in a float column's text, ``<NA>``) and spreadsheets
+    (``#N/A``) write for a missing number reads as an empty cell does (0), as pandas reads it."""
+    p = make_parser("csv", {"numeric": ["n", "m"], "numeric_transform": "none"})
+    p.set_header("label,n,m,c")
+    b = p.parse_buffer(f"1,{missing},2.5,a\n0,3,{missing},b\n1,inf,1,c\n".encode())
+    assert b.labels.tolist() == [1, 0] and b.dense.tolist() == [[0, 2.5], [3, 0]]
+    assert p.malformed.counts["number"] == 1                    # inf is not a number it reads
+    q = make_parser("csv", {"numeric": ["n"]})
+    q.set_header("label,n,c")
+    assert q.parse_buffer(f"{missing},1,a\n".encode()).size == 0 and q.malformed.counts["label"] == 1
+    c = make_parser("criteo", {})
+    line = "\t".join(["1", missing, *["2"] * 12, *["ab"] * 26])
+    assert c.parse_buffer(line.encode() + b"\n").dense[0, :2].tolist() == [0, pytest.approx(np.log1p(2))]
+    j = make_parser("jsonl", {"numeric": ["n"], "numeric_transform": "none"})
+    lines = f'{{"label": 1, "n": "{missing}"}}\n{{"label": 0, "n": NaN}}\n{{"label": "{missing}", "n": 1}}\n'
+    assert j.parse_buffer(lines.encode()).dense.tolist() == [[0], [0]] and j.malformed.total == 1
 
 
 def test_csv_columns_option_transform_none_and_auto_header():
