@@ -86,6 +86,39 @@ def test_lines_in_the_stream_format(criteo_path):
         srv.stop()
 
 
+@pytest.mark.parametrize("transform", ["log1p", "none"])
+def test_a_record_reads_as_the_same_row_written_as_a_line_of_the_stream(transform, tmp_path):
+    """A model trained on a CSV's numbers as sign(x)·log1p(|x|) (the csv reader's default) was
+    served JSON records' numbers as they are: predictions saturated (1.0 for a price of 90
+    where the same row as a CSV line read 0.91); a multi-valued column's "x|y" was one id.
+    A record, in either form, and the same row as a line agree."""
+    rng = np.random.default_rng(0)
+    price, site = rng.uniform(0, 100, 3000), rng.choice(["a", "b"], 3000)
+    tags = rng.choice(["x|y", "y", "z|x", ""], 3000)
+    y = (np.log1p(price) - 3 + (site == "a") > rng.normal(0, 1, 3000)).astype(int)
+    path = tmp_path / "clicks.csv"
+    path.write_text("clicked,site,price,tags\n" + "".join(f"{a},{b},{c:.2f},{t}\n" for a, b, c, t in zip(y, site, price, tags)))
+    job, cfg = trained_job([f"reader.path={path}", "reader.type=file", "reader.format=csv", "reader.label=clicked",
+                            'reader.numeric=["price"]', f"reader.numeric_transform={transform}",
+                            'reader.multivalue={"tags": "|"}'])
+    svc = Service(JobModel(job), serve_settings(cfg), cfg["reader"])
+    assert svc.numeric_transform == transform and svc.separators == {"tags": "|"}
+    srv = Server(make_app(svc, ServeMetrics()), "127.0.0.1", 0).start()
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{srv.port}") as c:
+            answers = [c.post("/v1/predict", json={"records": [{"site": "a", "price": 90.0, "tags": tags},
+                                                               {"site": "b", "price": 1, "tags": ""}]})
+                       for tags in ("x|y", ["x", "y"], "|x||y")]
+            answers.append(c.post("/v1/predict", content=b"clicked,site,price,tags\n0,a,90.0,x|y\n0,b,1,\n",
+                                  headers={"content-type": "text/plain"}))
+        assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
+        for a in answers[1:]:
+            np.testing.assert_allclose(a.json()["predictions"], answers[0].json()["predictions"], rtol=1e-6)
+        assert len(set(answers[0].json()["predictions"])) == 2
+    finally:
+        srv.stop()
+
+
 @pytest.mark.parametrize("payload, where, words", [
     ({"records": [{"f0": "1"}, {"f9": "x"}]}, "records[1].f9", "unknown field"),
     ({"records": [{"d0": "high"}]}, "records[0].d0", "finite number"),

@@ -20,6 +20,7 @@ from streamtrain.compiled import njit
 from streamtrain.graph import Schema
 from streamtrain.readers import Malformed, make_parser
 from streamtrain.readers.ids import byte_words, field_seed, hash_spans, joined
+from streamtrain.readers.numbers import signed_log1p
 
 from . import json_body
 from .json_body import encode as encode_json, printable, shown  # noqa: F401 (encode_json: http.py's import)
@@ -48,10 +49,14 @@ FLOAT32_BOUND = 2.0 ** 128 - 2.0 ** 103     # the smallest magnitude float32 rou
 _FINITE = "expected a finite number within float32's range (±3.4028235e38)"
 
 
-def records_batch(payload, schema: Schema, max_records: int, hash_as: dict | None = None):
+def records_batch(payload, schema: Schema, max_records: int, hash_as: dict | None = None,
+                  transform: str = "none", separators: dict | None = None):
     """The batch of a JSON payload (already decoded), built column by column: the same ids as
     ``records_to_batch`` (the plug-in readers' path) gives for the same records, or, with
-    ``hash_as`` ``{field: other}``, as the csv reader's option of that name gives them.
+    ``hash_as`` ``{field: other}``, as the csv reader's option of that name gives them; the
+    numbers as they are, or with ``transform`` ``log1p`` as sign(x)·log1p(|x|), as the
+    csv, criteo and jsonl readers give them; a string in a column of ``separators``
+    ``{column: separator}`` split there, as a csv reader's ``multivalue`` columns are.
 
     Every record's values are gathered in one pass (``map(record.get, names)``); the common
     case, every categorical value one string or integer and every numeric one a number, is then
@@ -71,12 +76,18 @@ def records_batch(payload, schema: Schema, max_records: int, hash_as: dict | Non
         if not rec.keys() <= known:
             key = next(k for k in rec if k not in known)
             raise BadRequest(f"records[{i}].{key}", f"unknown field (the model's fields: {_fields(schema)})")
+    for name, sep in (separators or {}).items():
+        for rec in records:
+            if type(rec.get(name)) is str:
+                rec[name] = [part for part in rec[name].split(sep) if part]
     n, n_sparse = len(records), len(schema.sparse)
     names = (*schema.sparse, *schema.dense)
     cols = list(zip(*_values(records, names))) if names else []
     dense = _dense_block(cols[n_sparse:], n) if schema.dense else np.zeros((n, 0), np.float32)
     if dense is None:
         dense = _dense_columns(records, schema)
+    if transform == "log1p" and dense.size:
+        dense = signed_log1p(dense)
     hashed = tuple((hash_as or {}).get(f, f) for f in schema.sparse)      # the name each is hashed as
     sparse = _single_tokens(schema.sparse, cols[:n_sparse], n, hashed) if n_sparse else {}
     if sparse is None:

@@ -275,8 +275,25 @@ class Service:
                                                  f"{self.reader_cfg.get('type')!r} reader has none: "
                                                  "send application/json records")
             return lines_batch(body, fmt, options, schema, limit)
-        # hashed as the reader hashes (a csv reader's hash_as: a graph's shared ids)
-        return records_batch(decode_json(body), schema, limit, self.reader_cfg.get("hash_as"))
+        # hashed as the reader hashes (a csv reader's hash_as: a graph's shared ids), numbers
+        # transformed as it transforms them
+        return records_batch(decode_json(body), schema, limit, self.reader_cfg.get("hash_as"),
+                             self.numeric_transform, self.separators)
+
+    @functools.cached_property
+    def separators(self) -> dict:
+        """A csv reader's ``multivalue`` ``{column: separator}``: a record's string in such a
+        column is split as the reader splits the column (``"a|b"``: two ids)."""
+        fmt, options = stream_format(self.reader_cfg)
+        return dict(options.get("multivalue") or {}) if fmt == "csv" else {}
+
+    @functools.cached_property
+    def numeric_transform(self) -> str:
+        """What the job's reader does to a number (``log1p``: csv, criteo and jsonl unless their
+        ``numeric_transform`` is ``none``; plug-in records: nothing): a JSON record's numbers
+        get the same, so the model sees them as it was trained on them."""
+        fmt, options = stream_format(self.reader_cfg)
+        return getattr(make_parser(fmt, options), "transform", "none") if fmt else "none"
 
     def predict(self, body: bytes, content_type: str, may_read: bool = True) -> dict:
         """The answer to one request; ``may_read=False``: ``MustWait`` instead of waiting for
