@@ -10,6 +10,7 @@ takes its quotes out. ``hash_as: {column: other}`` gives a column's values the i
 from __future__ import annotations
 
 import csv
+import logging
 
 import numpy as np
 
@@ -26,6 +27,8 @@ from .formats import COMMON_OPTIONS, TRANSFORM, Parser, register
 from .ids import field_seed, hash_spans
 from .lines import Chunk, fixed_fields, split
 from .numbers import parse_spans, signed_log1p
+
+log = logging.getLogger("streamtrain.readers")
 
 
 def _names(v) -> str | None:
@@ -104,6 +107,7 @@ class CsvParser(Parser):
         self._plan(cols)
 
     def _plan(self, cols: list[str]) -> None:
+        cols = _distinct(cols)
         missing = [c for c in [self.label_col, *self.numeric, *self.multivalue] if c not in cols]
         if missing:
             hint = next((f"; the header looks {name}-separated: set reader.delimiter to {d!r}"
@@ -190,6 +194,22 @@ class CsvParser(Parser):
         self._finish(whole)                 # bad lines reported as they were written
         return Batch(labels=labels, sparse=sparse, dense=vals.astype(np.float32),
                      dense_names=tuple(self.numeric))
+
+
+def _distinct(cols: list[str]) -> list[str]:
+    """Column names made distinct as pandas' ``read_csv`` makes them: a repeated ``a`` is
+    ``a.1``, then ``a.2`` (a name taken already is skipped); said in a warning."""
+    seen, out = set(cols), []
+    for i, c in enumerate(cols):
+        if c in cols[:i]:
+            k = 1
+            while f"{c}.{k}" in seen:
+                k += 1
+            log.warning("csv header: column %d is named %r as an earlier one: read as %r", i + 1, c, f"{c}.{k}")
+            c = f"{c}.{k}"
+            seen.add(c)
+        out.append(c)
+    return out
 
 
 def _multivalue_field(chunk: Chunk, name: str, st: np.ndarray, en: np.ndarray, sep: int):

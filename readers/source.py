@@ -150,6 +150,12 @@ def _format_name(v) -> str | None:
     return None if v in FORMATS else FORMATS.unknown(v)
 
 
+def _tsv_hint(path) -> str:
+    if isinstance(path, str) and path.removesuffix(".gz").lower().endswith((".tsv", ".tab")):
+        return " (a TSV with a header row is csv with delimiter '\\t'; Criteo's log is criteo)"
+    return ""
+
+
 def _path(v) -> str | None:
     return None if v else "expected a file path, got ''"
 
@@ -175,6 +181,14 @@ class FileReader(Reader):
                                    'thread when its first 200 batches cost it < 1 ms of CPU each '
                                    '(handing a batch across costs about as much); "always": it never does'),
     }
+
+    @classmethod
+    def check_config(cls, cfg: dict) -> list[tuple[str, str]]:
+        problems = super().check_config(cfg)
+        if "format" not in cfg:              # say the choices (a .csv/.jsonl/.libsvm path infers it)
+            problems = [(k, f"{m}: one of {', '.join(sorted(FORMATS))}{_tsv_hint(cfg.get('path'))}")
+                        if k == "format" else (k, m) for k, m in problems]
+        return problems
 
     @classmethod
     def open(cls, cfg, batch_size, malformed):

@@ -160,7 +160,7 @@ def load_config(args) -> dict:
         raise ConfigError([("", f"{path} is a directory, not a config file")])
     if not os.path.exists(path):
         raise ConfigError([("", f"config file not found: {path} {shipped.missing_hint(path)}")])
-    cfg, found = configmod.load_listing(path, args.sets)
+    cfg, found, args.inferred = configmod.load_listing(path, args.sets)
     found += configmod.problems(cfg)
     if found:
         raise ConfigError(found, source=args.config)

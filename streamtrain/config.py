@@ -164,20 +164,46 @@ def parse_value(text: str):
 
 def load(path, sets=()) -> dict:
     """Read a config file, apply defaults, then the ``PATH=VALUE`` overrides in order."""
-    config, found = load_listing(path, sets)
+    config, found, _ = load_listing(path, sets)
     if found:
         raise ConfigError(found)
     return config
 
 
-def load_listing(path, sets=()) -> tuple[dict, list]:
+def load_listing(path, sets=()) -> tuple[dict, list, list[str]]:
     """``load`` that returns the problems of the ``--set`` overrides instead of raising, so
-    ``validate`` lists them with the config's own (an unreadable file still raises)."""
+    ``validate`` lists them with the config's own (an unreadable file still raises), and what
+    ``infer_reader`` inferred, in words."""
     raw = read_json(Path(path))
     if not isinstance(raw, dict):
         raise ConfigError([("", f"{path}: expected a JSON object at the top, got {type(raw).__name__}")])
     config = with_defaults(SCHEMA, raw)
-    return config, set_problems(config, sets)
+    found = set_problems(config, sets)
+    named = isinstance(raw.get("reader"), dict) and "type" in raw["reader"] or \
+        any(item.split("=", 1)[0].strip() in ("reader", "reader.type") for item in sets)
+    return config, found, infer_reader(config, named)
+
+
+SUFFIX_FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".libsvm": "libsvm", ".svm": "libsvm"}
+
+
+def infer_reader(config: dict, named_type: bool) -> list[str]:
+    """A ``reader.path`` on the default reader (the synthetic stream, its type not named) makes
+    it a file reader; a file reader without ``format`` takes the one its path's suffix names
+    (``.csv``, ``.jsonl`` / ``.ndjson``, ``.libsvm`` / ``.svm``, before a ``.gz``); what it
+    inferred, in words. Nothing else is guessed: a ``.tsv`` may be a CSV with tabs or Criteo's log."""
+    reader, said = config.get("reader"), []
+    if not isinstance(reader, dict) or not isinstance(reader.get("path"), str):
+        return said
+    if reader.get("type") == "synthetic" and not named_type:
+        reader["type"] = "file"
+        said.append("reader.type file (reader.path is given and reader.type is not)")
+    suffix = Path(reader["path"].removesuffix(".gz")).suffix.lower()
+    if reader.get("type") == "file" and "format" not in reader and suffix in SUFFIX_FORMATS:
+        reader["format"] = SUFFIX_FORMATS[suffix]
+        said.append(f"reader.format {reader['format']} (the suffix of {reader['path']}; set reader.format "
+                    f"to read it otherwise)")
+    return said
 
 
 def read_json(path: Path):

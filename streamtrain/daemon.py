@@ -108,6 +108,8 @@ def run_job(cfg: dict, args) -> int:
     logcfg = cfg.get("log", {})
     setup_logging(args.log_format or logcfg.get("format", "text"), args.log_level or logcfg.get("level", "INFO"))
     log_start(log, f"training job {cfg.get('name', '')!r}")
+    for said in getattr(args, "inferred", ()):      # (cli.load_config: from the config's reader.path)
+        log.info("inferred %s", said)
     if serve_settings(cfg)["enabled"]:
         require_extra("serve.enabled (predictions served beside training)")
     startup.for_job(cfg)
@@ -146,6 +148,7 @@ def run_job(cfg: dict, args) -> int:
         with open(args.summary, "w") as fh:
             json.dump(summary, fh, indent=2)
     _malformed(job)
+    _empty_file(job, cfg)
     return EXIT_NO_CHECKPOINT if job.checkpoint_error else 0
 
 
@@ -159,6 +162,18 @@ def _malformed(job: Job) -> None:
     log.warning("%d lines skipped as malformed: %s", total, why)
     if job.trainer is None and not job.stop_requested and not job.store_down:
         raise ReaderError(f"nothing was trained: every one of the {total} lines of the stream was malformed: {why}")
+
+
+def _empty_file(job: Job, cfg: dict) -> None:
+    """A file that ended before its first example line (empty, or a header alone) trained
+    nothing: most likely the wrong file, said in a warning (the exit stays 0: an empty hourly
+    file is no failure to restart on)."""
+    reader = cfg.get("reader") or {}
+    if reader.get("type") != "file" or reader.get("limit") == 0 or job.max_examples == 0:
+        return
+    if job.trainer is None and not job.stop_requested and not job.store_down and not job.malformed.total:
+        log.warning("nothing was trained: %s holds no example line (it is empty%s)", reader.get("path"),
+                    ", or a header alone" if reader.get("format") == "csv" else "")
 
 
 def resolve_restore(restore: str | None, cfg: dict) -> str | None:

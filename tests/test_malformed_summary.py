@@ -47,12 +47,14 @@ def test_some_lines_malformed_are_counted_by_reason_at_the_end(tmp_path):
     assert f"WARNING streamtrain: 400 lines skipped as malformed: {LABEL.format(400)}" in done.stderr
 
 
-def test_an_empty_stream_trains_nothing_quietly(tmp_path):
+def test_an_empty_stream_trains_nothing_and_says_so_in_a_warning(tmp_path):
     empty = tmp_path / "empty.csv"
     empty.write_text("")
     done = run_csv(empty, tmp_path / "s.json")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "done: nothing trained" in done.stderr and "malformed" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].endswith(
+        f"WARNING streamtrain: nothing was trained: {empty} holds no example line (it is empty, or a header alone)")
 
 
 def test_describe_doctest():

@@ -188,6 +188,15 @@ def test_csv_and_criteo_numbers_written_as_missing_are_missing_not_bad_lines(mis
     assert j.parse_buffer(lines.encode()).dense.tolist() == [[0], [0]] and j.malformed.total == 1
 
 
+def test_csv_header_naming_a_column_twice_reads_it_as_pandas_does(caplog):
+    p = make_parser("csv", {})
+    p.set_header("label,a,a,a.1,b,a")
+    assert p.columns == ["label", "a", "a.2", "a.1", "b", "a.3"]
+    assert "csv header: column 3 is named 'a' as an earlier one: read as 'a.2'" in caplog.text
+    b = p.parse_buffer(b"1,x,y,z,w,v\n")
+    assert b.sparse["a.2"].ids.tolist() == hash_values("a.2", ["y"]).tolist()
+
+
 def test_csv_columns_option_transform_none_and_auto_header():
     p = make_parser("csv", {"columns": ["label", "x", "c"], "numeric": ["x"],
                             "numeric_transform": "none", "labels": None})
