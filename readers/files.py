@@ -195,20 +195,38 @@ def file_reader(path, fmt: str, options: dict | None = None, batch_size: int = 1
 
 
 MAX_PIECE_LINES = 1024
+BOM = b"\xef\xbb\xbf"
 MAX_BATCH_PIECE_LINES = 1 << 16   # a batch beyond this is re-cut from pieces of this size
 
 
-def _raw_blocks(path: str, block_bytes: int):
+def _raw_blocks(path: str, block_bytes: int, start_problem=None):
     def gen():
         with open_binary(path) as f:
             if isinstance(f, gzip.GzipFile):
                 try:
-                    yield from _gunzip_blocks(f.fileobj, block_bytes)
+                    yield from first_block_checked(_gunzip_blocks(f.fileobj, block_bytes), path, start_problem)
                 except zlib.error as e:
                     raise ReaderError(f"cannot read {path!r}: corrupt gzip data ({e})") from e
             else:
-                yield from iter_blocks(f, block_bytes)
+                yield from first_block_checked(iter_blocks(f, block_bytes), path, start_problem)
     return gen
+
+
+def first_block_checked(blocks, path: str, start_problem=None):
+    """The blocks, a UTF-8 byte order mark at the start taken off (Notepad and PowerShell write
+    one: a JSON line or a libsvm label read with it is bad); ``start_problem(first block)``
+    (the parser's) may say why the file cannot be read at all: a ``ReaderError`` naming it."""
+    blocks = iter(blocks)
+    for block in blocks:
+        if block.startswith(BOM):
+            block = block[len(BOM):]
+        why = start_problem(block) if start_problem else None
+        if why:
+            raise ReaderError(f"cannot read {path}: {why}")
+        if block:
+            yield block
+        break
+    yield from blocks
 
 
 def _gunzip_blocks(raw, block_bytes: int):
@@ -267,7 +285,7 @@ def _parsed_pieces(path: str, parser: Parser, block_bytes: int, out: "_Rebatcher
     the GIL, and carried along), so a large batch costs one join, not a re-scan of a growing
     tail per block.
     """
-    raw = _raw_blocks(path, block_bytes)
+    raw = _raw_blocks(path, block_bytes, parser.start_problem)
     blocks = iter((buffered(raw, prefetch) if prefetch else raw)())
     piece = _piece_lines(out.size)
     try:

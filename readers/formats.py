@@ -116,6 +116,11 @@ class Parser:
         self.field_length = options.get("field_length", COMMON_OPTIONS["field_length"].default)
 
     # -- interface ---------------------------------------------------------------------------
+    def start_problem(self, block: bytes) -> str | None:
+        """Why a file whose first lines are ``block`` cannot be in this format at all (None:
+        it may be; its lines are judged one by one)."""
+        return None
+
     def parse(self, lines) -> Batch:
         """Parse raw lines (bytes or str, ``\\n`` / ``\\r\\n`` endings tolerated)."""
         return self.parse_chunk(Chunk.from_lines(list(lines)))

@@ -124,6 +124,12 @@ class JsonlParser(Parser):
                 keys.update(dict.fromkeys(obj))
         self._plan(list(keys))
 
+    def start_problem(self, block: bytes) -> str | None:
+        if block.lstrip()[:1] == b"[":
+            return ("it holds a JSON array ('[' first), not JSON lines (one object a line): write one "
+                    "object per line, e.g. jq -c '.[]' in.json > in.jsonl")
+        return None
+
     def parse_compiled(self, buf: bytes, start: int = 0, end: int | None = None, lines: int = -1):
         if self.cat is None:                # no keys seen yet: json.loads finds them
             return None

@@ -12,7 +12,7 @@ import sys
 import time
 
 from .errors import ReaderError
-from .readers.files import iter_blocks, not_a_file, open_binary
+from .readers.files import first_block_checked, iter_blocks, not_a_file, open_binary
 from .readers.kafka.clients import MECHANISMS, PROTOCOLS, check_security, client_settings, patient, quiet_library_logs
 from .readers.kafka.codecs import PACKAGES
 
@@ -27,7 +27,7 @@ def iter_lines(path, loop: bool = False, skip_header: bool = False):
         n = 0
         with open_binary(path) as f:
             first = True
-            for block in iter_blocks(f):
+            for block in first_block_checked(iter_blocks(f), str(path)):
                 lines = block.split(b"\n")
                 lines.pop()                         # the block ends with '\n'
                 if first and skip_header and lines:

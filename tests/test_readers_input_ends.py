@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from streamtrain.readers import Malformed
 from streamtrain.readers.files import TruncatedInput, file_reader
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,3 +104,41 @@ def test_a_path_that_is_not_a_file_says_what_it_is(kind, what, tmp_path, fifo):
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
     assert out.stderr.strip().splitlines()[-1].startswith(f"streamtrain: cannot open '{path}': ")
     assert what in out.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("fmt, text", [
+    ("jsonl", '{"label": 1, "c": "a"}\n{"label": 0, "c": "b"}\n'),
+    ("libsvm", "1 3:1\n0 4:1\n"),
+    ("csv", "label,c\n1,a\n0,b\n"),
+])
+@pytest.mark.parametrize("gz", [False, True])
+@pytest.mark.parametrize("prefetch", [0, 4])
+def test_a_byte_order_mark_at_the_start_is_not_part_of_the_first_line(fmt, text, gz, prefetch, tmp_path):
+    """Notepad and PowerShell start a UTF-8 file with a byte order mark: the first JSON line
+    was a `decode` line, a libsvm first label a `label` one."""
+    data = b"\xef\xbb\xbf" + text.encode()
+    path = tmp_path / ("f.gz" if gz else "f")
+    path.write_bytes(gzip.compress(data) if gz else data)
+    m = Malformed()
+    batches = list(file_reader(str(path), fmt, {}, 16, m, prefetch=prefetch)())
+    assert sum(b.size for b in batches) == 2 and m.total == 0
+    assert batches[0].labels.tolist() == [1, 0]
+
+
+def test_a_json_array_read_as_json_lines_says_what_it_is(tmp_path):
+    path = tmp_path / "clicks.json"
+    path.write_text(json.dumps([{"label": 1, "c": "a"}, {"label": 0, "c": "b"}], indent=2))
+    done = subprocess.run([sys.executable, "-m", "streamtrain", "run", "lr", "--set", f"reader.path={path}",
+                           "--set", "reader.format=jsonl", "--set", "metrics.enabled=false",
+                           "--set", "checkpoint.dir=null"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"streamtrain: cannot read {path}: it holds a JSON array ('[' first), not JSON lines (one object a "
+        "line): write one object per line, e.g. jq -c '.[]' in.json > in.jsonl")
+
+
+def test_produce_sends_the_first_line_without_its_byte_order_mark(tmp_path):
+    from streamtrain.produce import iter_lines
+    path = tmp_path / "clicks.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"label": 1}\r\n{"label": 0}\r\n')
+    assert list(iter_lines(str(path))) == [b'{"label": 1}\r', b'{"label": 0}\r']
