@@ -16,6 +16,7 @@ from streamtrain.ops.base import Layer
 from .batch import Feed, once_per_batch
 from .context import Context, Gradients
 from .errors import ConfigError, ShapeError
+from .numeric_only import left_out, pruned
 from .params import ParamSpec
 from .state import Status, advance
 from .uniq import unique_inverse
@@ -133,6 +134,7 @@ class Graph:
         if problems:
             raise ConfigError(problems)
         self.schema = schema
+        self.left_out: list[str] = []
         self.order = topological_order(layers)
         self.layers = {layer.name: layer for layer in self.order}
         self.consumers = {name: [] for name in self.layers}
@@ -169,7 +171,13 @@ class Graph:
 
     @classmethod
     def from_config(cls, layer_configs: list, schema: Schema) -> "Graph":
-        return cls(layers_from_config(layer_configs), schema)
+        """The graph of ``layer_configs`` on ``schema``'s fields; on a stream without
+        categorical fields, without the layers that read only them (``numeric_only``; named in
+        ``left_out``)."""
+        gone = left_out(layer_configs, schema)
+        graph = cls(layers_from_config(pruned(layer_configs, gone) if gone else layer_configs), schema)
+        graph.left_out = gone
+        return graph
 
     def get_config(self) -> list[dict]:
         return [layer.get_config() for layer in self.order]

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from . import checkpoint, job_checkpoints, outage, readahead, report, scoring
+from . import checkpoint, job_checkpoints, numeric_only, outage, readahead, report, scoring
 from .backoff import STOPPED, Backoff
 from .automl import attach as automl_attach
 from .drift import DriftMonitor
@@ -130,6 +130,7 @@ class Job:
             lambda: self.store.declare(self.graph.params, self.config["default_optimizer"]))
         if declared is STOPPED:
             return STOPPED
+        numeric_only.say(self.graph.left_out, schema)
         log.info("model built: %d layers, %d parameters (%d tables) on fields %s; store %s",
                  len(self.graph.layers), len(self.graph.params), len(self.graph.table_params),
                  ",".join(schema.sparse) or "-", self.store.describe())

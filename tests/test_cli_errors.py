@@ -192,13 +192,14 @@ def test_restore_a_checkpoint_of_another_model(model, sets, needle, fm_checkpoin
     assert not ckpt_dir.exists()                  # no final checkpoint of the untrained model
 
 
-def test_a_csv_with_no_categorical_column_is_refused_naming_its_numeric_ones(tmp_path):
+def test_a_csv_whose_categorical_columns_are_all_dropped_is_refused_naming_its_numeric_ones(tmp_path):
     data = tmp_path / "numeric.csv"
-    data.write_text("a,b,clicked\n0.5,0.25,1\n0.1,0.75,0\n")
+    data.write_text("a,b,c,clicked\n0.5,0.25,x,1\n0.1,0.75,y,0\n")
     out = streamtrain("run", "lr", "--set", "reader.type=file", "--set", f"reader.path={data}", "--set",
-                      "reader.format=csv", "--set", "reader.label=clicked", "--set", 'reader.numeric=["a","b"]', *QUIET)
-    assert_refused(out, "layers.sparse: layer 'sparse': no categorical fields to read: the stream has none (its "
-                        "numeric columns: a, b); this model needs at least one")
+                      "reader.format=csv", "--set", "reader.label=clicked", "--set", 'reader.numeric=["a","b"]',
+                      "--set", 'layers.0.exclude=["c"]', *QUIET)
+    assert_refused(out, "layers.sparse: layer 'sparse': no categorical fields to read: the stream has only "
+                        "excluded ones (its numeric columns: a, b); this model needs at least one")
 
 
 def test_a_home_relative_path_in_the_config_is_the_home_directorys(tmp_path):
