@@ -3,6 +3,7 @@
 this, a CSV of numbers was refused by every example model ("no categorical fields to read")."""
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -74,3 +75,26 @@ def test_a_csv_of_numbers_trains_lr_to_its_planted_weights(tmp_path):
     assert sorted(graph.layers) == sorted(KEPT["lr"])
     w = store.pull(["linear.W"], {})["linear.W"].ravel()
     np.testing.assert_allclose(w, [2.0, -1.0, 0.0], atol=0.15)
+
+
+def test_automl_on_numbers_proposes_no_setting_that_changes_only_left_out_layers(tmp_path):
+    """Before, a third of auto.json's proposals on a numeric stream changed crosses, the FM term
+    or the wide rate: layers left out, so copies of a live candidate in a slot of four."""
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(30_000, 4))
+    y = (rng.random(30_000) < 1 / (1 + np.exp(-(x[:, 0] - x[:, 1] + x[:, 2] * x[:, 3])))).astype(int)
+    path = tmp_path / "measurements.csv"
+    path.write_text("y,a,b,c,d\n" + "".join(f"{t},{r[0]:.3f},{r[1]:.3f},{r[2]:.3f},{r[3]:.3f}\n" for t, r in zip(y, x)))
+    out = subprocess.run(
+        [sys.executable, "-m", "streamtrain", "run", "auto", "--set", f"reader.path={path}", "--set", "reader.label=y",
+         "--set", 'reader.numeric=["a","b","c","d"]', "--set", "metrics.enabled=false", "--set", "checkpoint.dir=null",
+         "--summary", str(tmp_path / "s.json")], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    born = [ast.literal_eval(line.split(" born: ", 1)[1]) for line in out.stderr.splitlines() if " born: " in line]
+    start = born[0]
+    assert len(born) >= 4
+    for assign in born:
+        assert "fm" not in assign["terms"] and assign["crosses"] == []
+        assert all(assign[k] == start[k] for k in ("wide_rate", "wide_l2", "fm_dim", "products", "crosses"))
+    assert "changes only layers it leaves out" in out.stderr
+    assert json.loads((tmp_path / "s.json").read_text())["examples"] == 30_000

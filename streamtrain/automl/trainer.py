@@ -8,6 +8,7 @@ job commits the batch's offsets only then.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -75,16 +76,36 @@ class AutoTrainer:
 
     def _fits(self, assign: dict) -> bool:
         """Whether the assignment's model builds on this stream's fields (cached by its key): the
-        search proposes no other (it follows from the schema, so trainers sharing a search agree)."""
+        search proposes no other (it follows from the schema, so trainers sharing a search agree).
+        On a stream whose models leave layers out (numeric columns only), a setting that changes
+        only left-out layers (``fm_dim`` with no categorical field) makes no new model: an
+        assignment fits only with every such setting at its start value (``_built``)."""
         k = key(assign)
         if k not in self._fit:
             try:
-                Graph.from_config(reachable(self.space.apply(self.config, assign)["layers"]), self.schema)
-                self._fit[k] = True
+                built = self._built(assign)
+                start = self.space.start(self.config, sorted(self.schema.sparse)) if built[1] else assign
+                same = next((d for d, other in _back_to(assign, start) if self._same(other, built)), None)
+                if same is not None:
+                    log.info("automl: not proposed on this stream: %s (its %s changes only layers it leaves out)",
+                             k, same)
+                self._fit[k] = same is None
             except ConfigError as err:
                 log.info("automl: not proposed on this stream: %s (%s)", k, str(err).replace("\n", " "))
                 self._fit[k] = False
         return self._fit[k]
+
+    def _same(self, assign: dict, built: tuple) -> bool:
+        try:
+            return self._built(assign) == built
+        except ConfigError:
+            return False
+
+    def _built(self, assign: dict) -> tuple[str, bool]:
+        """(the applied config with the layers as built on this stream, whether some were left out)."""
+        applied = self.space.apply(self.config, assign)
+        graph = Graph.from_config(reachable(applied["layers"]), self.schema)
+        return json.dumps({**applied, "layers": graph.get_config()}, sort_keys=True, default=str), bool(graph.left_out)
 
     # ---- the candidates ----------------------------------------------------------------------
     def start(self, state: dict | None = None) -> None:
@@ -301,3 +322,13 @@ def _born(events) -> set:
 
 def _num(x: float):
     return round(float(x), 6) if np.isfinite(x) else None
+
+
+def _back_to(assign: dict, start: dict):
+    """(setting, the assignment with it at its start value), and for a set of terms or crosses,
+    with each one the start has not taken out in turn."""
+    for d, v in assign.items():
+        if d in start and v != start[d]:
+            yield d, {**assign, d: start[d]}
+            if isinstance(v, list) and isinstance(start[d], list):
+                yield from ((d, {**assign, d: [x for x in v if x != item]}) for item in v if item not in start[d])
