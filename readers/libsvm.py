@@ -1,7 +1,8 @@
 """libsvm / svmlight: ``label idx:val idx:val ...`` → one sparse field ``features`` with values.
 
 Indices are hashed as strings in the field ``features`` (so ``"7"`` and ``"07"`` differ);
-values are float32. By default the label ``-1`` is mapped to ``0`` (``label_map``).
+values are float32. By default the label ``-1`` is mapped to ``0`` (``label_map``). A ``#``
+starts a comment to the line's end; a line that is a comment alone is blank.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from .lines import Chunk, split
 from .numbers import parse_spans
 
 FIELD = "features"
-COLON = ord(":")
+COLON, HASH = ord(":"), ord("#")
 
 
 @register
@@ -49,6 +50,8 @@ class LibsvmParser(Parser):
         return Batch(labels=labels, sparse={self.field: field})
 
     def parse_chunk(self, chunk: Chunk) -> Batch:
+        whole = chunk
+        chunk = _without_comments(chunk)            # marks on one mark the other
         sp = split(chunk, b" \t", drop_empty=True, max_length=self.field_length)
         self._mark_rows(chunk, np.arange(chunk.n), (sp.count == 0) & ~chunk.blank, mf.FIELD_COUNT)
         first = np.zeros(len(sp.start), dtype=bool)
@@ -79,6 +82,25 @@ class LibsvmParser(Parser):
         rows = lab_line[keep_lab]
         row_of = np.searchsorted(rows, fl)
         ids = hash_spans(chunk.words, fs, colon - fs, self.seed)
-        self._finish(chunk)
+        self._finish(whole)                         # bad lines reported as they were written
         return Batch(labels=labels_all[keep_lab],
                      sparse={self.field: field_from_rows(ids, row_of, len(rows), vals)})
+
+
+def _without_comments(chunk: Chunk) -> Chunk:
+    """The chunk with each line's ``# ...`` taken out (svmlight's trailing info, and the comment
+    lines scikit-learn's ``dump_svmlight_file`` writes first, which become blank), or the chunk
+    itself when it has no ``#``. The line count is the same: the new chunk shares ``reason``."""
+    hashes = np.flatnonzero(chunk.arr == HASH)
+    if not hashes.size:
+        return chunk
+    line = np.searchsorted(chunk.line_end, hashes)
+    first = np.r_[True, line[1:] != line[:-1]]
+    starts, lines = hashes[first], line[first]
+    visible = np.r_[0, np.cumsum((chunk.arr != 32) & (chunk.arr != 9))]
+    alone = visible[starts] == visible[chunk.line_start[lines]]     # only blanks before the '#'
+    cut = np.zeros(len(chunk.arr) + 1, dtype=np.int8)
+    cut[np.where(alone, chunk.line_start[lines], starts)] = 1      # from a line's first '#' ...
+    cut[chunk.text_end[lines]] -= 1                 # ... to its end ('\r\n' kept)
+    keep = np.cumsum(cut[:-1]) == 0
+    return Chunk(chunk.arr[keep].tobytes(), reason=chunk.reason, check_utf8=False)
