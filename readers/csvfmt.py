@@ -10,6 +10,7 @@ takes its quotes out. ``hash_as: {column: other}`` gives a column's values the i
 from __future__ import annotations
 
 import csv
+import difflib
 import logging
 
 import numpy as np
@@ -113,6 +114,7 @@ class CsvParser(Parser):
             hint = next((f"; the header looks {name}-separated: set reader.delimiter to {d!r}"
                          for d, name in ((";", "semicolon"), ("\t", "tab"), ("|", "pipe"), (",", "comma"))
                          if len(cols) == 1 and d != self.delimiter.decode() and d in cols[0]), "")
+            hint = hint or _nearest(missing, cols)
             raise ReaderError(f"csv columns {cols} lack {missing} (label / numeric / multivalue "
                               f"options name columns that are not in the header){hint}")
         self.columns = cols
@@ -194,6 +196,15 @@ class CsvParser(Parser):
         self._finish(whole)                 # bad lines reported as they were written
         return Batch(labels=labels, sparse=sparse, dense=vals.astype(np.float32),
                      dense_names=tuple(self.numeric))
+
+
+def _nearest(missing: list[str], cols: list[str]) -> str:
+    """'; did you mean ...' for the missing names with a column of nearly their name."""
+    lowered = {c.lower(): c for c in cols}
+    near = {m: lowered.get(m.lower()) or next(iter(difflib.get_close_matches(m, cols, 1, 0.75)), None)
+            for m in missing}
+    said = [f"{near[m]!r} for {m!r}" for m in missing if near[m]]
+    return f"; did you mean {', '.join(said)}?" if said else ""
 
 
 def _distinct(cols: list[str]) -> list[str]:

@@ -305,6 +305,13 @@ def test_a_header_of_another_delimiter_is_named_in_the_error(sep, name):
         parser.set_header(sep.join(["clicked", "a", "b"]) + "\n")
 
 
+def test_a_column_named_in_another_case_or_nearly_is_suggested():
+    parser = make_parser("csv", {"label": "label", "numeric": ["price", "clicks"]}, Malformed())
+    with pytest.raises(ReaderError) as err:
+        parser.set_header("Label,site,Price,click_count\n")
+    assert str(err.value).endswith("did you mean 'Label' for 'label', 'Price' for 'price'?")
+
+
 def test_text_labels_are_mapped_by_label_maps_text_keys():
     """A CSV (or JSON lines) label column of yes/no: every line was a label error, and label_map
     took numbers only; a text key maps it, any case, quoted or not."""
