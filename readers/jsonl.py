@@ -17,6 +17,7 @@ compiled pass (``jsonl_kernel``); the others this module's path, which gives the
 from __future__ import annotations
 
 import json
+import logging
 import math
 
 import numpy as np
@@ -26,12 +27,14 @@ from streamtrain.schema import Option
 
 from . import malformed as mf
 from .batching import fields_from_columns, offsets_from_counts
-from .csvfmt import _names
+from .csvfmt import _names, _nearest
 from .formats import COMMON_OPTIONS, TRANSFORM, Parser, register
 from .ids import hash_values
 from .jsonl_kernel import JsonPlan, parse_clean
 from .lines import Chunk
 from .numbers import MISSING_TEXT, signed_log1p
+
+log = logging.getLogger("streamtrain.readers")
 
 
 class _Text(str):
@@ -122,7 +125,21 @@ class JsonlParser(Parser):
                 continue
             if isinstance(obj, dict):
                 keys.update(dict.fromkeys(obj))
+        self._check_keys(list(keys))
         self._plan(list(keys))
+
+    def _check_keys(self, keys: list[str]) -> None:
+        """The first lines' keys against the options: a label, numeric or multivalue key none of
+        them has is named in a warning, with a near key (a line without its label is a bad line;
+        a stream whose every line is ends the run saying so)."""
+        if keys and self.label_key not in keys:
+            log.warning("json lines: the label key %r (reader.label) is in none of the first lines, whose keys "
+                        "are %s: those lines are bad (label)%s", self.label_key, keys,
+                        _nearest([self.label_key], keys))
+        absent = [k for k in [*self.numeric, *self.multi] if k not in keys] if keys else []
+        if absent:
+            log.warning("json lines: keys %s (reader.numeric / multivalue) are in none of the first lines, whose "
+                        "keys are %s: read as missing until they come%s", absent, keys, _nearest(absent, keys))
 
     def start_problem(self, block: bytes) -> str | None:
         if block.lstrip()[:1] == b"[":

@@ -337,3 +337,14 @@ def test_libsvm_comments_are_not_read_and_a_comment_line_is_blank():
     got = make_parser("libsvm", {}, m).parse_buffer(commented)
     assert m.total == 0
     assert_batches_equal(got, make_parser("libsvm", {}).parse_buffer(plain))
+
+
+def test_jsonl_keys_the_first_lines_lack_are_named_with_a_near_one(caplog):
+    """A misspelt numeric key read every value as missing (0) without a word."""
+    p = make_parser("jsonl", {"numeric": ["price"], "label": "label"})
+    b = p.parse_buffer(b'{"Label": 1, "site": "a", "Price": 2}\n{"Label": 0, "site": "b", "Price": 3}\n')
+    assert b.size == 0 and p.malformed.counts["label"] == 2
+    assert ("json lines: the label key 'label' (reader.label) is in none of the first lines, whose keys are "
+            "['Label', 'site', 'Price']: those lines are bad (label); did you mean 'Label' for 'label'?") in caplog.text
+    assert ("json lines: keys ['price'] (reader.numeric / multivalue) are in none of the first lines, whose keys are "
+            "['Label', 'site', 'Price']: read as missing until they come; did you mean 'Price' for 'price'?") in caplog.text
