@@ -2,7 +2,8 @@
 
 Indices are hashed as strings in the field ``features`` (so ``"7"`` and ``"07"`` differ);
 values are float32. By default the label ``-1`` is mapped to ``0`` (``label_map``). A ``#``
-starts a comment to the line's end; a line that is a comment alone is blank.
+starts a comment to the line's end; a line that is a comment alone is blank; ``qid:n`` (a
+query id, svmlight's ranking files) is no feature.
 """
 from __future__ import annotations
 
@@ -74,10 +75,11 @@ class LibsvmParser(Parser):
         vals, ok, _ = parse_spans(chunk, colon + 1, fe)
         good &= ok
         self._mark_rows(chunk, fl, ~good, mf.NUMBER)
-        # keep the good lines
+        # keep the good lines, and of their tokens the features (svmlight's "qid:n" is a query id)
         line_ok = chunk.reason == 0
         keep_lab = line_ok[lab_line]
-        keep_feat = line_ok[fl]
+        qid = (colon - fs == 3) & (chunk.arr[fs] == 113) & (chunk.arr[fs + 1] == 105) & (chunk.arr[fs + 2] == 100)
+        keep_feat = line_ok[fl] & ~qid
         fs, colon, fl, vals = fs[keep_feat], colon[keep_feat], fl[keep_feat], vals[keep_feat]
         rows = lab_line[keep_lab]
         row_of = np.searchsorted(rows, fl)

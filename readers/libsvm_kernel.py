@@ -1,7 +1,8 @@
 """The libsvm parse of a well-formed chunk as one compiled pass over its bytes (no GIL held).
 
 ``parse_clean`` splits each line at spaces and tabs, parses the label, and for every
-``idx:val`` token hashes ``idx`` and parses ``val`` (``tokens.number_token``), line by line in
+``idx:val`` token hashes ``idx`` and parses ``val`` (``tokens.number_token``; ``qid:val``, a query id,
+is parsed and left out), line by line in
 one numba kernel, giving exactly what ``LibsvmParser``'s vectorised path gives for the same
 bytes. It takes only chunks where nothing needs a decision: every line has a label that
 ``number_token`` reads and tokens with one ``:`` after a non-empty index and before such a
@@ -82,13 +83,14 @@ def _parse(arr, words, seed, field_length, n):
                             ok, v = number_token(arr, colon + 1, n_val)
                             if not ok:
                                 return False, high, labels, offsets, ids[:k], vals[:k]
-                        vals[k] = v
                         n_idx = colon - start     # hash_token's fold, the words read in place
-                        x = states[n_idx] if n_idx < SHORT else start_state(seed, n_idx)
-                        for q in range(start, colon, 8):
-                            x = fold_word(x, load_word(arr, q), colon - q)
-                        ids[k] = splitmix64_one(x)
-                        k += 1
+                        if n_idx != 3 or arr[start] != 113 or arr[start + 1] != 105 or arr[start + 2] != 100:
+                            vals[k] = v           # (not svmlight's "qid": a query id, no feature)
+                            x = states[n_idx] if n_idx < SHORT else start_state(seed, n_idx)
+                            for q in range(start, colon, 8):
+                                x = fold_word(x, load_word(arr, q), colon - q)
+                            ids[k] = splitmix64_one(x)
+                            k += 1
                     tokens += 1
                 start = pos + 1
                 colon, colons = -1, 0

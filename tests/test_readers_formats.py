@@ -13,6 +13,7 @@ from tests.readers_helpers import assert_batches_equal, concat, data_file
 from streamtrain.errors import ConfigError, ReaderError
 from streamtrain.readers import (FORMATS, Malformed, file_reader, hash_values, make_parser, open_reader,
                                  validate_reader_config, write_movielens_csv)
+from streamtrain.readers.lines import Chunk
 
 CRITEO = "criteo_kaggle_head7625.tsv.gz"
 TALKING = "talkingdata_train_sample_100k.csv.gz"
@@ -348,3 +349,17 @@ def test_jsonl_keys_the_first_lines_lack_are_named_with_a_near_one(caplog):
             "['Label', 'site', 'Price']: those lines are bad (label); did you mean 'Label' for 'label'?") in caplog.text
     assert ("json lines: keys ['price'] (reader.numeric / multivalue) are in none of the first lines, whose keys are "
             "['Label', 'site', 'Price']: read as missing until they come; did you mean 'Price' for 'price'?") in caplog.text
+
+
+def test_libsvm_query_ids_are_no_feature_in_either_path():
+    """svmlight ranking files (and scikit-learn's dump with query_id) write 'qid:n' after the
+    label: it was a feature 'qid' of value n (12345 on one weight), by both paths."""
+    with_qid = b"1 qid:1 0:0.5 2:1\n0 qid:12345 1:1 2:0.25\n1 qid:3\n"
+    plain = b"1 0:0.5 2:1\n0 1:1 2:0.25\n1\n"
+    assert make_parser("libsvm", {}).parse_compiled(with_qid) is not None
+    want = make_parser("libsvm", {}).parse_buffer(plain)
+    assert_batches_equal(make_parser("libsvm", {}).parse_buffer(with_qid), want)
+    assert_batches_equal(make_parser("libsvm", {}).parse_chunk(Chunk(with_qid)), want)
+    m = Malformed()
+    make_parser("libsvm", {}, m).parse_buffer(b"1 qid:x 0:1\n")
+    assert m.counts["number"] == 1
