@@ -78,8 +78,7 @@ class LibsvmParser(Parser):
         # keep the good lines, and of their tokens the features (svmlight's "qid:n" is a query id)
         line_ok = chunk.reason == 0
         keep_lab = line_ok[lab_line]
-        qid = (colon - fs == 3) & (chunk.arr[fs] == 113) & (chunk.arr[fs + 1] == 105) & (chunk.arr[fs + 2] == 100)
-        keep_feat = line_ok[fl] & ~qid
+        keep_feat = line_ok[fl] & ~_query_ids(chunk.arr, fs, colon)
         fs, colon, fl, vals = fs[keep_feat], colon[keep_feat], fl[keep_feat], vals[keep_feat]
         rows = lab_line[keep_lab]
         row_of = np.searchsorted(rows, fl)
@@ -87,6 +86,16 @@ class LibsvmParser(Parser):
         self._finish(whole)                         # bad lines reported as they were written
         return Batch(labels=labels_all[keep_lab],
                      sparse={self.field: field_from_rows(ids, row_of, len(rows), vals)})
+
+
+def _query_ids(arr: np.ndarray, fs: np.ndarray, colon: np.ndarray) -> np.ndarray:
+    """Which tokens are ``qid:...`` (their three index bytes read only where there are three)."""
+    qid = np.zeros(len(fs), dtype=bool)
+    three = np.flatnonzero(colon - fs == 3)
+    if three.size:
+        s = fs[three]
+        qid[three] = (arr[s] == 113) & (arr[s + 1] == 105) & (arr[s + 2] == 100)
+    return qid
 
 
 def _without_comments(chunk: Chunk) -> Chunk:
