@@ -12,7 +12,6 @@ always runs in ``finally``.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -26,6 +25,7 @@ from .errors import ReaderError
 from .health import Health, caught_up, job_readiness
 from .job import Job
 from .logs import log_start, setup_logging
+from .report import check_summary_path, write_summary
 from .readers.malformed import describe
 from .serve.run import attach as attach_serving
 from .serve.settings import require_extra, serve_settings
@@ -108,6 +108,7 @@ def run_job(cfg: dict, args) -> int:
     logcfg = cfg.get("log", {})
     setup_logging(args.log_format or logcfg.get("format", "text"), args.log_level or logcfg.get("level", "INFO"))
     log_start(log, f"training job {cfg.get('name', '')!r}")
+    check_summary_path(args.summary)
     for said in getattr(args, "inferred", ()):      # (cli.load_config: from the config's reader.path)
         log.info("inferred %s", said)
     if serve_settings(cfg)["enabled"]:
@@ -144,9 +145,7 @@ def run_job(cfg: dict, args) -> int:
     fields = job.progress(whole_run=True)     # the summary's figures: one measure of the run
     log.info("done: %s elapsed=%.3fs", job.progress_line(fields) if fields else "nothing trained",
              fields.get("elapsed_s", summary["elapsed_s"]), extra={"fields": fields})
-    if args.summary:
-        with open(args.summary, "w") as fh:
-            json.dump(summary, fh, indent=2)
+    write_summary(args.summary, summary)
     _malformed(job)
     _empty_file(job, cfg)
     return EXIT_NO_CHECKPOINT if job.checkpoint_error else 0

@@ -113,14 +113,13 @@ class Evaluation:
 def run_eval(config: dict, args) -> int:
     """The ``eval`` command: log setup, SIGTERM/SIGINT stop after the current batch, the ``done``
     line and ``--summary`` as ``run`` writes them."""
-    import json
-
     from .daemon import Signals
     from .logs import log_start, setup_logging
 
     logcfg = config.get("log", {})
     setup_logging(args.log_format or logcfg.get("format", "text"), args.log_level or logcfg.get("level", "INFO"))
     log_start(log, f"evaluating job {config.get('name', '')!r} with the checkpoint {args.restore}")
+    report.check_summary_path(args.summary)
     evaluation = Evaluation(config, args.restore, max_examples=args.max_examples)
     signals = Signals(evaluation, notify=lambda _: None).install()
     try:
@@ -130,7 +129,5 @@ def run_eval(config: dict, args) -> int:
     fields = evaluation.progress(whole_run=True)
     log.info("done: %s elapsed=%.3fs", evaluation.progress_line(fields), fields.get("elapsed_s", 0.0),
              extra={"fields": fields})
-    if args.summary:
-        with open(args.summary, "w") as fh:
-            json.dump(summary, fh, indent=2)
+    report.write_summary(args.summary, summary)
     return 0

@@ -13,11 +13,15 @@ progressive tracker ``progressive``, or None before the first batch), ``source``
 """
 from __future__ import annotations
 
+import json
+import os
 import time
+from pathlib import Path
 
 import numpy as np
 
 from . import scoring
+from .errors import ConfigError, StreamtrainError
 
 FIXED = ("logloss", "auc", "predicted_ctr", "observed_ctr")     # in every summary (null: not this loss)
 
@@ -104,3 +108,28 @@ def summary(job) -> dict:
         out["planted_auc"] = num(truth.auc())
         out["planted_logloss"] = num(truth.logloss())
     return out
+
+
+def check_summary_path(path: str | None) -> None:
+    """A ``--summary`` that could not be written is a ``ConfigError`` before the run, not a
+    traceback after it (its directory missing or not writable, or the path a directory)."""
+    if not path:
+        return
+    p = Path(path)
+    parent = p.parent
+    why = (f"{path} is a directory" if p.is_dir() else
+           f"its directory {parent} does not exist" if not parent.is_dir() else
+           f"its directory {parent} is not writable" if not os.access(parent, os.W_OK) else None)
+    if why:
+        raise ConfigError([("--summary", f"cannot write the summary to {path}: {why}")])
+
+
+def write_summary(path: str | None, summary: dict) -> None:
+    """The ``--summary`` JSON; a failure to write it (a full disk) says so, exit 1."""
+    if not path:
+        return
+    try:
+        with open(path, "w") as fh:
+            json.dump(summary, fh, indent=2)
+    except OSError as err:
+        raise StreamtrainError(f"cannot write the summary to {path}: {err.strerror or err}") from None

@@ -233,3 +233,17 @@ def test_a_misspelt_kafka_client_setting_is_a_config_error_with_its_near_name():
     assert_refused(out, "reader.consumer: not a kafka-python KafkaConsumer setting: 'check_crc' (did you mean "
                         "'check_crcs'?)", "reader.producer: not a kafka-python KafkaProducer setting: 'lingerms' "
                         "(did you mean 'linger_ms'?)")
+
+
+def test_a_summary_that_cannot_be_written_is_refused_before_the_run_or_said_after_it(tmp_path):
+    """--summary in a directory that does not exist ended the run, after all of its training,
+    with a traceback; a disk that fills up at the end did the same."""
+    out = streamtrain("run", "synthetic", "--set", "reader.examples=2000", "--summary", str(tmp_path / "no" / "s.json"),
+                      *QUIET)
+    assert_refused(out, f"--summary: cannot write the summary to {tmp_path / 'no' / 's.json'}: its directory "
+                        f"{tmp_path / 'no'} does not exist")
+    if os.path.exists("/dev/full"):
+        out = streamtrain("run", "synthetic", "--set", "reader.examples=2000", "--summary", "/dev/full", *QUIET)
+        assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+        assert out.stderr.strip().splitlines()[-1] == \
+            "streamtrain: cannot write the summary to /dev/full: No space left on device"
