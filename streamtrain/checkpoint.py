@@ -25,12 +25,26 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import CheckpointError
+from .errors import CheckpointError, ConfigError
 from .params import ParamSpec
 from .store.base import Snapshot
 
 FORMAT = 1
 LATEST = "LATEST"
+
+
+def check_dir(root) -> None:
+    """``checkpoint.dir`` checked before a run, without making it: it, or the nearest directory
+    above it that exists (the first checkpoint makes the rest), must be a writable directory;
+    a ``ConfigError`` naming why not, instead of a failed final checkpoint after the run."""
+    if root is None:
+        return
+    path = Path(root).absolute()
+    there = next((p for p in (path, *path.parents) if p.exists()), None)
+    why = (f"{there} is a file, not a directory" if there is not None and not there.is_dir() else
+           f"{there} is not writable" if there is not None and not os.access(there, os.W_OK | os.X_OK) else None)
+    if why:
+        raise ConfigError([("checkpoint.dir", f"cannot write checkpoints to {root}: {why}")])
 
 
 def _fsync_file(path: Path) -> None:

@@ -109,6 +109,7 @@ def run_job(cfg: dict, args) -> int:
     setup_logging(args.log_format or logcfg.get("format", "text"), args.log_level or logcfg.get("level", "INFO"))
     log_start(log, f"training job {cfg.get('name', '')!r}")
     check_summary_path(args.summary)
+    checkpoint.check_dir((cfg.get("checkpoint") or {}).get("dir"))
     for said in getattr(args, "inferred", ()):      # (cli.load_config: from the config's reader.path)
         log.info("inferred %s", said)
     if serve_settings(cfg)["enabled"]:

@@ -247,3 +247,16 @@ def test_a_summary_that_cannot_be_written_is_refused_before_the_run_or_said_afte
         assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
         assert out.stderr.strip().splitlines()[-1] == \
             "streamtrain: cannot write the summary to /dev/full: No space left on device"
+
+
+def test_a_checkpoint_dir_that_cannot_be_made_is_refused_before_the_run(tmp_path):
+    """Under a file (or a read-only directory) the final checkpoint failed after the whole run
+    (exit 3); nothing is made before the run (a refused run leaves no directory behind)."""
+    (tmp_path / "afile").write_text("")
+    out = streamtrain("run", "synthetic", "--set", "reader.examples=2000", "--set", "metrics.enabled=false",
+                      "--set", f"checkpoint.dir={tmp_path / 'afile' / 'ckpt'}", "--log-level", "WARNING")
+    assert_refused(out, f"checkpoint.dir: cannot write checkpoints to {tmp_path / 'afile' / 'ckpt'}: "
+                        f"{tmp_path / 'afile'} is a file, not a directory")
+    out = streamtrain("run", "synthetic", "--set", "reader.examples=2000", "--set", "metrics.enabled=false",
+                      "--set", f"checkpoint.dir={tmp_path / 'new' / 'ckpt'}", "--log-level", "WARNING")
+    assert out.returncode == 0 and (tmp_path / "new" / "ckpt").is_dir(), out.stderr[-2000:]
