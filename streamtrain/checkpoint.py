@@ -34,17 +34,17 @@ LATEST = "LATEST"
 
 
 def check_dir(root) -> None:
-    """``checkpoint.dir`` checked before a run, without making it: it, or the nearest directory
-    above it that exists (the first checkpoint makes the rest), must be a writable directory;
-    a ``ConfigError`` naming why not, instead of a failed final checkpoint after the run."""
+    """``checkpoint.dir`` checked before a run, without making it: a path under a file (a
+    mistake in the config) is a ``ConfigError``, instead of a failed final checkpoint after the
+    run. A directory that cannot be written (a disk remounted read-only) is not refused here:
+    the run trains, and its failed checkpoints say so (exit 3)."""
     if root is None:
         return
     path = Path(root).absolute()
     there = next((p for p in (path, *path.parents) if p.exists()), None)
-    why = (f"{there} is a file, not a directory" if there is not None and not there.is_dir() else
-           f"{there} is not writable" if there is not None and not os.access(there, os.W_OK | os.X_OK) else None)
-    if why:
-        raise ConfigError([("checkpoint.dir", f"cannot write checkpoints to {root}: {why}")])
+    if there is not None and not there.is_dir():
+        raise ConfigError([("checkpoint.dir", f"cannot write checkpoints to {root}: {there} is a file, "
+                                              "not a directory")])
 
 
 def _fsync_file(path: Path) -> None:

@@ -250,8 +250,8 @@ def test_a_summary_that_cannot_be_written_is_refused_before_the_run_or_said_afte
 
 
 def test_a_checkpoint_dir_that_cannot_be_made_is_refused_before_the_run(tmp_path):
-    """Under a file (or a read-only directory) the final checkpoint failed after the whole run
-    (exit 3); nothing is made before the run (a refused run leaves no directory behind)."""
+    """Under a file the final checkpoint failed after the whole run (exit 3); nothing is made
+    before the run (a refused run leaves no directory behind)."""
     (tmp_path / "afile").write_text("")
     out = streamtrain("run", "synthetic", "--set", "reader.examples=2000", "--set", "metrics.enabled=false",
                       "--set", f"checkpoint.dir={tmp_path / 'afile' / 'ckpt'}", "--log-level", "WARNING")
