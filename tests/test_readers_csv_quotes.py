@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from streamtrain.readers import Malformed, make_parser
 from streamtrain.readers.ids import hash_values
@@ -102,3 +103,26 @@ def test_a_csv_written_by_r_or_a_spreadsheet_trains_every_line(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["examples"] == 3000 and sum(summary["malformed_by_reason"].values()) == 0
+
+
+TEXT = st.lists(st.sampled_from(['a', 'b', ',', '"', ' ', '|', 'é', ';']), max_size=5).map("".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["0", "1"]), TEXT, TEXT), min_size=1, max_size=8),
+       st.sampled_from([csv.QUOTE_MINIMAL, csv.QUOTE_ALL, csv.QUOTE_NONNUMERIC]))
+def test_any_values_csv_writes_read_back_as_csv_reads_them(rows, quoting):
+    """Whatever the values (delimiters, quotes, spaces in them), a line csv.writer wrote gives
+    the ids of the values csv.reader reads back from it."""
+    out = io.StringIO()
+    csv.writer(out, quoting=quoting, lineterminator="\n").writerows(rows)
+    text = out.getvalue()
+    back = list(csv.reader(io.StringIO(text)))
+    p = make_parser("csv", {}, Malformed())
+    p.set_header("label,u,v")
+    b = p.parse_buffer(text.encode())
+    good = [r for r in back if r[0] in ("0", "1")]
+    assert p.malformed.total == 0 and b.size == len(good)
+    for j, name in ((1, "u"), (2, "v")):
+        values = [r[j] for r in good]
+        assert b.sparse[name].ids.tolist() == hash_values(name, [v for v in values if v]).tolist()
