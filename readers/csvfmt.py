@@ -114,7 +114,7 @@ class CsvParser(Parser):
             hint = next((f"; the header looks {name}-separated: set reader.delimiter to {d!r}"
                          for d, name in ((";", "semicolon"), ("\t", "tab"), ("|", "pipe"), (",", "comma"))
                          if len(cols) == 1 and d != self.delimiter.decode() and d in cols[0]), "")
-            hint = hint or _nearest(missing, cols)
+            hint = hint or _nearest(missing, cols) or _data_hint(cols)
             raise ReaderError(f"csv columns {cols} lack {missing} (label / numeric / multivalue "
                               f"options name columns that are not in the header){hint}")
         self.columns = cols
@@ -196,6 +196,15 @@ class CsvParser(Parser):
         self._finish(whole)                 # bad lines reported as they were written
         return Batch(labels=labels, sparse=sparse, dense=vals.astype(np.float32),
                      dense_names=tuple(self.numeric))
+
+
+def _data_hint(cols: list[str]) -> str:
+    """'; ... looks like data' when the first line has a number where a header has names."""
+    numbers = [c for c in cols if c.strip().lstrip("+-").replace(".", "", 1).isdigit()]
+    if numbers:
+        return (f"; the first line looks like data, not a header ({numbers[0]!r} is a number): name the "
+                f"columns with reader.columns (a list, in order)")
+    return ""
 
 
 def _nearest(missing: list[str], cols: list[str]) -> str:

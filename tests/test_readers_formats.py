@@ -313,6 +313,14 @@ def test_a_column_named_in_another_case_or_nearly_is_suggested():
     assert str(err.value).endswith("did you mean 'Label' for 'label', 'Price' for 'price'?")
 
 
+def test_a_first_line_of_data_is_named_as_such():
+    parser = make_parser("csv", {"label": "label"}, Malformed())
+    with pytest.raises(ReaderError) as err:
+        parser.set_header("1,a.com,3.5\n")
+    assert str(err.value).endswith("the first line looks like data, not a header ('1' is a number): name the "
+                                   "columns with reader.columns (a list, in order)")
+
+
 def test_text_labels_are_mapped_by_label_maps_text_keys():
     """A CSV (or JSON lines) label column of yes/no: every line was a label error, and label_map
     took numbers only; a text key maps it, any case, quoted or not."""
