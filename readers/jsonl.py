@@ -45,7 +45,7 @@ def _loads(text: str):
     return json.loads(text, parse_int=_Text, parse_float=_Text, parse_constant=_Text)
 
 
-def _number(v) -> float | None:
+def text_number(v) -> float | None:
     """A label's or a numeric key's value: a JSON number, a boolean (true: 1) or a string that
     holds a number (``"1"``, ``"0.5"``, as exports write them); None for anything else."""
     if isinstance(v, bool):
@@ -204,7 +204,7 @@ class JsonlParser(Parser):
         if not isinstance(obj, dict):
             return mf.DECODE
         value = obj.get(self.label_key)
-        label = _number(value)
+        label = text_number(value)
         if label is None and isinstance(value, str) and not isinstance(value, _Text):
             label = self.labels.word(value)           # label_map's text keys ({"yes": 1})
         if label is None:
@@ -215,7 +215,7 @@ class JsonlParser(Parser):
         nums = []
         for k in self.numeric:
             v = obj.get(k)
-            x = 0.0 if v is None or (isinstance(v, str) and v in MISSING_TEXT) else _number(v)
+            x = 0.0 if v is None or (isinstance(v, str) and v in MISSING_TEXT) else text_number(v)
             if x is None:
                 return mf.NUMBER
             nums.append(x)

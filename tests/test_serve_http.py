@@ -119,6 +119,31 @@ def test_a_record_reads_as_the_same_row_written_as_a_line_of_the_stream(transfor
         srv.stop()
 
 
+def test_a_jsonl_jobs_record_takes_numbers_as_its_lines_write_them(tmp_path):
+    """The jsonl reader reads "3.5", true and "NA" in a numeric key; a record so written was a
+    400 ("expected a finite number"): it now reads as the same line of the stream does."""
+    rng = np.random.default_rng(1)
+    price = rng.uniform(0, 9, 2000)
+    lines = "".join(json.dumps({"label": int(p > 4.5), "site": "ab"[i % 2], "price": round(p, 2)}) + "\n"
+                    for i, p in enumerate(price))
+    path = tmp_path / "clicks.jsonl"
+    path.write_text(lines)
+    job, cfg = trained_job([f"reader.path={path}", "reader.type=file", "reader.format=jsonl", 'reader.numeric=["price"]'])
+    srv = Server(make_app(Service(JobModel(job), serve_settings(cfg), cfg["reader"]), ServeMetrics()), "127.0.0.1", 0).start()
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{srv.port}") as c:
+            text = c.post("/v1/predict", json={"records": [{"site": "a", "price": "3.5"}, {"site": "b", "price": True},
+                                                           {"site": "a", "price": "NA"}]})
+            plain = c.post("/v1/predict", json={"records": [{"site": "a", "price": 3.5}, {"site": "b", "price": 1},
+                                                            {"site": "a"}]})
+            bad = c.post("/v1/predict", json={"records": [{"site": "a", "price": "cheap"}]})
+        assert text.status_code == plain.status_code == 200, text.text
+        np.testing.assert_allclose(text.json()["predictions"], plain.json()["predictions"], rtol=1e-6)
+        assert bad.status_code == 400 and bad.json()["where"] == "records[0].price"
+    finally:
+        srv.stop()
+
+
 @pytest.mark.parametrize("payload, where, words", [
     ({"records": [{"f0": "1"}, {"f9": "x"}]}, "records[1].f9", "unknown field"),
     ({"records": [{"d0": "high"}]}, "records[0].d0", "finite number"),

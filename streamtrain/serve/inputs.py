@@ -20,7 +20,8 @@ from streamtrain.compiled import njit
 from streamtrain.graph import Schema
 from streamtrain.readers import Malformed, make_parser
 from streamtrain.readers.ids import byte_words, field_seed, hash_spans, joined
-from streamtrain.readers.numbers import signed_log1p
+from streamtrain.readers.jsonl import text_number as jsonl_number
+from streamtrain.readers.numbers import MISSING_TEXT, signed_log1p
 
 from . import json_body
 from .json_body import encode as encode_json, printable, shown  # noqa: F401 (encode_json: http.py's import)
@@ -50,13 +51,15 @@ _FINITE = "expected a finite number within float32's range (±3.4028235e38)"
 
 
 def records_batch(payload, schema: Schema, max_records: int, hash_as: dict | None = None,
-                  transform: str = "none", separators: dict | None = None):
+                  transform: str = "none", separators: dict | None = None, numbers_as_text: bool = False):
     """The batch of a JSON payload (already decoded), built column by column: the same ids as
     ``records_to_batch`` (the plug-in readers' path) gives for the same records, or, with
     ``hash_as`` ``{field: other}``, as the csv reader's option of that name gives them; the
     numbers as they are, or with ``transform`` ``log1p`` as sign(x)·log1p(|x|), as the
     csv, criteo and jsonl readers give them; a string in a column of ``separators``
-    ``{column: separator}`` split there, as a csv reader's ``multivalue`` columns are.
+    ``{column: separator}`` split there, as a csv reader's ``multivalue`` columns are; with
+    ``numbers_as_text`` a numeric field's string holding a number, boolean or missing marker
+    (``"3.5"``, ``true``, ``"NA"``) read as the jsonl reader reads it.
 
     Every record's values are gathered in one pass (``map(record.get, names)``); the common
     case, every categorical value one string or integer and every numeric one a number, is then
@@ -80,6 +83,8 @@ def records_batch(payload, schema: Schema, max_records: int, hash_as: dict | Non
         for rec in records:
             if type(rec.get(name)) is str:
                 rec[name] = [part for part in rec[name].split(sep) if part]
+    if numbers_as_text:
+        _numbers_read_as_jsonl(records, schema.dense)
     n, n_sparse = len(records), len(schema.sparse)
     names = (*schema.sparse, *schema.dense)
     cols = list(zip(*_values(records, names))) if names else []
@@ -249,6 +254,18 @@ def _fields_csr(names, parts, n, hashed) -> dict:
               axis=1, out=offsets[:, 1:])
     ends = np.cumsum(lens).tolist()
     return {name: SparseField(ids[end - k:end], offsets[f]) for f, (name, k, end) in enumerate(zip(names, lens, ends))}
+
+
+def _numbers_read_as_jsonl(records: list, names) -> None:
+    """A numeric field's string or boolean as the jsonl reader reads it (a missing marker: None;
+    one that is no number is left for the check that names it)."""
+    for name in names:
+        for rec in records:
+            v = rec.get(name)
+            if type(v) is str and v in MISSING_TEXT:
+                rec[name] = None
+            elif type(v) in (str, bool) and (x := jsonl_number(v)) is not None:
+                rec[name] = x
 
 
 def _finite_number(v) -> bool:

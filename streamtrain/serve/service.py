@@ -277,8 +277,9 @@ class Service:
             return lines_batch(body, fmt, options, schema, limit)
         # hashed as the reader hashes (a csv reader's hash_as: a graph's shared ids), numbers
         # transformed as it transforms them
+        fmt, _ = stream_format(self.reader_cfg)
         return records_batch(decode_json(body), schema, limit, self.reader_cfg.get("hash_as"),
-                             self.numeric_transform, self.separators)
+                             self.numeric_transform, self.separators, numbers_as_text=fmt == "jsonl")
 
     @functools.cached_property
     def separators(self) -> dict:
