@@ -1,12 +1,15 @@
 """Request bodies → batches: the same ids as the plug-in readers give, fields in the model's order."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from streamtrain.graph import Schema
 from streamtrain.readers import records_to_batch
 from streamtrain.serve.inputs import BadRequest, TooLarge, records_batch
+from streamtrain.serve.service import Service
 
 SCHEMA = Schema(("user", "page", "tags", "flag"), ("hour", "price"))
 
@@ -91,3 +94,20 @@ def test_json_bodies_the_fast_decoder_refuses_are_read_or_named():
     with pytest.raises(BadRequest) as err:
         decode_json(b'{"records": [')
     assert err.value.where == "body" and "not valid JSON" in err.value.message
+
+
+@pytest.mark.parametrize("reader, lenient", [({"type": "plugin", "factory": "m:f"}, True),
+                                             ({"type": "file", "path": "x.jsonl", "format": "jsonl"}, True),
+                                             ({"type": "file", "path": "x.csv", "format": "csv"}, False),
+                                             ({"type": "synthetic"}, False)])
+def test_numbers_written_as_text_where_the_jobs_reader_takes_them(reader, lenient):
+    schema = Schema(sparse=("u",), dense=("d",))
+    svc = Service(None, {"max_records": 10}, reader)
+    body = json.dumps({"records": [{"u": "a", "d": "2.5"}, {"u": "b", "d": True}, {"u": "c", "d": "NA"}]}).encode()
+    if not lenient:
+        with pytest.raises(BadRequest, match="records.0..d"):
+            svc.batch(body, "application/json", schema)
+        return
+    dense = svc.batch(body, "application/json", schema).dense[:, 0]
+    want = np.array([2.5, 1.0, 0.0]) if reader["type"] == "plugin" else np.sign([2.5, 1, 0]) * np.log1p([2.5, 1, 0])
+    np.testing.assert_allclose(dense, want, rtol=1e-6)

@@ -279,7 +279,8 @@ class Service:
         # transformed as it transforms them
         fmt, _ = stream_format(self.reader_cfg)
         return records_batch(decode_json(body), schema, limit, self.reader_cfg.get("hash_as"),
-                             self.numeric_transform, self.separators, numbers_as_text=fmt == "jsonl")
+                             self.numeric_transform, self.separators,
+                             numbers_as_text=fmt == "jsonl" or self.reader_cfg.get("type") == "plugin")
 
     @functools.cached_property
     def separators(self) -> dict:
