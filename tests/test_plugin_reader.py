@@ -12,7 +12,7 @@ import pytest
 
 from streamtrain.batch import Batch, SparseField
 from streamtrain.errors import ConfigError, ReaderError
-from streamtrain.readers import Malformed, open_reader, validate_reader_config
+from streamtrain.readers import Malformed, open_reader, records_to_batch, validate_reader_config
 from streamtrain.readers.plugin import entry_points
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
@@ -91,9 +91,9 @@ def test_records_with_bad_labels_or_dense_values_are_counted_and_the_rest_trains
     src = open_reader({"type": "plugin", "factory": "tests.test_plugin_reader:make_lines",
                        "args": {"lines": records}}, 100, m)
     (batch,) = list(src.batches())
-    assert batch.labels.tolist() == [1.0, 1.0, 0.0]                  # x, s ("2.5" is a number), r (d missing: 0)
-    assert batch.dense[:, 0].tolist() == [1.5, 2.5, 0.0]
-    assert m.snapshot()["number"] == 4 and m.snapshot()["label"] == 2   # oops, nan, [1.0], 1e39; yes, None
+    assert batch.labels.tolist() == [1.0, 0.0, 1.0, 0.0]   # x, v (nan: missing), s ("2.5" is a number), r (missing)
+    assert batch.dense[:, 0].tolist() == [1.5, 0.0, 2.5, 0.0]
+    assert m.snapshot()["number"] == 3 and m.snapshot()["label"] == 2   # oops, [1.0], 1e39; yes, None
 
 
 def test_records_take_labels_and_label_map_without_a_format():
@@ -121,7 +121,7 @@ def drifting_records():
     """A dense column that later holds strings only, and a dense column that appears later."""
     def reader():
         for i in range(12):
-            r = {"label": i % 2, "u": f"u{i}", "x": 1.0 if i < 4 else "n/a"}
+            r = {"label": i % 2, "u": f"u{i}", "x": 1.0 if i < 4 else "high"}
             if i >= 8:
                 r["y"] = 2.0
             yield r
@@ -250,3 +250,13 @@ def test_entry_point_plugin_from_the_cli(entry_point_dist, tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads((tmp_path / "s.json").read_text())["examples"] == 500
+
+
+def test_a_missing_number_as_pandas_or_a_file_writes_it_is_missing():
+    """A generator over pandas rows (``df.to_dict("records")``) yields NaN for a missing number:
+    each such record was counted bad (``number``) and dropped; "NA" likewise."""
+    m = Malformed()
+    b = records_to_batch([{"label": 1, "u": "a", "x": float("nan")}, {"label": 0, "u": "b", "x": "NA"},
+                          {"label": 1, "u": "c", "x": np.float64("nan")}, {"label": 0, "u": "d", "x": 2.0},
+                          {"label": 1, "u": "e", "x": "high"}], {"u": "sparse", "x": "dense"}, malformed=m)
+    assert b.size == 4 and b.dense.ravel().tolist() == [0.0, 0.0, 0.0, 2.0] and m.snapshot()["number"] == 1
