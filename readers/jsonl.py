@@ -32,7 +32,7 @@ from .formats import COMMON_OPTIONS, TRANSFORM, Parser, register
 from .ids import hash_values
 from .jsonl_kernel import JsonPlan, parse_clean
 from .lines import Chunk
-from .numbers import MISSING_TEXT, signed_log1p
+from .numbers import says_missing, signed_log1p
 
 log = logging.getLogger("streamtrain.readers")
 
@@ -215,7 +215,7 @@ class JsonlParser(Parser):
         nums = []
         for k in self.numeric:
             v = obj.get(k)
-            x = 0.0 if v is None or (isinstance(v, str) and v in MISSING_TEXT) else text_number(v)
+            x = 0.0 if says_missing(v) else text_number(v)
             if x is None:
                 return mf.NUMBER
             nums.append(x)

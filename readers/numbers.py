@@ -8,6 +8,7 @@ the failing tokens found one by one (they are bad anyway).
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -76,6 +77,28 @@ def _cast_float(tokens: np.ndarray):
     return vals, ok
 
 
+def _cast_or_missing(tokens: np.ndarray):
+    """(values, ok, missing) of the tokens: those ``MISSING`` names marked missing (not ok, 0),
+    the others cast. The markers are looked up only when the one cast does not read every token
+    as a finite number (a column of plain decimals pays nothing for them)."""
+    try:
+        vals = tokens.astype(np.float64)
+        if np.isfinite(vals).all():
+            return vals, np.ones(len(tokens), dtype=bool), np.zeros(len(tokens), dtype=bool)
+    except ValueError:
+        pass
+    na = np.isin(tokens, MISSING)
+    vals, ok = np.zeros(len(tokens)), np.zeros(len(tokens), dtype=bool)
+    vals[~na], ok[~na] = _cast_float(tokens[~na])
+    return vals, ok, na
+
+
+def says_missing(v) -> bool:
+    """A Python value that says a number is missing: None, a float NaN (pandas' missing value)
+    or a string ``MISSING`` names (``"NA"``)."""
+    return v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and v in MISSING_TEXT)
+
+
 def parse_spans(chunk, starts: np.ndarray, ends: np.ndarray):
     """Parse the byte spans of ``chunk`` as numbers.
 
@@ -92,13 +115,9 @@ def parse_spans(chunk, starts: np.ndarray, ends: np.ndarray):
     if rest.size:
         long = lengths[rest] > LONG_NUMBER
         short = rest[~long]          # gathered into one fixed-width array: its width must stay small
-        tokens = gather_bytes(chunk.arr, starts[short], lengths[short])
-        na = np.isin(tokens, MISSING)
-        if na.any():                 # written as missing: empty
-            empty[short[na]] = True
-            short, tokens = short[~na], tokens[~na]
-        v2, ok2 = _cast_float(tokens)
+        v2, ok2, na = _cast_or_missing(gather_bytes(chunk.arr, starts[short], lengths[short]))
         vals[short], ok[short] = v2, ok2
+        empty[short[na]] = True      # written as missing: empty
         for i in rest[long]:         # one at a time, in time linear in their bytes (rare, and long)
             v, o = _cast_float(np.array([chunk.buf[starts[i]:ends[i]]]))
             vals[i], ok[i] = v[0], o[0]

@@ -20,7 +20,7 @@ from streamtrain.batch import Batch
 from .batching import field_from_rows
 from .ids import hash_values
 from .malformed import NUMBER
-from .numbers import MISSING_TEXT
+from .numbers import says_missing
 
 
 def _kind(value) -> str | None:
@@ -59,18 +59,12 @@ def _number(v) -> float:
     return x if abs(x) <= FLOAT32_MAX else math.nan
 
 
-def _missing(v) -> bool:
-    """None, a float NaN (pandas' missing value: ``df.to_dict("records")``) or a string that says
-    missing (``"NA"``, as the file formats read it)."""
-    return v is None or (isinstance(v, float) and math.isnan(v)) or (type(v) is str and v in MISSING_TEXT)
-
-
 def _dense_rows(records, dense_names, malformed) -> tuple[list, list]:
     """(the records whose dense values are all numbers, their dense rows): a missing value is 0;
     a record with another value is counted as ``number`` (or, with no counter, raised)."""
     keep, rows = [], []
     for i, r in enumerate(records):
-        row = [0.0 if _missing(r.get(k)) else _number(r[k]) for k in dense_names]
+        row = [0.0 if says_missing(r.get(k)) else _number(r[k]) for k in dense_names]   # (NaN: pandas')
         bad = next((k for k, x in zip(dense_names, row) if math.isnan(x)), None)
         if bad is None:
             keep.append(r)

@@ -21,7 +21,7 @@ from streamtrain.graph import Schema
 from streamtrain.readers import Malformed, make_parser
 from streamtrain.readers.ids import byte_words, field_seed, hash_spans, joined
 from streamtrain.readers.jsonl import text_number as jsonl_number
-from streamtrain.readers.numbers import MISSING_TEXT, signed_log1p
+from streamtrain.readers.numbers import says_missing, signed_log1p
 
 from . import json_body
 from .json_body import encode as encode_json, printable, shown  # noqa: F401 (encode_json: http.py's import)
@@ -262,7 +262,7 @@ def _numbers_read_as_jsonl(records: list, names) -> None:
     for name in names:
         for rec in records:
             v = rec.get(name)
-            if type(v) is str and v in MISSING_TEXT:
+            if type(v) is str and says_missing(v):
                 rec[name] = None
             elif type(v) in (str, bool) and (x := jsonl_number(v)) is not None:
                 rec[name] = x
