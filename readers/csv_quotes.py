@@ -74,8 +74,8 @@ def _unquote(arr, starts, text_ends, line_ends, skip, delim, sub, quote):
 
 def unquoted(chunk: Chunk, delimiter: bytes) -> tuple[Chunk, bytes]:
     """(the chunk rewritten, its new delimiter), or (``chunk``, ``delimiter``) when it holds no
-    quote or every candidate delimiter byte occurs in it. The new chunk shares ``chunk.reason``:
-    lines marked on one are marked on the other (the line count is the same)."""
+    quote or every candidate delimiter byte occurs in it (``Chunk.rewritten``: marks shared, bad
+    lines reported as written)."""
     if b'"' not in chunk.buf:
         return chunk, delimiter
     sub = next((bytes([c]) for c in SUBSTITUTES if bytes([c]) not in chunk.buf), None)
@@ -83,6 +83,6 @@ def unquoted(chunk: Chunk, delimiter: bytes) -> tuple[Chunk, bytes]:
         return chunk, delimiter
     out, bad = _unquote(chunk.arr, chunk.line_start, chunk.text_end, chunk.line_end, chunk.reason != 0,
                         delimiter[0], sub[0], QUOTE)
-    work = Chunk(out.tobytes(), reason=chunk.reason, check_utf8=False)
+    work = chunk.rewritten(out.tobytes())
     work.mark(np.flatnonzero(bad), mf.FIELD_COUNT)
     return work, sub

@@ -168,8 +168,7 @@ class CsvParser(Parser):
 
     def parse_chunk(self, chunk: Chunk) -> Batch:
         self._need_header()
-        whole = chunk
-        chunk, delimiter = unquoted(chunk, self.delimiter)     # marks on one mark the other
+        chunk, delimiter = unquoted(chunk, self.delimiter)     # (Chunk.rewritten: marks shared)
         self._sniff(chunk.buf, delimiter=delimiter)
         spans = split(chunk, delimiter, max_length=self.field_length)
         rows, st, en = fixed_fields(chunk, spans, len(self.columns))
@@ -193,7 +192,7 @@ class CsvParser(Parser):
             sparse = dict(zip(self.cat, fields_from_columns(ids, present)))
         for name, j, sep in self.mv:
             sparse[name] = _multivalue_field(chunk, self.hash_as.get(name, name), st[:, j], en[:, j], sep)
-        self._finish(whole)                 # bad lines reported as they were written
+        self._finish(chunk)
         return Batch(labels=labels, sparse=sparse, dense=vals.astype(np.float32),
                      dense_names=tuple(self.numeric))
 

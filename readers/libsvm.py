@@ -51,8 +51,7 @@ class LibsvmParser(Parser):
         return Batch(labels=labels, sparse={self.field: field})
 
     def parse_chunk(self, chunk: Chunk) -> Batch:
-        whole = chunk
-        chunk = _without_comments(chunk)            # marks on one mark the other
+        chunk = _without_comments(chunk)            # (Chunk.rewritten: marks shared)
         sp = split(chunk, b" \t", drop_empty=True, max_length=self.field_length)
         self._mark_rows(chunk, np.arange(chunk.n), (sp.count == 0) & ~chunk.blank, mf.FIELD_COUNT)
         first = np.zeros(len(sp.start), dtype=bool)
@@ -83,7 +82,7 @@ class LibsvmParser(Parser):
         rows = lab_line[keep_lab]
         row_of = np.searchsorted(rows, fl)
         ids = hash_spans(chunk.words, fs, colon - fs, self.seed)
-        self._finish(whole)                         # bad lines reported as they were written
+        self._finish(chunk)
         return Batch(labels=labels_all[keep_lab],
                      sparse={self.field: field_from_rows(ids, row_of, len(rows), vals)})
 
@@ -101,7 +100,7 @@ def _query_ids(arr: np.ndarray, fs: np.ndarray, colon: np.ndarray) -> np.ndarray
 def _without_comments(chunk: Chunk) -> Chunk:
     """The chunk with each line's ``# ...`` taken out (svmlight's trailing info, and the comment
     lines scikit-learn's ``dump_svmlight_file`` writes first, which become blank), or the chunk
-    itself when it has no ``#``. The line count is the same: the new chunk shares ``reason``."""
+    itself when it has no ``#`` (``Chunk.rewritten``)."""
     hashes = np.flatnonzero(chunk.arr == HASH)
     if not hashes.size:
         return chunk
@@ -114,4 +113,4 @@ def _without_comments(chunk: Chunk) -> Chunk:
     cut[np.where(alone, chunk.line_start[lines], starts)] = 1      # from a line's first '#' ...
     cut[chunk.text_end[lines]] -= 1                 # ... to its end ('\r\n' kept)
     keep = np.cumsum(cut[:-1]) == 0
-    return Chunk(chunk.arr[keep].tobytes(), reason=chunk.reason, check_utf8=False)
+    return chunk.rewritten(chunk.arr[keep].tobytes())

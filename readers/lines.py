@@ -39,8 +39,17 @@ class Chunk:
         self.text_end = ends - cr
         self.blank = self.text_end == self.line_start
         self.reason = np.zeros(n, dtype=np.uint8) if reason is None else reason
+        self.written = self                 # the chunk whose lines a report quotes (``rewritten``)
         if check_utf8:
             self._check_utf8()
+
+    def rewritten(self, buf: bytes) -> "Chunk":
+        """The same lines, rewritten in ``buf`` (as many, in order: a CSV's quotes or a libsvm
+        comment taken out): the two share ``reason``, so a line marked on one is marked on the
+        other, and ``report`` quotes bad lines as this chunk holds them."""
+        out = Chunk(buf, reason=self.reason, check_utf8=False)
+        out.written = self.written
+        return out
 
     @property
     def n(self) -> int:
@@ -117,7 +126,7 @@ class Chunk:
                 malformed.add(NAMES[int(c)], int(k))
         else:
             for i in bad:
-                malformed.report(self.line(i), NAMES[int(self.reason[i])])
+                malformed.report(self.written.line(i), NAMES[int(self.reason[i])])
 
 
 class Spans:
