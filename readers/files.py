@@ -12,6 +12,7 @@ when the batch was complete (files do not commit; this is for logs and resumptio
 """
 from __future__ import annotations
 
+import codecs
 import gzip
 import os
 import stat
@@ -195,7 +196,6 @@ def file_reader(path, fmt: str, options: dict | None = None, batch_size: int = 1
 
 
 MAX_PIECE_LINES = 1024
-BOM = b"\xef\xbb\xbf"
 MAX_BATCH_PIECE_LINES = 1 << 16   # a batch beyond this is re-cut from pieces of this size
 
 
@@ -218,8 +218,8 @@ def first_block_checked(blocks, path: str, start_problem=None):
     (the parser's) may say why the file cannot be read at all: a ``ReaderError`` naming it."""
     blocks = iter(blocks)
     for block in blocks:
-        if block.startswith(BOM):
-            block = block[len(BOM):]
+        if block.startswith(codecs.BOM_UTF8):
+            block = block[len(codecs.BOM_UTF8):]
         why = start_problem(block) if start_problem else None
         if why:
             raise ReaderError(f"cannot read {path}: {why}")
