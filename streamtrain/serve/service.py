@@ -269,7 +269,7 @@ class Service:
     def batch(self, body: bytes, content_type: str, schema: Schema):
         limit = self.settings["max_records"]
         if content_type.startswith("text/plain"):
-            fmt, options = stream_format(self.reader_cfg)
+            fmt, options = self.stream
             if fmt is None:
                 raise BadRequest("Content-Type", f"text/plain needs a stream format, and a "
                                                  f"{self.reader_cfg.get('type')!r} reader has none: "
@@ -277,16 +277,19 @@ class Service:
             return lines_batch(body, fmt, options, schema, limit)
         # hashed as the reader hashes (a csv reader's hash_as: a graph's shared ids), numbers
         # transformed as it transforms them
-        fmt, _ = stream_format(self.reader_cfg)
         return records_batch(decode_json(body), schema, limit, self.reader_cfg.get("hash_as"),
-                             self.numeric_transform, self.separators,
-                             numbers_as_text=fmt == "jsonl" or self.reader_cfg.get("type") == "plugin")
+                             self.numeric_transform, self.separators, self.numbers_as_text)
+
+    @functools.cached_property
+    def stream(self) -> tuple[str | None, dict]:
+        """The job's line format and its options (``stream_format``), worked out once, not per request."""
+        return stream_format(self.reader_cfg)
 
     @functools.cached_property
     def separators(self) -> dict:
         """A csv reader's ``multivalue`` ``{column: separator}``: a record's string in such a
         column is split as the reader splits the column (``"a|b"``: two ids)."""
-        fmt, options = stream_format(self.reader_cfg)
+        fmt, options = self.stream
         return dict(options.get("multivalue") or {}) if fmt == "csv" else {}
 
     @functools.cached_property
@@ -294,8 +297,14 @@ class Service:
         """What the job's reader does to a number (``log1p``: csv, criteo and jsonl unless their
         ``numeric_transform`` is ``none``; plug-in records: nothing): a JSON record's numbers
         get the same, so the model sees them as it was trained on them."""
-        fmt, options = stream_format(self.reader_cfg)
+        fmt, options = self.stream
         return getattr(make_parser(fmt, options), "transform", "none") if fmt else "none"
+
+    @functools.cached_property
+    def numbers_as_text(self) -> bool:
+        """Whether the job's reader takes a number written as text or a boolean (jsonl, plug-in
+        records): a record's numeric field may be written so too."""
+        return self.stream[0] == "jsonl" or self.reader_cfg.get("type") == "plugin"
 
     def predict(self, body: bytes, content_type: str, may_read: bool = True) -> dict:
         """The answer to one request; ``may_read=False``: ``MustWait`` instead of waiting for
@@ -306,7 +315,7 @@ class Service:
         return self._answer(graph, self.batch(body, content_type, graph.schema), may_read, where)
 
     def _line_name(self, row: int, field: str) -> str:
-        fmt, options = stream_format(self.reader_cfg)
+        fmt, options = self.stream
         return f"line {row + 1 + int(make_parser(fmt, options).needs_header)}"
 
     def _answer(self, graph, batch, may_read: bool, where=None) -> dict:
