@@ -152,6 +152,11 @@ def run_job(cfg: dict, args) -> int:
     return EXIT_NO_CHECKPOINT if job.checkpoint_error else 0
 
 
+def _stream_ended_untrained(job: Job) -> bool:
+    """The stream ended with no model built: not stopped, and not for want of the store."""
+    return job.trainer is None and not job.stop_requested and not job.store_down
+
+
 def _malformed(job: Job) -> None:
     """Say which lines the run skipped, and why; a stream that ended with every line skipped
     trained nothing: a ``ReaderError`` (exit 1), not a quiet exit 0."""
@@ -160,7 +165,7 @@ def _malformed(job: Job) -> None:
     if not total:
         return
     log.warning("%d lines skipped as malformed: %s", total, why)
-    if job.trainer is None and not job.stop_requested and not job.store_down:
+    if _stream_ended_untrained(job):
         raise ReaderError(f"nothing was trained: every one of the {total} lines of the stream was malformed: {why}")
 
 
@@ -171,7 +176,7 @@ def _empty_file(job: Job, cfg: dict) -> None:
     reader = cfg.get("reader") or {}
     if reader.get("type") != "file" or reader.get("limit") == 0 or job.max_examples == 0:
         return
-    if job.trainer is None and not job.stop_requested and not job.store_down and not job.malformed.total:
+    if _stream_ended_untrained(job) and not job.malformed.total:
         log.warning("nothing was trained: %s holds no example line (it is empty%s)", reader.get("path"),
                     ", or a header alone" if reader.get("format") == "csv" else "")
 
