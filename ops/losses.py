@@ -15,6 +15,30 @@ REDUCTION = Option("sum", (str,), ("sum", "mean"),
                    doc="gradient of the sum over the batch (online-learning steps) or of the mean")
 
 
+SEQUENTIAL = {
+    "sequential": Option(False, (bool,), doc="per-example updates of the linear and FM terms inside a batch"),
+    "implicit": Option(True, (bool,), doc="sequential: each example's own update of its linear terms "
+                                          "is implicit (cannot overshoot its label)"),
+    "normalize": Option(True, (bool,), doc="sequential: divide an example's linear-term gradients by "
+                                           "the norm of its linear features (at least 1)"),
+}
+
+
+def _check_sequential(layer) -> None:
+    if layer.opts["sequential"] and layer.opts["reduction"] != "sum":
+        raise ShapeError(f"layer '{layer.name}': sequential updates are per example: they need "
+                         f"reduction 'sum', got {layer.opts['reduction']!r}")
+
+
+def _learn(layer, ctx, z: np.ndarray, y: np.ndarray):
+    """A sequential loss in training: (each example's output after the examples before it,
+    the residuals of their updates) from the per-example engine; else (z, None)."""
+    if layer.opts["sequential"] and ctx.training and ctx.engine is not None and len(z):
+        zs, rho = ctx.engine.learn(ctx, z, y)
+        return zs.astype(z.dtype), rho
+    return z, None
+
+
 def _scale(layer, n: int) -> float:
     return 1.0 if layer.opts["reduction"] == "sum" else 1.0 / max(n, 1)
 
@@ -58,11 +82,7 @@ class LogLoss(Layer):
     quality = "binary"
     options = {
         "reduction": REDUCTION,
-        "sequential": Option(False, (bool,), doc="per-example updates of the linear and FM terms inside a batch"),
-        "implicit": Option(True, (bool,), doc="sequential: each example's own update of its linear terms "
-                                              "is implicit (cannot overshoot its label)"),
-        "normalize": Option(True, (bool,), doc="sequential: divide an example's linear-term gradients by "
-                                               "the norm of its linear features (at least 1)"),
+        **SEQUENTIAL,
     }
 
     @classmethod
@@ -77,19 +97,14 @@ class LogLoss(Layer):
         (shape,) = input_shapes
         if flat_dim(shape) != 1:
             raise ShapeError(f"layer '{self.name}': expects one logit per example, got shape {tuple(shape)}")
-        if self.opts["sequential"] and self.opts["reduction"] != "sum":
-            raise ShapeError(f"layer '{self.name}': sequential updates are per example: they need "
-                             f"reduction 'sum', got {self.opts['reduction']!r}")
+        _check_sequential(self)
         return (1,)
 
     def forward(self, ctx, xs):
         (z,) = xs
         z = z.reshape(-1)
         y = ctx.batch.labels.astype(z.dtype, copy=False)
-        rho = None
-        if self.opts["sequential"] and ctx.training and ctx.engine is not None and len(z):
-            z, rho = ctx.engine.learn(ctx, z, y)
-            z = z.astype(xs[0].dtype)
+        z, rho = _learn(self, ctx, z, y)
         p, ctx.loss = _sigmoid_loss(ctx, self.name, z, y)
         ctx.predictions = p
         ctx.saved[self.name] = (xs[0].shape, p, y, rho)
@@ -162,35 +177,47 @@ class SoftmaxCE(Layer):
 class MSE(Layer):
     """Squared error of one output per example against the label: ``ctx.loss`` is the plain mean
     of ``(z − y)²`` (no ½, so it reads as the MSE metric); the gradient is ``2 (z − y)``.
-    Predictions are the input."""
+    Predictions are the input.
+
+    ``sequential: true`` as for ``logloss``: the linear and FM terms learn example by example
+    inside each batch, each example predicted after the ones before it; an example's implicit
+    step on its linear terms is ``2 (z − y) / (1 + 2K)`` (K: how far a unit residual moves its
+    output), which cannot pass its label however large the label or the step size.
+    """
 
     kind = "mse"
     is_loss = True
     quality = "regression"
-    options = {"reduction": REDUCTION}
+    options = {"reduction": REDUCTION, **SEQUENTIAL}
 
     @classmethod
     def test_params(cls):
         return {"cases": [
             {"inputs": [(1,)]},
             {"options": {"reduction": "mean"}, "inputs": [(1,)], "tag": "mean"},
+            {"options": {"sequential": True, "implicit": False}, "inputs": [(1,)], "tag": "sequential"},
         ], "bad": ("reduction", "none")}
 
     def build(self, input_shapes, schema):
         (shape,) = input_shapes
         if flat_dim(shape) != 1:
             raise ShapeError(f"layer '{self.name}': expects one output per example, got shape {tuple(shape)}")
+        _check_sequential(self)
         return (1,)
 
     def forward(self, ctx, xs):
         (x,) = xs
         z = x.reshape(-1).copy()       # the input may be a buffer the next batch overwrites
-        diff = z - ctx.batch.labels.astype(z.dtype, copy=False)
+        y = ctx.batch.labels.astype(z.dtype, copy=False)
+        z, rho = _learn(self, ctx, z, y)
+        diff = z - y
         ctx.loss = float(np.mean(diff * diff)) if len(z) else 0.0
         ctx.predictions = z
-        ctx.saved[self.name] = (x.shape, diff)
+        ctx.saved[self.name] = (x.shape, diff, rho)
         return z
 
     def backward(self, ctx, gy):
-        shape, diff = ctx.saved[self.name]
+        shape, diff, rho = ctx.saved[self.name]
+        if rho is not None:
+            return [rho.astype(ctx.dtype).reshape(shape)]
         return [(diff * diff.dtype.type(2 * _scale(self, len(diff)))).reshape(shape)]

@@ -10,6 +10,7 @@ and counted in ``parser.malformed`` by reason; a line with no bad part is never 
 """
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
@@ -24,6 +25,7 @@ from .lines import Chunk
 from .malformed import Malformed
 from .numbers import parse_spans
 
+log = logging.getLogger("streamtrain.readers")
 FORMATS = Registry("format", group="streamtrain.formats")
 register = FORMATS.register
 
@@ -62,6 +64,7 @@ class LabelRule:
         items = (label_map or {}).items()
         self.mapping = [(float(k), float(v)) for k, v in items if _is_number(k)]
         self.words = {str(k).strip().lower().encode(): float(v) for k, v in items if not _is_number(k)}
+        self.told = False               # (the warning on numbers outside ``labels``: once)
 
     def parse(self, chunk: Chunk, starts, ends):
         """(labels float32, ok bool) of the label spans."""
@@ -87,8 +90,21 @@ class LabelRule:
             for k, v in self.mapping:
                 vals[src == k] = v
         if self.allowed is not None:
-            ok &= np.isin(vals, self.allowed)
+            inside = np.isin(vals, self.allowed)
+            if not self.told and not inside[ok].all():
+                self._outside(vals[ok & ~inside])
+            ok &= inside
         return vals.astype(np.float32), ok
+
+    def _outside(self, vals) -> None:
+        """Once: labels that are numbers, just not among ``labels``, say what they may mean."""
+        self.told = True
+        seen = ", ".join(f"{v:g}" for v in np.unique(vals)[:5])
+        allowed = ", ".join(f"{v:g}" for v in self.allowed)
+        log.warning("labels %s are numbers outside reader.labels [%s]: their lines are skipped (label). A "
+                    "numeric label (a rating, a price) is a regression: run the example linear, or set the "
+                    "loss to mse (--set layers.loss.type=mse); classes written otherwise are mapped with "
+                    "reader.label_map (e.g. {\"-1\": 0})", seen, allowed)
 
     def all_valid(self, vals):
         """A compiled pass's labels (float32), or None when one is not allowed: the exact path

@@ -181,7 +181,7 @@ def load_listing(path, sets=()) -> tuple[dict, list, list[str]]:
     found = set_problems(config, sets)
     named = isinstance(raw.get("reader"), dict) and "type" in raw["reader"] or \
         any(item.split("=", 1)[0].strip() in ("reader", "reader.type") for item in sets)
-    return config, found, infer_reader(config, named)
+    return config, found, infer_reader(config, named) + infer_labels(config)
 
 
 SUFFIX_FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".libsvm": "libsvm", ".svm": "libsvm"}
@@ -204,6 +204,21 @@ def infer_reader(config: dict, named_type: bool) -> list[str]:
         said.append(f"reader.format {reader['format']} (the suffix of {reader['path']}; set reader.format "
                     f"to read it otherwise)")
     return said
+
+
+def infer_labels(config: dict) -> list[str]:
+    """A regression (an ``mse`` loss) reads any finite number as a label unless the reader names
+    its labels (the formats' default, [0, 1], is a click's); what it inferred, in words."""
+    reader, layers = config.get("reader"), config.get("layers")
+    losses = [c.get("name") for c in layers if isinstance(c, dict) and c.get("type") == "mse"] \
+        if isinstance(layers, list) else []
+    if not losses or not isinstance(reader, dict) or reader.get("type") not in ("file", "kafka", "plugin"):
+        return []
+    if "labels" in reader or "labels" in (reader.get("options") if isinstance(reader.get("options"), dict) else {}):
+        return []
+    reader["labels"] = None
+    return [f"reader.labels null: any number (the loss '{losses[0]}' is mse; set reader.labels to "
+            f"accept only some values)"]
 
 
 def read_json(path: Path):

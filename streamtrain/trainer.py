@@ -73,7 +73,7 @@ class Trainer:
             return None
         from .online.engine import PerExample
         engine = PerExample(graph, store.optimizers, implicit=loss.opts["implicit"], normalize=loss.opts["normalize"],
-                            assign=getattr(store, "assigns", False))
+                            assign=getattr(store, "assigns", False), squared=loss.kind == "mse")
         if engine.layers:
             log.info("per-example terms (sequential loss '%s'): %s", loss.name,
                      ", ".join(layer.name for layer in engine.layers))

@@ -19,9 +19,10 @@ OPTIMIZERS = {
 }
 
 
-def lr_layers(loss_opts: dict, optimizer: dict, *, cross=False, deep=False, fm=None) -> list:
+def lr_layers(loss_opts: dict, optimizer: dict, *, cross=False, deep=False, fm=None, loss="logloss") -> list:
     """A wide part, a linear term on the numeric fields and a bias; with ``fm`` (the FM
-    embedding's optimizer) an FM of dim-3 embeddings; with ``deep`` an MLP over embeddings."""
+    embedding's optimizer) an FM of dim-3 embeddings; with ``deep`` an MLP over embeddings;
+    ``loss``: its kind (``logloss``, ``mse``)."""
     wide_in = "cross" if cross else "sparse"
     layers = [
         {"name": "sparse", "type": "sparse_input"},
@@ -51,14 +52,17 @@ def lr_layers(loss_opts: dict, optimizer: dict, *, cross=False, deep=False, fm=N
         ]
         logits.append("deep_out")
     layers += [{"name": "logit", "type": "add", "inputs": logits},
-               {"name": "loss", "type": "logloss", "inputs": ["logit"], **loss_opts}]
+               {"name": "loss", "type": loss, "inputs": ["logit"], **loss_opts}]
     return layers
 
 
-def stream(n=96, seed=3, **kw) -> Batch:
-    """Few distinct values per field, so examples of a batch share many rows (strong coupling)."""
+def stream(n=96, seed=3, regression=False, **kw) -> Batch:
+    """Few distinct values per field, so examples of a batch share many rows (strong coupling);
+    ``regression``: labels spread around 3 (a rating, a price) instead of clicks."""
     batch = random_batch(n, cardinality=4, missing=0.1, seed=seed, **kw)
     batch.dense = np.where(batch.dense < 0, -1.0, 2.0).astype(np.float32)
+    if regression:
+        batch.labels = (3.0 + 4.0 * batch.labels - batch.dense[:, 0]).astype(np.float32)
     return batch
 
 

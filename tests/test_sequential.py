@@ -25,6 +25,14 @@ def test_a_batch_learns_exactly_as_its_examples_one_by_one(opt, implicit, normal
     assert_same_training(layers, stream(), 16, 1e-9)
 
 
+@pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
+def test_squared_error_learns_exactly_as_its_examples_one_by_one(opt):
+    """A regression (``mse``, labels around 3): the same per-example learning, linear and FM."""
+    layers = lr_layers({"sequential": True}, OPTIMIZERS[opt], fm=OPTIMIZERS["adagrad"], loss="mse")
+    trainer = assert_same_training(layers, stream(regression=True), 16, 1e-9)
+    assert {layer.name for layer in trainer.engine.layers} == {"wide", "linear", "bias", "v"}
+
+
 @pytest.mark.parametrize("fm_opt", ["sgd", "adagrad"])
 def test_fm_terms_learn_exactly_as_one_by_one(fm_opt):
     layers = lr_layers({"sequential": True}, OPTIMIZERS["ftrl-l1"], fm=OPTIMIZERS[fm_opt])
@@ -217,9 +225,10 @@ def test_without_sequential_a_batch_predicts_with_the_parameters_before_it():
     assert seq[0] == pytest.approx(0.5) and np.abs(seq[1:16] - 0.5).max() > 0.01
 
 
-def test_deep_parts_still_train_and_the_step_is_finite():
-    layers = lr_layers({"sequential": True}, OPTIMIZERS["adagrad"], deep=True, fm=OPTIMIZERS["adagrad"])
-    p, snap, trainer = train(layers, stream(128, seed=9), 32, dtype=np.float32)
+@pytest.mark.parametrize("loss", ["logloss", "mse"])
+def test_deep_parts_still_train_and_the_step_is_finite(loss):
+    layers = lr_layers({"sequential": True}, OPTIMIZERS["adagrad"], deep=True, fm=OPTIMIZERS["adagrad"], loss=loss)
+    p, snap, trainer = train(layers, stream(128, seed=9, regression=loss == "mse"), 32, dtype=np.float32)
     assert np.isfinite(p).all() and trainer.nonfinite == 0
     assert np.abs(snap.dense["hidden.W"]["m"]).max() > 0          # Adam saw gradients
 

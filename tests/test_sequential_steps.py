@@ -25,9 +25,19 @@ def _one(layers, labels, dense=None, sparse_ids=None):
     return store, np.asarray(result.predictions, np.float64), batch
 
 
-def _bias(opt, **loss):
+def _bias(opt, kind="logloss", **loss):
     return [{"name": "bias", "type": "bias", "optimizer": opt},
-            {"name": "loss", "type": "logloss", "inputs": ["bias"], "sequential": True, **loss}]
+            {"name": "loss", "type": kind, "inputs": ["bias"], "sequential": True, **loss}]
+
+
+def _first_step(opt, g):
+    """The closed form of a rule's first step from zero state on gradient ``g``."""
+    h = OPTIMIZERS[opt]
+    if opt == "sgd":
+        return -h["lr"] * g
+    if opt == "adagrad":
+        return -h["lr"] * g / (abs(g) + 1e-7)
+    return -np.sign(g) * max(abs(g) - h["l1"], 0) / ((h["beta"] + abs(g)) / h["alpha"] + h["l2"])   # FTRL: z = g, n = g²
 
 
 @pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
@@ -35,16 +45,43 @@ def test_one_explicit_step_of_each_rule(opt):
     """Two examples, one bias: the first is predicted at 0.5, its step is the rule's closed form,
     the second is predicted after it."""
     store, p, _ = _one(_bias(OPTIMIZERS[opt], implicit=False), [1.0, 0.0])
-    g = 0.5 - 1.0                                    # the first example's logit gradient
-    h = OPTIMIZERS[opt]
-    if opt == "sgd":
-        w1 = -h["lr"] * g
-    elif opt == "adagrad":
-        w1 = -h["lr"] * g / (abs(g) + 1e-7)
-    else:                                            # FTRL from z = n = 0: z = g, n = g²
-        w1 = -np.sign(g) * max(abs(g) - h["l1"], 0) / ((h["beta"] + abs(g)) / h["alpha"] + h["l2"])
+    w1 = _first_step(opt, 0.5 - 1.0)                 # the first example's logit gradient
     assert p[0] == pytest.approx(0.5, abs=1e-12)
     assert p[1] == pytest.approx(1 / (1 + np.exp(-w1)), abs=1e-12)
+
+
+@pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
+def test_one_explicit_squared_error_step_of_each_rule(opt):
+    """mse: the first example (label 3) is predicted at 0, its gradient is 2 (0 − 3) and the
+    second is predicted at the rule's step from it."""
+    store, p, _ = _one(_bias(OPTIMIZERS[opt], "mse", implicit=False), [3.0, -1.0])
+    assert p[0] == 0.0
+    assert p[1] == pytest.approx(_first_step(opt, 2 * (0.0 - 3.0)), abs=1e-12)
+
+
+@pytest.mark.parametrize("lr", [0.1, 5.0])
+def test_implicit_squared_error_step_is_its_closed_form(lr):
+    """One example, a bias, SGD: ρ = 2 (z − lr ρ − y), so ρ = 2 (0 − y) / (1 + 2 lr); the bias
+    stops short of the label at any lr (an explicit step, 2 lr y, passes it for lr > ½)."""
+    store, _, _ = _one(_bias({"type": "sgd", "lr": lr}, "mse"), [3.0])
+    rho = 2 * (0.0 - 3.0) / (1 + 2 * lr)
+    assert store.dense["bias.b"][0] == pytest.approx(-lr * rho, abs=1e-12)
+    assert 0 < store.dense["bias.b"][0] < 3.0
+
+
+def test_implicit_squared_error_step_with_l1_solves_its_fixed_point():
+    """FTRL with L1 from zero: ρ = 2 (w(ρ) − y) with w(ρ) = −shrink(ρ, l1) / d, d from the
+    explicit squares (r = 2 (0 − y))."""
+    h = {"type": "ftrl", "alpha": 2.0, "beta": 1.0, "l1": 0.5, "l2": 0.0}
+    store, _, _ = _one(_bias(h, "mse"), [3.0])
+    r = 2 * (0.0 - 3.0)
+    d = (h["beta"] + abs(r)) / h["alpha"]
+
+    def w(rho):
+        return -np.sign(rho) * max(abs(rho) - h["l1"], 0) / d
+
+    rho = brentq(lambda q: q - 2 * (w(q) - 3.0), r, 0)
+    assert store.dense["bias.b"][0] == pytest.approx(w(rho), abs=1e-12)
 
 
 def test_implicit_step_solves_its_fixed_point():

@@ -267,10 +267,11 @@ class PerExample:
     """Built once per trainer from the graph and the parameters' optimizers."""
 
     def __init__(self, graph, optimizers: dict, *, implicit: bool = True, normalize: bool = True,
-                 assign: bool = False):
+                 assign: bool = False, squared: bool = False):
         self.plan = plan(graph, optimizers)
         self.optimizers = optimizers
         self.implicit, self.normalize = implicit, normalize
+        self.squared = squared    # the loss is squared error (else logistic): ``kernels._residual``
         self.assign = assign      # the store ``assigns``: hand over final values, not a gradient
         self.tables = {name: graph.params[name].table for name in self.plan.params}
         rules: dict = {}
@@ -347,7 +348,7 @@ class PerExample:
             kernels.Occurrences(lptr, slot, x, lfield, _EMPTY_I, 0, ltwice, lfixed, lfx),
             kernels.Slots(lin.w.reshape(-1), lin.n.reshape(-1), lin.z.reshape(-1), lin.grp),
             kernels.Occurrences(fptr, frow, fx, ffield, fterm, len(self.plan.fm), ftwice, _EMPTY_I, _NO_X),
-            kernels.Slots(fm.w, fm.n, fm.z, fm.grp))
+            kernels.Slots(fm.w, fm.n, fm.z, fm.grp), True if self.squared else None)
         self._blocks = (lin, fm) if self.plan.fm else (lin,)
         return zs, rho
 

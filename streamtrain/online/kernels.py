@@ -26,20 +26,9 @@ njit = numba.njit
 
 from ..prefetch import prefetch  # noqa: E402
 from .prep import by_example, combine  # noqa: F401, E402 - the engine's other kernels, named here too
+from .residual import _implicit, _residual  # noqa: E402
 from .rules import RULES, _adagrad, _apply, _prepare, _row, _step  # noqa: F401, E402 - (tests use them here)
 from .terms import ADAGRAD, FTRL, SGD  # noqa: E402
-
-NEWTON_ITERATIONS = 50      # safeguarded Newton for the implicit residual: 2-3 steps from the
-NEWTON_TOLERANCE = 1e-12    # linearised solution, more through L1's kinks
-
-
-@njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _sigmoid(z):
-    if z >= 0:
-        return 1.0 / (1.0 + np.exp(-z))
-    e = np.exp(z)
-    return e / (1.0 + e)
-
 
 #: The records ``learn`` takes (numba passes namedtuples as typed tuples: no cost per access).
 #: ``Rules``: per rule group, its code (its index in ``RULES``) and hyperparameters ``[G, 4]``.
@@ -179,43 +168,6 @@ def _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms, seen, funiq, tr
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _implicit(zk, y, r, K, l1_present, m, uj, ux, L, grp, code, hyper, s, usq, uroot, urate):
-    """ρ with ρ = σ(z_k − D(ρ)) − y, ``D(ρ) = Σ_j x_j (w_j − w_j'(ρ))`` the example's own move
-    of its logit; linear (``D = K ρ``) unless an FTRL slot has L1. Safeguarded Newton."""
-    lo, hi = -y, 1.0 - y
-    p = r + y
-    rho = min(max(r / (1.0 + p * (1.0 - p) * K), lo), hi)     # the linearised solution
-    for _ in range(NEWTON_ITERATIONS):
-        if l1_present:
-            D, dD = 0.0, 0.0
-            for i in range(m):
-                j = uj[i]
-                g_ = grp[j]
-                w2, _n, _z = _apply(code[g_], _row(hyper, g_), L[j, 0], L[j, 1], L[j, 2], L[j, 3], uroot[i],
-                                    urate[i], s * rho * ux[i], usq[i])
-                D += ux[i] * (L[j, 0] - w2)
-                if code[g_] != FTRL or w2 != 0.0:
-                    dD += s * ux[i] * ux[i] * urate[i]
-        else:
-            D, dD = K * rho, K
-        q = _sigmoid(zk - D)
-        f = rho - q + y
-        if f == 0.0:
-            return rho
-        if f > 0:
-            hi = rho
-        else:
-            lo = rho
-        step = f / (1.0 + q * (1.0 - q) * dD)
-        if abs(step) < NEWTON_TOLERANCE:
-            return rho - step
-        rho -= step
-        if rho <= lo or rho >= hi:           # Newton left the bracket (a kink of L1): bisect
-            rho = 0.5 * (lo + hi)
-    return rho
-
-
-@njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _update_fm(k, rho, fptr, frow, fx, ffield, fterm, E, S, V, Vn, Vz, vgrp, code, hyper, one_adagrad, h,
                mq, twice, seen, funiq, G):
     """The example's FM rows' steps: a row's gradient ``ρ·x·(S_t − E_f)`` (summed over its
@@ -274,7 +226,7 @@ def _prefetch(k, lptr, lslot, L, seen, fptr, frow, V, Vn, fseen, lookup, flookup
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def learn(base, y, implicit, normalize, rules, linear, lslots, fm, fslots):
+def learn(base, y, implicit, normalize, rules, linear, lslots, fm, fslots, kind):
     """Per example ``k`` in order: its logit, ``base[k]`` (the rest of the logit) plus the owned
     terms at their current values, which examples ``0..k−1`` have updated; its residual ρ
     (implicit if asked); then its update of every linear slot and FM coordinate it touches.
@@ -288,7 +240,12 @@ def learn(base, y, implicit, normalize, rules, linear, lslots, fm, fslots):
     Speed (the arithmetic is the rules' own, bit for bit): a linear slot's w, n, z and √n sit
     side by side in ``L`` (one cache line instead of four), an example's slots are gathered into
     short contiguous arrays that one rule group steps in vectorised loops, and FM rows seen
-    once in the example (the usual case) take their Adagrad step straight from the gradient."""
+    once in the example (the usual case) take their Adagrad step straight from the gradient.
+
+    ``kind``: the loss, as a type: None for logistic, True for squared error (``_residual``),
+    so that each loss compiles its own loop without the other's branches (a bool argument
+    tested per example cost the logistic loop 5-10 %)."""
+    squared = kind is not None               # (a constant of the compiled loop: see above)
     code, hyper = rules
     lptr, lslot, lx, ltwice = linear.ptr, linear.row, linear.x, linear.repeats
     lfixed, lfx = linear.fixed, linear.fx
@@ -330,7 +287,7 @@ def learn(base, y, implicit, normalize, rules, linear, lslots, fm, fslots):
         if nterms:
             phi, mq, twice = _fm_value(k, fptr, frow, fx, ffield, fterm, V, E, S, nterms, fseen, funiq, ftrack)
             zk += phi
-        r = _sigmoid(zk) - y[k]
+        r = _residual(zk, y[k], squared)
         norm = 0.0
         for i in range(m):
             norm += ux[i] ** 2
@@ -361,7 +318,8 @@ def learn(base, y, implicit, normalize, rules, linear, lslots, fm, fslots):
                     l1_present = True
         rho = r
         if implicit and m:
-            rho = _implicit(zk, y[k], r, K, l1_present, m, uj, ux, L, grp, code, hyper, s, usq, uroot, urate)
+            rho = _implicit(zk, y[k], r, K, l1_present, m, uj, ux, L, grp, code, hyper, s, usq, uroot, urate,
+                            squared)
         if one:                              # the features' steps: gathered, stepped, scattered
             for i in range(m):
                 j = np.uint64(uj[i])

@@ -2,8 +2,9 @@
 
     python -m streamtrain.online.warm
 
-trains two small batches of a model with linear and FM terms, which compiles every kernel for
-the argument types the engine passes (they do not depend on the model) and the progressive
+trains two small batches of a model with linear and FM terms and one with its loss squared error
+(the loop is compiled per loss), which compiles every kernel for the argument types the engine
+passes (they do not depend on the model otherwise) and the progressive
 figures' pass, steps a dense Adam parameter in the memory store (an MLP's: the fused Adam pass,
 one signature whatever the model), and runs the id index's and the drift detectors' kernels once
 (a job runs them on its first batch). The Dockerfile runs it
@@ -45,6 +46,11 @@ def main() -> int:
     trainer = Trainer(graph, store)
     for _ in range(2):
         trainer.step(batch)
+    squared = [{**layer, "type": "mse"} if layer["name"] == "loss" else layer for layer in LAYERS]
+    regression = Graph.from_config(squared, Schema.of(batch))     # the loop compiled per loss
+    rstore = MemoryStore()
+    rstore.declare(regression.params, {"type": "adagrad"})
+    Trainer(regression, rstore).step(batch)
     mlp = MemoryStore()
     mlp.declare({"w": ParamSpec("w", (4, 2))}, {"type": "adam"})
     mlp.push(Gradients(dense={"w": np.ones((4, 2), np.float32)}))
