@@ -2,6 +2,7 @@
 is the predictions, so ``activation("<loss>")`` returns what a server would serve."""
 from __future__ import annotations
 
+import logging
 import sys
 
 import numpy as np
@@ -10,6 +11,7 @@ from .base import Layer, Option, flat_dim, register
 from .dense import sigmoid
 from streamtrain import lazy
 from streamtrain.errors import ShapeError
+from streamtrain.schema import positive
 
 REDUCTION = Option("sum", (str,), ("sum", "mean"),
                    doc="gradient of the sum over the batch (online-learning steps) or of the mean")
@@ -39,10 +41,21 @@ def _learn(layer, ctx, z: np.ndarray, y: np.ndarray):
     return z, None
 
 
+def _check_units(name: str, y: np.ndarray) -> None:
+    """An ``mse``'s first training batch: labels far from the units the terms learn in, said."""
+    mean, sd = float(np.mean(y)), float(np.std(y))
+    if abs(mean) > 10 or sd > 10:
+        log.warning("layer '%s' (mse): the first batch's labels have mean %.4g and standard deviation %.4g, "
+                    "far from the units its terms learn in (steps of about 1): set layers.%s.label_offset=%.6g "
+                    "and layers.%s.label_scale=%.6g (it then learns (label - offset) / scale and predicts "
+                    "offset + scale * output)", name, mean, sd, name, mean, name, max(sd, 1e-6))
+
+
 def _scale(layer, n: int) -> float:
     return 1.0 if layer.opts["reduction"] == "sum" else 1.0 / max(n, 1)
 
 
+log = logging.getLogger("streamtrain")
 _loss_kernels = lazy.module("streamtrain.ops._loss_kernels")
 _ZERO_ONE = {np.dtype(t): np.array([0, 1], t) for t in (np.float32, np.float64)}
 
@@ -175,27 +188,36 @@ class SoftmaxCE(Layer):
 
 @register
 class MSE(Layer):
-    """Squared error of one output per example against the label: ``ctx.loss`` is the plain mean
-    of ``(z − y)²`` (no ½, so it reads as the MSE metric); the gradient is ``2 (z − y)``.
-    Predictions are the input.
+    """Squared error of one output per example against the label. The output ``z`` learns the
+    label in the units ``label_offset`` and ``label_scale`` give, ``t = (y − offset) / scale``
+    (by default the label itself); the predictions are ``offset + scale · z``; ``ctx.loss`` is
+    the plain mean of ``(z − t)²`` (no ½: with the defaults it reads as the MSE metric) and the
+    gradient ``2 (z − t)``. Labels far from those units (a price of 50,000 from terms that move
+    by about 1 a step) are warned about on the first batch, with the offset and scale to set.
 
     ``sequential: true`` as for ``logloss``: the linear and FM terms learn example by example
     inside each batch, each example predicted after the ones before it; an example's implicit
-    step on its linear terms is ``2 (z − y) / (1 + 2K)`` (K: how far a unit residual moves its
-    output), which cannot pass its label however large the label or the step size.
+    step on its linear terms is ``2 (z − t) / (1 + 2K)`` (K: how far a unit residual moves its
+    output), which cannot pass its label however large the step size.
     """
 
     kind = "mse"
     is_loss = True
     quality = "regression"
-    options = {"reduction": REDUCTION, **SEQUENTIAL}
-
+    options = {
+        "reduction": REDUCTION,
+        **SEQUENTIAL,
+        "label_offset": Option(0.0, (int, float), doc="the output learns (label − offset) / scale and "
+                                                      "predicts offset + scale · output"),
+        "label_scale": Option(1.0, (int, float), check=positive, doc="see label_offset"),
+    }
     @classmethod
     def test_params(cls):
         return {"cases": [
             {"inputs": [(1,)]},
             {"options": {"reduction": "mean"}, "inputs": [(1,)], "tag": "mean"},
             {"options": {"sequential": True, "implicit": False}, "inputs": [(1,)], "tag": "sequential"},
+            {"options": {"label_offset": 3.5, "label_scale": 2.0}, "inputs": [(1,)], "tag": "units"},
         ], "bad": ("reduction", "none")}
 
     def build(self, input_shapes, schema):
@@ -209,12 +231,18 @@ class MSE(Layer):
         (x,) = xs
         z = x.reshape(-1).copy()       # the input may be a buffer the next batch overwrites
         y = ctx.batch.labels.astype(z.dtype, copy=False)
-        z, rho = _learn(self, ctx, z, y)
-        diff = z - y
+        offset, scale = self.opts["label_offset"], self.opts["label_scale"]
+        plain = offset == 0 and scale == 1
+        if ctx.training and plain and len(y) and (self.name, "units") not in ctx.told:
+            ctx.told.add((self.name, "units"))
+            _check_units(self.name, y)
+        t = y if plain else ((y - offset) / scale).astype(z.dtype)
+        z, rho = _learn(self, ctx, z, t)
+        diff = z - t
         ctx.loss = float(np.mean(diff * diff)) if len(z) else 0.0
-        ctx.predictions = z
+        ctx.predictions = z if plain else (offset + scale * z).astype(z.dtype)
         ctx.saved[self.name] = (x.shape, diff, rho)
-        return z
+        return ctx.predictions
 
     def backward(self, ctx, gy):
         shape, diff, rho = ctx.saved[self.name]

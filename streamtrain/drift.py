@@ -19,7 +19,7 @@ whose log-odds wander by 0.1 none in 200M (0.005 and no ``min_change``: 3 and 1 
 change of the mean loss by 0.35 is caught within 2,000 examples (``tests/test_drift.py``).
 The log says so at most once per detector per ``log_every_seconds``; metrics count every alarm.
 The loss is the model's own: logloss, ``softmax_ce``'s ``-log p[y]``, ``mse``'s squared error
-(whose scale is the label's: tune ``threshold``, ``delta`` and ``min_change`` to it).
+over the labels' variance so far (``progressive.Regression``: the label's units drop out).
 
 >>> ph = PageHinkley(min_instances=1, delta=0.0, threshold=2.5)
 >>> ph.update_many(np.array([0.0, 0.0, 0.0, 4.0])).tolist()

@@ -135,7 +135,11 @@ class MultiClass:
 class Regression:
     """Running RMSE and MAE of the outputs against the labels over every example seen, and the
     labels' standard deviation: the RMSE of always predicting their mean, the baseline a model
-    must beat (the regression counterpart of the entropy of the observed CTR)."""
+    must beat (the regression counterpart of the entropy of the observed CTR).
+
+    The per-example losses ``update`` returns (the drift detectors' and AutoML's) are the squared
+    errors over the labels' variance so far (1 when it is 0): the terms of 1 − R², in the same
+    units whatever the label's, so that the detectors' defaults hold for a price as for a rating."""
 
     names = ("rmse", "mae")
 
@@ -154,7 +158,8 @@ class Regression:
         self.abs_sum += float(np.sqrt(losses).sum())
         self.label_sum += float(y.sum())
         self.label_sq_sum += float(y @ y)
-        return losses
+        var = self.label_stddev ** 2
+        return losses / var if var > 0 else losses
 
     @property
     def rmse(self) -> float:

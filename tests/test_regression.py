@@ -4,6 +4,7 @@ regression must beat (the labels' mean; the planted model of a synthetic stream)
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -58,17 +59,53 @@ def test_linear_on_movielens_ratings_beats_the_running_mean(ratings, tmp_path, c
 def test_a_planted_linear_model_is_learnt_from_a_csv(tmp_path, capsys):
     """y = 3·x0 − 2·x1 + 1.5·[kind = a] + noise 0.1 (label stddev 3.6): the progressive RMSE
     over 20,000 rows is near the noise (the earlier per-batch update diverged: RMSE 15.2)."""
-    rng = np.random.default_rng(0)
-    n = 20_000
-    x = rng.normal(0, 1, (n, 2))
-    kind = rng.choice(["a", "b", "c"], n)
-    y = 3 * x[:, 0] - 2 * x[:, 1] + 1.5 * (kind == "a") + rng.normal(0, 0.1, n)
+    y, text = _planted()
+    n = len(y)
     path = tmp_path / "planted.csv"
-    path.write_text("y,x0,x1,kind\n" + "".join(f"{a:.6f},{b:.6f},{c:.6f},{k}\n" for a, (b, c), k in zip(y, x, kind)))
+    path.write_text(text)
     got, _ = _run(["linear", "--set", f"reader.path={path}", "--set", "reader.label=y",
                    "--set", 'reader.numeric=["x0", "x1"]', "--set", "reader.numeric_transform=none"], tmp_path, capsys)
     assert got["examples"] == n and got["label_stddev"] == pytest.approx(y.std(), rel=1e-4)
     assert got["rmse"] < 0.3, got
+
+
+def _planted(n=20_000, seed=0, scale=1.0, offset=0.0):
+    """y = 3·x0 − 2·x1 + 1.5·[kind = a] + noise 0.1 (label stddev 3.6), then scaled and offset."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0, 1, (n, 2))
+    kind = rng.choice(["a", "b", "c"], n)
+    y = (3 * x[:, 0] - 2 * x[:, 1] + 1.5 * (kind == "a") + rng.normal(0, 0.1, n)) * scale + offset
+    return y, "y,x0,x1,kind\n" + "".join(f"{a:.6f},{b:.6f},{c:.6f},{k}\n" for a, (b, c), k in zip(y, x, kind))
+
+
+def test_labels_far_from_the_outputs_units_are_warned_about_and_learnt_once_scaled(tmp_path, capsys):
+    """A price around 50,000 (stddev 3,600): terms that move by about 1 a step end the stream
+    50,000 away (as Vowpal Wabbit does: 50,555 on these rows); the first batch's warning names
+    the offset and scale to set, and with them the model learns it as it learns the stream
+    unscaled, and the drift detectors (fed scale-free errors) stay quiet."""
+    y, text = _planted(scale=1000.0, offset=50_000.0)
+    path = tmp_path / "prices.csv"
+    path.write_text(text)
+    args = ["linear", "--set", f"reader.path={path}", "--set", "reader.label=y", "--set", 'reader.numeric=["x0", "x1"]',
+            "--set", "reader.numeric_transform=none"]
+    got, err = _run(args, tmp_path, capsys)
+    assert got["rmse"] > 40_000
+    said = re.search(r"layer 'loss' \(mse\): the first batch's labels have mean \S+ and standard deviation \S+, far "
+                     r"from the units its terms learn in \(steps of about 1\): set (layers.loss.label_offset=\S+) and "
+                     r"(layers.loss.label_scale=\S+) \(", err)
+    assert said, err
+    got, err = _run([*args, "--set", said[1], "--set", said[2]], tmp_path, capsys)
+    assert "far from the units" not in err
+    assert got["rmse"] < 0.05 * got["label_stddev"] and got["drift_alarms"] == {"page_hinkley": 0, "adwin": 0}, got
+
+
+def test_the_losses_the_detectors_see_are_the_squared_errors_over_the_labels_variance():
+    from streamtrain.progressive import Regression
+    r = Regression()
+    y = np.array([1000.0, 1010.0, 990.0, 1000.0])
+    losses = r.update(y, y + np.array([0.0, 10.0, -10.0, 5.0]))
+    np.testing.assert_allclose(losses, np.array([0.0, 100.0, 100.0, 25.0]) / y.var())
+    np.testing.assert_allclose(Regression().update(np.ones(2), np.zeros(2)), [1.0, 1.0])   # variance 0: as they are
 
 
 def test_the_label_rule_follows_the_loss(tmp_path):
@@ -107,3 +144,18 @@ def test_numeric_labels_under_a_logloss_say_what_they_may_mean(ratings, tmp_path
             "A numeric label (a rating, a price) is a regression: run the example linear, or set the loss "
             "to mse (--set layers.loss.type=mse)") in err
     assert err.count("are numbers outside reader.labels") == 1
+
+
+def test_served_predictions_are_in_the_labels_units():
+    """Serving (no labels, not training) predicts offset + scale · output, as training does."""
+    from streamtrain.graph import Graph, Schema
+    from streamtrain.testing import random_batch
+    layers = [{"name": "bias", "type": "bias"},
+              {"name": "loss", "type": "mse", "inputs": ["bias"], "label_offset": 50_000, "label_scale": 3_000}]
+    graph = Graph.from_config(layers, Schema(sparse=("a",), dense=()))
+    batch = random_batch(3, fields=("a",), dense=0)
+    batch.labels[:] = np.nan                                   # a served request has none
+    ctx = graph.context(training=False, dtype=np.float64)
+    graph.feed(ctx, batch)
+    ctx.values = {"bias.b": np.array([0.5])}
+    np.testing.assert_allclose(graph.forward(ctx).reshape(-1), 50_000 + 3_000 * 0.5)
