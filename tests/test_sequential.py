@@ -120,8 +120,8 @@ def test_a_table_per_field_learns_exactly_as_one_by_one():
     assert {layer.name for layer in trainer.engine.layers} == {"wide", "linear", "bias", "v"}
 
 
-@pytest.mark.parametrize("opt", ["adagrad", "ftrl-l1"])
-def test_redis_store_trains_a_batch_as_its_examples_one_by_one(opt, redis_url, redis_namespace):
+@pytest.mark.parametrize("opt, loss", [("adagrad", "logloss"), ("ftrl-l1", "logloss"), ("ftrl-l1", "mse")])
+def test_redis_store_trains_a_batch_as_its_examples_one_by_one(opt, loss, redis_url, redis_namespace):
     """The same through a real redis-server: one combined push per row. Its rows are float32, so
     a batch of one rounds after every example and a batch of 16 after 16: 1e-6, relative."""
     from streamtrain.store.redis_store import RedisStore
@@ -131,8 +131,9 @@ def test_redis_store_trains_a_batch_as_its_examples_one_by_one(opt, redis_url, r
 
     stores = [store("one"), store("batch")]
     try:
-        layers = lr_layers({"sequential": True}, OPTIMIZERS[opt], fm=OPTIMIZERS["adagrad"])
-        assert_same_training(layers, stream(48), 16, 1e-6, 1e-6, one={"store": stores[0], "dtype": np.float32},
+        layers = lr_layers({"sequential": True}, OPTIMIZERS[opt], fm=OPTIMIZERS["adagrad"], loss=loss)
+        assert_same_training(layers, stream(48, regression=loss == "mse"), 16, 1e-6, 1e-6,
+                             one={"store": stores[0], "dtype": np.float32},
                              batch={"store": stores[1], "dtype": np.float32})
     finally:
         for s in stores:
