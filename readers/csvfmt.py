@@ -115,6 +115,9 @@ class CsvParser(Parser):
                          for d, name in ((";", "semicolon"), ("\t", "tab"), ("|", "pipe"), (",", "comma"))
                          if len(cols) == 1 and d != self.delimiter.decode() and d in cols[0]), "")
             hint = hint or _nearest(missing, cols) or _data_hint(cols)
+            if not hint and self.label_col in missing:
+                hint = (f"; reader.label names the label column (now {self.label_col!r}), e.g. "
+                        f"--set reader.label={cols[0]}")
             raise ReaderError(f"csv columns {cols} lack {missing} (label / numeric / multivalue "
                               f"options name columns that are not in the header){hint}")
         self.columns = cols

@@ -208,6 +208,10 @@ def test_csv_columns_option_transform_none_and_auto_header():
     assert b2.labels.tolist() == [1, 0]
     with pytest.raises(ReaderError, match="lack"):
         make_parser("csv", {"label": "nope"}).set_header("label,c")
+    with pytest.raises(ReaderError) as err:                # the default label name, another header
+        make_parser("csv", {}).set_header("rating,user,item")
+    assert str(err.value).endswith("; reader.label names the label column (now 'label'), e.g. "
+                                   "--set reader.label=rating")
 
 
 def test_movielens_csv(tmp_path):
