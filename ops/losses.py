@@ -13,6 +13,7 @@ from streamtrain import lazy
 from streamtrain.errors import ShapeError
 from streamtrain.schema import positive
 
+log = logging.getLogger("streamtrain")
 REDUCTION = Option("sum", (str,), ("sum", "mean"),
                    doc="gradient of the sum over the batch (online-learning steps) or of the mean")
 
@@ -55,7 +56,6 @@ def _scale(layer, n: int) -> float:
     return 1.0 if layer.opts["reduction"] == "sum" else 1.0 / max(n, 1)
 
 
-log = logging.getLogger("streamtrain")
 _loss_kernels = lazy.module("streamtrain.ops._loss_kernels")
 _ZERO_ONE = {np.dtype(t): np.array([0, 1], t) for t in (np.float32, np.float64)}
 
@@ -211,6 +211,7 @@ class MSE(Layer):
                                                       "predicts offset + scale · output"),
         "label_scale": Option(1.0, (int, float), check=positive, doc="see label_offset"),
     }
+
     @classmethod
     def test_params(cls):
         return {"cases": [

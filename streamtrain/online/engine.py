@@ -271,7 +271,7 @@ class PerExample:
         self.plan = plan(graph, optimizers)
         self.optimizers = optimizers
         self.implicit, self.normalize = implicit, normalize
-        self.squared = squared    # the loss is squared error (else logistic): ``kernels._residual``
+        self.squared = squared    # the loss is squared error (else logistic): ``residual._residual``
         self.assign = assign      # the store ``assigns``: hand over final values, not a gradient
         self.tables = {name: graph.params[name].table for name in self.plan.params}
         rules: dict = {}
