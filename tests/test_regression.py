@@ -16,7 +16,8 @@ from streamtrain.cli import main
 def _run(args, tmp_path, capsys) -> tuple[dict, str]:
     """(the ``--summary``, what the run wrote to stderr)."""
     summary = tmp_path / "summary.json"
-    code = main(["run", *args, "--summary", str(summary)])
+    code = main(["run", *args, "--set", "metrics.enabled=false", "--set", "checkpoint.dir=null",
+                 "--summary", str(summary)])
     err = capsys.readouterr().err
     assert code == 0, err
     return json.loads(summary.read_text()), err
