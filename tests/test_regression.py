@@ -127,6 +127,16 @@ def test_the_label_rule_follows_the_loss(tmp_path):
     assert "labels" not in got
     cfg, _, said = configmod.load_listing(configmod_path("linear"))
     assert cfg["reader"]["type"] == "synthetic" and "labels" not in cfg["reader"] and not said
+    kafka = ('reader={"type": "kafka", "bootstrap": "127.0.0.1:1", "topic": "t", "group": "g", "format": "csv", '
+             '"columns": ["y", "a"], "label": "y"}')
+    cfg, found, said = configmod.load_listing(configmod_path("linear"), [kafka])
+    assert not found and cfg["reader"]["labels"] is None and said
+    assert not configmod.problems(cfg)                          # and the reader takes it as given
+    plugin = 'reader={"type": "plugin", "factory": "streamtrain.examples.plugin_reader:make_reader", "options": {"label_map": {"a": 1}}}'
+    cfg, _, _ = configmod.load_listing(configmod_path("linear"), [plugin])
+    assert cfg["reader"]["labels"] is None and not configmod.problems(cfg)
+    cfg, _, said = configmod.load_listing(configmod_path("linear"), [plugin.replace('"label_map"', '"labels": [1, 2], "label_map"')])
+    assert "labels" not in cfg["reader"] and cfg["reader"]["options"]["labels"] == [1, 2] and not said
 
 
 def configmod_path(name: str) -> str:
