@@ -1,4 +1,4 @@
-"""Warn once when a CSV column read as categorical holds decimal numbers.
+"""Warn once when a CSV column (or a JSON lines key) read as categorical holds decimal numbers.
 
 A column left out of ``reader.numeric`` is hashed value by value: each distinct number is its
 own id, seen once or twice, and the model learns nothing from it (on a stream whose signal is
@@ -38,13 +38,30 @@ def decimal_columns(data: bytes, delimiter: bytes, columns: list[str], candidate
     return found
 
 
+def decimal_keys(objects: list, candidates: list[str]) -> list[str]:
+    """The candidate keys whose present values are decimals (``0.5``, ``1e3``; as the JSON
+    lines parser keeps numbers, their text) in at least ``SHARE`` of the objects that have
+    them, at least ``MIN_ROWS`` of them."""
+    found = []
+    for key in candidates:
+        values = [o[key] for o in objects if isinstance(o, dict) and o.get(key) is not None]
+        decimals = sum(isinstance(v, str) and bool(DECIMAL.match(v.encode())) for v in values)
+        if len(values) >= MIN_ROWS and decimals >= SHARE * len(values):
+            found.append(key)
+    return found
+
+
 def warn_decimal_columns(data: bytes, delimiter: bytes, columns: list[str],
                          candidates: list[int]) -> list[str] | None:
     """``decimal_columns``, with one warning naming them when there are any."""
     found = decimal_columns(data, delimiter, columns, candidates)
-    if found:
-        log.warning("csv columns %s hold decimal numbers but are read as categorical (each distinct "
-                    "value its own id, so the model learns little from them); if they are numbers, "
-                    "list them in reader.numeric, e.g. --set 'reader.numeric=%s'", found,
-                    str(found).replace("'", '"'))
+    say_decimal("csv columns", found)
     return found
+
+
+def say_decimal(what: str, found: list[str] | None) -> None:
+    if found:
+        log.warning("%s %s hold decimal numbers but are read as categorical (each distinct "
+                    "value its own id, so the model learns little from them); if they are numbers, "
+                    "list them in reader.numeric, e.g. --set 'reader.numeric=%s'", what, found,
+                    str(found).replace("'", '"'))

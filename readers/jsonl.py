@@ -27,6 +27,7 @@ from streamtrain.schema import Option
 
 from . import malformed as mf
 from .batching import fields_from_columns, offsets_from_counts
+from .csv_sniff import decimal_keys, say_decimal
 from .csvfmt import _names, _nearest
 from .formats import COMMON_OPTIONS, TRANSFORM, Parser, register
 from .ids import hash_values
@@ -118,6 +119,7 @@ class JsonlParser(Parser):
 
     def _infer(self, chunk: Chunk) -> None:
         keys: dict = {}
+        objects = []
         for i in range(chunk.n):
             try:
                 obj = _loads(chunk.line(i).decode("utf-8"))
@@ -125,8 +127,10 @@ class JsonlParser(Parser):
                 continue
             if isinstance(obj, dict):
                 keys.update(dict.fromkeys(obj))
+                objects.append(obj)
         self._check_keys(list(keys))
         self._plan(list(keys))
+        say_decimal("json lines keys", decimal_keys(objects[:2000], self.cat))     # (a sample, as for csv)
 
     def _check_keys(self, keys: list[str]) -> None:
         """The first lines' keys against the options: a label, numeric or multivalue key none of

@@ -1,6 +1,7 @@
 """A CSV column of decimals read as categorical is named in one warning (readers/csv_sniff.py)."""
 from __future__ import annotations
 
+import json
 import logging
 
 import numpy as np
@@ -50,3 +51,20 @@ def test_line_by_line_path_warns_too_and_few_rows_do_not(caplog):
         make_parser("csv", {"label": "click"}).parse(_lines(n=10))
     msgs = _warnings(caplog)
     assert len(msgs) == 1 and "['d0']" in msgs[0], msgs
+
+
+def test_json_lines_keys_of_decimals_left_categorical_are_named_once(caplog):
+    """The same for JSON lines: a key whose values are decimals (JSON numbers like 0.5, or
+    strings holding them) is named; integers (ids) and keys in numeric are not."""
+    rng = np.random.default_rng(1)
+    rows = [{"label": i % 2, "app": int(rng.integers(0, 900)), "d0": round(float(rng.normal()), 5),
+             "d1": f"{rng.exponential():.3e}", "d2": round(float(rng.normal()), 3)} for i in range(200)]
+    text = ("\n".join(json.dumps(r) for r in rows) + "\n").encode()
+    p = make_parser("jsonl", {"numeric": ["d2"]})
+    with caplog.at_level(logging.WARNING, logger="streamtrain.readers"):
+        b = p.parse_buffer(text)
+        p.parse_buffer(text)
+    msgs = _warnings(caplog)
+    assert len(msgs) == 1 and msgs[0].startswith("json lines keys ['d0', 'd1'] hold decimal numbers"), msgs
+    assert """--set 'reader.numeric=["d0", "d1"]'""" in msgs[0]
+    assert b.size == 200 and sorted(b.sparse) == ["app", "d0", "d1"]       # read as before
