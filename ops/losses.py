@@ -2,7 +2,6 @@
 is the predictions, so ``activation("<loss>")`` returns what a server would serve."""
 from __future__ import annotations
 
-import logging
 import sys
 
 import numpy as np
@@ -13,7 +12,6 @@ from streamtrain import lazy
 from streamtrain.errors import ShapeError
 from streamtrain.schema import positive
 
-log = logging.getLogger("streamtrain")
 REDUCTION = Option("sum", (str,), ("sum", "mean"),
                    doc="gradient of the sum over the batch (online-learning steps) or of the mean")
 
@@ -40,16 +38,6 @@ def _learn(layer, ctx, z: np.ndarray, y: np.ndarray):
         zs, rho = ctx.engine.learn(ctx, z, y)
         return zs.astype(z.dtype), rho
     return z, None
-
-
-def _check_units(name: str, y: np.ndarray) -> None:
-    """An ``mse``'s first training batch: labels far from the units the terms learn in, said."""
-    mean, sd = float(np.mean(y)), float(np.std(y))
-    if abs(mean) > 10 or sd > 10:
-        log.warning("layer '%s' (mse): the first batch's labels have mean %.4g and standard deviation %.4g, "
-                    "far from the units its terms learn in (steps of about 1): set layers.%s.label_offset=%.6g "
-                    "and layers.%s.label_scale=%.6g (it then learns (label - offset) / scale and predicts "
-                    "offset + scale * output)", name, mean, sd, name, mean, name, max(sd, 1e-6))
 
 
 def _scale(layer, n: int) -> float:
@@ -193,7 +181,7 @@ class MSE(Layer):
     (by default the label itself); the predictions are ``offset + scale · z``; ``ctx.loss`` is
     the plain mean of ``(z − t)²`` (no ½: with the defaults it reads as the MSE metric) and the
     gradient ``2 (z − t)``. Labels far from those units (a price of 50,000 from terms that move
-    by about 1 a step) are warned about on the first batch, with the offset and scale to set.
+    by about 1 a step) are warned about on a job's first batch (``streamtrain/label_units.py``).
 
     ``sequential: true`` as for ``logloss``: the linear and FM terms learn example by example
     inside each batch, each example predicted after the ones before it; an example's implicit
@@ -234,9 +222,6 @@ class MSE(Layer):
         y = ctx.batch.labels.astype(z.dtype, copy=False)
         offset, scale = self.opts["label_offset"], self.opts["label_scale"]
         plain = offset == 0 and scale == 1
-        if ctx.training and plain and len(y) and (self.name, "units") not in ctx.told:
-            ctx.told.add((self.name, "units"))
-            _check_units(self.name, y)
         t = y if plain else ((y - offset) / scale).astype(z.dtype)
         z, rho = _learn(self, ctx, z, t)
         diff = z - t

@@ -81,7 +81,6 @@ class Context:
         self.loss = float("nan")
         self.predictions = None
         self.memo: dict = {}          # per-batch results layers share (an embedding layout, ...)
-        self.told: set = set()        # (layer, what): warnings a layer gives once per trainer
         self._buffers: dict = {}
         self._written: set = set()
 

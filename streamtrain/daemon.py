@@ -24,6 +24,7 @@ from . import checkpoint, startup, systemd
 from .errors import ReaderError
 from .health import Health, caught_up, job_readiness
 from .job import Job
+from .label_units import UnitsCheck
 from .logs import log_start, setup_logging
 from .report import check_summary_path, write_summary
 from .readers.malformed import describe
@@ -87,7 +88,7 @@ def serve(job: Job, cfg: dict) -> tuple[Metrics | None, MetricsServer | None, He
     mcfg = cfg.get("metrics", {})
     health = Health(stall_seconds=mcfg.get("stall_seconds", 300.0), ready=job_readiness(job),
                     idle=lambda: caught_up(job.source), waiting=lambda: _waiting(job))
-    job.hooks.append(health.beat)
+    job.hooks += [health.beat, UnitsCheck(cfg.get("layers"))]
     if not mcfg.get("enabled", True):
         return None, None, health
     from .metrics import Metrics

@@ -91,7 +91,7 @@ def test_labels_far_from_the_outputs_units_are_warned_about_and_learnt_once_scal
             "--set", "reader.numeric_transform=none"]
     got, err = _run(args, tmp_path, capsys)
     assert got["rmse"] > 40_000
-    said = re.search(r"layer 'loss' \(mse\): the first batch's labels have mean \S+ and standard deviation \S+, far "
+    said = re.search(r"loss 'loss' \(mse\): the first batch's labels have mean \S+ and standard deviation \S+, far "
                      r"from the units its terms learn in \(steps of about 1\): set (layers.loss.label_offset=\S+) and "
                      r"(layers.loss.label_scale=\S+) \(", err)
     assert said, err
@@ -170,3 +170,14 @@ def test_served_predictions_are_in_the_labels_units():
     graph.feed(ctx, batch)
     ctx.values = {"bias.b": np.array([0.5])}
     np.testing.assert_allclose(graph.forward(ctx).reshape(-1), 50_000 + 3_000 * 0.5)
+
+
+def test_an_automl_job_on_a_price_warns_once_with_the_configs_own_layer_name(tmp_path, capsys):
+    """auto.json's candidates each build a loss of their own name: the warning is said once,
+    naming the job config's loss, so the --set it gives works."""
+    y, text = _planted(scale=1000.0, offset=50_000.0)
+    path = tmp_path / "prices.csv"
+    path.write_text(text)
+    _, err = _run(["auto", "--set", f"reader.path={path}", "--set", "reader.label=y", "--set",
+                   'reader.numeric=["x0", "x1"]', "--set", "layers.loss.type=mse"], tmp_path, capsys)
+    assert err.count("far from the units") == 1 and "set layers.loss.label_offset=" in err, err

@@ -1,0 +1,39 @@
+"""A regression's labels against the units its terms learn in.
+
+An ``mse`` model's terms move by about 1 a step (FTRL's and Adagrad's steps do not grow with
+the label), so labels far from 1 in size (a price around 50,000) take most of a stream to
+reach: the loss's ``label_offset`` and ``label_scale`` fix it (``ops/losses.py``). The daemon
+checks the first batch a job applies and says which values to set, naming the loss layer as the
+job config does (an AutoML job's candidates build layers of their own names, one per candidate).
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+log = logging.getLogger("streamtrain")
+FAR = 10.0      # |mean| or standard deviation above this: the terms would take long to reach them
+
+
+class UnitsCheck:
+    """A job hook (``job.hooks``): on the first applied batch of an ``mse`` job whose loss keeps
+    the default units, one warning when the labels are far from them."""
+
+    def __init__(self, layers):
+        losses = [c for c in layers or [] if isinstance(c, dict) and c.get("type") == "mse"]
+        self.loss = losses[0] if losses else None
+        self.done = self.loss is None or self.loss.get("label_offset", 0) != 0 or self.loss.get("label_scale", 1) != 1
+
+    def __call__(self, job, batch, result) -> None:
+        if self.done or not result.applied or not batch.size:
+            return
+        self.done = True
+        y = np.asarray(batch.labels, np.float64)
+        mean, sd = float(y.mean()), float(y.std())
+        if abs(mean) > FAR or sd > FAR:
+            name = self.loss.get("name")
+            log.warning("loss '%s' (mse): the first batch's labels have mean %.4g and standard deviation %.4g, "
+                        "far from the units its terms learn in (steps of about 1): set layers.%s.label_offset=%.6g "
+                        "and layers.%s.label_scale=%.6g (it then learns (label - offset) / scale and predicts "
+                        "offset + scale * output)", name, mean, sd, name, mean, name, max(sd, 1e-6))
