@@ -141,7 +141,7 @@ class Regression:
     errors over the labels' variance so far (1 when it is 0): the terms of 1 − R², in the same
     units whatever the label's, so that the detectors' defaults hold for a price as for a rating."""
 
-    names = ("rmse", "mae")
+    names = ("rmse", "mae", "label_stddev")     # (the progress line: the RMSE to beat beside the RMSE)
 
     def __init__(self):
         self.count = 0
