@@ -101,10 +101,10 @@ class LabelRule:
         self.told = True
         seen = ", ".join(f"{v:g}" for v in np.unique(vals)[:5])
         allowed = ", ".join(f"{v:g}" for v in self.allowed)
-        log.warning("labels %s are numbers outside reader.labels [%s]: their lines are skipped (label). A "
-                    "numeric label (a rating, a price) is a regression: run the example linear, or set the "
-                    "loss to mse (--set layers.loss.type=mse); classes written otherwise are mapped with "
-                    "reader.label_map (e.g. {\"-1\": 0})", seen, allowed)
+        regression = ("A numeric label (a rating, a price) is a regression: run the example linear, or set the "
+                      "loss to mse (--set layers.loss.type=mse); c" if set(self.allowed) <= {0.0, 1.0} else "C")
+        log.warning("labels %s are numbers outside reader.labels [%s]: their lines are skipped (label). %slasses "
+                    "written otherwise are mapped with reader.label_map (e.g. {\"-1\": 0})", seen, allowed, regression)
 
     def all_valid(self, vals):
         """A compiled pass's labels (float32), or None when one is not allowed: the exact path

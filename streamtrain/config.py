@@ -207,18 +207,42 @@ def infer_reader(config: dict, named_type: bool) -> list[str]:
 
 
 def infer_labels(config: dict) -> list[str]:
-    """A regression (an ``mse`` loss) reads any finite number as a label unless the reader names
-    its labels (the formats' default, [0, 1], is a click's); what it inferred, in words."""
+    """A loss that is not a click's sets the reader's labels unless the reader names them (the
+    formats' default, [0, 1], is a click's): a regression (``mse``) reads any finite number, a
+    ``softmax_ce`` whose input layer gives its ``dim`` K the classes 0..K−1; what it inferred,
+    in words."""
     reader, layers = config.get("reader"), config.get("layers")
-    losses = [c.get("name") for c in layers if isinstance(c, dict) and c.get("type") == "mse"] \
-        if isinstance(layers, list) else []
-    if not losses or not isinstance(reader, dict) or reader.get("type") not in ("file", "kafka", "plugin"):
+    if not isinstance(reader, dict) or reader.get("type") not in ("file", "kafka", "plugin"):
         return []
     if "labels" in reader or "labels" in (reader.get("options") if isinstance(reader.get("options"), dict) else {}):
         return []
-    reader["labels"] = None
-    return [f"reader.labels null: any number (the loss '{losses[0]}' is mse; set reader.labels to "
-            f"accept only some values)"]
+    mse, soft = _loss(layers, "mse"), _loss(layers, "softmax_ce")
+    if mse is not None:
+        reader["labels"] = None
+        return [f"reader.labels null: any number (the loss '{mse.get('name')}' is mse; set reader.labels to "
+                f"accept only some values)"]
+    k = _classes(layers, soft)
+    if k is None:
+        return []
+    reader["labels"] = list(range(k))
+    return [f"reader.labels [0, ..., {k - 1}]: the classes of the softmax_ce loss '{soft.get('name')}' (the dim "
+            f"of its input '{soft['inputs'][0]}')"]
+
+
+def _loss(layers, kind: str) -> dict | None:
+    """The first layer config of that kind, or None."""
+    return next((c for c in layers if isinstance(c, dict) and c.get("type") == kind), None) \
+        if isinstance(layers, list) else None
+
+
+def _classes(layers, loss: dict | None) -> int | None:
+    """K of a softmax_ce loss whose input layer names its ``dim`` (an fc's), else None."""
+    inputs = loss.get("inputs") if loss is not None else None
+    if not isinstance(inputs, list) or len(inputs) != 1:
+        return None
+    source = next((c for c in layers if isinstance(c, dict) and c.get("name") == inputs[0]), {})
+    dim = source.get("dim")
+    return dim if isinstance(dim, int) and not isinstance(dim, bool) and dim >= 2 else None
 
 
 def read_json(path: Path):
@@ -271,18 +295,28 @@ def problems(config: dict) -> list[tuple[str, str]]:
 
 
 def label_problems(config: dict) -> list[tuple[str, str]]:
-    """A ``logloss`` loss needs labels in {0, 1}: a reader's ``labels`` (inline or under
-    ``options``; the format's default is [0, 1]) that lets other values through is an error."""
-    losses = [c for c in config["layers"] if isinstance(c, dict) and c.get("type") == "logloss"]
+    """A ``logloss`` loss needs labels in {0, 1}, a ``softmax_ce`` class indices (0..K−1 when
+    its input names K): a reader's ``labels`` (inline or under ``options``; the format's default
+    is [0, 1]) that lets other values through is an error (a label that is not a class would
+    stop the job in the loss)."""
     reader = config.get("reader") or {}
     nested = reader.get("options") if isinstance(reader.get("options"), dict) else {}
     path = "reader.options.labels" if "labels" in nested else "reader.labels"
     labels = nested.get("labels", reader.get("labels", [0, 1]))
-    if not losses or (isinstance(labels, list) and set(labels) <= {0, 1}):
-        return []
     got = "null (any number)" if labels is None else json.dumps(labels)
-    return [(path, f"loss '{losses[0].get('name')}' is a logloss, which needs labels 0 and 1, but the reader "
-                   f"accepts {got}: give [0, 1] (with label_map for other values, e.g. {{\"-1\": 0}})")]
+    logloss, soft = _loss(config["layers"], "logloss"), _loss(config["layers"], "softmax_ce")
+    if logloss is not None and not (isinstance(labels, list) and set(labels) <= {0, 1}):
+        return [(path, f"loss '{logloss.get('name')}' is a logloss, which needs labels 0 and 1, but the reader "
+                       f"accepts {got}: give [0, 1] (with label_map for other values, e.g. {{\"-1\": 0}})")]
+    k = _classes(config["layers"], soft)
+    classes = range(k) if k is not None else None
+    if soft is not None and not (isinstance(labels, list) and all(
+            float(v).is_integer() and v >= 0 and (classes is None or v in classes) for v in labels)):
+        which = f"0..{k - 1}" if k is not None else "0..K-1"
+        return [(path, f"loss '{soft.get('name')}' is a softmax_ce, whose labels are the class indices {which}, "
+                       f"but the reader accepts {got}: give the classes (e.g. {json.dumps(list(classes or [0, 1, 2]))}; "
+                       f"a label that is not one would stop the job)")]
+    return []
 
 
 def validate(config: dict, *, source: str | None = None) -> dict:
