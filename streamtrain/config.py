@@ -214,9 +214,9 @@ def infer_labels(config: dict) -> list[str]:
     reader, layers = config.get("reader"), config.get("layers")
     if not isinstance(reader, dict) or reader.get("type") not in ("file", "kafka", "plugin"):
         return []
-    if "labels" in reader or "labels" in (reader.get("options") if isinstance(reader.get("options"), dict) else {}):
+    if reader_labels(reader)[2]:
         return []
-    mse, soft = _loss(layers, "mse"), _loss(layers, "softmax_ce")
+    mse, soft = loss_layer(layers, "mse"), loss_layer(layers, "softmax_ce")
     if mse is not None:
         reader["labels"] = None
         return [f"reader.labels null: any number (the loss '{mse.get('name')}' is mse; set reader.labels to "
@@ -229,8 +229,17 @@ def infer_labels(config: dict) -> list[str]:
             f"of its input '{soft['inputs'][0]}')"]
 
 
-def _loss(layers, kind: str) -> dict | None:
-    """The first layer config of that kind, or None."""
+def reader_labels(reader: dict) -> tuple[str, object, bool]:
+    """(where the reader's ``labels`` are, their value: inline or under ``options``, the
+    formats' [0, 1] when neither names them, whether one does)."""
+    nested = reader.get("options") if isinstance(reader.get("options"), dict) else {}
+    given = "labels" in nested or "labels" in reader
+    path = "reader.options.labels" if "labels" in nested else "reader.labels"
+    return path, nested.get("labels", reader.get("labels", [0, 1])), given
+
+
+def loss_layer(layers, kind: str) -> dict | None:
+    """The first layer config of that kind (a loss's: ``mse``, ...) in a job's ``layers``, or None."""
     return next((c for c in layers if isinstance(c, dict) and c.get("type") == kind), None) \
         if isinstance(layers, list) else None
 
@@ -299,12 +308,9 @@ def label_problems(config: dict) -> list[tuple[str, str]]:
     its input names K): a reader's ``labels`` (inline or under ``options``; the format's default
     is [0, 1]) that lets other values through is an error (a label that is not a class would
     stop the job in the loss)."""
-    reader = config.get("reader") or {}
-    nested = reader.get("options") if isinstance(reader.get("options"), dict) else {}
-    path = "reader.options.labels" if "labels" in nested else "reader.labels"
-    labels = nested.get("labels", reader.get("labels", [0, 1]))
+    path, labels, _ = reader_labels(config.get("reader") or {})
     got = "null (any number)" if labels is None else json.dumps(labels)
-    logloss, soft = _loss(config["layers"], "logloss"), _loss(config["layers"], "softmax_ce")
+    logloss, soft = loss_layer(config["layers"], "logloss"), loss_layer(config["layers"], "softmax_ce")
     if logloss is not None and not (isinstance(labels, list) and set(labels) <= {0, 1}):
         return [(path, f"loss '{logloss.get('name')}' is a logloss, which needs labels 0 and 1, but the reader "
                        f"accepts {got}: give [0, 1] (with label_map for other values, e.g. {{\"-1\": 0}})")]

@@ -12,6 +12,8 @@ import logging
 
 import numpy as np
 
+from .config import loss_layer
+
 log = logging.getLogger("streamtrain")
 FAR = 10.0      # |mean| or standard deviation above this: the terms would take long to reach them
 
@@ -21,8 +23,7 @@ class UnitsCheck:
     the default units, one warning when the labels are far from them."""
 
     def __init__(self, layers):
-        losses = [c for c in layers or [] if isinstance(c, dict) and c.get("type") == "mse"]
-        self.loss = losses[0] if losses else None
+        self.loss = loss_layer(layers, "mse")
         self.done = self.loss is None or self.loss.get("label_offset", 0) != 0 or self.loss.get("label_scale", 1) != 1
 
     def __call__(self, job, batch, result) -> None:

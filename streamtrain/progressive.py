@@ -158,7 +158,7 @@ class Regression:
         self.abs_sum += float(np.sqrt(losses).sum())
         self.label_sum += float(y.sum())
         self.label_sq_sum += float(y @ y)
-        var = self.label_stddev ** 2
+        var = self.label_variance
         return losses / var if var > 0 else losses
 
     @property
@@ -171,10 +171,14 @@ class Regression:
 
     @property
     def label_stddev(self) -> float:
+        return float(np.sqrt(self.label_variance))
+
+    @property
+    def label_variance(self) -> float:
         if not self.count:
             return float("nan")
         mean = self.label_sum / self.count
-        return float(np.sqrt(max(self.label_sq_sum / self.count - mean * mean, 0.0)))
+        return max(self.label_sq_sum / self.count - mean * mean, 0.0)
 
     def figures(self) -> dict:
         return {"rmse": self.rmse, "mae": self.mae, "label_stddev": self.label_stddev}
