@@ -4,7 +4,8 @@ Layout of one checkpoint directory (format 1)::
 
     ckpt-000000001234/
       meta.json      {"format": 1, "step", "examples", "offsets", "created", "params": {...}, "optimizers": {...},
-                      "files": {"dense": "dense.npz", "tables": {name: "tables/<n>.npz"}}}
+                      "files": {"dense": "dense.npz", "tables": {name: "tables/<n>.npz"}},
+                      and what the job adds: "schema", "label_units" (a regression's), "automl"}
       dense.npz      "<param>::value" and "<param>::<slot>" arrays
       tables/<n>.npz "ids" (uint64, sorted), "value" [rows, dim], one array per optimizer slot
 

@@ -12,7 +12,7 @@ import shutil
 import time
 from pathlib import Path
 
-from . import checkpoint
+from . import checkpoint, label_units
 from .automl import attach as automl_attach
 from .backoff import STOPPED
 from .errors import CheckpointError, StoreError, StoreInterrupted
@@ -27,6 +27,9 @@ def restore(job, where) -> dict:
     snap, meta = checkpoint.read(where)
     params = job.trainer.params if hasattr(job.trainer, "search") else job.graph.params   # AutoML: every candidate's
     checkpoint.check_fits(snap, params, checkpoint.resolve(where))
+    wrong_units = label_units.mismatch(job.config["layers"], meta, checkpoint.resolve(where))
+    if wrong_units:
+        raise CheckpointError(wrong_units)
     job.store.restore(snap)
     if job.graph_input is not None and "graph" in meta["arrays"]:
         job.graph_input.store.restore(meta["arrays"]["graph"])
@@ -71,6 +74,16 @@ def write_final(job) -> None:
                   job.checkpoint_error, kept)
 
 
+def _extra(job) -> dict:
+    """What a checkpoint's meta holds beside the parameters: the fields the model was built on,
+    the label units of a regression's weights, the AutoML search."""
+    extra = {"schema": schema_json(job.graph.schema), **automl_attach.extra(job)}
+    units = label_units.units(job.config["layers"])
+    if units is not None:
+        extra["label_units"] = units
+    return extra
+
+
 def write(job):
     """Flush the store (and commit what that made durable), then write a checkpoint; its path."""
     cfg = job.config["checkpoint"]
@@ -86,7 +99,7 @@ def write(job):
     try:
         path = checkpoint.write(cfg["dir"], job.store.snapshot(), step=job.trainer.batches,
                                 examples=job.trainer.examples, offsets=job.offsets,
-                                keep=cfg.get("keep") or None, extra={"schema": schema_json(job.graph.schema), **automl_attach.extra(job)},
+                                keep=cfg.get("keep") or None, extra=_extra(job),
                                 more_arrays=more)
     except BaseException:
         for hook in job.checkpoint_hooks:

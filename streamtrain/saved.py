@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from . import checkpoint
+from . import checkpoint, label_units
 from .automl.candidates import champion_config
 from .errors import CheckpointError, ConfigError
 from .graph import Graph, Schema
@@ -52,6 +52,8 @@ class Saved:
                   for name in missing]
         found += [("layers", f"checkpoint {self.path}: {msg}") for msg in checkpoint.shape_problems(self.snapshot,
                                                                                                    graph.params)]
+        wrong_units = label_units.mismatch(config["layers"], self.meta, self.path)
+        found += [("layers", wrong_units)] if wrong_units else []
         if found:
             raise ConfigError(found)
         store = MemoryStore()

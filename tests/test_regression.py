@@ -181,3 +181,38 @@ def test_an_automl_job_on_a_price_warns_once_with_the_configs_own_layer_name(tmp
     _, err = _run(["auto", "--set", f"reader.path={path}", "--set", "reader.label=y", "--set",
                    'reader.numeric=["x0", "x1"]', "--set", "layers.loss.type=mse"], tmp_path, capsys)
     assert err.count("far from the units") == 1 and "set layers.loss.label_offset=" in err, err
+
+
+def test_a_checkpoint_keeps_its_label_units_and_refuses_others(tmp_path, capsys):
+    """The weights of a scaled regression are in its units: the checkpoint records them, and
+    restoring it (run, eval, serve) under other units is refused with the settings to give;
+    with them, eval scores the stream in the labels' units. A checkpoint written before the
+    units were recorded restores as before."""
+    y, text = _planted(scale=1000.0, offset=50_000.0)
+    path = tmp_path / "prices.csv"
+    path.write_text(text)
+    ckpt = tmp_path / "ckpt"
+    reader = ["--set", f"reader.path={path}", "--set", "reader.label=y", "--set", 'reader.numeric=["x0", "x1"]',
+              "--set", "reader.numeric_transform=none", "--set", "metrics.enabled=false"]
+    units = ["--set", "layers.loss.label_offset=50000", "--set", "layers.loss.label_scale=3000"]
+    assert main(["run", "linear", *reader, *units, "--set", f"checkpoint.dir={ckpt}"]) == 0
+    (written,) = [p for p in ckpt.iterdir() if p.name.startswith("ckpt-")]
+    meta = json.loads((written / "meta.json").read_text())
+    assert meta["label_units"] == {"loss": "loss", "offset": 50_000.0, "scale": 3_000.0}
+    capsys.readouterr()
+    told = (f"checkpoint {written} was trained with label_offset 50000.0 and label_scale 3000.0, this job's loss "
+            "'loss' has 0.0 and 1.0: its weights are in the checkpoint's units, so set --set "
+            "layers.loss.label_offset=50000.0 --set layers.loss.label_scale=3000.0")
+    for command in (["eval", "linear", "--restore", str(ckpt), *reader],
+                    ["serve", "linear", "--restore", str(ckpt), "--set", "metrics.enabled=false"],
+                    ["run", "linear", "--restore", "latest", *reader, "--set", f"checkpoint.dir={ckpt}"]):
+        assert main(command) == 2, command
+        assert told in capsys.readouterr().err, command
+    assert [p.name for p in ckpt.iterdir() if p.name.startswith("ckpt-")] == [written.name]   # nothing written
+    summary = tmp_path / "eval.json"
+    assert main(["eval", "linear", "--restore", str(ckpt), *reader, *units, "--summary", str(summary)]) == 0
+    scored = json.loads(summary.read_text())
+    assert scored["rmse"] < 0.05 * y.std(), scored              # the labels' units: ~50,000 off otherwise
+    del meta["label_units"]                                     # as an earlier version wrote it
+    (written / "meta.json").write_text(json.dumps(meta))
+    assert main(["eval", "linear", "--restore", str(ckpt), *reader, *units, "--summary", str(summary)]) == 0
