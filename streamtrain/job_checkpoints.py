@@ -30,6 +30,7 @@ def restore(job, where) -> dict:
     wrong_units = label_units.mismatch(job.config["layers"], meta, checkpoint.resolve(where))
     if wrong_units:
         raise CheckpointError(wrong_units)
+    _say_other_fields(meta.get("schema"), job.graph.schema, checkpoint.resolve(where))
     job.store.restore(snap)
     if job.graph_input is not None and "graph" in meta["arrays"]:
         job.graph_input.store.restore(meta["arrays"]["graph"])
@@ -40,6 +41,27 @@ def restore(job, where) -> dict:
         job.sought = True
     log.info("restored checkpoint %s (step %d)", checkpoint.resolve(where), meta.get("step", 0))
     return meta
+
+
+def _say_other_fields(saved, schema, where) -> None:
+    """A warning when the checkpoint was trained on other fields than this stream's (a column
+    added or renamed in the log, or the checkpoint of another stream): which differ; the
+    weights of the fields both have carry over, the others' start afresh."""
+    if not isinstance(saved, dict):
+        return
+    for kind, theirs, ours in (("categorical", saved.get("sparse"), schema.sparse),
+                               ("numeric", saved.get("dense"), schema.dense)):
+        if not isinstance(theirs, list) or list(theirs) == list(ours):
+            continue
+        only_ckpt = [f for f in theirs if f not in ours]
+        only_ours = [f for f in ours if f not in theirs]
+        if not (only_ckpt or only_ours):
+            continue
+        common = "none in common: the checkpoint of another stream?" if not set(theirs) & set(ours) else \
+            "the weights of the fields both have carry over"
+        log.warning("checkpoint %s was trained on other %s fields than this stream's: only in the checkpoint %s, "
+                    "only in this stream %s (%s)", where, kind, ", ".join(only_ckpt) or "none",
+                    ", ".join(only_ours) or "none", common)
 
 
 def maybe_write(job) -> None:

@@ -260,3 +260,17 @@ def test_a_checkpoint_dir_that_cannot_be_made_is_refused_before_the_run(tmp_path
     out = streamtrain("run", "synthetic", "--set", "reader.examples=2000", "--set", "metrics.enabled=false",
                       "--set", f"checkpoint.dir={tmp_path / 'new' / 'ckpt'}", "--log-level", "WARNING")
     assert out.returncode == 0 and (tmp_path / "new" / "ckpt").is_dir(), out.stderr[-2000:]
+
+
+def test_restore_a_checkpoint_of_other_fields_says_which(fm_checkpoint, tmp_path):
+    """A column added to (or renamed in) the log keeps the weights of the fields both have; the
+    run says which fields differ instead of carrying on silently."""
+    data = tmp_path / "clicks.csv"
+    data.write_text("clicked,f0,f1,site,d0,d1,d2,d3\n"
+                    + "".join(f"{i % 2},{i % 7},{i % 5},s{i % 3},0.5,1,2,3\n" for i in range(300)))
+    out = streamtrain("run", EXAMPLES / "fm.json", "--set", f"reader.path={data}", "--set", "reader.label=clicked",
+                      "--set", 'reader.numeric=["d0", "d1", "d2", "d3"]', *QUIET, "--restore", fm_checkpoint)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert ("was trained on other categorical fields than this stream's: only in the checkpoint f2, f3, f4, f5, "
+            "f6, f7, only in this stream site (the weights of the fields both have carry over)") in out.stderr
+    assert "numeric fields" not in out.stderr
