@@ -95,11 +95,7 @@ class LogLoss(Layer):
         ], "bad": ("reduction", "avg")}
 
     def build(self, input_shapes, schema):
-        (shape,) = input_shapes
-        if flat_dim(shape) != 1:
-            raise ShapeError(f"layer '{self.name}': expects one logit per example, got shape {tuple(shape)}")
-        _check_sequential(self)
-        return (1,)
+        return _one_per_example(self, input_shapes, "logit")
 
     def forward(self, ctx, xs):
         (z,) = xs
@@ -116,6 +112,15 @@ class LogLoss(Layer):
         if rho is None:
             return [((p - y) * _scale(self, len(p))).reshape(shape)]
         return [rho.astype(ctx.dtype).reshape(shape)]
+
+
+def _one_per_example(layer, input_shapes, what: str) -> tuple:
+    """The shape of a loss over one value per example (its sequential options checked)."""
+    (shape,) = input_shapes
+    if flat_dim(shape) != 1:
+        raise ShapeError(f"layer '{layer.name}': expects one {what} per example, got shape {tuple(shape)}")
+    _check_sequential(layer)
+    return (1,)
 
 
 @register
@@ -210,11 +215,7 @@ class MSE(Layer):
         ], "bad": ("reduction", "none")}
 
     def build(self, input_shapes, schema):
-        (shape,) = input_shapes
-        if flat_dim(shape) != 1:
-            raise ShapeError(f"layer '{self.name}': expects one output per example, got shape {tuple(shape)}")
-        _check_sequential(self)
-        return (1,)
+        return _one_per_example(self, input_shapes, "output")
 
     def forward(self, ctx, xs):
         (x,) = xs

@@ -34,7 +34,7 @@ class Scored:
         self.examples = self.batches = self.nonfinite = 0
 
 
-class Evaluation:
+class Evaluation(report.Reporting):
     def __init__(self, config: dict, restore: str, *, max_examples: int | None = None):
         from streamtrain import limit_blas_threads
         from streamtrain.readers import Malformed, open_reader
@@ -99,15 +99,8 @@ class Evaluation:
             return
         t.progressive.update(batch.labels, predictions)
 
-    def progress(self, whole_run: bool = False) -> dict:
-        return report.progress(self, whole_run)
-
-    def progress_line(self, fields: dict | None = None) -> str:
-        names = self.trainer.progressive.names if self.trainer is not None else ()
-        return report.progress_line(fields if fields is not None else self.progress(), names)
-
     def summary(self) -> dict:
-        return {**report.summary(self), "step": self.saved.step}
+        return {**super().summary(), "step": self.saved.step}
 
 
 def run_eval(config: dict, args) -> int:

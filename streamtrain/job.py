@@ -30,7 +30,7 @@ log = logging.getLogger("streamtrain")
 STORE_BACKOFF = Backoff(initial_s=1.0, max_s=30.0, give_up_s=None)
 
 
-class Job:
+class Job(report.Reporting):
     def __init__(self, config: dict, *, max_examples: int | None = None, restore: str | None = None):
         from streamtrain import limit_blas_threads
         from streamtrain.readers import Malformed, open_reader
@@ -287,14 +287,3 @@ class Job:
     def write_checkpoint(self):
         """Flush, commit what that made durable, write a checkpoint (job_checkpoints.py)."""
         return job_checkpoints.write(self)
-
-    # ---- reporting (report.py) ---------------------------------------------------------------
-    def progress(self, whole_run: bool = False) -> dict:
-        return report.progress(self, whole_run)
-
-    def progress_line(self, fields: dict | None = None) -> str:
-        names = self.trainer.progressive.names if self.trainer is not None else ()
-        return report.progress_line(fields if fields is not None else self.progress(), names)
-
-    def summary(self) -> dict:
-        return report.summary(self)

@@ -65,6 +65,20 @@ def progress_line(fields: dict, names=("logloss", "auc")) -> str:
             f"nonfinite={fields['nonfinite']}")
 
 
+class Reporting:
+    """A run's progress, progress line and summary (``Job``'s and ``Evaluation``'s, both read here)."""
+
+    def progress(self, whole_run: bool = False) -> dict:
+        return progress(self, whole_run)
+
+    def progress_line(self, fields: dict | None = None) -> str:
+        names = self.trainer.progressive.names if self.trainer is not None else ()
+        return progress_line(fields if fields is not None else self.progress(), names)
+
+    def summary(self) -> dict:
+        return summary(self)
+
+
 def steady_rate(job) -> float | None:
     """Examples/s after the first batch (start-up, graph build and warm-up excluded)."""
     if job.first_step is None or job.trainer is None:
