@@ -114,6 +114,18 @@ class LogLoss(Layer):
         return [rho.astype(ctx.dtype).reshape(shape)]
 
 
+AUTO = "auto"
+
+
+def _number_or_auto(check):
+    """A label unit's check: "auto", or a number that passes ``check``."""
+    def number_or_auto(value):
+        if isinstance(value, str):
+            return None if value == AUTO else f'expected a number or "auto", got {value!r}'
+        return check(value) if check is not None else None
+    return number_or_auto
+
+
 def _one_per_example(layer, input_shapes, what: str) -> tuple:
     """The shape of a loss over one value per example (its sequential options checked)."""
     (shape,) = input_shapes
@@ -200,9 +212,12 @@ class MSE(Layer):
     options = {
         "reduction": REDUCTION,
         **SEQUENTIAL,
-        "label_offset": Option(0.0, (int, float), doc="the output learns (label − offset) / scale and "
-                                                      "predicts offset + scale · output"),
-        "label_scale": Option(1.0, (int, float), check=positive, doc="see label_offset"),
+        "label_offset": Option(0.0, (int, float, str), check=_number_or_auto(None),
+                               doc="the output learns (label − offset) / scale and predicts offset + scale · "
+                                   "output; \"auto\": the first batch's mean, agreed by the trainers of a "
+                                   "store and kept in its checkpoints"),
+        "label_scale": Option(1.0, (int, float, str), check=_number_or_auto(positive),
+                              doc="see label_offset (\"auto\": the first batch's standard deviation)"),
     }
 
     @classmethod
@@ -219,9 +234,12 @@ class MSE(Layer):
 
     def forward(self, ctx, xs):
         (x,) = xs
+        offset, scale = self.opts["label_offset"], self.opts["label_scale"]
+        if AUTO in (offset, scale):
+            raise ValueError(f"layer '{self.name}' (mse): label_offset / label_scale \"auto\" are settled from "
+                             "the first batch before the model is built (streamtrain.label_units), not here")
         z = x.reshape(-1).copy()       # the input may be a buffer the next batch overwrites
         y = ctx.batch.labels.astype(z.dtype, copy=False)
-        offset, scale = self.opts["label_offset"], self.opts["label_scale"]
         plain = offset == 0 and scale == 1
         t = y if plain else ((y - offset) / scale).astype(z.dtype)
         z, rho = _learn(self, ctx, z, t)

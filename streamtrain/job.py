@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from . import checkpoint, job_checkpoints, numeric_only, outage, readahead, report, scoring
+from . import checkpoint, job_checkpoints, label_units, numeric_only, outage, readahead, report, scoring
 from .backoff import STOPPED, Backoff
 from .automl import attach as automl_attach
 from .drift import DriftMonitor
@@ -95,6 +95,12 @@ class Job(report.Reporting):
     # ---- building ------------------------------------------------------------------------
     def _build(self, batch) -> None:
         schema = Schema.of(batch)
+        if label_units.regression(self.config["layers"]):    # "auto" units settled, numbers checked
+            auto = label_units.auto(self.config["layers"]) and self.restore_from
+            restoring = checkpoint.read_meta(self.restore_from)[1] if auto else None
+            if self._until_store_answers("agree on the label units",
+                                         lambda: label_units.settle(self, batch.labels, restoring)) is STOPPED:
+                return
         if self.config.get("automl") is not None:      # candidates of a search (automl/)
             saved = checkpoint.read_meta(self.restore_from)[1].get("automl") if self.restore_from else None
             built = self._until_store_answers("declare the candidates' parameters",

@@ -7,14 +7,26 @@ checks the first batch a job applies and says which values to set, naming the lo
 job config does (an AutoML job's candidates build layers of their own names, one per candidate).
 The weights learnt are in those units: a checkpoint records them (``units``) and restoring it
 under others is refused (``mismatch``).
+
+``"auto"`` (``examples/linear.json``) settles them before the model is built (``settle``): from
+the checkpoint a run restores, else from the units the trainers already on a Redis store agreed
+(the first one's, ``SET NX``), else from the first batch's labels (their mean and standard
+deviation). The job's config then holds the numbers, so its checkpoints, candidates and served
+predictions use them; ``streamtrain serve`` reads them from the checkpoint or the store.
 """
 from __future__ import annotations
 
+import copy
+import json
 import logging
 
 import numpy as np
 
 from .config import loss_layer
+from .errors import ConfigError
+
+AUTO = "auto"
+DEFAULT = {"offset": 0.0, "scale": 1.0}     # what a checkpoint that records none was trained in
 
 log = logging.getLogger("streamtrain")
 FAR = 10.0      # |mean| or standard deviation above this: the terms would take long to reach them
@@ -27,6 +39,7 @@ class UnitsCheck:
     def __init__(self, layers):
         self.loss = loss_layer(layers, "mse")
         self.done = self.loss is None or self.loss.get("label_offset", 0) != 0 or self.loss.get("label_scale", 1) != 1
+        # ("auto" is not 0: settled units are the job's own)
 
     def __call__(self, job, batch, result) -> None:
         if self.done or not result.applied or not batch.size:
@@ -39,7 +52,8 @@ class UnitsCheck:
             log.warning("loss '%s' (mse): the first batch's labels have mean %.4g and standard deviation %.4g, "
                         "far from the units its terms learn in (steps of about 1): set layers.%s.label_offset=%.6g "
                         "and layers.%s.label_scale=%.6g (it then learns (label - offset) / scale and predicts "
-                        "offset + scale * output)", name, mean, sd, name, mean, name, max(sd, 1e-6))
+                        "offset + scale * output; both \"auto\" settle them from the first batch, as examples/linear.json does)",
+                        name, mean, sd, name, mean, name, max(sd, 1e-6))
 
 
 def units(layers) -> dict | None:
@@ -65,3 +79,103 @@ def mismatch(layers, meta: dict, where) -> str | None:
     return (f"checkpoint {where} was trained with label_offset {offset!r} and label_scale {scale!r}, this job's "
             f"loss '{name}' has {ours['offset']!r} and {ours['scale']!r}: its weights are in the checkpoint's units, "
             f"so set --set layers.{name}.label_offset={offset!r} --set layers.{name}.label_scale={scale!r}")
+
+
+# ---- "auto" -----------------------------------------------------------------------------------
+def regression(layers) -> bool:
+    return loss_layer(layers, "mse") is not None
+
+
+def auto(layers) -> bool:
+    """Does the job's ``mse`` loss leave either unit to be settled?"""
+    loss = loss_layer(layers, "mse")
+    return loss is not None and AUTO in (loss.get("label_offset"), loss.get("label_scale"))
+
+
+def from_labels(labels) -> dict:
+    """The units of a batch's labels: their mean and standard deviation (1 when they are all
+    one value), to six significant digits."""
+    y = np.asarray(labels, np.float64)
+    y = y[np.isfinite(y)]
+    mean, sd = (float(y.mean()), float(y.std())) if len(y) else (0.0, 1.0)
+    return {"offset": float(f"{mean:.6g}"), "scale": float(f"{sd:.6g}") if sd > 1e-12 * max(1.0, abs(mean)) else 1.0}
+
+
+def with_units(config: dict, units: dict) -> dict:
+    """The config with its loss's "auto" units replaced by ``units``' numbers."""
+    config = {**config, "layers": copy.deepcopy(config["layers"])}
+    loss = loss_layer(config["layers"], "mse")
+    for key, unit in (("label_offset", "offset"), ("label_scale", "scale")):
+        if loss.get(key) == AUTO:
+            loss[key] = float(units[unit])
+    return config
+
+
+def for_checkpoint(config: dict, meta: dict) -> dict:
+    """The config with the units a checkpoint's weights are in (``eval``, ``serve --restore``)."""
+    if not auto(config["layers"]):
+        return config
+    saved = meta.get("label_units")
+    return with_units(config, saved if isinstance(saved, dict) else DEFAULT)
+
+
+def _key(store) -> bytes:
+    from .store import redis_keys
+    return redis_keys.meta_key(store.ns, "label_units")
+
+
+def agreed(store) -> dict | None:
+    """The units the trainers on a Redis store settled (None: none yet, or not a Redis store)."""
+    if getattr(store, "io", None) is None:
+        return None
+    raw = store.io.meta("GET", _key(store), what="read the label units")
+    try:
+        units = json.loads(raw) if raw is not None else None
+    except ValueError:
+        return None
+    return units if isinstance(units, dict) and {"offset", "scale"} <= set(units) else None
+
+
+def _agree(store, units: dict, force: bool) -> dict:
+    """The units in force on the store: ``units`` unless another trainer settled first (a
+    restored checkpoint's replace them: ``force``). A memory store is this process's alone."""
+    if getattr(store, "io", None) is None:
+        return units
+    value = json.dumps(units, sort_keys=True)
+    if force:
+        store.io.meta("SET", _key(store), value, what="set the label units")
+        return units
+    store.io.meta("SET", _key(store), value, "NX", what="agree on the label units")
+    return agreed(store) or units
+
+
+def _check_store(job) -> None:
+    ours, there = units(job.config["layers"]), agreed(job.store)
+    if ours is None or there is None or (there["offset"], there["scale"]) == (ours["offset"], ours["scale"]):
+        return
+    name = ours["loss"]
+    raise ConfigError([("layers", f"the trainers on this store settled label_offset {there['offset']!r} and "
+                                  f"label_scale {there['scale']!r}, this job's loss '{name}' has {ours['offset']!r} "
+                                  f"and {ours['scale']!r}: the store's weights are in its units, so set --set "
+                                  f"layers.{name}.label_offset=auto --set layers.{name}.label_scale=auto")])
+
+
+def settle(job, labels, restoring: dict | None) -> None:
+    """Replace the job config's "auto" units by numbers before its model is built: a restored
+    checkpoint's (``restoring``: its meta), the store's, or the first batch's. Numbers given
+    are checked against those the trainers on a Redis store settled, if any."""
+    if not auto(job.config["layers"]):
+        _check_store(job)
+        return
+    if restoring is not None and restoring.get("params"):
+        saved = restoring.get("label_units")
+        units, where = (saved if isinstance(saved, dict) else DEFAULT), "the checkpoint restored"
+    else:
+        units, where = from_labels(labels), "the first batch's labels"
+    settled = _agree(job.store, units, force=restoring is not None and bool(restoring.get("params")))
+    if settled != units:
+        where = "the trainers already on this store"
+    job.config = with_units(job.config, settled)
+    loss = loss_layer(job.config["layers"], "mse")
+    log.info("loss '%s' (mse): label_offset %r and label_scale %r, from %s", loss.get("name"),
+             loss["label_offset"], loss["label_scale"], where)

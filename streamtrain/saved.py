@@ -45,6 +45,7 @@ class Saved:
         job's checkpoint gives its champion."""
         if config.get("automl") is not None and self.meta.get("automl"):
             config = champion_config(config, self.meta["automl"])
+        config = label_units.for_checkpoint(config, self.meta)     # "auto": the units it was trained in
         graph = Graph.from_config(config["layers"], schema)
         found = model_problems(graph, config.get("graph"))
         missing = sorted(set(graph.params) - set(self.snapshot.specs))

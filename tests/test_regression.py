@@ -79,8 +79,12 @@ def _planted(n=20_000, seed=0, scale=1.0, offset=0.0):
     return y, "y,x0,x1,kind\n" + "".join(f"{a:.6f},{b:.6f},{c:.6f},{k}\n" for a, (b, c), k in zip(y, x, kind))
 
 
+PLAIN = ["--set", "layers.loss.label_offset=0", "--set", "layers.loss.label_scale=1"]     # linear.json's are "auto"
+
+
 def test_labels_far_from_the_outputs_units_are_warned_about_and_learnt_once_scaled(tmp_path, capsys):
-    """A price around 50,000 (stddev 3,600): terms that move by about 1 a step end the stream
+    """In the label's own units (offset 0, scale 1; ``linear.json`` settles them, below),
+    a price around 50,000 (stddev 3,600): terms that move by about 1 a step end the stream
     50,000 away (as Vowpal Wabbit does: 50,555 on these rows); the first batch's warning names
     the offset and scale to set, and with them the model learns it as it learns the stream
     unscaled, and the drift detectors (fed scale-free errors) stay quiet."""
@@ -89,7 +93,7 @@ def test_labels_far_from_the_outputs_units_are_warned_about_and_learnt_once_scal
     path.write_text(text)
     args = ["linear", "--set", f"reader.path={path}", "--set", "reader.label=y", "--set", 'reader.numeric=["x0", "x1"]',
             "--set", "reader.numeric_transform=none"]
-    got, err = _run(args, tmp_path, capsys)
+    got, err = _run([*args, *PLAIN], tmp_path, capsys)
     assert got["rmse"] > 40_000
     said = re.search(r"loss 'loss' \(mse\): the first batch's labels have mean \S+ and standard deviation \S+, far "
                      r"from the units its terms learn in \(steps of about 1\): set (layers.loss.label_offset=\S+) and "
@@ -203,9 +207,9 @@ def test_a_checkpoint_keeps_its_label_units_and_refuses_others(tmp_path, capsys)
     told = (f"checkpoint {written} was trained with label_offset 50000.0 and label_scale 3000.0, this job's loss "
             "'loss' has 0.0 and 1.0: its weights are in the checkpoint's units, so set --set "
             "layers.loss.label_offset=50000.0 --set layers.loss.label_scale=3000.0")
-    for command in (["eval", "linear", "--restore", str(ckpt), *reader],
-                    ["serve", "linear", "--restore", str(ckpt), "--set", "metrics.enabled=false"],
-                    ["run", "linear", "--restore", "latest", *reader, "--set", f"checkpoint.dir={ckpt}"]):
+    for command in (["eval", "linear", "--restore", str(ckpt), *reader, *PLAIN],
+                    ["serve", "linear", "--restore", str(ckpt), "--set", "metrics.enabled=false", *PLAIN],
+                    ["run", "linear", "--restore", "latest", *reader, "--set", f"checkpoint.dir={ckpt}", *PLAIN]):
         assert main(command) == 2, command
         assert told in capsys.readouterr().err, command
     assert [p.name for p in ckpt.iterdir() if p.name.startswith("ckpt-")] == [written.name]   # nothing written
@@ -213,6 +217,91 @@ def test_a_checkpoint_keeps_its_label_units_and_refuses_others(tmp_path, capsys)
     assert main(["eval", "linear", "--restore", str(ckpt), *reader, *units, "--summary", str(summary)]) == 0
     scored = json.loads(summary.read_text())
     assert scored["rmse"] < 0.05 * y.std(), scored              # the labels' units: ~50,000 off otherwise
+    assert main(["eval", "linear", "--restore", str(ckpt), *reader, "--summary", str(summary)]) == 0
+    assert json.loads(summary.read_text())["rmse"] == scored["rmse"]     # "auto": the checkpoint's units
     del meta["label_units"]                                     # as an earlier version wrote it
     (written / "meta.json").write_text(json.dumps(meta))
     assert main(["eval", "linear", "--restore", str(ckpt), *reader, *units, "--summary", str(summary)]) == 0
+    assert main(["eval", "linear", "--restore", str(ckpt), *reader, "--summary", str(summary)]) == 0
+    assert json.loads(summary.read_text())["rmse"] > 40_000     # "auto" reads it as trained in the labels' units
+
+
+def test_linear_settles_its_label_units_from_the_first_batch_and_keeps_them(tmp_path, capsys):
+    """``linear.json``'s units are "auto": the first batch's mean and standard deviation, so a
+    price learns out of the box as a rating does, and a restored run keeps the checkpoint's
+    units whatever its own first batch says."""
+    y, text = _planted(scale=1000.0, offset=50_000.0)
+    path = tmp_path / "prices.csv"
+    path.write_text(text)
+    ckpt = tmp_path / "ckpt"
+    args = ["linear", "--set", f"reader.path={path}", "--set", "reader.label=y", "--set", 'reader.numeric=["x0", "x1"]',
+            "--set", "reader.numeric_transform=none", "--set", "metrics.enabled=false", "--set", f"checkpoint.dir={ckpt}"]
+    first = y[:8192]                                            # linear.json's batch
+    offset, scale = float(f"{first.mean():.6g}"), float(f"{first.std():.6g}")
+    summary = tmp_path / "s.json"
+    assert main(["run", *args, "--summary", str(summary)]) == 0
+    err = capsys.readouterr().err
+    assert f"loss 'loss' (mse): label_offset {offset!r} and label_scale {scale!r}, from the first batch's labels" in err
+    assert "far from the units" not in err
+    got = json.loads(summary.read_text())
+    assert got["rmse"] < 0.05 * got["label_stddev"], got      # 50,543 in the labels' own units
+    (written,) = [p for p in ckpt.iterdir() if p.name.startswith("ckpt-")]
+    assert json.loads((written / "meta.json").read_text())["label_units"] == {"loss": "loss", "offset": offset,
+                                                                             "scale": scale}
+    other = tmp_path / "cheaper.csv"                            # another stream's first batch
+    other.write_text(_planted(n=9000, seed=1, scale=10.0, offset=100.0)[1])
+    assert main(["run", *args, "--set", f"reader.path={other}", "--restore", "latest"]) == 0
+    assert f"label_offset {offset!r} and label_scale {scale!r}, from the checkpoint restored" in capsys.readouterr().err
+
+
+def test_label_units_of_labels():
+    from streamtrain.label_units import from_labels
+    assert from_labels(np.array([2.0, 4.0, np.nan])) == {"offset": 3.0, "scale": 1.0}
+    assert from_labels(np.full(5, 7.0)) == {"offset": 7.0, "scale": 1.0}            # one value: scale 1
+    assert from_labels(np.array([50_000.123456, 50_010.0])) == {"offset": 50_005.1, "scale": 4.93827}
+
+
+def test_trainers_of_one_redis_store_agree_on_the_units_and_serving_reads_them(redis_url, tmp_path, capsys):
+    """The first trainer's units stay the store's (SET NX): a second trainer whose first batch
+    says otherwise takes them, one given other numbers is refused, and a server reading the
+    store predicts in them (503 before any trainer settled them)."""
+    from streamtrain.serve.service import NotReady, Service, StoreModel
+    from streamtrain.serve.settings import serve_settings
+    y, text = _planted(scale=1000.0, offset=50_000.0)
+    path = tmp_path / "prices.csv"
+    path.write_text(text)
+    other = tmp_path / "other.csv"
+    other.write_text(_planted(n=9000, seed=1, scale=1000.0, offset=60_000.0)[1])
+    namespace = f"units-{tmp_path.name}"
+    store = ["--set", "store.backend=redis", "--set", f'store.urls=["{redis_url}"]', "--set", f"store.namespace={namespace}"]
+    common = ["linear", "--set", "reader.label=y", "--set", 'reader.numeric=["x0", "x1"]', "--set",
+              "reader.numeric_transform=none", "--set", "metrics.enabled=false", "--set", "checkpoint.dir=null", *store]
+    cfg = configmod.validate(configmod.load(configmod_path("linear"), [
+        "store.backend=redis", f'store.urls=["{redis_url}"]', f"store.namespace={namespace}",
+        "reader.type=file", f"reader.path={path}", "reader.format=csv", "reader.label=y",
+        'reader.numeric=["x0", "x1"]', "reader.numeric_transform=none", "serve.port=0"]))
+    early = StoreModel(cfg, serve_settings(cfg))
+    try:
+        with pytest.raises(NotReady, match=r'no trainer has settled the label units \("auto"\) on this store yet'):
+            early.graph()
+    finally:
+        early.close()
+    assert main(["run", *common, "--set", f"reader.path={path}"]) == 0
+    said = re.search(r"label_offset (\S+) and label_scale (\S+), from the first batch's labels", capsys.readouterr().err)
+    assert said and float(said[1]) == pytest.approx(50_000, rel=0.02)
+    assert main(["run", *common, "--set", f"reader.path={other}"]) == 0
+    assert f"label_offset {said[1]} and label_scale {said[2]}, from the trainers already on this store" \
+        in capsys.readouterr().err
+    assert main(["run", *common, "--set", f"reader.path={other}", *PLAIN]) == 2     # numbers: checked against them
+    assert (f"the trainers on this store settled label_offset {said[1]} and label_scale {said[2]}, this job's loss "
+            "'loss' has 0.0 and 1.0: the store's weights are in its units, so set --set layers.loss.label_offset=auto "
+            "--set layers.loss.label_scale=auto") in capsys.readouterr().err
+    source = StoreModel(cfg, serve_settings(cfg))
+    try:
+        service = Service(source, serve_settings(cfg), cfg["reader"])
+        body = json.dumps({"records": [{"x0": 0.0, "x1": 0.0, "kind": "b"}, {"x0": 1.0, "x1": 0.0, "kind": "a"}]})
+        got = service.predict(body.encode(), "application/json")["predictions"]
+    finally:
+        source.close()
+    # planted: 1000 · (3·x0 − 2·x1 + 1.5·[kind = a]) + 60,000 on the stream learnt last
+    assert got == pytest.approx([60_000, 64_500], abs=1_000), got

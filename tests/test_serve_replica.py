@@ -13,7 +13,7 @@ import pytest
 from streamtrain.evaluator import Evaluator
 from streamtrain.serve.publish import Publisher
 from streamtrain.serve.replica import Replica
-from streamtrain.serve.service import serving_store_config
+from streamtrain.serve.serving_store import serving_store_config
 from streamtrain.serve.settings import serve_settings
 from streamtrain.store import make_store
 from streamtrain.testing import random_batch

@@ -27,11 +27,10 @@ import time
 
 import numpy as np
 
-from streamtrain import __version__
+from streamtrain import __version__, label_units
 from streamtrain.automl import attach as automl_attach
 from streamtrain.errors import ConfigError, GraphInputError, StoreError
 from streamtrain.graph import Graph, Schema
-from streamtrain.graphstore.stream import open_graph_input
 from streamtrain.readers import make_parser
 from streamtrain.readers.formats import split_format_options
 from streamtrain.readers.kafka.config import DEFAULTS as KAFKA_DEFAULTS, split_options
@@ -42,6 +41,7 @@ from .cache import REFRESH_EVERY, CachedParams, LiveParams, MustWait, Refresher
 from .inputs import BadRequest, decode_json, lines_batch, records_batch
 from .publish import layers_digest, published_feed, published_schema, published_step, read_published
 from .replica import Replica
+from .serving_store import serving_graph_input, serving_store_config
 
 log = logging.getLogger("streamtrain.serve")
 
@@ -99,38 +99,6 @@ class JobModel:
         pass
 
 
-def serving_store_config(config: dict, settings: dict) -> dict:
-    """The job's store section, retrying for ``store_give_up_s`` only (a request is waiting)."""
-    cfg = dict(config["store"])
-    if cfg.get("backend", "memory") != "redis" or not (cfg.get("urls") or cfg.get("cluster")):
-        raise ConfigError([("store", "streamtrain serve reads the parameters the trainers write: "
-                                     "it needs store.backend=redis with store.urls or store.cluster "
-                                     "(a memory store is served by `streamtrain run` with serve.enabled=true)")])
-    cfg.setdefault("namespace", config.get("name") or "default")
-    give_up = float(settings["store_give_up_s"])
-    cfg["retry"] = {"initial_s": 0.05, "max_s": max(0.05, give_up / 4), "give_up_s": give_up}
-    cfg["timeout_s"] = min(float(cfg.get("timeout_s", 5.0)), give_up / 2)     # two attempts at least
-    cfg["mode"] = "async"                 # a server never joins the trainers' barrier
-    cfg["write_back_s"] = 0               # it reads what the trainers flushed (its own cache is serve/cache.py)
-    return cfg
-
-
-def serving_graph_input(config: dict, settings: dict):
-    """A graph model's graph input on the Redis graph store the trainers write (None without a
-    ``graph`` section); its requests fail within ``store_give_up_s`` like the parameters'."""
-    cfg = config.get("graph")
-    if cfg is None:
-        return None
-    store = dict(cfg.get("store") or {})
-    if store.get("backend", "memory") != "redis":
-        raise ConfigError([("graph.store", "streamtrain serve samples the graph the trainers write: it needs "
-                                           "graph.store.backend=redis (a memory graph is served by "
-                                           "`streamtrain run` with serve.enabled=true, or from a checkpoint "
-                                           "with --restore)")])
-    store["timeout_s"] = min(float(store.get("timeout_s", 5.0)), float(settings["store_give_up_s"]))
-    return open_graph_input({**cfg, "store": store}, namespace=config.get("name") or "default")
-
-
 class StoreModel:
     def __init__(self, config: dict, settings: dict, store=None):
         self.config, self.settings = config, settings
@@ -150,6 +118,15 @@ class StoreModel:
                                              # the replica (serve/run.py: gc.freeze)
         self.graph_input = serving_graph_input(config, settings)
 
+    def _settle(self) -> None:
+        """The config takes the label units the trainers settled on this store ("auto")."""
+        if label_units.auto(self.config["layers"]):
+            units = label_units.agreed(self.store)
+            if units is None:
+                raise NotReady("no trainer has settled the label units (\"auto\") on this store yet")
+            self.config = label_units.with_units(self.config, units)
+            self.digest = layers_digest(self.config["layers"])
+
     def sample(self, batch, may_read: bool = True) -> None:
         """A graph model's blocks from the Redis graph store: a read, so never on the event loop."""
         if self.graph_input is None:
@@ -165,6 +142,7 @@ class StoreModel:
             raise MustWait
         with self._lock:
             if self._graph is None:
+                self._settle()
                 schema = self.settings.get("schema")
                 if schema is not None:
                     schema = Schema(tuple(schema.get("sparse", ())), tuple(schema.get("dense", ())))
