@@ -27,6 +27,7 @@ from .errors import ConfigError
 
 AUTO = "auto"
 DEFAULT = {"offset": 0.0, "scale": 1.0}     # what a checkpoint that records none was trained in
+FEW = 100                                   # a first batch of fewer labels: units said to be rough
 
 log = logging.getLogger("streamtrain")
 FAR = 10.0      # |mean| or standard deviation above this: the terms would take long to reach them
@@ -93,12 +94,13 @@ def auto(layers) -> bool:
 
 
 def from_labels(labels) -> dict:
-    """The units of a batch's labels: their mean and standard deviation (1 when they are all
-    one value), to six significant digits."""
+    """The units of a batch's labels: their mean and standard deviation (when they are all one
+    value, the size of that value, at least 1), to six significant digits."""
     y = np.asarray(labels, np.float64)
     y = y[np.isfinite(y)]
-    mean, sd = (float(y.mean()), float(y.std())) if len(y) else (0.0, 1.0)
-    return {"offset": float(f"{mean:.6g}"), "scale": float(f"{sd:.6g}") if sd > 1e-12 * max(1.0, abs(mean)) else 1.0}
+    mean, sd = (float(y.mean()), float(y.std())) if len(y) else (0.0, 0.0)
+    scale = sd if sd > 1e-9 * max(1.0, abs(mean)) else max(1.0, abs(mean))
+    return {"offset": float(f"{mean:.6g}"), "scale": float(f"{scale:.6g}")}
 
 
 def with_units(config: dict, units: dict) -> dict:
@@ -171,7 +173,7 @@ def settle(job, labels, restoring: dict | None) -> None:
         saved = restoring.get("label_units")
         units, where = (saved if isinstance(saved, dict) else DEFAULT), "the checkpoint restored"
     else:
-        units, where = from_labels(labels), "the first batch's labels"
+        units, where = from_labels(labels), f"the first batch's {len(labels)} labels"
     settled = _agree(job.store, units, force=restoring is not None and bool(restoring.get("params")))
     if settled != units:
         where = "the trainers already on this store"
@@ -179,3 +181,8 @@ def settle(job, labels, restoring: dict | None) -> None:
     loss = loss_layer(job.config["layers"], "mse")
     log.info("loss '%s' (mse): label_offset %r and label_scale %r, from %s", loss.get("name"),
              loss["label_offset"], loss["label_scale"], where)
+    if where.startswith("the first batch's") and len(labels) < FEW:
+        log.warning("loss '%s' (mse): its label units come from a first batch of only %d labels; if the labels' "
+                    "mean and spread are far from these, set them: --set layers.%s.label_offset=<mean> --set "
+                    "layers.%s.label_scale=<standard deviation>", loss.get("name"), len(labels),
+                    loss.get("name"), loss.get("name"))

@@ -241,8 +241,9 @@ def test_linear_settles_its_label_units_from_the_first_batch_and_keeps_them(tmp_
     summary = tmp_path / "s.json"
     assert main(["run", *args, "--summary", str(summary)]) == 0
     err = capsys.readouterr().err
-    assert f"loss 'loss' (mse): label_offset {offset!r} and label_scale {scale!r}, from the first batch's labels" in err
-    assert "far from the units" not in err
+    assert (f"loss 'loss' (mse): label_offset {offset!r} and label_scale {scale!r}, from the first batch's 8192 "
+            "labels") in err
+    assert "far from the units" not in err and "only" not in err
     got = json.loads(summary.read_text())
     assert got["rmse"] < 0.05 * got["label_stddev"], got      # 50,543 in the labels' own units
     (written,) = [p for p in ckpt.iterdir() if p.name.startswith("ckpt-")]
@@ -257,7 +258,8 @@ def test_linear_settles_its_label_units_from_the_first_batch_and_keeps_them(tmp_
 def test_label_units_of_labels():
     from streamtrain.label_units import from_labels
     assert from_labels(np.array([2.0, 4.0, np.nan])) == {"offset": 3.0, "scale": 1.0}
-    assert from_labels(np.full(5, 7.0)) == {"offset": 7.0, "scale": 1.0}            # one value: scale 1
+    assert from_labels(np.full(5, 7.0)) == {"offset": 7.0, "scale": 7.0}            # one value: its size
+    assert from_labels(np.full(5, 0.5)) == {"offset": 0.5, "scale": 1.0}            # ... at least 1
     assert from_labels(np.array([50_000.123456, 50_010.0])) == {"offset": 50_005.1, "scale": 4.93827}
 
 
@@ -287,7 +289,8 @@ def test_trainers_of_one_redis_store_agree_on_the_units_and_serving_reads_them(r
     finally:
         early.close()
     assert main(["run", *common, "--set", f"reader.path={path}"]) == 0
-    said = re.search(r"label_offset (\S+) and label_scale (\S+), from the first batch's labels", capsys.readouterr().err)
+    said = re.search(r"label_offset (\S+) and label_scale (\S+), from the first batch's 8192 labels",
+                     capsys.readouterr().err)
     assert said and float(said[1]) == pytest.approx(50_000, rel=0.02)
     assert main(["run", *common, "--set", f"reader.path={other}"]) == 0
     assert f"label_offset {said[1]} and label_scale {said[2]}, from the trainers already on this store" \
@@ -305,3 +308,12 @@ def test_trainers_of_one_redis_store_agree_on_the_units_and_serving_reads_them(r
         source.close()
     # planted: 1000 · (3·x0 − 2·x1 + 1.5·[kind = a]) + 60,000 on the stream learnt last
     assert got == pytest.approx([60_000, 64_500], abs=1_000), got
+
+
+def test_units_from_a_few_labels_are_said_to_be_rough(tmp_path, capsys):
+    path = tmp_path / "few.csv"
+    path.write_text(_planted(n=40, scale=1000.0, offset=50_000.0)[1])
+    _, err = _run(["linear", "--set", f"reader.path={path}", "--set", "reader.label=y"], tmp_path, capsys)
+    assert ("loss 'loss' (mse): its label units come from a first batch of only 40 labels; if the labels' mean and "
+            "spread are far from these, set them: --set layers.loss.label_offset=<mean> --set "
+            "layers.loss.label_scale=<standard deviation>") in err
