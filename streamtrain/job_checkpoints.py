@@ -12,7 +12,8 @@ import shutil
 import time
 from pathlib import Path
 
-from . import checkpoint, label_units
+from . import checkpoint, label_units, reader_format
+from .graphstore.nodes import reader_config
 from .automl import attach as automl_attach
 from .backoff import STOPPED
 from .errors import CheckpointError, StoreError, StoreInterrupted
@@ -31,6 +32,9 @@ def restore(job, where) -> dict:
     if wrong_units:
         raise CheckpointError(wrong_units)
     _say_other_fields(meta.get("schema"), job.graph.schema, checkpoint.resolve(where))
+    read_otherwise = reader_format.transform_problem(meta, _reader(job))
+    if read_otherwise:
+        log.warning("checkpoint %s: %s (the numeric terms relearn meanwhile)", checkpoint.resolve(where), read_otherwise)
     job.store.restore(snap)
     if job.graph_input is not None and "graph" in meta["arrays"]:
         job.graph_input.store.restore(meta["arrays"]["graph"])
@@ -96,10 +100,16 @@ def write_final(job) -> None:
                   job.checkpoint_error, kept)
 
 
+def _reader(job) -> dict:
+    return reader_config(job.config.get("reader", {}), job.config.get("graph"))
+
+
 def _extra(job) -> dict:
-    """What a checkpoint's meta holds beside the parameters: the fields the model was built on,
-    the label units of a regression's weights, the AutoML search."""
-    extra = {"schema": schema_json(job.graph.schema), **automl_attach.extra(job)}
+    """What a checkpoint's meta holds beside the parameters: the fields the model was built on
+    and what its reader did to their numbers, the label units of a regression's weights, the
+    AutoML search."""
+    extra = {"schema": schema_json(job.graph.schema), **automl_attach.extra(job),
+             "numeric_transform": reader_format.numeric_transform(_reader(job))}
     units = label_units.units(job.config["layers"])
     if units is not None:
         extra["label_units"] = units

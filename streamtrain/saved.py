@@ -12,10 +12,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from . import checkpoint, label_units
+from . import checkpoint, label_units, reader_format
 from .automl.candidates import champion_config
 from .errors import CheckpointError, ConfigError
 from .graph import Graph, Schema
+from .graphstore.nodes import reader_config
 from .graphstore.stream import GraphInput, model_problems
 from .store.memory import MemoryStore
 
@@ -39,10 +40,12 @@ class Saved:
         fields = self.meta.get("schema")
         return None if fields is None else Schema(tuple(fields["sparse"]), tuple(fields["dense"]))
 
-    def build(self, config: dict, schema: Schema) -> tuple[Graph, MemoryStore]:
+    def build(self, config: dict, schema: Schema, serving: bool = False) -> tuple[Graph, MemoryStore]:
         """The job's layers on ``schema`` and a memory store holding the checkpoint's values; a
-        parameter the layers declare and the checkpoint lacks is a ``ConfigError``. An AutoML
-        job's checkpoint gives its champion."""
+        parameter the layers declare and the checkpoint lacks is a ``ConfigError``, and so is a
+        reader that reads numbers otherwise than the model was trained on (``serving``: a reader
+        that names no format takes the checkpoint's way). An AutoML job's checkpoint gives its
+        champion."""
         if config.get("automl") is not None and self.meta.get("automl"):
             config = champion_config(config, self.meta["automl"])
         config = label_units.for_checkpoint(config, self.meta)     # "auto": the units it was trained in
@@ -55,6 +58,9 @@ class Saved:
                                                                                                    graph.params)]
         wrong_units = label_units.mismatch(config["layers"], self.meta, self.path)
         found += [("layers", wrong_units)] if wrong_units else []
+        read_otherwise = reader_format.transform_problem(
+            self.meta, reader_config(config.get("reader", {}), config.get("graph")), adopt=serving)
+        found += [("reader", f"checkpoint {self.path}: {read_otherwise}")] if read_otherwise else []
         if found:
             raise ConfigError(found)
         store = MemoryStore()

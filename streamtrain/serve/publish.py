@@ -2,7 +2,8 @@
 
 A model file names no data columns (the graph is built on the fields of the first batch), so
 a server that reads the parameters from Redis learns the fields from the trainers: each trainer
-writes ``{"sparse", "dense", "layers", "batches", "examples", "time", "feed_s"}`` into the hash
+writes ``{"sparse", "dense", "layers", "batches", "examples", "time", "feed_s",
+"numeric_transform"}`` into the hash
 ``st:{<ns>/meta}:serving`` under its own ``host:pid`` at most once a second. A server sums the
 ``batches`` of the trainers heard from in the last ``LIVE_S`` seconds: the model's step.
 """
@@ -17,6 +18,8 @@ import time
 
 from streamtrain.errors import StoreError
 from streamtrain.graph import Schema
+from streamtrain.graphstore.nodes import reader_config
+from streamtrain.reader_format import numeric_transform
 from streamtrain.store import redis_keys
 
 log = logging.getLogger("streamtrain.serve")
@@ -38,6 +41,12 @@ class Publisher:
         self.every_s = every_s
         self.field = f"{socket.gethostname()}:{os.getpid()}"
         self._next = 0.0
+        self.transform = None
+
+    def _transform(self, job) -> str:
+        if self.transform is None:
+            self.transform = numeric_transform(reader_config(job.config.get("reader", {}), job.config.get("graph")))
+        return self.transform
 
     def __call__(self, job, batch, result) -> None:
         now = time.monotonic()
@@ -47,7 +56,8 @@ class Publisher:
         schema, t = job.graph.schema, job.trainer
         doc = {"sparse": list(schema.sparse), "dense": list(schema.dense),
                "layers": layers_digest(job.config["layers"]), "batches": t.batches,
-               "examples": t.examples, "time": time.time(), "feed_s": job.store.cfg.feed_s}
+               "examples": t.examples, "time": time.time(), "feed_s": job.store.cfg.feed_s,
+               "numeric_transform": self._transform(job)}
         try:
             job.store.io.meta("HSET", meta_key(job.store), self.field, json.dumps(doc), what="publish the model")
         except StoreError as err:          # serving learns it at the next publication

@@ -34,7 +34,8 @@ class CheckpointModel:
         if schema is None:
             raise ConfigError([("serve.schema", f"checkpoint {model.path} does not record the model's fields "
                                                 "(written by an older version): give them as serve.schema")])
-        self._graph, self.store = model.build(config, schema)
+        self._graph, self.store = model.build(config, schema, serving=True)
+        self.numeric_transform = model.meta.get("numeric_transform")     # what JSON records' numbers get
         self.params = SavedParams(self.store)
         self.graph_input = model.graph_input(config)
         self.path, self._step = model.path, model.step

@@ -31,10 +31,8 @@ from streamtrain import __version__, label_units
 from streamtrain.automl import attach as automl_attach
 from streamtrain.errors import ConfigError, GraphInputError, StoreError
 from streamtrain.graph import Graph, Schema
+from streamtrain.reader_format import stream_format
 from streamtrain.readers import make_parser
-from streamtrain.readers.formats import split_format_options
-from streamtrain.readers.kafka.config import DEFAULTS as KAFKA_DEFAULTS, split_options
-from streamtrain.readers.source import FileReader
 from streamtrain.store import make_store
 
 from .cache import REFRESH_EVERY, CachedParams, LiveParams, MustWait, Refresher
@@ -111,6 +109,7 @@ class StoreModel:
         self._step, self._step_at = 0, -np.inf
         self.digest = layers_digest(config["layers"])
         self.published_digest = None
+        self.numeric_transform: str | None = None        # the trainers' reader's, once published
         self.refresher: Refresher | None = None
         self.replica: Replica | None = None
         self.replicator: Refresher | None = None
@@ -153,6 +152,7 @@ class StoreModel:
                         raise NotReady("no trainer has published the model's fields yet "
                                        "(start one on this store, or set serve.schema)")
                     self.published_digest = docs[0].get("layers")
+                    self.numeric_transform = docs[0].get("numeric_transform")    # a JSON record's numbers
                     if self.published_digest != self.digest:
                         log.warning("the trainers publishing to this store train other layers (digest %s, "
                                     "this config's %s): predictions will not match theirs",
@@ -270,11 +270,16 @@ class Service:
         fmt, options = self.stream
         return dict(options.get("multivalue") or {}) if fmt == "csv" else {}
 
-    @functools.cached_property
+    @property
     def numeric_transform(self) -> str:
-        """What the job's reader does to a number (``log1p``: csv, criteo and jsonl unless their
+        """What the trainer's reader did to a number, as its checkpoint or the trainers on the
+        store say (else this config's reader's: ``log1p`` for csv, criteo and jsonl unless their
         ``numeric_transform`` is ``none``; plug-in records: nothing): a JSON record's numbers
         get the same, so the model sees them as it was trained on them."""
+        return getattr(self.source, "numeric_transform", None) or self._own_transform
+
+    @functools.cached_property
+    def _own_transform(self) -> str:
         fmt, options = self.stream
         return getattr(make_parser(fmt, options), "transform", "none") if fmt else "none"
 
@@ -359,15 +364,3 @@ def _check_finite(preds: np.ndarray, name) -> None:
 
 def _record_name(row: int, field: str) -> str:
     return f"records[{row}].{field}"
-
-
-def stream_format(reader_cfg: dict) -> tuple[str | None, dict]:
-    """The line format of the job's file or Kafka reader and its options (else None)."""
-    kind = reader_cfg.get("type")
-    if kind == "kafka":
-        options, _ = split_options(reader_cfg)
-        return reader_cfg.get("format", KAFKA_DEFAULTS["format"]), options
-    if kind == "file" and reader_cfg.get("format"):
-        options, _ = split_format_options(reader_cfg, (*FileReader.options, "type"))
-        return reader_cfg["format"], options
-    return None, {}
