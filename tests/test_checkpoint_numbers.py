@@ -57,7 +57,7 @@ def test_a_checkpoint_is_served_and_scored_reading_numbers_as_it_was_trained(pri
     bare = _config()                                           # names no stream: the checkpoint's way
     got, transform = _predict(CheckpointModel(bare, serve_settings(bare), str(ckpt)), bare)
     assert transform == "log1p"
-    assert got == pytest.approx(TRUTH, rel=0.02), got          # as written: ~12,000 off for x0 = 2
+    assert got == pytest.approx(TRUTH, rel=0.02), got          # as written: 62,870 for the second
     named = _config("reader.type=file", f"reader.path={prices}", "reader.format=csv", "reader.label=y")
     assert _predict(CheckpointModel(named, serve_settings(named), str(ckpt)), named)[0] == got
     capsys.readouterr()
