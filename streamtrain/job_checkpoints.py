@@ -12,7 +12,7 @@ import shutil
 import time
 from pathlib import Path
 
-from . import checkpoint, label_units, reader_format
+from . import checkpoint, label_units, layers_diff, reader_format
 from .graphstore.nodes import reader_config
 from .automl import attach as automl_attach
 from .backoff import STOPPED
@@ -32,6 +32,9 @@ def restore(job, where) -> dict:
     if wrong_units:
         raise CheckpointError(wrong_units)
     _say_other_fields(meta.get("schema"), job.graph.schema, checkpoint.resolve(where))
+    changed = layers_diff.say(meta.get("layers"), job.config["layers"])
+    if changed:
+        log.warning("checkpoint %s: %s", checkpoint.resolve(where), changed)
     read_otherwise = reader_format.transform_problem(meta, _reader(job))
     if read_otherwise:
         log.warning("checkpoint %s: %s (the numeric terms relearn meanwhile)", checkpoint.resolve(where), read_otherwise)
@@ -105,11 +108,11 @@ def _reader(job) -> dict:
 
 
 def _extra(job) -> dict:
-    """What a checkpoint's meta holds beside the parameters: the fields the model was built on
-    and what its reader did to their numbers, the label units of a regression's weights, the
-    AutoML search."""
+    """What a checkpoint's meta holds beside the parameters: the layers and the fields the model
+    was built on, what its reader did to their numbers, the label units of a regression's
+    weights, the AutoML search."""
     extra = {"schema": schema_json(job.graph.schema), **automl_attach.extra(job),
-             "numeric_transform": reader_format.numeric_transform(_reader(job))}
+             "numeric_transform": reader_format.numeric_transform(_reader(job)), "layers": job.config["layers"]}
     units = label_units.units(job.config["layers"])
     if units is not None:
         extra["label_units"] = units

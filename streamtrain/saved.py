@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from . import checkpoint, label_units, reader_format
+from . import checkpoint, label_units, layers_diff, reader_format
 from .automl.candidates import champion_config
 from .errors import CheckpointError, ConfigError
 from .graph import Graph, Schema
@@ -46,9 +46,12 @@ class Saved:
         reader that reads numbers otherwise than the model was trained on (``serving``: a reader
         that names no format takes the checkpoint's way). An AutoML job's checkpoint gives its
         champion."""
+        config = label_units.for_checkpoint(config, self.meta)     # "auto": the units it was trained in
+        changed = layers_diff.say(self.meta.get("layers"), config["layers"])
+        if changed:
+            log.warning("checkpoint %s: %s", self.path, changed)
         if config.get("automl") is not None and self.meta.get("automl"):
             config = champion_config(config, self.meta["automl"])
-        config = label_units.for_checkpoint(config, self.meta)     # "auto": the units it was trained in
         graph = Graph.from_config(config["layers"], schema)
         found = model_problems(graph, config.get("graph"))
         missing = sorted(set(graph.params) - set(self.snapshot.specs))

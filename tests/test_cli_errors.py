@@ -275,3 +275,17 @@ def test_restore_a_checkpoint_of_other_fields_says_which(fm_checkpoint, tmp_path
     assert ("was trained on other categorical fields than this stream's: only in the checkpoint f2, f3, f4, f5, "
             "f6, f7, only in this stream site (the weights of the fields both have carry over)") in out.stderr
     assert "numeric fields" not in out.stderr          # the same ones, read as the synthetic stream gave them
+
+
+def test_restore_a_checkpoint_of_other_layers_says_what_differs(fm_checkpoint):
+    """Weights of the same shapes fit layers that compute something else: the run restores,
+    naming what changed since the checkpoint (eval and serve --restore say the same)."""
+    out = streamtrain("run", EXAMPLES / "fm.json", "--set", "layers.wide.optimizer.alpha=0.3", "--set",
+                      "layers.fm.reduce=false", "--set", 'layers.logit.inputs=["wide_sum", "linear", "bias"]',
+                      *QUIET, "--max-examples", 5000, "--restore", fm_checkpoint)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert ("its layers differ from this config's: layers.wide.optimizer.alpha: 0.7 in the checkpoint, 0.3 here; "
+            'layers.fm.reduce: true in the checkpoint, false here; layers.logit.inputs: ["wide_sum", "linear", '
+            '"fm", "bias"] in the checkpoint, ["wide_sum", "linear", "bias"] here') in out.stderr
+    same = streamtrain("eval", EXAMPLES / "fm.json", *QUIET, "--max-examples", 1000, "--restore", fm_checkpoint)
+    assert same.returncode == 0 and "layers differ" not in same.stderr, same.stderr[-2000:]

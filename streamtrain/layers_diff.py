@@ -1,0 +1,47 @@
+"""What differs between the layers a checkpoint was trained with and a job's: said when the
+checkpoint is restored, evaluated or served, since weights of the same shapes fit layers that
+compute something else (another activation, other crosses, another rate) without an error."""
+from __future__ import annotations
+
+import json
+
+MISSING = object()
+MOST = 6          # differences named in one warning
+
+
+def differences(saved, ours) -> list[str]:
+    """Each difference as ``layers.<name>.<key>: <theirs> in the checkpoint, <ours> here``."""
+    if not isinstance(saved, list) or not isinstance(ours, list):
+        return []
+    a, b = _by_name(saved), _by_name(ours)
+    found = [f"layer '{n}' only in the checkpoint" for n in a if n not in b]
+    found += [f"layer '{n}' only in this config" for n in b if n not in a]
+    for name in (n for n in a if n in b):
+        found += _diff(a[name], b[name], f"layers.{name}")
+    return found
+
+
+def say(saved, ours) -> str | None:
+    """One sentence naming the first ``MOST`` differences (None: the same layers)."""
+    found = differences(saved, ours)
+    if not found:
+        return None
+    more = f"; and {len(found) - MOST} more" if len(found) > MOST else ""
+    return "its layers differ from this config's: " + "; ".join(found[:MOST]) + more
+
+
+def _by_name(layers: list) -> dict:
+    return {str(c.get("name")): c for c in layers if isinstance(c, dict)}
+
+
+def _diff(x, y, path: str) -> list[str]:
+    if isinstance(x, dict) and isinstance(y, dict):
+        return [d for k in list(x) + [k for k in y if k not in x]
+                for d in _diff(x.get(k, MISSING), y.get(k, MISSING), f"{path}.{k}")]
+    if x == y:
+        return []
+    return [f"{path}: {_show(x)} in the checkpoint, {_show(y)} here"]
+
+
+def _show(v) -> str:
+    return "absent" if v is MISSING else json.dumps(v)
