@@ -9,38 +9,38 @@ MISSING = object()
 MOST = 6          # differences named in one warning
 
 
-def differences(saved, ours) -> list[str]:
+def differences(saved, ours, there: str = "the checkpoint") -> list[str]:
     """Each difference as ``layers.<name>.<key>: <theirs> in the checkpoint, <ours> here``."""
     if not isinstance(saved, list) or not isinstance(ours, list):
         return []
     a, b = _by_name(saved), _by_name(ours)
-    found = [f"layer '{n}' only in the checkpoint" for n in a if n not in b]
-    found += [f"layer '{n}' only in this config" for n in b if n not in a]
+    found = [f"layer '{n}' only in {there}" for n in a if n not in b]
+    found += [f"layer '{n}' only here" for n in b if n not in a]
     for name in (n for n in a if n in b):
-        found += _diff(a[name], b[name], f"layers.{name}")
+        found += _diff(a[name], b[name], f"layers.{name}", there)
     return found
 
 
-def say(saved, ours) -> str | None:
+def say(saved, ours, there: str = "the checkpoint") -> str | None:
     """One sentence naming the first ``MOST`` differences (None: the same layers)."""
-    found = differences(saved, ours)
+    found = differences(saved, ours, there)
     if not found:
         return None
     more = f"; and {len(found) - MOST} more" if len(found) > MOST else ""
-    return "its layers differ from this config's: " + "; ".join(found[:MOST]) + more
+    return "its layers differ from these: " + "; ".join(found[:MOST]) + more
 
 
 def _by_name(layers: list) -> dict:
     return {str(c.get("name")): c for c in layers if isinstance(c, dict)}
 
 
-def _diff(x, y, path: str) -> list[str]:
+def _diff(x, y, path: str, there: str) -> list[str]:
     if isinstance(x, dict) and isinstance(y, dict):
         return [d for k in list(x) + [k for k in y if k not in x]
-                for d in _diff(x.get(k, MISSING), y.get(k, MISSING), f"{path}.{k}")]
+                for d in _diff(x.get(k, MISSING), y.get(k, MISSING), f"{path}.{k}", there)]
     if x == y:
         return []
-    return [f"{path}: {_show(x)} in the checkpoint, {_show(y)} here"]
+    return [f"{path}: {_show(x)} in {there}, {_show(y)} here"]
 
 
 def _show(v) -> str:

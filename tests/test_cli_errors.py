@@ -284,7 +284,7 @@ def test_restore_a_checkpoint_of_other_layers_says_what_differs(fm_checkpoint):
                       "layers.fm.reduce=false", "--set", 'layers.logit.inputs=["wide_sum", "linear", "bias"]',
                       *QUIET, "--max-examples", 5000, "--restore", fm_checkpoint)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert ("its layers differ from this config's: layers.wide.optimizer.alpha: 0.7 in the checkpoint, 0.3 here; "
+    assert ("its layers differ from these: layers.wide.optimizer.alpha: 0.7 in the checkpoint, 0.3 here; "
             'layers.fm.reduce: true in the checkpoint, false here; layers.logit.inputs: ["wide_sum", "linear", '
             '"fm", "bias"] in the checkpoint, ["wide_sum", "linear", "bias"] here') in out.stderr
     same = streamtrain("eval", EXAMPLES / "fm.json", *QUIET, "--max-examples", 1000, "--restore", fm_checkpoint)

@@ -1,10 +1,13 @@
+import subprocess
+import sys
+
 from streamtrain.layers_diff import differences, say
 
 
 def test_layers_added_removed_and_changed_are_named_in_order():
     saved = [{"name": "a", "type": "fc", "dim": 4}, {"name": "b", "type": "relu"}]
     ours = [{"name": "a", "type": "fc", "dim": 4, "bias": False}, {"name": "c", "type": "tanh"}]
-    assert differences(saved, ours) == ["layer 'b' only in the checkpoint", "layer 'c' only in this config",
+    assert differences(saved, ours) == ["layer 'b' only in the checkpoint", "layer 'c' only here",
                                         "layers.a.bias: absent in the checkpoint, false here"]
     assert say(saved, saved) is None and say(None, ours) is None      # a checkpoint that records none
 
@@ -13,5 +16,21 @@ def test_a_long_list_is_cut():
     saved = [{"name": "a", **{f"k{i}": i for i in range(9)}}]
     ours = [{"name": "a", **{f"k{i}": i + 1 for i in range(9)}}]
     said = say(saved, ours)
-    assert said.startswith("its layers differ from this config's: layers.a.k0: 0 in the checkpoint, 1 here; ")
+    assert said.startswith("its layers differ from these: layers.a.k0: 0 in the checkpoint, 1 here; ")
     assert said.endswith("layers.a.k5: 5 in the checkpoint, 6 here; and 3 more")
+
+
+def test_a_trainer_joining_a_store_whose_trainers_train_other_layers_says_what_differs(redis_url, tmp_path, capsys):
+    """A rolling change of the config (or two jobs given one namespace) mixes two models' updates
+    in one store: the trainer that joins names the differences at its first publication."""
+    from streamtrain.cli import main
+    common = ["fm", "--set", "store.backend=redis", "--set", f'store.urls=["{redis_url}"]', "--set",
+              f"store.namespace=layers-{tmp_path.name}", "--set", "metrics.enabled=false", "--set", "checkpoint.dir=null",
+              "--max-examples", "3000"]
+    first = subprocess.run([sys.executable, "-m", "streamtrain", "run", *common], capture_output=True, text=True,
+                           timeout=120)                         # another process: another trainer
+    assert first.returncode == 0 and "trains other layers" not in first.stderr, first.stderr[-2000:]
+    assert main(["run", *common, "--set", "layers.wide.optimizer.alpha=0.3"]) == 0
+    err = capsys.readouterr().err
+    assert ("on this store trains other layers (its layers differ from these: layers.wide.optimizer.alpha: 0.7 in "
+            "its config, 0.3 here); their updates meet in one store") in err, err

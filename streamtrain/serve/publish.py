@@ -16,6 +16,7 @@ import os
 import socket
 import time
 
+from streamtrain import layers_diff
 from streamtrain.errors import StoreError
 from streamtrain.graph import Schema
 from streamtrain.graphstore.nodes import reader_config
@@ -42,6 +43,7 @@ class Publisher:
         self.field = f"{socket.gethostname()}:{os.getpid()}"
         self._next = 0.0
         self.transform = None
+        self.compared = False        # with the other live trainers' layers, at the first publication
 
     def _transform(self, job) -> str:
         if self.transform is None:
@@ -54,8 +56,11 @@ class Publisher:
             return
         self._next = now + self.every_s
         schema, t = job.graph.schema, job.trainer
+        if not self.compared:
+            self.compared = True
+            _say_other_layers(job, self.field)
         doc = {"sparse": list(schema.sparse), "dense": list(schema.dense),
-               "layers": layers_digest(job.config["layers"]), "batches": t.batches,
+               "layers": layers_digest(job.config["layers"]), "layer_configs": job.config["layers"], "batches": t.batches,
                "examples": t.examples, "time": time.time(), "feed_s": job.store.cfg.feed_s,
                "numeric_transform": self._transform(job)}
         try:
@@ -64,16 +69,34 @@ class Publisher:
             log.warning("could not publish the model for serving: %s", err)
 
 
-def read_published(store) -> list[dict]:
-    """What the trainers published, newest first (raises ``StoreError`` when the store is down)."""
+def _say_other_layers(job, field: str) -> None:
+    """A warning per live trainer on this store that trains other layers (a rolling change of
+    the config, or two jobs given one namespace): their weights are mixed in one store."""
+    try:
+        docs = read_published(job.store, with_fields=True)
+    except StoreError:
+        return
+    ours, now = layers_digest(job.config["layers"]), time.time()
+    for other, doc in docs:
+        if other != field and doc.get("layers") != ours and now - doc.get("time", 0) <= LIVE_S:
+            said = layers_diff.say(doc.get("layer_configs"), job.config["layers"], there="its config") \
+                or f"digest {doc.get('layers')}, this job's {ours}"
+            log.warning("trainer %s on this store trains other layers (%s); their updates meet in one store",
+                        other, said)
+
+
+def read_published(store, with_fields: bool = False) -> list:
+    """What the trainers published, newest first (raises ``StoreError`` when the store is down);
+    ``with_fields``: (trainer, document) pairs."""
     raw = store.io.meta_hash(meta_key(store), what="read the published model")
     docs = []
-    for value in raw.values():
+    for field, value in raw.items():
         try:
-            docs.append(json.loads(value))
+            docs.append((field.decode() if isinstance(field, bytes) else field, json.loads(value)))
         except ValueError:
             continue
-    return sorted(docs, key=lambda d: -d.get("time", 0))
+    docs.sort(key=lambda fd: -fd[1].get("time", 0))
+    return docs if with_fields else [d for _, d in docs]
 
 
 def published_schema(docs: list[dict]) -> Schema | None:
