@@ -22,7 +22,8 @@ def test_a_long_list_is_cut():
 
 def test_a_trainer_joining_a_store_whose_trainers_train_other_layers_says_what_differs(redis_url, tmp_path, capsys):
     """A rolling change of the config (or two jobs given one namespace) mixes two models' updates
-    in one store: the trainer that joins names the differences at its first publication."""
+    in one store: the trainer that joins names the differences at its first publication, and so
+    does a server whose config differs from the newest trainer's."""
     from streamtrain.cli import main
     common = ["fm", "--set", "store.backend=redis", "--set", f'store.urls=["{redis_url}"]', "--set",
               f"store.namespace=layers-{tmp_path.name}", "--set", "metrics.enabled=false", "--set", "checkpoint.dir=null",
@@ -34,3 +35,15 @@ def test_a_trainer_joining_a_store_whose_trainers_train_other_layers_says_what_d
     err = capsys.readouterr().err
     assert ("on this store trains other layers (its layers differ from these: layers.wide.optimizer.alpha: 0.7 in "
             "its config, 0.3 here); their updates meet in one store") in err, err
+    from streamtrain import config as configmod, shipped
+    from streamtrain.serve.service import StoreModel
+    from streamtrain.serve.settings import serve_settings
+    cfg = configmod.validate(configmod.load(shipped.resolve("fm"), [
+        "store.backend=redis", f'store.urls=["{redis_url}"]', f"store.namespace=layers-{tmp_path.name}", "serve.port=0"]))
+    source = StoreModel(cfg, serve_settings(cfg))
+    try:
+        source.graph()
+    finally:
+        source.close()
+    assert ("the trainers publishing to this store train other layers (its layers differ from these: "
+            "layers.wide.optimizer.alpha: 0.3 in theirs, 0.7 here): predictions will not match theirs") in capsys.readouterr().err

@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from streamtrain import __version__, label_units
+from streamtrain import __version__, label_units, layers_diff
 from streamtrain.automl import attach as automl_attach
 from streamtrain.errors import ConfigError, GraphInputError, StoreError
 from streamtrain.graph import Graph, Schema
@@ -154,9 +154,10 @@ class StoreModel:
                     self.published_digest = docs[0].get("layers")
                     self.numeric_transform = docs[0].get("numeric_transform")    # a JSON record's numbers
                     if self.published_digest != self.digest:
-                        log.warning("the trainers publishing to this store train other layers (digest %s, "
-                                    "this config's %s): predictions will not match theirs",
-                                    self.published_digest, self.digest)
+                        said = layers_diff.say(docs[0].get("layer_configs"), self.config["layers"], "theirs") \
+                            or f"digest {self.published_digest}, this config's {self.digest}"
+                        log.warning("the trainers publishing to this store train other layers (%s): predictions "
+                                    "will not match theirs", said)
                 graph = Graph.from_config(self.config["layers"], schema)
                 self.store.declare(graph.params, self.config["default_optimizer"])
                 max_age, window = self.settings["max_staleness_s"], self.settings["refresh_window_s"]
