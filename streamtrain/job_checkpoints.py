@@ -35,9 +35,9 @@ def restore(job, where) -> dict:
     changed = layers_diff.say(meta.get("layers"), job.config["layers"])
     if changed:
         log.warning("checkpoint %s: %s", checkpoint.resolve(where), changed)
-    read_otherwise = reader_format.transform_problem(meta, _reader(job))
-    if read_otherwise:
-        log.warning("checkpoint %s: %s (the numeric terms relearn meanwhile)", checkpoint.resolve(where), read_otherwise)
+    for read_otherwise in reader_format.problems(meta, _reader(job)):
+        log.warning("checkpoint %s: %s (the terms it concerns relearn meanwhile)", checkpoint.resolve(where),
+                    read_otherwise)
     job.store.restore(snap)
     if job.graph_input is not None and "graph" in meta["arrays"]:
         job.graph_input.store.restore(meta["arrays"]["graph"])
@@ -112,7 +112,8 @@ def _extra(job) -> dict:
     was built on, what its reader did to their numbers, the label units of a regression's
     weights, the AutoML search."""
     extra = {"schema": schema_json(job.graph.schema), **automl_attach.extra(job),
-             "numeric_transform": reader_format.numeric_transform(_reader(job)), "layers": job.config["layers"]}
+             "numeric_transform": reader_format.numeric_transform(_reader(job)),
+             "separators": reader_format.separators(_reader(job)), "layers": job.config["layers"]}
     units = label_units.units(job.config["layers"])
     if units is not None:
         extra["label_units"] = units

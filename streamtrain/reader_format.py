@@ -8,6 +8,8 @@ same way (``streamtrain/saved.py``, ``streamtrain/serve/service.py``).
 """
 from __future__ import annotations
 
+import json
+
 from .readers import make_parser
 from .readers.formats import split_format_options
 from .readers.kafka.config import DEFAULTS as KAFKA_DEFAULTS, split_options
@@ -30,6 +32,28 @@ def numeric_transform(reader_cfg: dict) -> str:
     """``log1p`` or ``none``: what the reader does to a numeric field's value."""
     fmt, options = stream_format(reader_cfg)
     return getattr(make_parser(fmt, options), "transform", "none") if fmt else "none"
+
+
+def separators(reader_cfg: dict) -> dict:
+    """A csv reader's ``multivalue`` ``{column: separator}`` (a value ``"a|b"``: two ids)."""
+    fmt, options = stream_format(reader_cfg)
+    return dict(options.get("multivalue") or {}) if fmt == "csv" else {}
+
+
+def problems(meta: dict, reader_cfg: dict, adopt: bool = False) -> list[str]:
+    """What is wrong with reading input for a checkpoint's model with this reader (numbers
+    transformed otherwise, csv values split otherwise than in training); see ``transform_problem``."""
+    found = [transform_problem(meta, reader_cfg, adopt), _separators_problem(meta, reader_cfg)]
+    return [p for p in found if p]
+
+
+def _separators_problem(meta: dict, reader_cfg: dict) -> str | None:
+    trained = meta.get("separators")
+    if not isinstance(trained, dict) or stream_format(reader_cfg)[0] != "csv" or separators(reader_cfg) == trained:
+        return None
+    ours = separators(reader_cfg)
+    return (f"the model's ids were made with csv multivalue {json.dumps(trained)}, this reader splits "
+            f"{json.dumps(ours) if ours else 'no column'}: set --set 'reader.multivalue={json.dumps(trained)}'")
 
 
 def transform_problem(meta: dict, reader_cfg: dict, adopt: bool = False) -> str | None:

@@ -61,9 +61,8 @@ class Saved:
                                                                                                    graph.params)]
         wrong_units = label_units.mismatch(config["layers"], self.meta, self.path)
         found += [("layers", wrong_units)] if wrong_units else []
-        read_otherwise = reader_format.transform_problem(
-            self.meta, reader_config(config.get("reader", {}), config.get("graph")), adopt=serving)
-        found += [("reader", f"checkpoint {self.path}: {read_otherwise}")] if read_otherwise else []
+        found += [("reader", f"checkpoint {self.path}: {p}") for p in reader_format.problems(
+            self.meta, reader_config(config.get("reader", {}), config.get("graph")), adopt=serving)]
         if found:
             raise ConfigError(found)
         store = MemoryStore()

@@ -3,7 +3,7 @@
 A model file names no data columns (the graph is built on the fields of the first batch), so
 a server that reads the parameters from Redis learns the fields from the trainers: each trainer
 writes ``{"sparse", "dense", "layers", "batches", "examples", "time", "feed_s",
-"numeric_transform"}`` into the hash
+"numeric_transform", "separators"}`` into the hash
 ``st:{<ns>/meta}:serving`` under its own ``host:pid`` at most once a second. A server sums the
 ``batches`` of the trainers heard from in the last ``LIVE_S`` seconds: the model's step.
 """
@@ -20,7 +20,7 @@ from streamtrain import layers_diff
 from streamtrain.errors import StoreError
 from streamtrain.graph import Schema
 from streamtrain.graphstore.nodes import reader_config
-from streamtrain.reader_format import numeric_transform
+from streamtrain.reader_format import numeric_transform, separators
 from streamtrain.store import redis_keys
 
 log = logging.getLogger("streamtrain.serve")
@@ -42,13 +42,15 @@ class Publisher:
         self.every_s = every_s
         self.field = f"{socket.gethostname()}:{os.getpid()}"
         self._next = 0.0
-        self.transform = None
+        self.reading = None
         self.compared = False        # with the other live trainers' layers, at the first publication
 
-    def _transform(self, job) -> str:
-        if self.transform is None:
-            self.transform = numeric_transform(reader_config(job.config.get("reader", {}), job.config.get("graph")))
-        return self.transform
+    def _reading(self, job) -> dict:
+        """How the job's reader made features of its input, for servers to read requests so."""
+        if self.reading is None:
+            reader = reader_config(job.config.get("reader", {}), job.config.get("graph"))
+            self.reading = {"numeric_transform": numeric_transform(reader), "separators": separators(reader)}
+        return self.reading
 
     def __call__(self, job, batch, result) -> None:
         now = time.monotonic()
@@ -62,7 +64,7 @@ class Publisher:
         doc = {"sparse": list(schema.sparse), "dense": list(schema.dense),
                "layers": layers_digest(job.config["layers"]), "layer_configs": job.config["layers"], "batches": t.batches,
                "examples": t.examples, "time": time.time(), "feed_s": job.store.cfg.feed_s,
-               "numeric_transform": self._transform(job)}
+               **self._reading(job)}
         try:
             job.store.io.meta("HSET", meta_key(job.store), self.field, json.dumps(doc), what="publish the model")
         except StoreError as err:          # serving learns it at the next publication

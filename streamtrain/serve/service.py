@@ -31,7 +31,7 @@ from streamtrain import __version__, label_units, layers_diff
 from streamtrain.automl import attach as automl_attach
 from streamtrain.errors import ConfigError, GraphInputError, StoreError
 from streamtrain.graph import Graph, Schema
-from streamtrain.reader_format import stream_format
+from streamtrain.reader_format import separators, stream_format
 from streamtrain.readers import make_parser
 from streamtrain.store import make_store
 
@@ -110,6 +110,7 @@ class StoreModel:
         self.digest = layers_digest(config["layers"])
         self.published_digest = None
         self.numeric_transform: str | None = None        # the trainers' reader's, once published
+        self.separators: dict | None = None
         self.refresher: Refresher | None = None
         self.replica: Replica | None = None
         self.replicator: Refresher | None = None
@@ -153,6 +154,7 @@ class StoreModel:
                                        "(start one on this store, or set serve.schema)")
                     self.published_digest = docs[0].get("layers")
                     self.numeric_transform = docs[0].get("numeric_transform")    # a JSON record's numbers
+                    self.separators = docs[0].get("separators")                  # ... and csv-split strings
                     if self.published_digest != self.digest:
                         said = layers_diff.say(docs[0].get("layer_configs"), self.config["layers"], "theirs") \
                             or f"digest {self.published_digest}, this config's {self.digest}"
@@ -264,12 +266,17 @@ class Service:
         """The job's line format and its options (``stream_format``), worked out once, not per request."""
         return stream_format(self.reader_cfg)
 
-    @functools.cached_property
+    @property
     def separators(self) -> dict:
-        """A csv reader's ``multivalue`` ``{column: separator}``: a record's string in such a
-        column is split as the reader splits the column (``"a|b"``: two ids)."""
-        fmt, options = self.stream
-        return dict(options.get("multivalue") or {}) if fmt == "csv" else {}
+        """The trainer's csv reader's ``multivalue`` ``{column: separator}`` (as the checkpoint or
+        the trainers on the store record it, else this config's reader's): a record's string in
+        such a column is split as the reader split the column (``"a|b"``: two ids)."""
+        trained = getattr(self.source, "separators", None)
+        return trained if trained is not None else self._own_separators
+
+    @functools.cached_property
+    def _own_separators(self) -> dict:
+        return separators(self.reader_cfg)
 
     @property
     def numeric_transform(self) -> str:
