@@ -22,8 +22,9 @@ def test_a_long_list_is_cut():
 
 def test_a_trainer_joining_a_store_whose_trainers_train_other_layers_says_what_differs(redis_url, tmp_path, capsys):
     """A rolling change of the config (or two jobs given one namespace) mixes two models' updates
-    in one store: the trainer that joins names the differences at its first publication, and so
-    does a server whose config differs from the newest trainer's."""
+    in one store: the trainer that joins names the differences (layers, how its reader makes
+    features) at its first publication, and so does a server whose config differs from the
+    newest trainer's."""
     from streamtrain.cli import main
     common = ["fm", "--set", "store.backend=redis", "--set", f'store.urls=["{redis_url}"]', "--set",
               f"store.namespace=layers-{tmp_path.name}", "--set", "metrics.enabled=false", "--set", "checkpoint.dir=null",
@@ -35,6 +36,14 @@ def test_a_trainer_joining_a_store_whose_trainers_train_other_layers_says_what_d
     err = capsys.readouterr().err
     assert ("on this store trains other layers (its layers differ from these: layers.wide.optimizer.alpha: 0.7 in "
             "its config, 0.3 here); their updates meet in one store") in err, err
+    assert "reads its input otherwise" not in err
+    data = tmp_path / "clicks.csv"                              # the same fields, from a csv reader
+    data.write_text("clicked," + ",".join(f"f{i}" for i in range(8)) + ",d0,d1,d2,d3\n"
+                    + "".join(f"{i % 2}," + ",".join(str(i % 7) for _ in range(8)) + ",1,2,3,4\n" for i in range(3000)))
+    assert main(["run", *common, "--set", "layers.wide.optimizer.alpha=0.3", "--set", f"reader.path={data}", "--set",
+                 "reader.label=clicked", "--set", 'reader.numeric=["d0", "d1", "d2", "d3"]']) == 0
+    assert ('on this store reads its input otherwise (numeric_transform "none" there, "log1p" here); their updates '
+            "meet in one store") in capsys.readouterr().err
     from streamtrain import config as configmod, shipped
     from streamtrain.serve.service import StoreModel
     from streamtrain.serve.settings import serve_settings

@@ -60,7 +60,7 @@ class Publisher:
         schema, t = job.graph.schema, job.trainer
         if not self.compared:
             self.compared = True
-            _say_other_layers(job, self.field)
+            _say_other_layers(job, self.field, self._reading(job))
         doc = {"sparse": list(schema.sparse), "dense": list(schema.dense),
                "layers": layers_digest(job.config["layers"]), "layer_configs": job.config["layers"], "batches": t.batches,
                "examples": t.examples, "time": time.time(), "feed_s": job.store.cfg.feed_s,
@@ -71,20 +71,28 @@ class Publisher:
             log.warning("could not publish the model for serving: %s", err)
 
 
-def _say_other_layers(job, field: str) -> None:
-    """A warning per live trainer on this store that trains other layers (a rolling change of
-    the config, or two jobs given one namespace): their weights are mixed in one store."""
+def _say_other_layers(job, field: str, reading: dict) -> None:
+    """A warning per live trainer on this store that trains other layers or reads its input
+    otherwise (a rolling change of the config, or two jobs given one namespace): their updates
+    meet in one store."""
     try:
         docs = read_published(job.store, with_fields=True)
     except StoreError:
         return
     ours, now = layers_digest(job.config["layers"]), time.time()
     for other, doc in docs:
-        if other != field and doc.get("layers") != ours and now - doc.get("time", 0) <= LIVE_S:
+        if other == field or now - doc.get("time", 0) > LIVE_S:
+            continue
+        if doc.get("layers") != ours:
             said = layers_diff.say(doc.get("layer_configs"), job.config["layers"], there="its config") \
                 or f"digest {doc.get('layers')}, this job's {ours}"
             log.warning("trainer %s on this store trains other layers (%s); their updates meet in one store",
                         other, said)
+        read = [f"{k} {json.dumps(doc[k])} there, {json.dumps(v)} here" for k, v in reading.items()
+                if k in doc and doc[k] != v]
+        if read:
+            log.warning("trainer %s on this store reads its input otherwise (%s); their updates meet in one store",
+                        other, "; ".join(read))
 
 
 def read_published(store, with_fields: bool = False) -> list:
