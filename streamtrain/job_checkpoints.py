@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 from . import checkpoint, label_units, layers_diff, reader_format
-from .graphstore.nodes import reader_config
 from .automl import attach as automl_attach
 from .backoff import STOPPED
 from .errors import CheckpointError, StoreError, StoreInterrupted
@@ -26,18 +25,18 @@ def restore(job, where) -> dict:
     """Load the checkpoint at ``where`` into the store (and graph store), take its step and
     examples, and move the reader back to its offsets; its meta."""
     snap, meta = checkpoint.read(where)
+    path = checkpoint.resolve(where)
     params = job.trainer.params if hasattr(job.trainer, "search") else job.graph.params   # AutoML: every candidate's
-    checkpoint.check_fits(snap, params, checkpoint.resolve(where))
-    wrong_units = label_units.mismatch(job.config["layers"], meta, checkpoint.resolve(where))
+    checkpoint.check_fits(snap, params, path)
+    wrong_units = label_units.mismatch(job.config["layers"], meta, path)
     if wrong_units:
         raise CheckpointError(wrong_units)
-    _say_other_fields(meta.get("schema"), job.graph.schema, checkpoint.resolve(where))
+    _say_other_fields(meta.get("schema"), job.graph.schema, path)
     changed = layers_diff.say(meta.get("layers"), job.config["layers"])
     if changed:
-        log.warning("checkpoint %s: %s", checkpoint.resolve(where), changed)
-    for read_otherwise in reader_format.problems(meta, _reader(job)):
-        log.warning("checkpoint %s: %s (the terms it concerns relearn meanwhile)", checkpoint.resolve(where),
-                    read_otherwise)
+        log.warning("checkpoint %s: %s", path, changed)
+    for read_otherwise in reader_format.problems(meta, job.config):
+        log.warning("checkpoint %s: %s (the terms it concerns relearn meanwhile)", path, read_otherwise)
     job.store.restore(snap)
     if job.graph_input is not None and "graph" in meta["arrays"]:
         job.graph_input.store.restore(meta["arrays"]["graph"])
@@ -46,7 +45,7 @@ def restore(job, where) -> dict:
     job.trainer.examples = job.restored_examples = meta.get("examples", 0)
     if meta.get("offsets") and job.source.seek(meta["offsets"]) is not False:    # False: nothing to seek
         job.sought = True
-    log.info("restored checkpoint %s (step %d)", checkpoint.resolve(where), meta.get("step", 0))
+    log.info("restored checkpoint %s (step %d)", path, meta.get("step", 0))
     return meta
 
 
@@ -103,17 +102,12 @@ def write_final(job) -> None:
                   job.checkpoint_error, kept)
 
 
-def _reader(job) -> dict:
-    return reader_config(job.config.get("reader", {}), job.config.get("graph"))
-
-
 def _extra(job) -> dict:
     """What a checkpoint's meta holds beside the parameters: the layers and the fields the model
     was built on, what its reader did to their numbers, the label units of a regression's
     weights, the AutoML search."""
     extra = {"schema": schema_json(job.graph.schema), **automl_attach.extra(job),
-             "numeric_transform": reader_format.numeric_transform(_reader(job)),
-             "separators": reader_format.separators(_reader(job)), "layers": job.config["layers"]}
+             **reader_format.reading(job.config), "layers": job.config["layers"]}
     units = label_units.units(job.config["layers"])
     if units is not None:
         extra["label_units"] = units

@@ -24,8 +24,7 @@ import numpy as np
 
 from .config import loss_layer
 from .errors import ConfigError
-
-AUTO = "auto"
+from .ops.losses import AUTO
 DEFAULT = {"offset": 0.0, "scale": 1.0}     # what a checkpoint that records none was trained in
 FEW = 100                                   # a first batch of fewer labels: units said to be rough
 
@@ -49,12 +48,12 @@ class UnitsCheck:
         y = np.asarray(batch.labels, np.float64)
         mean, sd = float(y.mean()), float(y.std())
         if abs(mean) > FAR or sd > FAR:
-            name = self.loss.get("name")
+            name, given = self.loss.get("name"), from_labels(y)     # what "auto" would settle
             log.warning("loss '%s' (mse): the first batch's labels have mean %.4g and standard deviation %.4g, "
                         "far from the units its terms learn in (steps of about 1): set layers.%s.label_offset=%.6g "
                         "and layers.%s.label_scale=%.6g (it then learns (label - offset) / scale and predicts "
                         "offset + scale * output; both \"auto\" settle them from the first batch, as examples/linear.json does)",
-                        name, mean, sd, name, mean, name, max(sd, 1e-6))
+                        name, mean, sd, name, given["offset"], name, given["scale"])
 
 
 def units(layers) -> dict | None:

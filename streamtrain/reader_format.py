@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+from .graphstore.nodes import reader_config
 from .readers import make_parser
 from .readers.formats import split_format_options
 from .readers.kafka.config import DEFAULTS as KAFKA_DEFAULTS, split_options
@@ -30,45 +31,69 @@ def stream_format(reader_cfg: dict) -> tuple[str | None, dict]:
 
 def numeric_transform(reader_cfg: dict) -> str:
     """``log1p`` or ``none``: what the reader does to a numeric field's value."""
-    fmt, options = stream_format(reader_cfg)
-    return getattr(make_parser(fmt, options), "transform", "none") if fmt else "none"
+    return _transform(_parser(reader_cfg))
 
 
 def separators(reader_cfg: dict) -> dict:
     """A csv reader's ``multivalue`` ``{column: separator}`` (a value ``"a|b"``: two ids)."""
-    fmt, options = stream_format(reader_cfg)
-    return dict(options.get("multivalue") or {}) if fmt == "csv" else {}
+    return _separators(*stream_format(reader_cfg))
 
 
-def problems(meta: dict, reader_cfg: dict, adopt: bool = False) -> list[str]:
-    """What is wrong with reading input for a checkpoint's model with this reader (numbers
-    transformed otherwise, csv values split otherwise than in training); see ``transform_problem``."""
-    found = [transform_problem(meta, reader_cfg, adopt), _separators_problem(meta, reader_cfg)]
+def job_reader(config: dict) -> dict:
+    """A job's reader section as its reader reads it (a graph's shared ids applied)."""
+    return reader_config(config.get("reader", {}), config.get("graph"))
+
+
+def reading(config: dict) -> dict:
+    """How a job's reader makes features of its input, as its checkpoints and its publication
+    on a Redis store record it."""
+    reader = job_reader(config)
+    return {"numeric_transform": numeric_transform(reader), "separators": separators(reader)}
+
+
+def problems(meta: dict, config: dict, adopt: bool = False) -> list[str]:
+    """What is wrong with reading input for a checkpoint's model with a job's reader (numbers
+    transformed otherwise, csv values split otherwise than in training). ``adopt``: a reader
+    that names no format takes the checkpoint's way (serving)."""
+    reader = job_reader(config)
+    found = [_transform_problem(meta, reader, adopt), _separators_problem(meta, reader)]
     return [p for p in found if p]
+
+
+def _parser(reader_cfg: dict):
+    fmt, options = stream_format(reader_cfg)
+    return make_parser(fmt, options) if fmt else None
+
+
+def _transform(parser) -> str:
+    return getattr(parser, "transform", "none")
+
+
+def _separators(fmt: str | None, options: dict) -> dict:
+    return dict(options.get("multivalue") or {}) if fmt == "csv" else {}
 
 
 def _separators_problem(meta: dict, reader_cfg: dict) -> str | None:
     trained = meta.get("separators")
-    if not isinstance(trained, dict) or stream_format(reader_cfg)[0] != "csv" or separators(reader_cfg) == trained:
+    fmt, options = stream_format(reader_cfg)
+    ours = _separators(fmt, options)
+    if not isinstance(trained, dict) or fmt != "csv" or ours == trained:
         return None
-    ours = separators(reader_cfg)
     return (f"the model's ids were made with csv multivalue {json.dumps(trained)}, this reader splits "
             f"{json.dumps(ours) if ours else 'no column'}: set --set 'reader.multivalue={json.dumps(trained)}'")
 
 
-def transform_problem(meta: dict, reader_cfg: dict, adopt: bool = False) -> str | None:
-    """What is wrong with reading numbers for a checkpoint's model with this reader: it was
-    trained on them through another transform (None: the same, no numeric field, or not
-    recorded). ``adopt``: a reader that names no format takes the checkpoint's (serving)."""
+def _transform_problem(meta: dict, reader_cfg: dict, adopt: bool) -> str | None:
+    """The model was trained on numbers through another transform than this reader's (None:
+    the same, no numeric field, or not recorded)."""
     trained = meta.get("numeric_transform")
     if trained is None or not (meta.get("schema") or {}).get("dense"):
         return None
-    fmt, _ = stream_format(reader_cfg)
-    ours = numeric_transform(reader_cfg)
-    if ours == trained or (adopt and fmt is None):
+    parser = _parser(reader_cfg)
+    ours = _transform(parser)
+    if ours == trained or (adopt and parser is None):
         return None
-    settable = fmt is not None and hasattr(make_parser(fmt, stream_format(reader_cfg)[1]), "transform")
-    fix = (f"set --set reader.numeric_transform={trained}" if settable else
+    fix = (f"set --set reader.numeric_transform={trained}" if hasattr(parser, "transform") else
            f"read them with a csv, criteo or jsonl reader whose numeric_transform is {trained!r}")
     return (f"the model's numeric fields were learnt on numbers read with numeric_transform {trained!r}, "
             f"this reader gives them {'as written' if ours == 'none' else 'through ' + ours}: {fix}")

@@ -16,7 +16,6 @@ from . import checkpoint, label_units, layers_diff, reader_format
 from .automl.candidates import champion_config
 from .errors import CheckpointError, ConfigError
 from .graph import Graph, Schema
-from .graphstore.nodes import reader_config
 from .graphstore.stream import GraphInput, model_problems
 from .store.memory import MemoryStore
 
@@ -61,8 +60,8 @@ class Saved:
                                                                                                    graph.params)]
         wrong_units = label_units.mismatch(config["layers"], self.meta, self.path)
         found += [("layers", wrong_units)] if wrong_units else []
-        found += [("reader", f"checkpoint {self.path}: {p}") for p in reader_format.problems(
-            self.meta, reader_config(config.get("reader", {}), config.get("graph")), adopt=serving)]
+        found += [("reader", f"checkpoint {self.path}: {p}")
+                  for p in reader_format.problems(self.meta, config, adopt=serving)]
         if found:
             raise ConfigError(found)
         store = MemoryStore()

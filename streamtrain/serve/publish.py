@@ -19,8 +19,7 @@ import time
 from streamtrain import layers_diff
 from streamtrain.errors import StoreError
 from streamtrain.graph import Schema
-from streamtrain.graphstore.nodes import reader_config
-from streamtrain.reader_format import numeric_transform, separators
+from streamtrain.reader_format import reading
 from streamtrain.store import redis_keys
 
 log = logging.getLogger("streamtrain.serve")
@@ -42,15 +41,8 @@ class Publisher:
         self.every_s = every_s
         self.field = f"{socket.gethostname()}:{os.getpid()}"
         self._next = 0.0
-        self.reading = None
-        self.compared = False        # with the other live trainers' layers, at the first publication
-
-    def _reading(self, job) -> dict:
-        """How the job's reader made features of its input, for servers to read requests so."""
-        if self.reading is None:
-            reader = reader_config(job.config.get("reader", {}), job.config.get("graph"))
-            self.reading = {"numeric_transform": numeric_transform(reader), "separators": separators(reader)}
-        return self.reading
+        self.model: dict | None = None  # what does not change once the model is built: its layers and
+                                        # how its reader makes features (servers read requests so)
 
     def __call__(self, job, batch, result) -> None:
         now = time.monotonic()
@@ -58,37 +50,37 @@ class Publisher:
             return
         self._next = now + self.every_s
         schema, t = job.graph.schema, job.trainer
-        if not self.compared:
-            self.compared = True
-            _say_other_layers(job, self.field, self._reading(job))
-        doc = {"sparse": list(schema.sparse), "dense": list(schema.dense),
-               "layers": layers_digest(job.config["layers"]), "layer_configs": job.config["layers"], "batches": t.batches,
-               "examples": t.examples, "time": time.time(), "feed_s": job.store.cfg.feed_s,
-               **self._reading(job)}
+        if self.model is None:          # the first publication: compared with the other live trainers'
+            features = reading(job.config)
+            self.model = {"layers": layers_digest(job.config["layers"]), "layer_configs": job.config["layers"],
+                          **features}
+            _say_other_models(job, self.field, self.model, features)
+        doc = {"sparse": list(schema.sparse), "dense": list(schema.dense), **self.model, "batches": t.batches,
+               "examples": t.examples, "time": time.time(), "feed_s": job.store.cfg.feed_s}
         try:
             job.store.io.meta("HSET", meta_key(job.store), self.field, json.dumps(doc), what="publish the model")
         except StoreError as err:          # serving learns it at the next publication
             log.warning("could not publish the model for serving: %s", err)
 
 
-def _say_other_layers(job, field: str, reading: dict) -> None:
+def _say_other_models(job, field: str, ours: dict, features: dict) -> None:
     """A warning per live trainer on this store that trains other layers or reads its input
     otherwise (a rolling change of the config, or two jobs given one namespace): their updates
-    meet in one store."""
+    meet in one store. ``ours``: this trainer's ``Publisher.model``; ``features``: its reading."""
     try:
         docs = read_published(job.store, with_fields=True)
     except StoreError:
         return
-    ours, now = layers_digest(job.config["layers"]), time.time()
+    now = time.time()
     for other, doc in docs:
         if other == field or now - doc.get("time", 0) > LIVE_S:
             continue
-        if doc.get("layers") != ours:
-            said = layers_diff.say(doc.get("layer_configs"), job.config["layers"], there="its config") \
-                or f"digest {doc.get('layers')}, this job's {ours}"
+        if doc.get("layers") != ours["layers"]:
+            said = layers_diff.say(doc.get("layer_configs"), ours["layer_configs"], there="its config") \
+                or f"digest {doc.get('layers')}, this job's {ours['layers']}"
             log.warning("trainer %s on this store trains other layers (%s); their updates meet in one store",
                         other, said)
-        read = [f"{k} {json.dumps(doc[k])} there, {json.dumps(v)} here" for k, v in reading.items()
+        read = [f"{k} {json.dumps(doc[k])} there, {json.dumps(v)} here" for k, v in features.items()
                 if k in doc and doc[k] != v]
         if read:
             log.warning("trainer %s on this store reads its input otherwise (%s); their updates meet in one store",

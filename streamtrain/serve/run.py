@@ -6,7 +6,7 @@ import gc
 import logging
 import sys
 
-from streamtrain.graphstore.nodes import reader_config
+from streamtrain.reader_format import job_reader
 from streamtrain.health import address_error
 from streamtrain.logs import log_start
 
@@ -37,7 +37,7 @@ def serve_forever(config: dict, restore: str | None = None) -> int:
         source.built.append(_freeze)
     _freeze()
     try:
-        service = Service(source, settings, reader_config(config.get("reader", {}), config.get("graph")))
+        service = Service(source, settings, job_reader(config))
         ok, reason = service.ready()
         if not ok:
             log.warning("not ready yet (%s): /readyz answers 503 until it is", reason)
@@ -88,7 +88,7 @@ def attach(job, config: dict, registry=None):
     from .service import JobModel, Service
 
     service = Service(JobModel(job, settings["store_give_up_s"]), settings,
-                      reader_config(config.get("reader", {}), config.get("graph")))
+                      job_reader(config))
     metrics = ServeMetrics(registry)
     server = _bound(lambda: Server(make_app(service, metrics, expose_metrics=registry is None),
                                    settings["host"], settings["port"], settings, count=_refusals(metrics)),

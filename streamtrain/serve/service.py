@@ -31,7 +31,7 @@ from streamtrain import __version__, label_units, layers_diff
 from streamtrain.automl import attach as automl_attach
 from streamtrain.errors import ConfigError, GraphInputError, StoreError
 from streamtrain.graph import Graph, Schema
-from streamtrain.reader_format import separators, stream_format
+from streamtrain.reader_format import numeric_transform, separators, stream_format
 from streamtrain.readers import make_parser
 from streamtrain.store import make_store
 
@@ -288,8 +288,7 @@ class Service:
 
     @functools.cached_property
     def _own_transform(self) -> str:
-        fmt, options = self.stream
-        return getattr(make_parser(fmt, options), "transform", "none") if fmt else "none"
+        return numeric_transform(self.reader_cfg)
 
     @functools.cached_property
     def numbers_as_text(self) -> bool:
