@@ -52,8 +52,9 @@ def test_linear_on_movielens_ratings_beats_the_running_mean(ratings, tmp_path, c
     assert "inferred reader.labels null: any number (the loss 'loss' is mse" in err
     assert got["examples"] == 100_000 and got["malformed"] == 0
     assert got["label_stddev"] == pytest.approx(y.std(), rel=1e-4)
-    baseline = _progressive_mean_rmse(y)                 # 1.1278 on these rows
+    baseline = _progressive_mean_rmse(y)                 # 1.1258 on these rows
     assert got["rmse"] < baseline - 0.12, (got["rmse"], baseline)
+    assert got["rmse"] < 0.953, got      # Vowpal Wabbit's native driver on these rows: 0.9534 (0.9499 here)
     assert got["mae"] < got["rmse"]
 
 
