@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 
 import numpy as np
 
@@ -33,7 +32,7 @@ from .formats import COMMON_OPTIONS, TRANSFORM, Parser, register
 from .ids import hash_values
 from .jsonl_kernel import JsonPlan, parse_clean
 from .lines import Chunk
-from .numbers import says_missing, signed_log1p
+from .numbers import in_range, says_missing, signed_log1p
 
 log = logging.getLogger("streamtrain.readers")
 
@@ -56,7 +55,7 @@ def text_number(v) -> float | None:
             x = float(v)
         except ValueError:
             return None
-        return x if math.isfinite(x) else None
+        return x if in_range(x) else None
     return None
 
 

@@ -11,7 +11,7 @@ from typing import Callable
 
 DECODE = "decode"            # bytes that are not UTF-8
 FIELD_COUNT = "field_count"  # wrong number of fields for the format / header
-NUMBER = "number"            # a value that must be a (finite) number is not
+NUMBER = "number"            # a value that must be a number float32 holds (finite) is not
 LABEL = "label"              # label missing, not a number, or not in the allowed set
 FIELD_LENGTH = "field_length"  # a field longer than the format's ``field_length`` (not hashed)
 
@@ -23,7 +23,7 @@ MEANING = {                  # what each reason says about a line, for the end-o
     DECODE: "bytes that are not UTF-8, or a JSON line that is not a flat object: a nested object, or a list "
             "under a key not in multivalue (name such keys in drop or multivalue)",
     FIELD_COUNT: "another number of fields than the format or the header has",
-    NUMBER: "a value that must be a finite number is not one",
+    NUMBER: "a value that must be a finite number within float32's range (±3.4e38) is not one",
     LABEL: "a label missing, not a number, or not in the reader's labels; label_map maps other values, "
            "numbers or text, to them",
     FIELD_LENGTH: "a field longer than field_length",

@@ -27,6 +27,16 @@ MISSING = np.array([b"#N/A", b"#N/A N/A", b"#NA", b"-1.#IND", b"-1.#QNAN", b"-Na
                     b"1.#QNAN", b"<NA>", b"N/A", b"NA", b"NULL", b"NaN", b"None", b"n/a", b"nan", b"null"])
 MISSING_TEXT = frozenset(m.decode() for m in MISSING.tolist())
 LONG_NUMBER = 64     # bytes: longer tokens are parsed one by one, not in the fixed-width batch
+#: The smallest magnitude float32 rounds to infinity: a number is read only below it (labels and
+#: numeric values are kept as float32; 1e39 would be inf there and make its whole batch
+#: non-finite, every other line of it lost with it). One rule for every reader and the server.
+FLOAT32_BOUND = 2.0 ** 128 - 2.0 ** 103
+IN_RANGE = "a finite number within float32's range (±3.4028235e38)"
+
+
+def in_range(x: float) -> bool:
+    """Whether a parsed number is read (finite, and finite as float32: ``FLOAT32_BOUND``)."""
+    return -FLOAT32_BOUND < x < FLOAT32_BOUND
 
 
 def _swar_int(words: np.ndarray, lengths: np.ndarray):
@@ -104,7 +114,8 @@ def parse_spans(chunk, starts: np.ndarray, ends: np.ndarray):
 
     Returns ``(values float64, ok bool, empty bool)`` with the input's shape. Empty spans, and
     spans that say a value is missing (``MISSING``: ``NA``, ``NaN``, ``null``, ...), are
-    ``ok=False, empty=True, value 0``; other non-finite numbers (inf) are not ok.
+    ``ok=False, empty=True, value 0``; numbers float32 cannot hold (inf, 1e39: ``in_range``)
+    are not ok.
     """
     shape = starts.shape
     starts, ends = starts.ravel(), ends.ravel()
@@ -121,7 +132,7 @@ def parse_spans(chunk, starts: np.ndarray, ends: np.ndarray):
         for i in rest[long]:         # one at a time, in time linear in their bytes (rare, and long)
             v, o = _cast_float(np.array([chunk.buf[starts[i]:ends[i]]]))
             vals[i], ok[i] = v[0], o[0]
-        ok[rest] &= np.isfinite(vals[rest])
+        ok[rest] &= np.abs(vals[rest]) < FLOAT32_BOUND       # finite as float32 (NaN: not ok)
         vals[rest] = np.where(ok[rest], vals[rest], 0.0)
     return vals.reshape(shape), ok.reshape(shape), empty.reshape(shape)
 

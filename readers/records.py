@@ -20,7 +20,7 @@ from streamtrain.batch import Batch
 from .batching import field_from_rows
 from .ids import hash_values
 from .malformed import NUMBER
-from .numbers import says_missing
+from .numbers import IN_RANGE, in_range, says_missing
 
 
 def _kind(value) -> str | None:
@@ -47,7 +47,6 @@ def _token(v) -> str:
     return ("1" if v else "0") if isinstance(v, bool) else str(v)
 
 
-FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def _number(v) -> float:
@@ -56,7 +55,7 @@ def _number(v) -> float:
         x = float(v)
     except (TypeError, ValueError):
         return math.nan
-    return x if abs(x) <= FLOAT32_MAX else math.nan
+    return x if in_range(x) else math.nan
 
 
 def _dense_rows(records, dense_names, malformed) -> tuple[list, list]:
@@ -70,7 +69,7 @@ def _dense_rows(records, dense_names, malformed) -> tuple[list, list]:
             keep.append(r)
             rows.append(row)
         elif malformed is None:
-            raise ValueError(f"record {i}, column {bad!r}: expected a finite number within float32's range, "
+            raise ValueError(f"record {i}, column {bad!r}: expected {IN_RANGE}, "
                              f"got {r[bad]!r}")
         else:
             malformed.add(NUMBER)

@@ -113,7 +113,7 @@ def test_records_take_labels_and_label_map_without_a_format():
 def test_records_to_batch_without_a_counter_names_the_record_and_column():
     from streamtrain.readers import records_to_batch
     with pytest.raises(ValueError, match=r"record 1, column 'd': expected a finite number within float32's "
-                                         r"range, got 'oops'"):
+                                         r"range \(±3.4028235e38\), got 'oops'"):
         records_to_batch([{"label": 1, "d": 1.0}, {"label": 0, "d": "oops"}])
 
 

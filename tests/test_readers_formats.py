@@ -189,6 +189,39 @@ def test_csv_and_criteo_numbers_written_as_missing_are_missing_not_bad_lines(mis
     assert j.parse_buffer(lines.encode()).dense.tolist() == [[0], [0]] and j.malformed.total == 1
 
 
+@pytest.mark.parametrize("big", ["1e39", "-3.5e38", "1e308"])
+@pytest.mark.parametrize("transform", ["log1p", "none"])
+def test_a_number_beyond_float32s_range_is_a_bad_line_not_a_lost_batch(big, transform):
+    """Labels and numbers are kept as float32: a value float32 cannot hold (finite as a double)
+    was inf there, and the batch it came in, every good line of it, was skipped as non-finite.
+    Each reader now counts its line as ``number`` (``label`` for a label) and keeps the rest;
+    the largest float32 is still a number."""
+    def parse(fmt, opts, text, header=None):
+        p = make_parser(fmt, opts)
+        if header:
+            p.set_header(header)
+        return p, p.parse_buffer(text.encode())
+
+    top = "3.4028234e38"
+    criteo = "".join("\t".join([y, v, *["2"] * 12, *["ab"] * 26]) + "\n" for y, v in (("1", "{v}"), ("0", "2")))
+    cases = [
+        ("csv", {"numeric": ["n"]}, "label,n,c", "1,{v},a\n0,2,b\n"),
+        ("criteo", {}, None, criteo),
+        ("jsonl", {"numeric": ["n"]}, None, '{{"label": 1, "n": {v}, "c": "a"}}\n{{"label": 0, "n": 2, "c": "b"}}\n'),
+        ("jsonl", {"numeric": ["n"]}, None, '{{"label": 1, "n": "{v}", "c": "a"}}\n{{"label": 0, "n": 2, "c": "b"}}\n'),
+    ]
+    for fmt, opts, header, text in cases:
+        p, b = parse(fmt, {**opts, "numeric_transform": transform}, text.format(v=big), header)
+        assert b.labels.tolist() == [0] and np.isfinite(b.dense).all(), (fmt, text)
+        assert p.malformed.counts["number"] == 1, (fmt, p.malformed.counts)
+        _, b = parse(fmt, {**opts, "numeric_transform": transform}, text.format(v=top), header)
+        assert b.size == 2 and np.isfinite(b.dense).all(), (fmt, b.dense)
+    p, b = parse("libsvm", {}, f"1 1:{big} 5:1\n0 1:2 6:1\n")
+    assert b.labels.tolist() == [0] and p.malformed.counts["number"] == 1
+    p, b = parse("csv", {"label": "y", "numeric": ["n"], "labels": None}, f"{big},1\n3,1\n", "y,n")
+    assert b.labels.tolist() == [3] and p.malformed.counts["label"] == 1
+
+
 def test_csv_header_naming_a_column_twice_reads_it_as_pandas_does(caplog):
     p = make_parser("csv", {})
     p.set_header("label,a,a,a.1,b,a")

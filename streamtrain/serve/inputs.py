@@ -21,7 +21,7 @@ from streamtrain.graph import Schema
 from streamtrain.readers import Malformed, make_parser
 from streamtrain.readers.ids import byte_words, field_seed, hash_spans, joined
 from streamtrain.readers.jsonl import text_number as jsonl_number
-from streamtrain.readers.numbers import says_missing, signed_log1p
+from streamtrain.readers.numbers import IN_RANGE, in_range, says_missing, signed_log1p
 
 from . import json_body
 from .json_body import encode as encode_json, printable, shown  # noqa: F401 (encode_json: http.py's import)
@@ -46,8 +46,7 @@ class TooLarge(BadRequest):
 
 _NUMBER = {int, float, type(None)}
 _CATEGORY = {str, int, bool, type(None)}
-FLOAT32_BOUND = 2.0 ** 128 - 2.0 ** 103     # the smallest magnitude float32 rounds to infinity
-_FINITE = "expected a finite number within float32's range (±3.4028235e38)"
+_FINITE = f"expected {IN_RANGE}"
 
 
 def records_batch(payload, schema: Schema, max_records: int, hash_as: dict | None = None,
@@ -271,7 +270,7 @@ def _numbers_read_as_jsonl(records: list, names) -> None:
 def _finite_number(v) -> bool:
     """None, or an int or float that float32 holds as a finite number (any size of int: Python
     compares ints and floats exactly)."""
-    return v is None or (type(v) in (int, float) and -FLOAT32_BOUND < v < FLOAT32_BOUND)
+    return v is None or (type(v) in (int, float) and in_range(v))
 
 
 def _name_unencodable(names, cols) -> None:
