@@ -140,10 +140,16 @@ class Layer:
     #: embedding): it then declares them with ``field_terms``
     pools_rows: ClassVar[bool] = False
 
+    def linear_width(self) -> int | None:
+        """How many numbers per example this layer outputs when they are linear in its
+        parameters (and free of other inputs' gradients): a wide embedding's, a bias's, a linear
+        fc's ``dim``; None for any other layer."""
+        return None
+
     def is_linear(self) -> bool:
-        """Whether this layer's output is one number per example, linear in its parameters
-        (and free of other inputs' gradients): a wide embedding, a bias, a dim-1 linear fc."""
-        return False
+        """Whether this layer's output is one number per example, linear in its parameters: a
+        wide embedding, a bias, a dim-1 linear fc."""
+        return self.linear_width() == 1
 
     def linear_terms(self, ctx) -> list:
         """For a linear layer: a ``streamtrain.online.terms.Term`` per parameter, this batch."""

@@ -37,8 +37,8 @@ class Bias(Layer):
         self.declare("b", (self.opts["dim"],))
         return (self.opts["dim"],)
 
-    def is_linear(self):
-        return self.opts["dim"] == 1
+    def linear_width(self):
+        return self.opts["dim"]
 
     def linear_terms(self, ctx):
         return [Term(self.param_name("b"), *bias_grid(ctx.batch.size), 1)]     # (made once per size)

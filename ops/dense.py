@@ -76,8 +76,8 @@ class FC(Layer):
         self._b_name = self.declare("b", (dim,), init="zeros").name if self.opts["bias"] else None
         return (dim,)
 
-    def is_linear(self):
-        return self.opts["dim"] == 1 and self.opts["activation"] == "identity"
+    def linear_width(self):
+        return self.opts["dim"] if self.opts["activation"] == "identity" else None
 
     def linear_terms(self, ctx):
         x = ctx.outputs[self.inputs[0]]         # the engine elides this layer's forward pass

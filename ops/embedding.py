@@ -108,8 +108,8 @@ class Embedding(Layer):
 
     pools_rows = True
 
-    def is_linear(self):
-        return self.opts["dim"] == 1
+    def linear_width(self):
+        return self.opts["dim"]
 
     def linear_terms(self, ctx):
         return self.field_terms(ctx)

@@ -139,24 +139,32 @@ def _one_per_example(layer, input_shapes, what: str) -> tuple:
 class SoftmaxCE(Layer):
     """Softmax cross-entropy on ``K`` logits per example; labels are class indices ``0..K−1``
     (float labels are cast to int; a label that is not one raises ``ValueError``).
-    Predictions are the class probabilities ``[B, K]``."""
+    Predictions are the class probabilities ``[B, K]``.
+
+    With ``sequential: true`` the linear terms of the logits (an embedding of dim ``K`` summed
+    over its fields, a bias or a linear fc of dim ``K``, reaching the loss through
+    ``add``/``sum_pooling``) learn example by example inside each mini-batch, as a multi-class
+    per-example learner would (``streamtrain.online.softmax``); ``normalize`` as for ``logloss``.
+    """
 
     kind = "softmax_ce"
     is_loss = True
     quality = "multiclass"
-    options = {"reduction": REDUCTION}
+    options = {"reduction": REDUCTION, "sequential": SEQUENTIAL["sequential"], "normalize": SEQUENTIAL["normalize"]}
 
     @classmethod
     def test_params(cls):
         return {"cases": [
             {"classes": 4},
             {"options": {"reduction": "mean"}, "inputs": [(3,)], "classes": 3, "tag": "mean"},
+            {"options": {"sequential": True}, "inputs": [(3,)], "classes": 3, "tag": "sequential"},
         ], "bad": ("reduction", "avg")}
 
     def build(self, input_shapes, schema):
         (shape,) = input_shapes
         if flat_dim(shape) < 2:
             raise ShapeError(f"layer '{self.name}': expects K >= 2 logits per example, got shape {tuple(shape)}")
+        _check_sequential(self)
         return (flat_dim(shape),)
 
     def _classes(self, labels: np.ndarray, k: int) -> np.ndarray:
@@ -172,18 +180,28 @@ class SoftmaxCE(Layer):
     def forward(self, ctx, xs):
         (x,) = xs
         z = x.reshape(len(x), -1)
-        classes = self._classes(ctx.batch.labels, z.shape[1])
+        labels = ctx.batch.labels
+        if not ctx.training and len(labels) and np.isnan(labels).all():
+            classes = None                  # served records: no labels, the probabilities alone
+        else:
+            classes = self._classes(labels, z.shape[1])
+            z, rho = _learn(self, ctx, z, classes)
         shifted = z - z.max(axis=1, keepdims=True)
         lse = np.log(np.exp(shifted).sum(axis=1))
         p = np.exp(shifted - lse[:, None])
-        losses = lse - shifted[np.arange(len(z)), classes]
-        ctx.loss = float(losses.mean()) if len(z) else 0.0
+        if classes is None:
+            ctx.loss, rho = float("nan"), None
+        else:
+            losses = lse - shifted[np.arange(len(z)), classes]
+            ctx.loss = float(losses.mean()) if len(z) else 0.0
         ctx.predictions = p
-        ctx.saved[self.name] = (x.shape, p, classes)
+        ctx.saved[self.name] = (x.shape, p, classes, rho)
         return p
 
     def backward(self, ctx, gy):
-        shape, p, classes = ctx.saved[self.name]
+        shape, p, classes, rho = ctx.saved[self.name]
+        if rho is not None:             # (sequential: each example's residual at its own turn)
+            return [rho.astype(ctx.dtype).reshape(shape)]
         g = p.copy()
         g[np.arange(len(p)), classes] -= 1
         if self.opts["reduction"] == "mean":

@@ -221,12 +221,13 @@ def infer_labels(config: dict) -> list[str]:
         reader["labels"] = None
         return [f"reader.labels null: any number (the loss '{mse.get('name')}' is mse; set reader.labels to "
                 f"accept only some values)"]
-    k = _classes(layers, soft)
+    k, source = _classes_from(layers, soft)
     if k is None:
         return []
     reader["labels"] = list(range(k))
+    through = "" if source == soft["inputs"][0] else f" through '{soft['inputs'][0]}'"
     return [f"reader.labels [0, ..., {k - 1}]: the classes of the softmax_ce loss '{soft.get('name')}' (the dim "
-            f"of its input '{soft['inputs'][0]}')"]
+            f"of its input '{source}'{through})"]
 
 
 def reader_labels(reader: dict) -> tuple[str, object, bool]:
@@ -245,13 +246,25 @@ def loss_layer(layers, kind: str) -> dict | None:
 
 
 def _classes(layers, loss: dict | None) -> int | None:
-    """K of a softmax_ce loss whose input layer names its ``dim`` (an fc's), else None."""
+    """K of a softmax_ce loss whose input layer names its ``dim`` (an fc's), or is an ``add`` or
+    a pooling of layers whose first does (a linear model's terms: ``examples/multiclass.json``),
+    else None (``_classes_from``: and that layer's name)."""
+    return _classes_from(layers, loss)[0]
+
+
+def _classes_from(layers, loss: dict | None) -> tuple[int | None, str | None]:
     inputs = loss.get("inputs") if loss is not None else None
-    if not isinstance(inputs, list) or len(inputs) != 1:
-        return None
-    source = next((c for c in layers if isinstance(c, dict) and c.get("name") == inputs[0]), {})
-    dim = source.get("dim")
-    return dim if isinstance(dim, int) and not isinstance(dim, bool) and dim >= 2 else None
+    named = {c.get("name"): c for c in layers if isinstance(c, dict)}
+    for _ in range(len(named)):                 # (bounded: a cycle is the graph's error to name)
+        if not isinstance(inputs, list) or len(inputs) != (1 if loss is not None else len(inputs)) or not inputs:
+            return None, None
+        source = named.get(inputs[0], {})
+        if source.get("type") not in ("add", "sum_pooling", "mean_pooling"):
+            dim = source.get("dim")
+            return (dim, source.get("name")) if isinstance(dim, int) and not isinstance(dim, bool) and dim >= 2 \
+                else (None, None)
+        inputs, loss = source.get("inputs"), None
+    return None, None
 
 
 def read_json(path: Path):

@@ -72,15 +72,16 @@ class Trainer:
         if not loss.opts.get("sequential"):
             return None
         from .online.engine import PerExample
-        engine = PerExample(graph, store.optimizers, implicit=loss.opts["implicit"], normalize=loss.opts["normalize"],
+        engine = PerExample(graph, store.optimizers, implicit=loss.opts.get("implicit", False), normalize=loss.opts["normalize"],
                             assign=getattr(store, "assigns", False), squared=loss.kind == "mse")
         if engine.layers:
             log.info("per-example terms (sequential loss '%s'): %s", loss.name,
                      ", ".join(layer.name for layer in engine.layers))
         else:
-            log.warning("loss '%s' is sequential but no layer qualifies (a dim-1 embedding, bias, "
-                        "linear fc or reduced fm reaching it through add/sum_pooling, trained by sgd, "
-                        "adagrad or ftrl): every layer learns per batch", loss.name)
+            log.warning("loss '%s' is sequential but no layer qualifies (an embedding, bias or linear fc with "
+                        "one output per logit of the loss, or a reduced fm under a loss of one logit, reaching "
+                        "it through add/sum_pooling, trained by sgd, adagrad or ftrl): every layer learns per "
+                        "batch", loss.name)
         return engine
 
     def step(self, batch) -> StepResult:

@@ -7,6 +7,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import numpy as np
+
 import pytest
 
 pytest_plugins = sorted(f"tests.{p.stem}" for p in Path(__file__).parent.glob("fixtures_*.py"))
@@ -56,3 +58,20 @@ def docker_answers() -> bool:
         return True
     except Exception:
         return False
+
+
+@pytest.fixture(scope="session")
+def ratings(data_dir, tmp_path_factory):
+    """MovieLens 100K as a user would export it for a regression (or 5 classes): the rating (1-5), user, item
+    and the user's age decade, gender and occupation, in time order."""
+    src = data_dir / "movielens_100k"
+    data = np.loadtxt(src / "u.data", dtype=np.int64)
+    data = data[np.argsort(data[:, 3], kind="stable")]
+    users = {}
+    for row in (src / "u.user").read_text(encoding="latin-1").splitlines():
+        uid, age, gender, occupation, _ = row.split("|")
+        users[int(uid)] = f"{int(age) // 10 * 10},{gender},{occupation}"
+    path = tmp_path_factory.mktemp("ml") / "ratings.csv"
+    path.write_text("rating,user,item,age,gender,occupation\n"
+                    + "".join(f"{r},{u},{i},{users[u]}\n" for u, i, r, _ in data))
+    return path, data[:, 2].astype(np.float64)

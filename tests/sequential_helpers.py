@@ -19,19 +19,21 @@ OPTIMIZERS = {
 }
 
 
-def lr_layers(loss_opts: dict, optimizer: dict, *, cross=False, deep=False, fm=None, loss="logloss") -> list:
+def lr_layers(loss_opts: dict, optimizer: dict, *, cross=False, deep=False, fm=None, loss="logloss",
+              classes=1) -> list:
     """A wide part, a linear term on the numeric fields and a bias; with ``fm`` (the FM
     embedding's optimizer) an FM of dim-3 embeddings; with ``deep`` an MLP over embeddings;
-    ``loss``: its kind (``logloss``, ``mse``)."""
+    ``loss``: its kind (``logloss``, ``mse``, ``softmax_ce``: ``classes`` logits, each term
+    that many wide)."""
     wide_in = "cross" if cross else "sparse"
     layers = [
         {"name": "sparse", "type": "sparse_input"},
         {"name": "dense", "type": "dense_input"},
-        {"name": "wide", "type": "embedding", "inputs": [wide_in], "dim": 1, "shared": True,
+        {"name": "wide", "type": "embedding", "inputs": [wide_in], "dim": classes, "shared": True,
          "init": "zeros", "optimizer": optimizer},
         {"name": "wide_sum", "type": "sum_pooling", "inputs": ["wide"]},
-        {"name": "linear", "type": "fc", "inputs": ["dense"], "dim": 1, "init": "zeros", "optimizer": optimizer},
-        {"name": "bias", "type": "bias", "optimizer": optimizer},
+        {"name": "linear", "type": "fc", "inputs": ["dense"], "dim": classes, "init": "zeros", "optimizer": optimizer},
+        {"name": "bias", "type": "bias", "dim": classes, "optimizer": optimizer},
     ]
     logits = ["wide_sum", "linear", "bias"]
     if cross:
@@ -47,7 +49,7 @@ def lr_layers(loss_opts: dict, optimizer: dict, *, cross=False, deep=False, fm=N
             {"name": "flat", "type": "sum_pooling", "inputs": ["emb"]},
             {"name": "hidden", "type": "fc", "inputs": ["flat"], "dim": 4, "activation": "tanh",
              "optimizer": {"type": "adam", "lr": 0.01}},
-            {"name": "deep_out", "type": "fc", "inputs": ["hidden"], "dim": 1,
+            {"name": "deep_out", "type": "fc", "inputs": ["hidden"], "dim": classes,
              "optimizer": {"type": "adam", "lr": 0.01}},
         ]
         logits.append("deep_out")
@@ -56,13 +58,16 @@ def lr_layers(loss_opts: dict, optimizer: dict, *, cross=False, deep=False, fm=N
     return layers
 
 
-def stream(n=96, seed=3, regression=False, **kw) -> Batch:
+def stream(n=96, seed=3, regression=False, classes=None, **kw) -> Batch:
     """Few distinct values per field, so examples of a batch share many rows (strong coupling);
-    ``regression``: labels spread around 3 (a rating, a price) instead of clicks."""
+    ``regression``: labels spread around 3 (a rating, a price) instead of clicks; ``classes``:
+    class indices 0..classes−1 (the click and the first numeric field's sign, then wrapped)."""
     batch = random_batch(n, cardinality=4, missing=0.1, seed=seed, **kw)
     batch.dense = np.where(batch.dense < 0, -1.0, 2.0).astype(np.float32)
     if regression:
         batch.labels = (3.0 + 4.0 * batch.labels - batch.dense[:, 0]).astype(np.float32)
+    if classes:
+        batch.labels = ((batch.labels + 2 * (batch.dense[:, 0] > 0)) % classes).astype(np.float32)
     return batch
 
 

@@ -54,3 +54,56 @@ def test_labels_that_let_a_non_class_through_are_refused(job, labels, accepts):
         f"give the classes (e.g. [0, 1, 2, 3, 4]; a label that is not one would stop the job)")
     cfg, _, said = configmod.load_listing(str(path), [f"reader.path={data}", "reader.labels=[0, 2]"])
     assert not configmod.problems(cfg) and not any("reader.labels" in s for s in said)   # some classes: the reader's choice
+
+
+def test_the_multiclass_example_learns_ratings_per_example_better_than_vw_oaa(ratings, tmp_path, capsys):
+    """``streamtrain run multiclass`` on MovieLens' ratings as 5 classes (``label_map`` 1-5 to
+    0-4), one pass: its K-wide linear terms learn example by example (``softmax.learn``), to a
+    multi-class logloss below Vowpal Wabbit's ``--oaa 5 --probabilities`` on the same rows
+    (1.3090; ``bench/ratings.py``) and far below the same terms learnt per batch."""
+    path, y = ratings
+    label_map = json.dumps({str(r): r - 1 for r in range(1, 6)})
+    args = ["run", "multiclass", "--set", f"reader.path={path}", "--set", "reader.label=rating",
+            "--set", f"reader.label_map={label_map}", "--set", "metrics.enabled=false",
+            "--set", "checkpoint.dir=null", "--summary", str(tmp_path / "s.json")]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "per-example terms (sequential loss 'loss'): wide, linear, bias" in err
+    assert "inferred reader.labels [0, ..., 4]: the classes of the softmax_ce loss 'loss' (the dim of its input 'wide' through 'logit')" in err
+    got = json.loads((tmp_path / "s.json").read_text())
+    assert got["examples"] == len(y) and got["malformed"] == 0
+    assert got["logloss"] < 1.305 and got["accuracy"] > 0.42, got            # 1.3007, 0.4252
+    prior = np.bincount(y.astype(int))[1:] / len(y)
+    assert got["logloss"] < -(prior * np.log(prior)).sum() - 0.15             # the classes' entropy: 1.48
+    assert main([*args, "--set", "layers.loss.sequential=false"]) == 0
+    capsys.readouterr()
+    assert json.loads((tmp_path / "s.json").read_text())["logloss"] > 2.0   # per batch: 3.67
+
+
+def test_a_multiclass_checkpoint_is_served_and_scored(ratings, tmp_path, capsys):
+    """Served records carry no label: a ``softmax_ce`` model answers each with its K class
+    probabilities (it raised on the missing label: a 500); ``eval`` scores the checkpoint on the
+    same stream with its labels."""
+    from streamtrain import shipped
+    from streamtrain.serve.saved import CheckpointModel
+    from streamtrain.serve.service import Service
+    from streamtrain.serve.settings import serve_settings
+    path, _ = ratings
+    ckpt = tmp_path / "ckpt"
+    reader = ["--set", f"reader.path={path}", "--set", "reader.label=rating", "--set",
+              f"reader.label_map={json.dumps({str(r): r - 1 for r in range(1, 6)})}", "--set", "metrics.enabled=false"]
+    assert main(["run", "multiclass", *reader, "--set", f"checkpoint.dir={ckpt}"]) == 0
+    cfg = configmod.validate(configmod.load(shipped.resolve("multiclass"), ["serve.port=0"]))
+    source = CheckpointModel(cfg, serve_settings(cfg), str(ckpt))
+    try:
+        records = [{"user": "196", "item": "242", "age": "40", "gender": "M", "occupation": "writer"}, {"user": "1"}]
+        body = json.dumps({"records": records}).encode()
+        got = np.array(Service(source, serve_settings(cfg), cfg["reader"]).predict(body, "application/json")["predictions"])
+    finally:
+        source.close()
+    assert got.shape == (2, 5) and np.allclose(got.sum(axis=1), 1, atol=1e-5) and (got > 0).all()
+    capsys.readouterr()
+    summary = tmp_path / "eval.json"
+    assert main(["eval", "multiclass", "--restore", str(ckpt), *reader, "--summary", str(summary)]) == 0
+    scored = json.loads(summary.read_text())
+    assert scored["examples"] == 100_000 and scored["logloss"] < 1.3, scored    # the model at the end: below its progressive 1.3007

@@ -29,23 +29,6 @@ def _progressive_mean_rmse(y: np.ndarray) -> float:
     return float(np.sqrt(np.mean((y - before) ** 2)))
 
 
-@pytest.fixture(scope="module")
-def ratings(data_dir, tmp_path_factory):
-    """MovieLens 100K as a user would export it for a regression: the rating (1-5), user, item
-    and the user's age decade, gender and occupation, in time order."""
-    src = data_dir / "movielens_100k"
-    data = np.loadtxt(src / "u.data", dtype=np.int64)
-    data = data[np.argsort(data[:, 3], kind="stable")]
-    users = {}
-    for row in (src / "u.user").read_text(encoding="latin-1").splitlines():
-        uid, age, gender, occupation, _ = row.split("|")
-        users[int(uid)] = f"{int(age) // 10 * 10},{gender},{occupation}"
-    path = tmp_path_factory.mktemp("ml") / "ratings.csv"
-    path.write_text("rating,user,item,age,gender,occupation\n"
-                    + "".join(f"{r},{u},{i},{users[u]}\n" for u, i, r, _ in data))
-    return path, data[:, 2].astype(np.float64)
-
-
 def test_linear_on_movielens_ratings_beats_the_running_mean(ratings, tmp_path, capsys):
     path, y = ratings
     got, err = _run(["linear", "--set", f"reader.path={path}", "--set", "reader.label=rating"], tmp_path, capsys)

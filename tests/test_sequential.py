@@ -33,6 +33,24 @@ def test_squared_error_learns_exactly_as_its_examples_one_by_one(opt):
     assert {layer.name for layer in trainer.engine.layers} == {"wide", "linear", "bias", "v"}
 
 
+@pytest.mark.parametrize("normalize", [False, True])
+@pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
+def test_a_softmax_over_k_logits_learns_exactly_as_its_examples_one_by_one(opt, normalize):
+    """``softmax_ce`` over 3 logits: a wide part, a linear fc and a bias of 3 outputs each learn
+    example by example (their rows 3 wide), the rest of the logits (an MLP) per batch."""
+    layers = lr_layers({"sequential": True, "normalize": normalize}, OPTIMIZERS[opt], loss="softmax_ce", classes=3)
+    trainer = assert_same_training(layers, stream(classes=3), 16, 1e-9)
+    assert {layer.name for layer in trainer.engine.layers} == {"wide", "linear", "bias"}
+    data = stream(64, seed=5, multivalue=("c",), classes=4)
+    data.sparse["b"] = data.sparse["a"]           # a row twice in an example (summed, as one logit's)
+    layers = lr_layers({"sequential": True}, OPTIMIZERS[opt], loss="softmax_ce", classes=4, cross=True)
+    assert_same_training(layers, data, 32, 1e-9)
+    layers = lr_layers({"sequential": True}, OPTIMIZERS[opt], loss="softmax_ce", classes=4, deep=True)
+    p, _, trainer = train(layers, data, 64)
+    assert {layer.name for layer in trainer.engine.layers} == {"wide", "linear", "bias"}
+    assert np.isfinite(p).all() and np.allclose(p.reshape(-1, 4).sum(axis=1), 1)
+
+
 @pytest.mark.parametrize("fm_opt", ["sgd", "adagrad"])
 def test_fm_terms_learn_exactly_as_one_by_one(fm_opt):
     layers = lr_layers({"sequential": True}, OPTIMIZERS["ftrl-l1"], fm=OPTIMIZERS[fm_opt])
@@ -120,7 +138,8 @@ def test_a_table_per_field_learns_exactly_as_one_by_one():
     assert {layer.name for layer in trainer.engine.layers} == {"wide", "linear", "bias", "v"}
 
 
-@pytest.mark.parametrize("opt, loss", [("adagrad", "logloss"), ("ftrl-l1", "logloss"), ("ftrl-l1", "mse")])
+@pytest.mark.parametrize("opt, loss", [("adagrad", "logloss"), ("ftrl-l1", "logloss"), ("ftrl-l1", "mse"),
+                                       ("ftrl-l1", "softmax_ce")])
 def test_redis_store_trains_a_batch_as_its_examples_one_by_one(opt, loss, redis_url, redis_namespace):
     """The same through a real redis-server: one combined push per row. Its rows are float32, so
     a batch of one rounds after every example and a batch of 16 after 16: 1e-6, relative."""
@@ -131,8 +150,11 @@ def test_redis_store_trains_a_batch_as_its_examples_one_by_one(opt, loss, redis_
 
     stores = [store("one"), store("batch")]
     try:
-        layers = lr_layers({"sequential": True}, OPTIMIZERS[opt], fm=OPTIMIZERS["adagrad"], loss=loss)
-        assert_same_training(layers, stream(48, regression=loss == "mse"), 16, 1e-6, 1e-6,
+        classes = 3 if loss == "softmax_ce" else 1      # (K logits: rows K wide, no FM)
+        layers = lr_layers({"sequential": True}, OPTIMIZERS[opt], fm=None if classes > 1 else OPTIMIZERS["adagrad"],
+                           loss=loss, classes=classes)
+        assert_same_training(layers, stream(48, regression=loss == "mse", classes=classes if classes > 1 else None),
+                             16, 1e-6, 1e-6,
                              one={"store": stores[0], "dtype": np.float32},
                              batch={"store": stores[1], "dtype": np.float32})
     finally:
@@ -179,6 +201,20 @@ def test_memory_store_assigns_what_a_combined_gradient_would_step_to(opt, tmp_pa
     for name, value in a.items():
         np.testing.assert_array_equal(back[name], value, err_msg=name)
     assert np.abs(a["v.table.n"]).min() > 0 and np.abs(a["wide.table.value"]).max() > 0
+
+
+def test_a_softmax_through_a_combined_gradient_steps_to_what_the_memory_store_assigns():
+    """``softmax_ce``'s rows, 3 wide, pushed as one combined gradient per row (a store without
+    ``assigns``, as Redis) step to the values the memory store is handed."""
+    layers = lr_layers({"sequential": True}, OPTIMIZERS["ftrl-l1"], loss="softmax_ce", classes=3)
+    pa, snap_a, _ = train(layers, stream(96, classes=3), 16)
+    pg, snap_g, trainer = train(layers, stream(96, classes=3), 16, store=GradientMemoryStore(dtype=np.float64))
+    assert not trainer.engine.assign
+    np.testing.assert_allclose(pa, pg, rtol=1e-12, atol=1e-12)
+    a, g = arrays(snap_a), arrays(snap_g)
+    assert sorted(a) == sorted(g) and a["wide.table.value"].shape[1] == 3
+    for name in a:
+        np.testing.assert_allclose(a[name], g[name], rtol=1e-12, atol=1e-12, err_msg=name)
 
 
 # ---- which layers, and the rest of the model ------------------------------------------------

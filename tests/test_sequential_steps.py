@@ -25,8 +25,8 @@ def _one(layers, labels, dense=None, sparse_ids=None):
     return store, np.asarray(result.predictions, np.float64), batch
 
 
-def _bias(opt, kind="logloss", **loss):
-    return [{"name": "bias", "type": "bias", "optimizer": opt},
+def _bias(opt, kind="logloss", dim=1, **loss):
+    return [{"name": "bias", "type": "bias", "dim": dim, "optimizer": opt},
             {"name": "loss", "type": kind, "inputs": ["bias"], "sequential": True, **loss}]
 
 
@@ -155,3 +155,45 @@ def test_fm_step_is_the_gradient_of_the_fm_term():
     Trainer(graph, store, dtype=np.float64).step(batch)
     v1 = store.pull([], {"v.table": ids}, create=False)["v.table"]
     np.testing.assert_allclose(v1, v0 - lr * rho * grad, atol=1e-8)
+
+
+@pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
+def test_one_softmax_step_of_each_rule_is_the_gradient_of_the_loss(opt):
+    """``softmax_ce`` over 3 logits, a bias of 3 alone: the first example (class 2) is predicted
+    at a third each; each coordinate steps by its rule on the loss's gradient there, found by
+    finite differences of the non-sequential layer's own forward (p − onehot); the second
+    example is predicted at the softmax of the stepped bias."""
+    graph = Graph.from_config([{"name": "bias", "type": "bias", "dim": 3},
+                               {"name": "loss", "type": "softmax_ce", "inputs": ["bias"]}], SCHEMA)
+    ctx = graph.context(training=False, dtype=np.float64)
+    batch = stream(1)
+    batch.labels[:] = 2.0
+    graph.feed(ctx, batch)
+
+    def loss(z):
+        graph.loss.forward(ctx, [z.reshape(1, 3)])
+        return ctx.loss
+
+    eps = 1e-6
+    g = np.array([(loss(np.eye(3)[c] * eps) - loss(-np.eye(3)[c] * eps)) / (2 * eps) for c in range(3)])
+    np.testing.assert_allclose(g, [1 / 3, 1 / 3, -2 / 3], atol=1e-8)
+    store, p, _ = _one(_bias(OPTIMIZERS[opt], "softmax_ce", dim=3), [2.0, 0.0])
+    b = np.array([_first_step(opt, gc) for gc in g])
+    np.testing.assert_allclose(p[0], 1 / 3, atol=1e-12)
+    np.testing.assert_allclose(p[1], np.exp(b) / np.exp(b).sum(), atol=1e-7)
+    store, _, _ = _one(_bias(OPTIMIZERS[opt], "softmax_ce", dim=3), [2.0])
+    np.testing.assert_allclose(store.dense["bias.b"], b, atol=1e-7)
+
+
+def test_softmax_normalization_divides_an_examples_gradients_by_its_norm():
+    """A wide part of 3 outputs, SGD 1.0, one example of class 0: each of its rows moves by
+    −(p − onehot) / √(its feature count), p a third each."""
+    layers = [{"name": "sparse", "type": "sparse_input"},
+              {"name": "wide", "type": "embedding", "inputs": ["sparse"], "dim": 3, "shared": True,
+               "init": "zeros", "optimizer": {"type": "sgd", "lr": 1.0}},
+              {"name": "wide_sum", "type": "sum_pooling", "inputs": ["wide"]},
+              {"name": "loss", "type": "softmax_ce", "inputs": ["wide_sum"], "sequential": True}]
+    store, _, batch = _one(layers, [0.0])
+    active = sum(int(batch.sparse[f].offsets[1]) for f in SCHEMA.sparse)
+    w = store.tables["wide.table"].weights[:active]
+    np.testing.assert_allclose(w, np.tile([2 / 3, -1 / 3, -1 / 3], (active, 1)) / np.sqrt(active), atol=1e-12)

@@ -12,10 +12,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from streamtrain.batch import once_per_batch
 from streamtrain.errors import ConfigError
 
-from . import kernels, prep, terms
+from . import kernels, prep, softmax, terms
+from .grids import GRID, _made_ahead, present_grids  # noqa: F401 - GRID: the memo key, named here too
 from .arrays import Arrays
 from .plan import plan
 
@@ -96,54 +96,6 @@ def _start(arrays: Arrays, key: str, slot: str, out: np.ndarray, grp: list, part
             s0[a:b] = 0 if part is None else part
     np.copyto(out, s0)
     return s0
-
-
-GRID = "per-example grid"        # ctx.memo key (with the term's parameter) of a grid made ahead
-
-
-def present_grids(ctx, layers, room: dict | None = None, bare=()) -> None:
-    """For each term of ``layers`` given by present flags, its ``[B, m]`` grid of rows (from 0)
-    and coefficients, into ``ctx.memo``: work that depends on the batch alone, done ahead in
-    the reader's thread (``PerExample.prepare``); ``_by_example`` offsets and copies it instead
-    of filling it from the term. ``room[param]`` more columns (the block's other terms, when
-    the term is its first: ``PerExample.learn`` says how many) make it ``[B, m + room]``: the
-    block's grid itself, whose last columns ``_by_example`` fills in place. A parameter in
-    ``bare`` (its block's grid has unweighted terms alone: ``_unit``) gets rows alone, padding
-    -1, and None for its coefficients."""
-    batch = ctx.batch.size
-    room = room or {}
-    for layer in layers:
-        for t in layer.field_terms(ctx):
-            if t.present is not None:
-                m = len(t.present) // batch
-                width = m + room.get(t.param, 0)
-                unit = t.param in bare and t.x is None
-                row, x, single = _grid(ctx, t, batch, m, width, unit)
-                ctx.memo[(GRID, t.param)] = (t.pos, row, None if unit else x, single)
-
-
-def _grid(ctx, t, batch: int, m: int, width: int, unit: bool) -> tuple:
-    """``present_grids``' grid of one term: (rows, coefficients, one column). An unweighted
-    term's grid with no room for others (nothing writes into it later) depends on its present
-    flags and positions alone: made once per batch for every graph whose term has the very
-    same arrays (an AutoML job's candidates over the same fields: ``Prepared.shared``)."""
-    def make():
-        row, x = np.empty((batch, width), np.int64), _NO_X if unit else np.empty((batch, width))
-        prep.put_present(row, x, 0, m, t.present, t.pos, 0,
-                         _EMPTY_F if t.x is None else np.asarray(t.x, np.float64))
-        return row, x, prep.one_column(t.present, t.pos, m)
-    if t.x is not None or width != m:
-        return make()
-    # a graph's positions are a view of the batch's one unique pass (``Graph._feed``): named by
-    # the array they view and where in it
-    owner = t.pos if t.pos.base is None else t.pos.base
-    where = (t.pos.__array_interface__["data"][0], t.pos.shape, t.pos.strides, unit)
-    return once_per_batch(ctx.batch, ("grid", *where), (t.present, owner), make)
-
-
-def _made_ahead(memo: dict, t):
-    got = memo.get((GRID, t.param))
-    return got[1:] if got is not None and got[0] is t.pos else None
 
 
 def _unit(terms: list, fm: bool) -> bool:
@@ -318,15 +270,13 @@ class PerExample:
 
     def learn(self, ctx, z0: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each example's logit after the examples before it, and its residual ρ (the logit
-        gradient of its update); the owned parameters' updates are kept for ``push``."""
+        gradient of its update); the owned parameters' updates are kept for ``push``. A loss
+        over ``K`` logits: ``z0`` is ``[B, K]``, ``y`` the class indices (``softmax.learn``)."""
+        if self.plan.width > 1:
+            return self._learn_classes(ctx, z0, y)
         B = len(z0)
-        linear = [t for layer in self.plan.linear for t in layer.linear_terms(ctx)]
         arrays = self._arrays
-        lin = _block(arrays, ctx, linear, self.group_of, 1, "linear", not self.assign)
-        nfix = _fixed_tail(arrays, linear)
-        self._make_room(linear, B, nfix)
-        lptr, slot, x, lfield, ltwice, lfixed, lfx = _by_example(arrays, linear, lin, B, False, "linear", ctx.memo,
-                                                                 nfix)
+        lin, (lptr, slot, x, lfield, ltwice, lfixed, lfx) = self._linear(ctx, B, 1, "linear")
         if self.plan.fm:
             fm_terms, fterm = [], []
             for t, (_, emb) in enumerate(self.plan.fm):
@@ -350,6 +300,28 @@ class PerExample:
             kernels.Occurrences(fptr, frow, fx, ffield, fterm, len(self.plan.fm), ftwice, _EMPTY_I, _NO_X),
             kernels.Slots(fm.w, fm.n, fm.z, fm.grp), True if self.squared else None)
         self._blocks = (lin, fm) if self.plan.fm else (lin,)
+        return zs, rho
+
+    def _linear(self, ctx, batch: int, width: int, key: str) -> tuple:
+        """The linear layers' terms as one block of rows ``width`` wide, and their occurrences
+        grouped by example (``_by_example``)."""
+        linear = [t for layer in self.plan.linear for t in layer.linear_terms(ctx)]
+        blk = _block(self._arrays, ctx, linear, self.group_of, width, key, not self.assign)
+        nfix = _fixed_tail(self._arrays, linear)
+        self._make_room(linear, batch, nfix)
+        return blk, _by_example(self._arrays, linear, blk, batch, False, key, ctx.memo, nfix)
+
+    def _learn_classes(self, ctx, z0: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``learn`` of ``K`` logits: the linear layers' rows ``K`` wide, in one block."""
+        B, K = len(z0), self.plan.width
+        blk, (ptr, row, x, _, twice, fixed, fx) = self._linear(ctx, B, K, "classes")
+        if self.before_loop is not None:
+            self.before_loop()
+        zs, rho = softmax.learn(
+            np.asarray(z0, np.float64).reshape(B, K), np.asarray(y, np.float64), self.normalize, self.rules,
+            kernels.Occurrences(ptr, row, x, _EMPTY_I, _EMPTY_I, 0, twice, fixed, fx),
+            kernels.Slots(blk.w, blk.n, blk.z, blk.grp))
+        self._blocks = (blk,)
         return zs, rho
 
     def _make_room(self, terms: list, batch: int, nfix: int) -> None:

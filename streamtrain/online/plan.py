@@ -4,9 +4,11 @@ A layer qualifies when its output reaches the loss only through ``add`` and ``su
 (coefficient 1, one path each), it is the only layer using its parameters, every one of them is
 trained by a rule with a per-example kernel (``Optimizer.kernel_rule``; a per-coordinate
 ``Optimizer.rule`` the core cannot run is refused, naming the layer), and it declares its
-terms: a *linear* layer (``is_linear``: a dim-1 embedding, a bias, a dim-1 fc without
+terms: a *linear* layer (``linear_width``: a dim-1 embedding, a bias, a dim-1 fc without
 activation) or an *FM* (``pairwise_input``: ``fm`` with ``reduce: true``) over a layer that
-pools its rows per field (``field_terms``: an embedding) and feeds nothing else.
+pools its rows per field (``field_terms``: an embedding) and feeds nothing else. A loss over
+``K`` logits (``softmax_ce``) owns linear layers of ``K`` outputs (an embedding of dim ``K``
+summed over its fields, a bias or a linear fc of dim ``K``), ``width`` ``K``, and no FM.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ class Plan:
     linear: list = field(default_factory=list)     # linear layers
     fm: list = field(default_factory=list)         # (fm layer, embedding layer) pairs
     skip: set = field(default_factory=set)         # layers whose forward and backward the graph skips
+    width: int = 1                                 # the logits per example (the loss's input)
 
     @property
     def layers(self) -> list:
@@ -55,7 +58,7 @@ def plan(graph, optimizers) -> Plan:
                                        f"those, or set the loss's sequential to false")])
         return False
 
-    out = Plan()
+    out = Plan(width=graph.loss.output_shape[-1] if graph.loss.quality == "multiclass" else 1)
     fm_dim = []
 
     def walk(name) -> bool:
@@ -64,13 +67,15 @@ def plan(graph, optimizers) -> Plan:
         if len(graph.consumers[name]) != 1:
             return False
         if layer.kind in ("add", "sum_pooling"):
+            if layer.kind == "sum_pooling" and out.width > 1 and layer.opts["axis"] != 1:
+                return False                 # (K logits: the sum over an embedding's fields only)
             owned = [walk(src) for src in layer.inputs]
             if all(owned):
                 out.skip.add(name)
             return all(owned)
-        if layer.is_linear() and learnable(layer):
+        if layer.linear_width() == out.width and learnable(layer):
             out.linear.append(layer)
-        elif layer.pairwise_input() is not None:
+        elif layer.pairwise_input() is not None and out.width == 1:
             emb = graph.layers[layer.pairwise_input()]
             dim = emb.output_shape[-1]
             if not (emb.pools_rows and len(graph.consumers[emb.name]) == 1 and learnable(emb)

@@ -2,8 +2,9 @@
 
     python -m streamtrain.online.warm
 
-trains two small batches of a model with linear and FM terms and one with its loss squared error
-(the loop is compiled per loss), which compiles every kernel for the argument types the engine
+trains two small batches of a model with linear and FM terms, one with its loss squared error
+(the loop is compiled per loss) and one of its linear terms under a softmax over 3 logits (the
+multi-class loop), which compiles every kernel for the argument types the engine
 passes (they do not depend on the model otherwise) and the progressive
 figures' pass, steps a dense Adam parameter in the memory store (an MLP's: the fused Adam pass,
 one signature whatever the model), and runs the id index's and the drift detectors' kernels once
@@ -51,6 +52,14 @@ def main() -> int:
     rstore = MemoryStore()
     rstore.declare(regression.params, {"type": "adagrad"})
     Trainer(regression, rstore).step(batch)
+    classes = [{**layer, "dim": 3} if layer["name"] in ("wide", "linear") else
+               {**layer, "type": "softmax_ce"} if layer["name"] == "loss" else
+               {**layer, "inputs": ["wide_sum", "linear"]} if layer["name"] == "logit" else layer
+               for layer in LAYERS if layer["name"] not in ("emb", "fm")]
+    softmax = Graph.from_config(classes, Schema.of(batch))      # (labels 0 / 1: classes of the 3)
+    sstore = MemoryStore()
+    sstore.declare(softmax.params, {"type": "adagrad"})
+    Trainer(softmax, sstore).step(batch)
     mlp = MemoryStore()
     mlp.declare({"w": ParamSpec("w", (4, 2))}, {"type": "adam"})
     mlp.push(Gradients(dense={"w": np.ones((4, 2), np.float32)}))

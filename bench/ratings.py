@@ -1,18 +1,23 @@
-"""Regression side by side: ``streamtrain run linear`` and Vowpal Wabbit's native driver on the
-MovieLens 100K ratings (1-5) in time order, one pass, progressive RMSE, whole process.
+"""MovieLens 100K's ratings (1-5) in time order, one pass, side by side with Vowpal Wabbit's native
+driver, whole process: as a regression (progressive RMSE) and as 5 classes (progressive
+multi-class logloss and accuracy).
 
-    STREAMTRAIN_DATA=../shared/data python bench/regression.py [--json FILE]
+    STREAMTRAIN_DATA=../shared/data python bench/ratings.py [--repeat 3] [--json FILE]
 
-The CSV is the one ``tests/test_regression.py`` writes (``rating,user,item,age,gender,
-occupation``); Vowpal Wabbit reads the same rows as its users write them, one namespace per
-column (``3 |u 196 |i 242 |a 40 |g M |o writer``), ``-b 24``, squared loss (its default), through
-``Workspace(arg_list=["-d", FILE, ...])`` (the ``vw`` binary's driver) in a process of its own;
-its progressive predictions (``-p``) give the RMSE. Learners:
+The CSV is the one ``tests/conftest.py`` writes (``rating,user,item,age,gender,occupation``);
+Vowpal Wabbit reads the same rows as its users write them, one namespace per column (``3 |u 196
+|i 242 |a 40 |g M |o writer``), ``-b 24``, through ``Workspace(arg_list=["-d", FILE, ...])`` (the
+``vw`` binary's driver) in a process of its own; its progressive predictions (``-p``) give the
+figures. Learners:
 
-* ``linear``: ``examples/linear.json`` as shipped;
-* ``linear+crosses``: the same terms with every pair of the five fields crossed (``lr.json``
-  with ``layers.loss.type=mse`` and the ``"auto"`` label units: what ``linear.json`` was before);
-* ``vw``, ``vw-q``: Vowpal Wabbit plain, and with ``-q ui`` (user x item).
+* regression: ``linear`` (``examples/linear.json``), ``linear+crosses`` (the same terms with
+  every pair of the five fields crossed: ``lr.json`` with ``layers.loss.type=mse`` and the
+  ``"auto"`` label units, what ``linear.json`` was before 2026-12-06), ``vw`` (squared loss, its
+  default) and ``vw-q`` (``-q ui``);
+* classes (``label_map`` 1-5 to 0-4): ``multiclass`` (``examples/multiclass.json``: learnt example
+  by example), ``multiclass-batch`` (the same terms learnt per batch, ``layers.loss.sequential=
+  false``) and ``vw-oaa`` (``--oaa 5 --probabilities --loss_function logistic``: one against all,
+  the probabilities normalised).
 """
 from __future__ import annotations
 
@@ -31,14 +36,17 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("STREAMTRAIN_DATA", ROOT.parent / "shared" / "data"))
 WORK = Path(tempfile.gettempdir()) / "streamtrain-bench"
 MSE_AUTO = ["layers.loss.type=mse", "layers.loss.label_offset=auto", "layers.loss.label_scale=auto"]
-STREAMTRAIN = {"linear": ("linear", []), "linear+crosses": ("lr", MSE_AUTO)}
-VW = {"vw": [], "vw-q": ["-q", "ui"]}
+CLASSES = [f"reader.label_map={json.dumps({str(r): r - 1 for r in range(1, 6)})}"]
+STREAMTRAIN = {"linear": ("linear", []), "linear+crosses": ("lr", MSE_AUTO),
+               "multiclass": ("multiclass", CLASSES),
+               "multiclass-batch": ("multiclass", CLASSES + ["layers.loss.sequential=false"])}
+VW = {"vw": [], "vw-q": ["-q", "ui"], "vw-oaa": ["--oaa", "5", "--probabilities", "--loss_function", "logistic"]}
 VW_CODE = ("import sys\nfrom vowpalwabbit import Workspace\n"
            "Workspace(arg_list=sys.argv[1:]).finish()\n")
 
 
 def ratings() -> tuple[Path, Path, np.ndarray]:
-    """(the CSV, the VW text file, the labels), written once under the bench directory."""
+    """(the CSV, the VW text file, the ratings), written once under the bench directory."""
     src = DATA / "movielens_100k"
     data = np.loadtxt(src / "u.data", dtype=np.int64)
     data = data[np.argsort(data[:, 3], kind="stable")]
@@ -56,6 +64,16 @@ def ratings() -> tuple[Path, Path, np.ndarray]:
     return csv, vw, data[:, 2].astype(np.float64)
 
 
+def figures(name: str, p: np.ndarray, y: np.ndarray) -> dict:
+    """RMSE and MAE of predicted ratings, or multi-class logloss and accuracy of ``[n, 5]``
+    probabilities of the ratings 1-5."""
+    if p.ndim == 1:
+        return {"rmse": float(np.sqrt(np.mean((p - y) ** 2))), "mae": float(np.mean(np.abs(p - y)))}
+    k = y.astype(np.int64) - 1
+    return {"logloss": float(-np.mean(np.log(np.clip(p[np.arange(len(k)), k], 1e-15, 1)))),
+            "accuracy": float(np.mean(p.argmax(axis=1) == k))}
+
+
 def run_streamtrain(name: str, csv: Path) -> dict:
     model, sets = STREAMTRAIN[name]
     with tempfile.TemporaryDirectory() as tmp:
@@ -69,7 +87,8 @@ def run_streamtrain(name: str, csv: Path) -> dict:
         subprocess.run(args, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
         seconds = time.perf_counter() - t
         got = json.loads(summary.read_text())
-    return {"learner": name, "rmse": got["rmse"], "mae": got["mae"], "seconds": seconds}
+    keys = ("logloss", "accuracy") if model == "multiclass" else ("rmse", "mae")
+    return {"learner": name, **{k: got[k] for k in keys}, "seconds": seconds}
 
 
 def run_vw(name: str, vw: Path, y: np.ndarray) -> dict:
@@ -79,11 +98,14 @@ def run_vw(name: str, vw: Path, y: np.ndarray) -> dict:
         t = time.perf_counter()
         subprocess.run([sys.executable, "-c", VW_CODE, *args], check=True)
         seconds = time.perf_counter() - t
-        p = np.loadtxt(preds, usecols=0)
+        lines = preds.read_text().splitlines()
+    if name == "vw-oaa":          # "1:0.06 2:0.11 ..." per line
+        p = np.array([[float(t.split(":")[1]) for t in line.split()] for line in lines])
+    else:
+        p = np.array([float(line.split()[0]) for line in lines])
     if len(p) != len(y):
         raise RuntimeError(f"{name} wrote {len(p)} predictions for {len(y)} examples")
-    return {"learner": name, "rmse": float(np.sqrt(np.mean((p - y) ** 2))), "mae": float(np.mean(np.abs(p - y))),
-            "seconds": seconds}
+    return {"learner": name, **figures(name, p, y), "seconds": seconds}
 
 
 def main(argv=None) -> int:
@@ -94,19 +116,21 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     csv, vw, y = ratings()
     before = np.concatenate([[0.0], np.cumsum(y)[:-1] / np.arange(1, len(y))])
-    rows = [{"learner": "running mean", "rmse": float(np.sqrt(np.mean((y - before) ** 2))),
-             "mae": float(np.mean(np.abs(y - before))), "seconds": 0.0}]
+    prior = np.bincount(y.astype(np.int64), minlength=6)[1:] / len(y)
+    rows = [{"learner": "running mean", **figures("", before, y), "seconds": 0.0},
+            {"learner": "class frequencies", "logloss": float(-(prior * np.log(prior)).sum()),
+             "accuracy": float(prior.max()), "seconds": 0.0}]
     rounds = [[run_streamtrain(name, csv) if name in STREAMTRAIN else run_vw(name, vw, y) for name in args.learners]
               for _ in range(args.repeat)]
     for runs in zip(*rounds):           # each learner's rounds: one figure (deterministic), the median time
         rows.append(dict(runs[0], seconds=float(np.median([r["seconds"] for r in runs])),
                          rounds=[round(r["seconds"], 3) for r in runs]))
-    print(f"MovieLens 100K ratings, {len(y):,} in time order, one pass: progressive RMSE (MAE), whole process "
-          f"(median of {args.repeat} rounds)")
+    print(f"MovieLens 100K ratings, {len(y):,} in time order, one pass, whole process (median of {args.repeat} rounds)")
     for r in rows:
-        print(f"  {r['learner']:<16} {r['rmse']:.4f} ({r['mae']:.4f})  {r['seconds']:.2f} s")
+        a, b = ("rmse", "mae") if "rmse" in r else ("logloss", "accuracy")
+        print(f"  {r['learner']:<18} {a} {r[a]:.4f}  {b} {r[b]:.4f}  {r['seconds']:.2f} s")
     if args.json:
-        Path(args.json).write_text(json.dumps({"command": " ".join(["python", "bench/regression.py", *(argv or sys.argv[1:])]),
+        Path(args.json).write_text(json.dumps({"command": " ".join(["python", "bench/ratings.py", *(argv or sys.argv[1:])]),
                                                "rows": rows}, indent=1) + "\n")
     return 0
 
