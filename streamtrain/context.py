@@ -36,20 +36,21 @@ class Gradients:
             yield value
             yield from slots.values()
 
-    def all_finite(self) -> bool:
-        """Whether every array holds finite numbers only: the float32 and float64 ones in one
-        compiled call per precision (``_finite_kernels``) once numba is loaded (a compiled
-        layer, update or sequential loss loaded it: a numpy-only model does not pay its import),
-        any other one with numpy."""
+    def all_finite(self, limit: float = np.inf) -> bool:
+        """Whether every array holds finite numbers of magnitude below ``limit`` only (the
+        trainer's: what the store's precision can hold and accumulate, ``Trainer.limit``): the
+        float32 and float64 ones in one compiled call per precision (``_finite_kernels``) once
+        numba is loaded (a compiled layer, update or sequential loss loaded it: a numpy-only
+        model does not pay its import), any other one with numpy."""
         groups: dict = {}
         compiled = "numba" in sys.modules
         for a in self.arrays():
             flags = a.flags
             if compiled and a.dtype.char in "fd" and flags.writeable and flags.aligned:
                 groups.setdefault(a.dtype.char, []).append(a.reshape(-1))
-            elif not np.isfinite(a).all():
+            elif not (np.abs(a) < limit).all():
                 return False
-        return all(_finite().all_finite(flat) for flat in groups.values())
+        return all(_finite().all_finite(flat, limit) for flat in groups.values())
 
 
 _finite = lazy.module("streamtrain._finite_kernels")     # numba: imported by the first check

@@ -2,7 +2,10 @@
 
 Predictions are made before the batch updates the parameters (progressive validation).
 A batch whose loss or gradient is not finite is skipped: nothing is pushed, it is counted
-(``nonfinite``, ``skipped_examples``), not among the batches and examples trained.
+(``nonfinite``, ``skipped_examples``), not among the batches and examples trained, and said
+(``_say_skipped``). So is one whose gradients, squares or final rows the store could not keep
+(``limit``): a value of 1e30 read as written gives finite float64 rows whose float32 copies,
+or whose squares in an accumulator, are infinite; stored, they would stop every later batch.
 """
 from __future__ import annotations
 
@@ -17,6 +20,10 @@ from .progressive import tracker_class
 from .store.base import ParamStore
 
 log = logging.getLogger("streamtrain")
+#: per store precision, the magnitude a gradient, a square or a row must stay below: its square
+#: is finite there too (Adagrad, FTRL and Adam accumulate squared gradients)
+LIMIT = {np.dtype(np.float32): 2.0 ** 64, np.dtype(np.float64): 2.0 ** 512}
+SAY_EVERY_S = 60.0
 
 
 @dataclass
@@ -56,6 +63,8 @@ class Trainer:
         self.examples = 0
         self.nonfinite = 0                 # batches (and examples) skipped: a loss or gradient not finite
         self.skipped_examples = 0
+        self.limit = LIMIT.get(np.dtype(getattr(store, "dtype", dtype)), np.inf)
+        self._said = (0, 0.0)              # skipped batches already said, and when
         self.binary = graph.loss.quality == "binary"
         self._ahead_ctx = None     # a context to find the next batch's rows in (read-ahead stores)
         self._ahead = None         # (dense, tables) the store reads while the next step computes
@@ -122,7 +131,7 @@ class Trainer:
         grads.assigned = assigned
         t3 = clock()
         t["backward"] = t3 - t2
-        if not grads.all_finite():
+        if not grads.all_finite(self.limit):
             return self._skip(batch, predictions, "gradient", t)
         self.store.push(grads)
         t4 = clock()
@@ -189,4 +198,23 @@ class Trainer:
             self.graph_input.learnt(batch)
         self.nonfinite += 1
         self.skipped_examples += batch.size
+        self._say_skipped(batch, reason)
         return StepResult(float("nan"), predictions, False, reason=f"non-finite {reason}", seconds=t)
+
+    def _say_skipped(self, batch, reason: str) -> None:
+        """A WARNING at the first skipped batch, then at most every ``SAY_EVERY_S`` seconds with
+        how many since, naming the largest numeric input of the batch when it is large (the
+        usual cause: a number read as written, far beyond what the weights were learnt on)."""
+        said, at = self._said
+        now = time.monotonic()
+        if said and now - at < SAY_EVERY_S:
+            return
+        self._said = (self.nonfinite, now)
+        cause = ""
+        dense = np.abs(batch.dense) if batch.dense.size else None
+        if dense is not None and dense.max() > 1e6:
+            col = int(dense.max(axis=0).argmax())
+            cause = (f"; its numeric inputs reach {float(dense.max()):.3g} (column '{batch.dense_names[col]}'): "
+                     f"read such columns through reader.numeric_transform log1p, or scale them")
+        log.warning("%d batch(es), %d examples in all, skipped so far: a non-finite or too large %s (the parameters "
+                    "are untouched)%s", self.nonfinite - said, self.skipped_examples, reason, cause)

@@ -125,3 +125,42 @@ def test_all_finite_takes_any_number_of_arrays_and_any_kind():
     g.dense["ro"] = np.array([1.0, np.inf])
     g.dense["ro"].flags.writeable = False
     assert not g.all_finite()
+
+
+def test_all_finite_with_a_limit_refuses_what_the_store_could_not_keep():
+    """``limit``: a number at or beyond it is refused in any array, either precision; below it
+    passes (an integer array, a float16 one: numpy's path)."""
+    from streamtrain.context import Gradients
+    from streamtrain.trainer import LIMIT
+    limit = LIMIT[np.dtype(np.float32)]
+    for big in (1e30, -limit, 2.0 ** 65):
+        for dtype in (np.float32, np.float64):
+            g = Gradients(dense={"w": np.array([1.0, big], dtype)})
+            assert g.all_finite() and not g.all_finite(limit), (big, dtype)
+    assert Gradients(dense={"w": np.array([2.0 ** 63], np.float32), "i": np.arange(3)}).all_finite(limit)
+    assert not Gradients(dense={"h": np.array([1.0, np.inf], np.float16)}).all_finite(limit)    # (numpy's path)
+
+
+def test_a_huge_number_read_as_written_skips_its_batch_and_leaves_the_model_learning(tmp_path, capsys):
+    """A value of 1e30 in a numeric column read as written (``numeric_transform: none``): the
+    first example's finite float64 rows held squares float32 cannot (n = 1e60): stored, the
+    model's state was infinite and every later batch was skipped (256 of 5,000 examples
+    trained). Now that batch is skipped and said, naming the column; the rest learn."""
+    import json
+    from streamtrain.cli import main
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, 1, 5000)
+    x[::500] = 1e30
+    y = (rng.random(5000) < 1 / (1 + np.exp(-np.clip(x, -5, 5)))).astype(int)
+    data = tmp_path / "huge.csv"
+    data.write_text("label,x,c\n" + "".join(f"{a},{b},c{i % 7}\n" for i, (a, b) in enumerate(zip(y, x))))
+    summary = tmp_path / "s.json"
+    assert main(["run", "lr", "--set", "reader.type=file", "--set", f"reader.path={data}", "--set",
+                 "reader.format=csv", "--set", 'reader.numeric=["x"]', "--set", "reader.numeric_transform=none",
+                 "--set", "batch_size=256", "--set", "metrics.enabled=false", "--set", "checkpoint.dir=null",
+                 "--summary", str(summary)]) == 0
+    got = json.loads(summary.read_text())
+    assert got["nonfinite_batches"] >= 1 and got["examples"] + got["nonfinite_examples"] == 5000
+    assert got["examples"] >= 4000 and got["logloss"] < 0.65, got          # 4,744 examples, 0.602
+    said = [line for line in capsys.readouterr().err.splitlines() if "skipped so far" in line]
+    assert said and "(the parameters are untouched); its numeric inputs reach 1e+30 (column 'x')" in said[0], said
