@@ -39,6 +39,12 @@ def separators(reader_cfg: dict) -> dict:
     return _separators(*stream_format(reader_cfg))
 
 
+def hash_as(reader_cfg: dict) -> dict:
+    """A csv reader's ``hash_as`` ``{column: other}`` (a column's values get ``other``'s ids: a
+    graph's shared ids, or a hand-written alias)."""
+    return _hash_as(*stream_format(reader_cfg))
+
+
 def job_reader(config: dict) -> dict:
     """A job's reader section as its reader reads it (a graph's shared ids applied)."""
     return reader_config(config.get("reader", {}), config.get("graph"))
@@ -48,7 +54,7 @@ def reading(config: dict) -> dict:
     """How a job's reader makes features of its input, as its checkpoints and its publication
     on a Redis store record it."""
     reader = job_reader(config)
-    return {"numeric_transform": numeric_transform(reader), "separators": separators(reader)}
+    return {"numeric_transform": numeric_transform(reader), "separators": separators(reader), "hash_as": hash_as(reader)}
 
 
 def problems(meta: dict, config: dict, adopt: bool = False) -> list[str]:
@@ -56,7 +62,7 @@ def problems(meta: dict, config: dict, adopt: bool = False) -> list[str]:
     transformed otherwise, csv values split otherwise than in training). ``adopt``: a reader
     that names no format takes the checkpoint's way (serving)."""
     reader = job_reader(config)
-    found = [_transform_problem(meta, reader, adopt), _separators_problem(meta, reader)]
+    found = [_transform_problem(meta, reader, adopt), _separators_problem(meta, reader), _hash_as_problem(meta, reader)]
     return [p for p in found if p]
 
 
@@ -71,6 +77,20 @@ def _transform(parser) -> str:
 
 def _separators(fmt: str | None, options: dict) -> dict:
     return dict(options.get("multivalue") or {}) if fmt == "csv" else {}
+
+
+def _hash_as(fmt: str | None, options: dict) -> dict:
+    return dict(options.get("hash_as") or {}) if fmt == "csv" else {}
+
+
+def _hash_as_problem(meta: dict, reader_cfg: dict) -> str | None:
+    trained = meta.get("hash_as")
+    fmt, options = stream_format(reader_cfg)
+    ours = _hash_as(fmt, options)
+    if not isinstance(trained, dict) or fmt != "csv" or ours == trained:
+        return None
+    return (f"the model's ids were made with csv hash_as {json.dumps(trained)}, this reader hashes "
+            f"{json.dumps(ours) if ours else 'every column as itself'}: set --set 'reader.hash_as={json.dumps(trained)}'")
 
 
 def _separators_problem(meta: dict, reader_cfg: dict) -> str | None:

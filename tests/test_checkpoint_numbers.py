@@ -110,3 +110,33 @@ def test_a_served_checkpoint_splits_strings_as_its_csv_reader_did(tmp_path, caps
     assert main(["eval", "lr", "--restore", str(ckpt), *reader]) == 2
     assert ("the model's ids were made with csv multivalue {\"tags\": \"|\"}, this reader splits no column: set "
             "--set 'reader.multivalue={\"tags\": \"|\"}'") in capsys.readouterr().err
+
+
+def test_a_served_checkpoint_hashes_columns_as_its_csv_reader_did(tmp_path, capsys):
+    """A csv ``hash_as`` (column ``to``'s values take column ``from``'s ids: one id space, as a
+    graph's shared ids) is recorded too: a server whose config names no reader hashes a
+    record's ``to`` as training did (it hashed it as itself: an unseen id, the bias alone),
+    and eval with a reader that does not is refused naming the setting."""
+    rng = np.random.default_rng(1)
+    a, b = rng.choice(list("pqrstu"), (2, 20_000))
+    clicked = (rng.random(20_000) < np.where(np.isin(b, ["p", "q"]), 0.8, 0.05)).astype(int)
+    data = tmp_path / "pairs.csv"
+    data.write_text("clicked,from,to\n" + "".join(f"{c},{x},{y}\n" for c, x, y in zip(clicked, a, b)))
+    ckpt = tmp_path / "ckpt"
+    reader = ["--set", f"reader.path={data}", "--set", "reader.label=clicked", "--set", "metrics.enabled=false"]
+    assert main(["run", "lr", *reader, "--set", 'reader.hash_as={"to": "from"}', "--set", f"checkpoint.dir={ckpt}"]) == 0
+    cfg = configmod.validate(configmod.load(shipped.resolve("lr"), ["serve.port=0"]))
+    source = CheckpointModel(cfg, serve_settings(cfg), str(ckpt))
+    service = Service(source, serve_settings(cfg), cfg["reader"])
+    records = [{"from": "s", "to": "p"}, {"from": "s", "to": "t"}]
+    try:
+        got = service.predict(json.dumps({"records": records}).encode(), "application/json")["predictions"]
+    finally:
+        source.close()
+    assert service.hash_as == {"to": "from"}
+    assert got[0] > 0.6 and got[1] < 0.15, got
+    capsys.readouterr()
+    assert main(["eval", "lr", "--restore", str(ckpt), *reader]) == 2
+    assert ("the model's ids were made with csv hash_as {\"to\": \"from\"}, this reader hashes every column as "
+            "itself: set --set 'reader.hash_as={\"to\": \"from\"}'") in capsys.readouterr().err
+    assert main(["eval", "lr", "--restore", str(ckpt), *reader, "--set", 'reader.hash_as={"to": "from"}']) == 0

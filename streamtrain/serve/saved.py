@@ -37,6 +37,7 @@ class CheckpointModel:
         self._graph, self.store = model.build(config, schema, serving=True)
         self.numeric_transform = model.meta.get("numeric_transform")     # what JSON records' numbers get
         self.separators = model.meta.get("separators")                  # ... and their csv-split strings
+        self.hash_as = model.meta.get("hash_as")                        # ... and columns hashed as others
         self.params = SavedParams(self.store)
         self.graph_input = model.graph_input(config)
         self.path, self._step = model.path, model.step

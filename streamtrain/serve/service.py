@@ -31,7 +31,7 @@ from streamtrain import __version__, label_units, layers_diff
 from streamtrain.automl import attach as automl_attach
 from streamtrain.errors import ConfigError, GraphInputError, StoreError
 from streamtrain.graph import Graph, Schema
-from streamtrain.reader_format import numeric_transform, separators, stream_format
+from streamtrain.reader_format import hash_as, numeric_transform, separators, stream_format
 from streamtrain.readers import make_parser
 from streamtrain.store import make_store
 
@@ -111,6 +111,7 @@ class StoreModel:
         self.published_digest = None
         self.numeric_transform: str | None = None        # the trainers' reader's, once published
         self.separators: dict | None = None
+        self.hash_as: dict | None = None
         self.refresher: Refresher | None = None
         self.replica: Replica | None = None
         self.replicator: Refresher | None = None
@@ -155,6 +156,7 @@ class StoreModel:
                     self.published_digest = docs[0].get("layers")
                     self.numeric_transform = docs[0].get("numeric_transform")    # a JSON record's numbers
                     self.separators = docs[0].get("separators")                  # ... and csv-split strings
+                    self.hash_as = docs[0].get("hash_as")                        # ... and columns hashed as others
                     if self.published_digest != self.digest:
                         said = layers_diff.say(docs[0].get("layer_configs"), self.config["layers"], "theirs") \
                             or f"digest {self.published_digest}, this config's {self.digest}"
@@ -258,8 +260,8 @@ class Service:
             return lines_batch(body, fmt, options, schema, limit)
         # hashed as the reader hashes (a csv reader's hash_as: a graph's shared ids), numbers
         # transformed as it transforms them
-        return records_batch(decode_json(body), schema, limit, self.reader_cfg.get("hash_as"),
-                             self.numeric_transform, self.separators, self.numbers_as_text)
+        return records_batch(decode_json(body), schema, limit, self.hash_as, self.numeric_transform, self.separators,
+                             self.numbers_as_text)
 
     @functools.cached_property
     def stream(self) -> tuple[str | None, dict]:
@@ -277,6 +279,18 @@ class Service:
     @functools.cached_property
     def _own_separators(self) -> dict:
         return separators(self.reader_cfg)
+
+    @property
+    def hash_as(self) -> dict:
+        """The trainer's csv reader's ``hash_as`` ``{column: other}`` (as the checkpoint or the
+        trainers on the store record it, else this config's reader's, a graph's shared ids
+        applied): a record's value in such a column gets the ids ``other``'s values have."""
+        trained = getattr(self.source, "hash_as", None)
+        return trained if trained is not None else self._own_hash_as
+
+    @functools.cached_property
+    def _own_hash_as(self) -> dict:
+        return hash_as(self.reader_cfg)
 
     @property
     def numeric_transform(self) -> str:
