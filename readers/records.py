@@ -47,8 +47,6 @@ def _token(v) -> str:
     return ("1" if v else "0") if isinstance(v, bool) else str(v)
 
 
-
-
 def _number(v) -> float:
     """A finite float (within float32's range) from a number or a numeric string; NaN otherwise."""
     try:

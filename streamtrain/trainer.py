@@ -65,6 +65,7 @@ class Trainer:
         self.skipped_examples = 0
         self.limit = LIMIT.get(np.dtype(getattr(store, "dtype", dtype)), np.inf)
         self._said = (0, 0.0)              # skipped batches already said, and when
+        self.say_skipped = True            # (an AutoML candidate's are said by the search: retired)
         self.binary = graph.loss.quality == "binary"
         self._ahead_ctx = None     # a context to find the next batch's rows in (read-ahead stores)
         self._ahead = None         # (dense, tables) the store reads while the next step computes
@@ -198,7 +199,8 @@ class Trainer:
             self.graph_input.learnt(batch)
         self.nonfinite += 1
         self.skipped_examples += batch.size
-        self._say_skipped(batch, reason)
+        if self.say_skipped:
+            self._say_skipped(batch, reason)
         return StepResult(float("nan"), predictions, False, reason=f"non-finite {reason}", seconds=t)
 
     def _say_skipped(self, batch, reason: str) -> None:

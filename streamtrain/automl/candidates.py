@@ -63,6 +63,7 @@ class Candidate:
         # values: a search's figures would depend on that thread's timing. Its occurrence grids
         # (``PerExample.prepare``) depend on the batch alone: they are made ahead, as a Trainer's
         self.trainer.rows_ahead = False
+        self.trainer.say_skipped = False    # a non-finite candidate is retired, and the search says so
         self.batch_size = int(config["batch_size"])
 
     @property
