@@ -254,17 +254,17 @@ def _classes(layers, loss: dict | None) -> int | None:
 
 def _classes_from(layers, loss: dict | None) -> tuple[int | None, str | None]:
     inputs = loss.get("inputs") if loss is not None else None
+    if not isinstance(inputs, list) or len(inputs) != 1:
+        return None, None
     named = {c.get("name"): c for c in layers if isinstance(c, dict)}
-    for _ in range(len(named)):                 # (bounded: a cycle is the graph's error to name)
-        if not isinstance(inputs, list) or len(inputs) != (1 if loss is not None else len(inputs)) or not inputs:
-            return None, None
-        source = named.get(inputs[0], {})
-        if source.get("type") not in ("add", "sum_pooling", "mean_pooling"):
-            dim = source.get("dim")
-            return (dim, source.get("name")) if isinstance(dim, int) and not isinstance(dim, bool) and dim >= 2 \
-                else (None, None)
-        inputs, loss = source.get("inputs"), None
-    return None, None
+    source = named.get(inputs[0], {})
+    for _ in range(len(named)):      # to the first input of an add or a pooling (bounded: a cycle is the graph's error)
+        inner = source.get("inputs")
+        if source.get("type") not in ("add", "sum_pooling", "mean_pooling") or not isinstance(inner, list) or not inner:
+            break
+        source = named.get(inner[0], {})
+    dim = source.get("dim")
+    return (dim, source.get("name")) if isinstance(dim, int) and not isinstance(dim, bool) and dim >= 2 else (None, None)
 
 
 def read_json(path: Path):
