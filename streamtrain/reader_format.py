@@ -59,10 +59,10 @@ def reading(config: dict) -> dict:
 
 def problems(meta: dict, config: dict, adopt: bool = False) -> list[str]:
     """What is wrong with reading input for a checkpoint's model with a job's reader (numbers
-    transformed otherwise, csv values split otherwise than in training). ``adopt``: a reader
+    transformed otherwise, csv values split or hashed otherwise than in training). ``adopt``: a reader
     that names no format takes the checkpoint's way (serving)."""
     reader = job_reader(config)
-    found = [_transform_problem(meta, reader, adopt), _separators_problem(meta, reader), _hash_as_problem(meta, reader)]
+    found = [_transform_problem(meta, reader, adopt), *(_ids_problem(meta, reader, key) for key in _CSV_IDS)]
     return [p for p in found if p]
 
 
@@ -75,32 +75,34 @@ def _transform(parser) -> str:
     return getattr(parser, "transform", "none")
 
 
+#: what a checkpoint and the trainers' publication record of a csv reader's options that make ids:
+#: recorded key -> (the option, what the reader does with it, said of an empty one)
+_CSV_IDS = {"separators": ("multivalue", "splits", "no column"),
+            "hash_as": ("hash_as", "hashes", "every column as itself")}
+
+
+def _csv_option(fmt: str | None, options: dict, option: str) -> dict:
+    return dict(options.get(option) or {}) if fmt == "csv" else {}
+
+
 def _separators(fmt: str | None, options: dict) -> dict:
-    return dict(options.get("multivalue") or {}) if fmt == "csv" else {}
+    return _csv_option(fmt, options, "multivalue")
 
 
 def _hash_as(fmt: str | None, options: dict) -> dict:
-    return dict(options.get("hash_as") or {}) if fmt == "csv" else {}
+    return _csv_option(fmt, options, "hash_as")
 
 
-def _hash_as_problem(meta: dict, reader_cfg: dict) -> str | None:
-    trained = meta.get("hash_as")
+def _ids_problem(meta: dict, reader_cfg: dict, key: str) -> str | None:
+    """The model's ids were made with another csv ``multivalue`` / ``hash_as`` than this reader's."""
+    option, does, empty = _CSV_IDS[key]
+    trained = meta.get(key)
     fmt, options = stream_format(reader_cfg)
-    ours = _hash_as(fmt, options)
+    ours = _csv_option(fmt, options, option)
     if not isinstance(trained, dict) or fmt != "csv" or ours == trained:
         return None
-    return (f"the model's ids were made with csv hash_as {json.dumps(trained)}, this reader hashes "
-            f"{json.dumps(ours) if ours else 'every column as itself'}: set --set 'reader.hash_as={json.dumps(trained)}'")
-
-
-def _separators_problem(meta: dict, reader_cfg: dict) -> str | None:
-    trained = meta.get("separators")
-    fmt, options = stream_format(reader_cfg)
-    ours = _separators(fmt, options)
-    if not isinstance(trained, dict) or fmt != "csv" or ours == trained:
-        return None
-    return (f"the model's ids were made with csv multivalue {json.dumps(trained)}, this reader splits "
-            f"{json.dumps(ours) if ours else 'no column'}: set --set 'reader.multivalue={json.dumps(trained)}'")
+    return (f"the model's ids were made with csv {option} {json.dumps(trained)}, this reader {does} "
+            f"{json.dumps(ours) if ours else empty}: set --set 'reader.{option}={json.dumps(trained)}'")
 
 
 def _transform_problem(meta: dict, reader_cfg: dict, adopt: bool) -> str | None:

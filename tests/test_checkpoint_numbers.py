@@ -49,6 +49,17 @@ def _predict(source, cfg) -> list:
         source.close()
 
 
+def _served_lr(ckpt, records) -> tuple[list, Service]:
+    """``lr``'s checkpoint served with a config that names no reader: (its answers, the service)."""
+    cfg = configmod.validate(configmod.load(shipped.resolve("lr"), ["serve.port=0"]))
+    source = CheckpointModel(cfg, serve_settings(cfg), str(ckpt))
+    service = Service(source, serve_settings(cfg), cfg["reader"])
+    try:
+        return service.predict(json.dumps({"records": records}).encode(), "application/json")["predictions"], service
+    finally:
+        source.close()
+
+
 def test_a_checkpoint_is_served_and_scored_reading_numbers_as_it_was_trained(prices, tmp_path, capsys):
     ckpt = tmp_path / "ckpt"
     assert main(["run", "linear", *_reader(prices), "--set", f"checkpoint.dir={ckpt}"]) == 0
@@ -96,14 +107,8 @@ def test_a_served_checkpoint_splits_strings_as_its_csv_reader_did(tmp_path, caps
     ckpt = tmp_path / "ckpt"
     reader = ["--set", f"reader.path={data}", "--set", "reader.label=clicked", "--set", "metrics.enabled=false"]
     assert main(["run", "lr", *reader, "--set", 'reader.multivalue={"tags": "|"}', "--set", f"checkpoint.dir={ckpt}"]) == 0
-    cfg = configmod.validate(configmod.load(shipped.resolve("lr"), ["serve.port=0"]))
-    source = CheckpointModel(cfg, serve_settings(cfg), str(ckpt))
-    service = Service(source, serve_settings(cfg), cfg["reader"])
     records = [{"tags": "a|b", "site": "s1"}, {"tags": ["a", "b"], "site": "s1"}, {"tags": "c|d", "site": "s1"}]
-    try:
-        got = service.predict(json.dumps({"records": records}).encode(), "application/json")["predictions"]
-    finally:
-        source.close()
+    got, service = _served_lr(ckpt, records)
     assert service.separators == {"tags": "|"}
     assert got[0] == got[1] and got[0] > 0.6 and got[2] < 0.1, got
     capsys.readouterr()
@@ -125,14 +130,7 @@ def test_a_served_checkpoint_hashes_columns_as_its_csv_reader_did(tmp_path, caps
     ckpt = tmp_path / "ckpt"
     reader = ["--set", f"reader.path={data}", "--set", "reader.label=clicked", "--set", "metrics.enabled=false"]
     assert main(["run", "lr", *reader, "--set", 'reader.hash_as={"to": "from"}', "--set", f"checkpoint.dir={ckpt}"]) == 0
-    cfg = configmod.validate(configmod.load(shipped.resolve("lr"), ["serve.port=0"]))
-    source = CheckpointModel(cfg, serve_settings(cfg), str(ckpt))
-    service = Service(source, serve_settings(cfg), cfg["reader"])
-    records = [{"from": "s", "to": "p"}, {"from": "s", "to": "t"}]
-    try:
-        got = service.predict(json.dumps({"records": records}).encode(), "application/json")["predictions"]
-    finally:
-        source.close()
+    got, service = _served_lr(ckpt, [{"from": "s", "to": "p"}, {"from": "s", "to": "t"}])
     assert service.hash_as == {"to": "from"}
     assert got[0] > 0.6 and got[1] < 0.15, got
     capsys.readouterr()
