@@ -111,3 +111,17 @@ def test_the_graph_survives_resharding_under_load(redis_factory, redis_namespace
           f"{len(sampled)} samples read meanwhile")
     store.close()
     reader.close()
+
+
+def test_a_script_meeting_its_slot_mid_move_is_retried_not_fatal():
+    """A Lua script whose keys' slot is being moved as it runs gets Redis 7's "Script attempted
+    to access a non local key in a cluster node" (not ASK: scripts are not redirected); it is
+    transient like ASK and TRYAGAIN: the slots are read again and the script runs where they are
+    (it ended a graph insert during a resharding: the test above, once in a few CI runs)."""
+    from redis.exceptions import ResponseError
+    from streamtrain.store.redis_shards import _transient
+    assert _transient(ResponseError("Script attempted to access a non local key in a cluster node script: "
+                                    "0f3e1004c918554743fc74de552625f2c5040eba, on @user_script:10."))
+    assert _transient(ResponseError("TRYAGAIN Multiple keys request during rehashing of slot"))
+    assert not _transient(ResponseError("CROSSSLOT Keys in request don't hash to the same slot"))
+    assert not _transient(ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"))

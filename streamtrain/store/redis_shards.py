@@ -49,6 +49,9 @@ log = logging.getLogger("streamtrain.store.redis")
 TRANSIENT = (redis.ConnectionError, redis.TimeoutError, BusyLoadingError, ConnectionResetError,
              BrokenPipeError, OSError)
 RETRY_REPLIES = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "MASTERDOWN")
+# a script whose keys' slot is being moved to another node as it runs (Redis 7: "Script attempted to
+# access a non local key in a cluster node script: ..."): routed again once the slots are read again
+RETRY_WORDS = ("non local key in a cluster node",)
 RETRY_ERRORS = (MovedError, AskError, TryAgainError, ClusterDownError)
 REFUSED = (AuthenticationError, NoPermissionError, ssl.SSLCertVerificationError)
 # error replies that say the same, also from a command a script runs (Redis 7.0 words those "ERR
@@ -353,5 +356,6 @@ def _transient(err: BaseException) -> bool:
     if refusal(err) is not None:
         return False
     if isinstance(err, ResponseError):
-        return isinstance(err, RETRY_ERRORS) or str(err).startswith(RETRY_REPLIES)
+        return isinstance(err, RETRY_ERRORS) or str(err).startswith(RETRY_REPLIES) or any(
+            w in str(err) for w in RETRY_WORDS)
     return isinstance(err, TRANSIENT)
