@@ -29,20 +29,25 @@ def stream_format(reader_cfg: dict) -> tuple[str | None, dict]:
     return None, {}
 
 
-def numeric_transform(reader_cfg: dict) -> str:
-    """``log1p`` or ``none``: what the reader does to a numeric field's value."""
-    return _transform(_parser(reader_cfg))
+#: what a reader does to its input that its model's weights depend on, as recorded
+READING = ("numeric_transform", "separators", "hash_as")
 
 
-def separators(reader_cfg: dict) -> dict:
-    """A csv reader's ``multivalue`` ``{column: separator}`` (a value ``"a|b"``: two ids)."""
-    return _separators(*stream_format(reader_cfg))
+def reader_reading(reader_cfg: dict) -> dict:
+    """How a reader section makes features of its input: ``numeric_transform`` (``log1p`` or
+    ``none``: what it does to a numeric field's value), ``separators`` (a csv reader's
+    ``multivalue`` ``{column: separator}``: a value ``"a|b"`` is two ids) and ``hash_as`` (a csv
+    reader's ``{column: other}``: a column's values get ``other``'s ids, a graph's shared ids or a
+    hand-written alias)."""
+    fmt, options = stream_format(reader_cfg)
+    return {"numeric_transform": _transform(make_parser(fmt, options) if fmt else None),
+            "separators": _separators(fmt, options), "hash_as": _hash_as(fmt, options)}
 
 
-def hash_as(reader_cfg: dict) -> dict:
-    """A csv reader's ``hash_as`` ``{column: other}`` (a column's values get ``other``'s ids: a
-    graph's shared ids, or a hand-written alias)."""
-    return _hash_as(*stream_format(reader_cfg))
+def recorded(doc: dict) -> dict:
+    """The reading a checkpoint's meta or a trainer's publication records (a key None: not
+    recorded, by an older version)."""
+    return {key: doc.get(key) for key in READING}
 
 
 def job_reader(config: dict) -> dict:
@@ -53,8 +58,7 @@ def job_reader(config: dict) -> dict:
 def reading(config: dict) -> dict:
     """How a job's reader makes features of its input, as its checkpoints and its publication
     on a Redis store record it."""
-    reader = job_reader(config)
-    return {"numeric_transform": numeric_transform(reader), "separators": separators(reader), "hash_as": hash_as(reader)}
+    return reader_reading(job_reader(config))
 
 
 def problems(meta: dict, config: dict, adopt: bool = False) -> list[str]:

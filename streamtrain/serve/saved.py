@@ -12,6 +12,7 @@ import time
 from streamtrain import saved
 from streamtrain.errors import ConfigError
 from streamtrain.graph import Schema
+from streamtrain.reader_format import recorded
 
 
 class SavedParams:
@@ -35,9 +36,7 @@ class CheckpointModel:
             raise ConfigError([("serve.schema", f"checkpoint {model.path} does not record the model's fields "
                                                 "(written by an older version): give them as serve.schema")])
         self._graph, self.store = model.build(config, schema, serving=True)
-        self.numeric_transform = model.meta.get("numeric_transform")     # what JSON records' numbers get
-        self.separators = model.meta.get("separators")                  # ... and their csv-split strings
-        self.hash_as = model.meta.get("hash_as")                        # ... and columns hashed as others
+        self.reading = recorded(model.meta)     # how JSON records' numbers and strings are read
         self.params = SavedParams(self.store)
         self.graph_input = model.graph_input(config)
         self.path, self._step = model.path, model.step

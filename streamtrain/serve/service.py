@@ -31,7 +31,7 @@ from streamtrain import __version__, label_units, layers_diff
 from streamtrain.automl import attach as automl_attach
 from streamtrain.errors import ConfigError, GraphInputError, StoreError
 from streamtrain.graph import Graph, Schema
-from streamtrain.reader_format import hash_as, numeric_transform, separators, stream_format
+from streamtrain.reader_format import reader_reading, recorded, stream_format
 from streamtrain.readers import make_parser
 from streamtrain.store import make_store
 
@@ -109,9 +109,7 @@ class StoreModel:
         self._step, self._step_at = 0, -np.inf
         self.digest = layers_digest(config["layers"])
         self.published_digest = None
-        self.numeric_transform: str | None = None        # the trainers' reader's, once published
-        self.separators: dict | None = None
-        self.hash_as: dict | None = None
+        self.reading: dict = {}          # the trainers' reader's (reader_format.recorded), once published
         self.refresher: Refresher | None = None
         self.replica: Replica | None = None
         self.replicator: Refresher | None = None
@@ -154,9 +152,7 @@ class StoreModel:
                         raise NotReady("no trainer has published the model's fields yet "
                                        "(start one on this store, or set serve.schema)")
                     self.published_digest = docs[0].get("layers")
-                    self.numeric_transform = docs[0].get("numeric_transform")    # a JSON record's numbers
-                    self.separators = docs[0].get("separators")                  # ... and csv-split strings
-                    self.hash_as = docs[0].get("hash_as")                        # ... and columns hashed as others
+                    self.reading = recorded(docs[0])     # how a JSON record's numbers and strings are read
                     if self.published_digest != self.digest:
                         said = layers_diff.say(docs[0].get("layer_configs"), self.config["layers"], "theirs") \
                             or f"digest {self.published_digest}, this config's {self.digest}"
@@ -270,39 +266,32 @@ class Service:
 
     @property
     def separators(self) -> dict:
-        """The trainer's csv reader's ``multivalue`` ``{column: separator}`` (as the checkpoint or
-        the trainers on the store record it, else this config's reader's): a record's string in
+        """The trainer's csv reader's ``multivalue`` ``{column: separator}``: a record's string in
         such a column is split as the reader split the column (``"a|b"``: two ids)."""
-        trained = getattr(self.source, "separators", None)
-        return trained if trained is not None else self._own_separators
-
-    @functools.cached_property
-    def _own_separators(self) -> dict:
-        return separators(self.reader_cfg)
+        return self._as_trained("separators")
 
     @property
     def hash_as(self) -> dict:
-        """The trainer's csv reader's ``hash_as`` ``{column: other}`` (as the checkpoint or the
-        trainers on the store record it, else this config's reader's, a graph's shared ids
+        """The trainer's csv reader's ``hash_as`` ``{column: other}`` (a graph's shared ids
         applied): a record's value in such a column gets the ids ``other``'s values have."""
-        trained = getattr(self.source, "hash_as", None)
-        return trained if trained is not None else self._own_hash_as
-
-    @functools.cached_property
-    def _own_hash_as(self) -> dict:
-        return hash_as(self.reader_cfg)
+        return self._as_trained("hash_as")
 
     @property
     def numeric_transform(self) -> str:
-        """What the trainer's reader did to a number, as its checkpoint or the trainers on the
-        store say (else this config's reader's: ``log1p`` for csv, criteo and jsonl unless their
-        ``numeric_transform`` is ``none``; plug-in records: nothing): a JSON record's numbers
-        get the same, so the model sees them as it was trained on them."""
-        return getattr(self.source, "numeric_transform", None) or self._own_transform
+        """What the trainer's reader did to a number (``log1p`` for csv, criteo and jsonl unless
+        their ``numeric_transform`` is ``none``; plug-in records: nothing): a JSON record's
+        numbers get the same, so the model sees them as it was trained on them."""
+        return self._as_trained("numeric_transform")
+
+    def _as_trained(self, key: str):
+        """How the trainers' reader made features (``reader_format.READING``), as the checkpoint
+        or the trainers on the store record it, else as this config's reader does."""
+        trained = getattr(self.source, "reading", {}).get(key)
+        return trained if trained is not None else self._own_reading[key]
 
     @functools.cached_property
-    def _own_transform(self) -> str:
-        return numeric_transform(self.reader_cfg)
+    def _own_reading(self) -> dict:
+        return reader_reading(self.reader_cfg)
 
     @functools.cached_property
     def numbers_as_text(self) -> bool:
