@@ -64,7 +64,7 @@ def ratings() -> tuple[Path, Path, np.ndarray]:
     return csv, vw, data[:, 2].astype(np.float64)
 
 
-def figures(name: str, p: np.ndarray, y: np.ndarray) -> dict:
+def figures(p: np.ndarray, y: np.ndarray) -> dict:
     """RMSE and MAE of predicted ratings, or multi-class logloss and accuracy of ``[n, 5]``
     probabilities of the ratings 1-5."""
     if p.ndim == 1:
@@ -105,7 +105,7 @@ def run_vw(name: str, vw: Path, y: np.ndarray) -> dict:
         p = np.array([float(line.split()[0]) for line in lines])
     if len(p) != len(y):
         raise RuntimeError(f"{name} wrote {len(p)} predictions for {len(y)} examples")
-    return {"learner": name, **figures(name, p, y), "seconds": seconds}
+    return {"learner": name, **figures(p, y), "seconds": seconds}
 
 
 def main(argv=None) -> int:
@@ -117,7 +117,7 @@ def main(argv=None) -> int:
     csv, vw, y = ratings()
     before = np.concatenate([[0.0], np.cumsum(y)[:-1] / np.arange(1, len(y))])
     prior = np.bincount(y.astype(np.int64), minlength=6)[1:] / len(y)
-    rows = [{"learner": "running mean", **figures("", before, y), "seconds": 0.0},
+    rows = [{"learner": "running mean", **figures(before, y), "seconds": 0.0},
             {"learner": "class frequencies", "logloss": float(-(prior * np.log(prior)).sum()),
              "accuracy": float(prior.max()), "seconds": 0.0}]
     rounds = [[run_streamtrain(name, csv) if name in STREAMTRAIN else run_vw(name, vw, y) for name in args.learners]
