@@ -137,13 +137,17 @@ class Regression:
     labels' standard deviation: the RMSE of always predicting their mean, the baseline a model
     must beat (the regression counterpart of the entropy of the observed CTR).
 
-    The per-example losses ``update`` returns (the drift detectors' and AutoML's) are the squared
-    errors over the labels' variance so far (1 when it is 0): the terms of 1 − R², in the same
-    units whatever the label's, so that the detectors' defaults hold for a price as for a rating."""
+    The per-example losses ``update`` returns (the drift detectors') are the squared errors over
+    the labels' variance so far (1 when it is 0): the terms of 1 − R², in the same units whatever
+    the label's, so that the detectors' defaults hold for a price as for a rating. With
+    ``normalized=False`` (AutoML's candidates) they are the plain squared errors: each candidate
+    has a tracker of its own, born at its own example, whose variance so far is of other labels
+    than another's, so divided by it two candidates' losses of one example would not compare."""
 
     names = ("rmse", "mae", "label_stddev")     # (the progress line: the RMSE to beat beside the RMSE)
 
-    def __init__(self):
+    def __init__(self, normalized: bool = True):
+        self.normalized = normalized
         self.count = 0
         self.sq_sum = 0.0
         self.abs_sum = 0.0
@@ -158,7 +162,7 @@ class Regression:
         self.abs_sum += float(np.sqrt(losses).sum())
         self.label_sum += float(y.sum())
         self.label_sq_sum += float(y @ y)
-        var = self.label_variance
+        var = self.label_variance if self.normalized else 0.0
         return losses / var if var > 0 else losses
 
     @property

@@ -13,6 +13,7 @@ import copy
 import numpy as np
 
 from streamtrain.graph import Graph
+from streamtrain.progressive import Regression
 from streamtrain.trainer import StepResult, Trainer
 
 from .space import reachable
@@ -64,6 +65,9 @@ class Candidate:
         # (``PerExample.prepare``) depend on the batch alone: they are made ahead, as a Trainer's
         self.trainer.rows_ahead = False
         self.trainer.say_skipped = False    # a non-finite candidate is retired, and the search says so
+        if isinstance(self.trainer.progressive, Regression):
+            # the search pairs candidates' losses of one example: in the same units (progressive.py)
+            self.trainer.progressive = Regression(normalized=False)
         self.batch_size = int(config["batch_size"])
 
     @property
