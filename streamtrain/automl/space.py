@@ -268,6 +268,8 @@ class Dim:
         out = [sorted(have - {p}) for p in sorted(have)]      # in a fixed order: not the hash seed's
         if len(have) < self.max_pairs:
             out += [sorted(have | {p}) for p in combinations(sorted(fields), 2) if p not in have]
+        if len(have) > 1:               # none: every pair dropped at once (first in the crosses' turn)
+            out.insert(0, [])
         return [[list(p) for p in pairs] for pairs in out]
 
 
@@ -371,8 +373,12 @@ class Space:
             else:
                 options = [v for v in dim.neighbours(assign[dim.name], fields) if (member in v) != (member in assign[dim.name])]
             wide = ranked and member is None and wide_cross(self.config, dim, fields)
-            options, order = in_rank(dim, assign[dim.name], options, ranked, rng) if wide else (
-                options, rng.permutation(len(options)))
+            if wide:
+                options, order = in_rank(dim, assign[dim.name], options, ranked, rng)
+            elif member is None and dim.cross is not None and options and options[0] == []:
+                order = [0, *(1 + rng.permutation(len(options) - 1))]      # none first (``Dim.neighbours``)
+            else:
+                order = rng.permutation(len(options))
             for i in order:
                 out = dict(assign)
                 out[dim.name] = options[int(i)]
