@@ -23,7 +23,7 @@ from streamtrain.schema import Option, check_options, positive
 from . import malformed as mf
 from .lines import Chunk
 from .malformed import Malformed
-from .numbers import parse_spans
+from .numbers import MISSING_TEXT, parse_spans
 
 log = logging.getLogger("streamtrain.readers")
 FORMATS = Registry("format", group="streamtrain.formats")
@@ -53,6 +53,9 @@ COMMON_OPTIONS = {
 }
 
 
+POSITIVE = frozenset({"true", "yes", "y", "t", "positive", "pos", "click", "clicked"})  # (the example's 1)
+
+
 class LabelRule:
     """Labels: parsed as numbers, mapped (``label_map``), then checked against ``labels``.
 
@@ -65,6 +68,7 @@ class LabelRule:
         self.mapping = [(float(k), float(v)) for k, v in items if _is_number(k)]
         self.words = {str(k).strip().lower().encode(): float(v) for k, v in items if not _is_number(k)}
         self.told = False               # (the warning on numbers outside ``labels``: once)
+        self.told_text = False          # (and the one on labels written as text that nothing maps)
 
     def parse(self, chunk: Chunk, starts, ends):
         """(labels float32, ok bool) of the label spans."""
@@ -74,7 +78,27 @@ class LabelRule:
                 v = self.word(chunk.buf[starts[i]:ends[i]])
                 if v is not None:
                     vals[i], ok[i] = v, True
+        if not self.told_text and not ok.all():
+            self._text(chunk.buf, starts[~ok], ends[~ok])
         return self.apply(vals, ok)
+
+    def _text(self, buf, starts, ends) -> None:
+        """Once: labels written as text that ``label_map`` does not map, named with the setting
+        that would (a label left empty is missing: not said here)."""
+        seen = []
+        for a, b in zip(starts[:1000].tolist(), ends[:1000].tolist()):
+            text = bytes(buf[a:b]).strip().strip(b'"').strip().decode("utf-8", "replace")
+            if text and text not in seen and text not in MISSING_TEXT:
+                seen.append(text)
+                if len(seen) == 5:
+                    break
+        if seen:
+            self.told_text = True
+            two = sorted(seen[:2], key=lambda t: t.lower() not in POSITIVE)     # a "yes" first, as 1
+            example = ", ".join(f'"{t}": {v}' for t, v in zip(two, (1, 0)))
+            log.warning("labels %s are text that reader.label_map does not map: their lines are skipped (label); "
+                        "map each class to a number, e.g. --set 'reader.label_map={%s}'",
+                        ", ".join(repr(t) for t in seen), example)
 
     def word(self, text) -> float | None:
         """The number ``label_map`` gives a label written as text (any case, quotes and spaces

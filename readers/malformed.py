@@ -20,8 +20,9 @@ TOO_LARGE = "too_large"      # a Kafka record larger than the consumer can fetch
 
 REASONS = (DECODE, FIELD_COUNT, NUMBER, LABEL, FIELD_LENGTH, GRAPH, TOO_LARGE)
 MEANING = {                  # what each reason says about a line, for the end-of-run summary (``describe``)
-    DECODE: "bytes that are not UTF-8, or a JSON line that is not a flat object: a nested object, or a list "
-            "under a key not in multivalue (name such keys in drop or multivalue)",
+    DECODE: "bytes that are not UTF-8 (text in another encoding, as spreadsheets write latin-1 or cp1252: "
+            "convert the file, e.g. iconv -f cp1252 -t utf-8), or a JSON line that is not a flat object: a nested "
+            "object, or a list under a key not in multivalue (name such keys in drop or multivalue)",
     FIELD_COUNT: "another number of fields than the format or the header has",
     NUMBER: "a value that must be a finite number within float32's range (±3.4e38) is not one",
     LABEL: "a label missing, not a number, or not in the reader's labels; label_map maps other values, "

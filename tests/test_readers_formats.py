@@ -408,3 +408,20 @@ def test_libsvm_query_ids_are_no_feature_in_either_path():
     m = Malformed()
     make_parser("libsvm", {}, m).parse_buffer(b"1 qid:x 0:1\n")
     assert m.counts["number"] == 1
+
+
+def test_text_labels_nothing_maps_are_named_with_the_setting_that_would(caplog):
+    """A label column of true/false (pandas' booleans) skipped every line as 'label' without
+    saying which values it met; the warning names them (once) and the label_map to set, "yes"-like
+    words as 1. Missing labels (empty, NA) are not named."""
+    m = Malformed()
+    parser = make_parser("csv", {"label": "clicked"}, m)
+    batch = parser.parse(["clicked,a", "False,x", "True,y", ",z", "NA,w", "1,v"])
+    assert batch.labels.tolist() == [1.0] and m.snapshot()["label"] == 4
+    assert ("labels 'False', 'True' are text that reader.label_map does not map: their lines are skipped (label); "
+            "map each class to a number, e.g. --set 'reader.label_map={\"True\": 1, \"False\": 0}'") in caplog.text
+    parser.parse(["clicked,a", "maybe,x"])
+    assert caplog.text.count("reader.label_map does not map") == 1
+    caplog.clear()
+    make_parser("csv", {"label": "clicked", "label_map": {"yes": 1, "no": 0}}).parse(["clicked,a", "yes,x", ",y"])
+    assert "does not map" not in caplog.text
