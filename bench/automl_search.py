@@ -40,13 +40,10 @@ STREAMS = {"synfm": SYNTHETIC + ["reader.model=fm", "reader.fm_dim=4", "reader.s
            "synlr": SYNTHETIC + ["reader.model=lr", "reader.seed=12"]}
 # MovieLens' ratings 1-5 as a regression (``bench/ratings.py``'s CSV): squared error in the units
 # of the first batch (as ``linear.json``); the figure is the progressive RMSE
-REGRESSION = ["layers.loss.type=mse", "layers.loss.label_offset=auto", "layers.loss.label_scale=auto"]
-
-
 def ratings_sets() -> list[str]:
     import ratings
     csv = ratings.ratings()[0]
-    return ["reader.type=file", f"reader.path={csv}", "reader.format=csv", "reader.label=rating"] + REGRESSION
+    return ["reader.type=file", f"reader.path={csv}", "reader.format=csv", "reader.label=rating"] + ratings.MSE_AUTO
 
 
 def run(data: str, model: str, sets: list[str]) -> dict:

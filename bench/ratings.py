@@ -12,8 +12,9 @@ figures. Learners:
 
 * regression: ``linear`` (``examples/linear.json``), ``linear+crosses`` (the same terms with
   every pair of the five fields crossed: ``lr.json`` with ``layers.loss.type=mse`` and the
-  ``"auto"`` label units, what ``linear.json`` was before 2026-12-06), ``vw`` (squared loss, its
-  default) and ``vw-q`` (``-q ui``);
+  ``"auto"`` label units, what ``linear.json`` was before 2026-12-06), ``auto`` (``examples/auto.json``
+  with the same loss settings: the champion and challengers, ``automl.seed`` 0), ``vw`` (squared
+  loss, its default) and ``vw-q`` (``-q ui``);
 * classes (``label_map`` 1-5 to 0-4): ``multiclass`` (``examples/multiclass.json``: learnt example
   by example), ``multiclass-batch`` (the same terms learnt per batch, ``layers.loss.sequential=
   false``) and ``vw-oaa`` (``--oaa 5 --probabilities --loss_function logistic``: one against all,
@@ -37,7 +38,7 @@ DATA = Path(os.environ.get("STREAMTRAIN_DATA", ROOT.parent / "shared" / "data"))
 WORK = Path(tempfile.gettempdir()) / "streamtrain-bench"
 MSE_AUTO = ["layers.loss.type=mse", "layers.loss.label_offset=auto", "layers.loss.label_scale=auto"]
 CLASSES = [f"reader.label_map={json.dumps({str(r): r - 1 for r in range(1, 6)})}"]
-STREAMTRAIN = {"linear": ("linear", []), "linear+crosses": ("lr", MSE_AUTO),
+STREAMTRAIN = {"linear": ("linear", []), "linear+crosses": ("lr", MSE_AUTO), "auto": ("auto", MSE_AUTO),
                "multiclass": ("multiclass", CLASSES),
                "multiclass-batch": ("multiclass", CLASSES + ["layers.loss.sequential=false"])}
 VW = {"vw": [], "vw-q": ["-q", "ui"], "vw-oaa": ["--oaa", "5", "--probabilities", "--loss_function", "logistic"]}
