@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from . import report, saved
+from .errors import ConfigError, ReaderError
 from .evaluator import Evaluator
 from .graph import Schema
 from .graphstore.nodes import reader_config
@@ -42,6 +43,9 @@ class Evaluation(report.Reporting):
         limit_blas_threads()
         self.config, self.max_examples = config, max_examples
         self.saved = saved.read(restore)
+        found = self.saved.problems(config)
+        if found:                               # before the stream: one of bad lines only would hide them
+            raise ConfigError(found)
         self.malformed = Malformed()
         self.graph_input = self.saved.graph_input(config, self.malformed)
         self.source = open_reader(reader_config(config["reader"], config.get("graph")), config["batch_size"],
@@ -123,4 +127,18 @@ def run_eval(config: dict, args) -> int:
     log.info("done: %s elapsed=%.3fs", evaluation.progress_line(fields), fields.get("elapsed_s", 0.0),
              extra={"fields": fields})
     report.write_summary(args.summary, summary)
+    _malformed(evaluation)
     return 0
+
+
+def _malformed(evaluation: Evaluation) -> None:
+    """Say which lines were skipped, and why; a stream whose every line was skipped scored
+    nothing: a ``ReaderError`` (exit 1), as ``run``'s "nothing was trained"."""
+    from streamtrain.readers.malformed import describe
+    bad = evaluation.malformed.snapshot()
+    total, why = sum(bad.values()), describe(bad)
+    if not total:
+        return
+    log.warning("%d lines skipped as malformed: %s", total, why)
+    if evaluation.trainer is None and not evaluation.stop_requested:
+        raise ReaderError(f"nothing was scored: every one of the {total} lines of the stream was malformed: {why}")

@@ -30,6 +30,22 @@ def say(saved, ours, there: str = "the checkpoint") -> str | None:
     return "its layers differ from these: " + "; ".join(found[:MOST]) + more
 
 
+def loss_problem(saved, ours, where) -> str | None:
+    """A loss layer of another type than the checkpoint's (None: the same, or not recorded): the
+    model's output means something else under it (an ``mse``'s is a number in the label's units, a
+    ``logloss``'s a logit, a ``softmax_ce``'s K logits), so scores and answers would be wrong."""
+    from streamtrain.ops import LAYERS
+    if not isinstance(saved, list) or not isinstance(ours, list):
+        return None
+    theirs = _by_name(saved)
+    for name, layer in _by_name(ours).items():
+        kind, was = layer.get("type"), theirs.get(name, {}).get("type")
+        if was is not None and was != kind and getattr(LAYERS.get(kind), "is_loss", False):
+            return (f"checkpoint {where} was trained with loss '{name}' of type {was!r}, this job's is {kind!r}: "
+                    f"the model's output means something else under it, so set --set layers.{name}.type={was}")
+    return None
+
+
 def _by_name(layers: list) -> dict:
     return {str(c.get("name")): c for c in layers if isinstance(c, dict)}
 

@@ -49,25 +49,33 @@ class Saved:
         changed = layers_diff.say(self.meta.get("layers"), config["layers"])
         if changed:
             log.warning("checkpoint %s: %s", self.path, changed)
+        found = self.problems(config, serving)
         if config.get("automl") is not None and self.meta.get("automl"):
             config = champion_config(config, self.meta["automl"])
         graph = Graph.from_config(config["layers"], schema)
-        found = model_problems(graph, config.get("graph"))
+        found += model_problems(graph, config.get("graph"))
         missing = sorted(set(graph.params) - set(self.snapshot.specs))
         found += [("layers", f"checkpoint {self.path} has no parameter {name!r} (written by another model?)")
                   for name in missing]
         found += [("layers", f"checkpoint {self.path}: {msg}") for msg in checkpoint.shape_problems(self.snapshot,
                                                                                                    graph.params)]
-        wrong_units = label_units.mismatch(config["layers"], self.meta, self.path)
-        found += [("layers", wrong_units)] if wrong_units else []
-        found += [("reader", f"checkpoint {self.path}: {p}")
-                  for p in reader_format.problems(self.meta, config, adopt=serving)]
         if found:
             raise ConfigError(found)
         store = MemoryStore()
         store.declare(graph.params, config["default_optimizer"])
         store.restore(self.snapshot)
         return graph, store
+
+    def problems(self, config: dict, serving: bool = False) -> list[tuple[str, str]]:
+        """What makes the checkpoint's answers wrong under the job's config, known before any
+        batch (``eval`` says them before reading its stream): a loss of another type, other label
+        units, a reader that reads numbers otherwise. Named as the job's layers are (an AutoML
+        job's champion has its candidate's names)."""
+        config = label_units.for_checkpoint(config, self.meta)
+        found = [("layers", p) for p in (layers_diff.loss_problem(self.meta.get("layers"), config["layers"], self.path),
+                                         label_units.mismatch(config["layers"], self.meta, self.path)) if p]
+        return found + [("reader", f"checkpoint {self.path}: {p}")
+                        for p in reader_format.problems(self.meta, config, adopt=serving)]
 
     def graph_input(self, config: dict, malformed=None) -> GraphInput | None:
         """The job's graph input over a memory graph store holding the checkpoint's graph (None

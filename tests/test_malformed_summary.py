@@ -40,6 +40,23 @@ def test_every_line_malformed_is_an_error_naming_the_reason(tmp_path):
     assert summary["examples"] == 0 and summary["malformed_by_reason"]["label"] == 1200
 
 
+def test_eval_of_a_stream_whose_every_line_is_malformed_is_the_same_error(tmp_path):
+    """``eval`` ended such a stream with ``done: waiting for the first batch`` and exit 0, and the
+    lines it skipped were not said."""
+    ckpt = tmp_path / "ckpt"
+    done = subprocess.run([sys.executable, "-m", "streamtrain", "run", "lr", "--set", f"reader.path={write(tmp_path / 'ok.csv', ['1', '0'] * 600)}",
+                           "--set", "reader.label=clicked", "--set", "metrics.enabled=false", "--set", f"checkpoint.dir={ckpt}"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    done = subprocess.run([sys.executable, "-m", "streamtrain", "eval", "lr", "--restore", str(ckpt), "--set",
+                           f"reader.path={write(tmp_path / 'yes_no.csv', ['yes', 'no'] * 600)}", "--set", "reader.label=clicked",
+                           "--set", "metrics.enabled=false"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert f"1200 lines skipped as malformed: {LABEL.format(1200)}" in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"streamtrain: nothing was scored: every one of the 1200 lines of the stream was malformed: {LABEL.format(1200)}")
+
+
 def test_some_lines_malformed_are_counted_by_reason_at_the_end(tmp_path):
     done = run_csv(write(tmp_path / "mixed.csv", ["1", "0", "yes"] * 400), tmp_path / "s.json")
     assert done.returncode == 0, done.stderr[-3000:]

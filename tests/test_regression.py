@@ -301,3 +301,37 @@ def test_units_from_a_few_labels_are_said_to_be_rough(tmp_path, capsys):
     assert ("loss 'loss' (mse): its label units come from a first batch of only 40 labels; if the labels' mean and "
             "spread are far from these, set them: --set layers.loss.label_offset=<mean> --set "
             "layers.loss.label_scale=<standard deviation>") in err
+
+
+def test_an_automl_regressions_checkpoint_is_refused_under_another_loss_naming_the_jobs_layers(tmp_path, capsys):
+    """``auto.json`` as a regression: its checkpoint holds the champion (a candidate whose layers
+    carry a prefix, ``a3g41_loss``). Evaluated or served under the job's logloss, its outputs
+    were scored as logits with a warning only (logloss 1.40 on MovieLens' ratings); under other
+    units the refusal named the candidate's layer (``--set layers.a3g41_loss.label_offset``), a
+    path the job does not have. Both are refused naming the job's own layer, and with the
+    settings it was trained with eval scores the stream in the labels' units."""
+    y, text = _planted(n=8000, scale=1000.0, offset=50_000.0)
+    path = tmp_path / "prices.csv"
+    path.write_text(text)
+    ckpt = tmp_path / "ckpt"
+    reader = ["--set", f"reader.path={path}", "--set", "reader.label=y", "--set", 'reader.numeric=["x0", "x1"]',
+              "--set", "reader.numeric_transform=none", "--set", "metrics.enabled=false", "--set", "automl.grace=1000"]
+    mse = ["--set", "layers.loss.type=mse", "--set", "layers.loss.label_offset=auto", "--set", "layers.loss.label_scale=auto"]
+    assert main(["run", "auto", *reader, *mse, "--set", f"checkpoint.dir={ckpt}", "--log-level", "ERROR"]) == 0
+    (written,) = [p for p in ckpt.iterdir() if p.name.startswith("ckpt-")]
+    units = json.loads((written / "meta.json").read_text())["label_units"]
+    capsys.readouterr()
+    for command, told in (
+            (["eval", "auto", "--restore", str(ckpt), *reader],
+             f"checkpoint {written} was trained with loss 'loss' of type 'mse', this job's is 'logloss': the "
+             "model's output means something else under it, so set --set layers.loss.type=mse"),
+            (["serve", "auto", "--restore", str(ckpt), "--set", "metrics.enabled=false"],
+             "so set --set layers.loss.type=mse"),
+            (["eval", "auto", "--restore", str(ckpt), *reader, "--set", "layers.loss.type=mse"],
+             f"this job's loss 'loss' has 0.0 and 1.0: its weights are in the checkpoint's units, so set --set "
+             f"layers.loss.label_offset={units['offset']!r} --set layers.loss.label_scale={units['scale']!r}")):
+        assert main(command) == 2, command
+        assert told in capsys.readouterr().err, command
+    summary = tmp_path / "eval.json"
+    assert main(["eval", "auto", "--restore", str(ckpt), *reader, *mse, "--summary", str(summary)]) == 0
+    assert json.loads(summary.read_text())["rmse"] < 0.05 * y.std()
