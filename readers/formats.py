@@ -126,7 +126,8 @@ class LabelRule:
         seen = ", ".join(f"{v:g}" for v in np.unique(vals)[:5])
         allowed = ", ".join(f"{v:g}" for v in self.allowed)
         regression = ("A numeric label (a rating, a price) is a regression: run the example linear, or set the "
-                      "loss to mse (--set layers.loss.type=mse); c" if set(self.allowed) <= {0.0, 1.0} else "C")
+                      "loss to mse in the first batch's units (--set layers.loss.type=mse --set layers.loss.label_offset=auto "
+                      "--set layers.loss.label_scale=auto); c" if set(self.allowed) <= {0.0, 1.0} else "C")
         log.warning("labels %s are numbers outside reader.labels [%s]: their lines are skipped (label). %slasses "
                     "written otherwise are mapped with reader.label_map (e.g. {\"-1\": 0})", seen, allowed, regression)
 

@@ -141,7 +141,8 @@ def test_numeric_labels_under_a_logloss_say_what_they_may_mean(ratings, tmp_path
     assert got["malformed"] == int((y > 1).sum())                 # ratings 2-5; a 1 is a click
     assert ("labels 2, 3, 4, 5 are numbers outside reader.labels [0, 1]: their lines are skipped (label). "
             "A numeric label (a rating, a price) is a regression: run the example linear, or set the loss "
-            "to mse (--set layers.loss.type=mse)") in err
+            "to mse in the first batch's units (--set layers.loss.type=mse --set layers.loss.label_offset=auto "
+            "--set layers.loss.label_scale=auto)") in err
     assert err.count("are numbers outside reader.labels") == 1
 
 

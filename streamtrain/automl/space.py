@@ -265,11 +265,10 @@ class Dim:
             i = self.values.index(value) if value in self.values else len(self.values) // 2
             return [self.values[j] for j in (i - 1, i + 1) if 0 <= j < len(self.values)]
         have = {tuple(p) for p in value}
-        out = [sorted(have - {p}) for p in sorted(have)]      # in a fixed order: not the hash seed's
+        # none (every pair at once: first in the crosses' turn), each pair dropped, each added; fixed order
+        out = [[]] * (len(have) > 1) + [sorted(have - {p}) for p in sorted(have)]
         if len(have) < self.max_pairs:
             out += [sorted(have | {p}) for p in combinations(sorted(fields), 2) if p not in have]
-        if len(have) > 1:               # none: every pair dropped at once (first in the crosses' turn)
-            out.insert(0, [])
         return [[list(p) for p in pairs] for pairs in out]
 
 
@@ -375,10 +374,9 @@ class Space:
             wide = ranked and member is None and wide_cross(self.config, dim, fields)
             if wide:
                 options, order = in_rank(dim, assign[dim.name], options, ranked, rng)
-            elif member is None and dim.cross is not None and options and options[0] == []:
-                order = [0, *(1 + rng.permutation(len(options) - 1))]      # none first (``Dim.neighbours``)
-            else:
-                order = rng.permutation(len(options))
+            else:       # a cross's "none" (``Dim.neighbours``) first, the rest at random
+                first = int(member is None and dim.cross is not None and options[:1] == [[]])
+                order = [0] * first + [first + i for i in rng.permutation(len(options) - first)]
             for i in order:
                 out = dict(assign)
                 out[dim.name] = options[int(i)]
