@@ -253,6 +253,13 @@ def _classes(layers, loss: dict | None) -> int | None:
 
 
 def _classes_from(layers, loss: dict | None) -> tuple[int | None, str | None]:
+    dim, name = _width_from(layers, loss)
+    return (dim, name) if dim is not None and dim >= 2 else (None, None)
+
+
+def _width_from(layers, loss: dict | None) -> tuple[int | None, str | None]:
+    """The ``dim`` a loss's input takes from the first layer that names one (through an ``add`` or
+    a pooling), and that layer's name; (None, None) when none does."""
     inputs = loss.get("inputs") if loss is not None else None
     if not isinstance(inputs, list) or len(inputs) != 1:
         return None, None
@@ -264,7 +271,7 @@ def _classes_from(layers, loss: dict | None) -> tuple[int | None, str | None]:
             break
         source = named.get(inner[0], {})
     dim = source.get("dim")
-    return (dim, source.get("name")) if isinstance(dim, int) and not isinstance(dim, bool) and dim >= 2 else (None, None)
+    return (dim, source.get("name")) if isinstance(dim, int) and not isinstance(dim, bool) else (None, None)
 
 
 def read_json(path: Path):
@@ -327,6 +334,11 @@ def label_problems(config: dict) -> list[tuple[str, str]]:
     if logloss is not None and not (isinstance(labels, list) and set(labels) <= {0, 1}):
         return [(path, f"loss '{logloss.get('name')}' is a logloss, which needs labels 0 and 1, but the reader "
                        f"accepts {got}: give [0, 1] (with label_map for other values, e.g. {{\"-1\": 0}})")]
+    width, source = _width_from(config["layers"], soft)
+    if width == 1:                  # (a click model's logit under a softmax: the loss stopped the job at its first batch)
+        return [(f"layers.{soft.get('name')}", f"loss '{soft.get('name')}' is a softmax_ce over K >= 2 logits per "
+                 f"example, but its input '{soft['inputs'][0]}' gives 1 (the dim of '{source}'): give the layers that "
+                 f"make the logits dim K (examples/multiclass.json sets wide, linear and bias to K)")]
     k = _classes(config["layers"], soft)
     classes = range(k) if k is not None else None
     if soft is not None and not (isinstance(labels, list) and all(

@@ -107,3 +107,17 @@ def test_a_multiclass_checkpoint_is_served_and_scored(ratings, tmp_path, capsys)
     assert main(["eval", "multiclass", "--restore", str(ckpt), *reader, "--summary", str(summary)]) == 0
     scored = json.loads(summary.read_text())
     assert scored["examples"] == 100_000 and scored["logloss"] < 1.3, scored    # the model at the end: below its progressive 1.3007
+
+
+@pytest.mark.parametrize("example", ["lr", "auto"])
+def test_a_softmax_over_one_logit_is_refused_before_the_run(example, capsys):
+    """A click model with its loss set to softmax_ce (``lr.json``, or ``auto.json`` whose
+    candidates stopped at their first batch naming a candidate's layer, ``layers.a0g0_loss``)
+    passed ``validate``; its reader took labels 0 and 1 and a warning called the other classes a
+    regression's numbers. It is a config error naming the job's loss and what gives the 1."""
+    from streamtrain import shipped
+    assert main(["validate", shipped.resolve(example), "--set", "layers.loss.type=softmax_ce"]) == 2
+    assert ("layers.loss: loss 'loss' is a softmax_ce over K >= 2 logits per example, but its input 'logit' gives 1 "
+            "(the dim of 'wide'): give the layers that make the logits dim K (examples/multiclass.json sets wide, "
+            "linear and bias to K)") in capsys.readouterr().err
+    assert main(["validate", shipped.resolve("multiclass")]) == 0
