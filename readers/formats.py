@@ -94,8 +94,11 @@ class LabelRule:
                     break
         if seen:
             self.told_text = True
-            two = sorted(seen[:2], key=lambda t: t.lower() not in POSITIVE)     # a "yes" first, as 1
-            example = ", ".join(f'"{t}": {v}' for t, v in zip(two, (1, 0)))
+            if self.allowed is not None and len(self.allowed) > 2:       # a softmax's classes: 0, 1, 2, ...
+                example = ", ".join(f'"{t}": {v:g}' for t, v in zip(seen, self.allowed))
+            else:                                                       # a click's: a "yes" first, as 1
+                two = sorted(seen[:2], key=lambda t: t.lower() not in POSITIVE)
+                example = ", ".join(f'"{t}": {v}' for t, v in zip(two, (1, 0)))
             log.warning("labels %s are text that reader.label_map does not map: their lines are skipped (label); "
                         "map each class to a number, e.g. --set 'reader.label_map={%s}'",
                         ", ".join(repr(t) for t in seen), example)

@@ -425,3 +425,5 @@ def test_text_labels_nothing_maps_are_named_with_the_setting_that_would(caplog):
     caplog.clear()
     make_parser("csv", {"label": "clicked", "label_map": {"yes": 1, "no": 0}}).parse(["clicked,a", "yes,x", ",y"])
     assert "does not map" not in caplog.text
+    make_parser("csv", {"label": "kind", "labels": [0, 1, 2]}).parse(["kind,a", "cat,x", "dog,y", "bird,z"])
+    assert "e.g. --set 'reader.label_map={\"cat\": 0, \"dog\": 1, \"bird\": 2}'" in caplog.text     # a softmax's classes
