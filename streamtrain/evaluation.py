@@ -124,21 +124,27 @@ def run_eval(config: dict, args) -> int:
     finally:
         signals.restore()
     fields = evaluation.progress(whole_run=True)
-    log.info("done: %s elapsed=%.3fs", evaluation.progress_line(fields), fields.get("elapsed_s", 0.0),
-             extra={"fields": fields})
+    log.info("done: %s elapsed=%.3fs", evaluation.progress_line(fields) if fields else "nothing scored",
+             fields.get("elapsed_s", 0.0), extra={"fields": fields})
     report.write_summary(args.summary, summary)
-    _malformed(evaluation)
+    _skipped(evaluation)
     return 0
 
 
-def _malformed(evaluation: Evaluation) -> None:
+def _skipped(evaluation: Evaluation) -> None:
     """Say which lines were skipped, and why; a stream whose every line was skipped scored
-    nothing: a ``ReaderError`` (exit 1), as ``run``'s "nothing was trained"."""
+    nothing: a ``ReaderError`` (exit 1), and a file of no line at all a warning, as ``run`` says
+    both ("nothing was trained")."""
     from streamtrain.readers.malformed import describe
     bad = evaluation.malformed.snapshot()
     total, why = sum(bad.values()), describe(bad)
+    nothing = evaluation.trainer is None and not evaluation.stop_requested
+    reader = evaluation.config.get("reader") or {}
     if not total:
+        if nothing and reader.get("type") == "file" and evaluation.max_examples != 0:
+            log.warning("nothing was scored: %s holds no example line (it is empty%s)", reader.get("path"),
+                        ", or a header alone" if reader.get("format") == "csv" else "")
         return
     log.warning("%d lines skipped as malformed: %s", total, why)
-    if evaluation.trainer is None and not evaluation.stop_requested:
+    if nothing:
         raise ReaderError(f"nothing was scored: every one of the {total} lines of the stream was malformed: {why}")

@@ -55,6 +55,14 @@ def test_eval_of_a_stream_whose_every_line_is_malformed_is_the_same_error(tmp_pa
     assert f"1200 lines skipped as malformed: {LABEL.format(1200)}" in done.stderr
     assert done.stderr.strip().splitlines()[-1] == (
         f"streamtrain: nothing was scored: every one of the 1200 lines of the stream was malformed: {LABEL.format(1200)}")
+    assert "done: nothing scored" in done.stderr
+    (tmp_path / "empty.csv").write_text("a,b,clicked\n")        # a header alone: said, exit 0 (as run)
+    done = subprocess.run([sys.executable, "-m", "streamtrain", "eval", "lr", "--restore", str(ckpt), "--set",
+                           f"reader.path={tmp_path / 'empty.csv'}", "--set", "reader.label=clicked",
+                           "--set", "metrics.enabled=false"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1].endswith(
+        f"WARNING streamtrain: nothing was scored: {tmp_path / 'empty.csv'} holds no example line (it is empty, or a header alone)")
 
 
 def test_some_lines_malformed_are_counted_by_reason_at_the_end(tmp_path):
