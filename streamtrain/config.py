@@ -118,6 +118,10 @@ SCHEMA = {
                                      "parse thread gets the GIL back from the trainer"),
     "drift": Option(fields=DRIFT_OPTIONS, doc="drift alarms over the progressive loss ([Drift alarms](drift.md))"),
     "serve": Option(fields=SERVE_OPTIONS, doc="the prediction server ([Serving](serving.md))"),
+    "task": Option(None, (str, type(None)), choices=(None, "auto", "click", "regression"),
+                   doc='"auto": the first batch says what the label is: all 0 or 1 keeps the click loss, other '
+                       'numbers make the job a regression (mse in the first batch\'s units; [AutoML](automl.md)); '
+                       '"click" and "regression" are what it decided (checkpoints, the store); null: as the layers say'),
     "automl": Option(None, (dict, type(None)), nested=automl_space.section_problems,
                      doc="champion/challenger search over a space of this job's settings, on the stream "
                          "([AutoML](automl.md)); null: train the one model of `layers`"),
@@ -217,6 +221,10 @@ def infer_labels(config: dict) -> list[str]:
     if reader_labels(reader)[2]:
         return []
     mse, soft = loss_layer(layers, "mse"), loss_layer(layers, "softmax_ce")
+    if config.get("task") == "auto" and loss_layer(layers, "logloss") is not None:
+        reader["labels"] = None
+        return ["reader.labels null: any number (task auto: the first batch decides between a click's labels, 0 "
+                "and 1, and a regression's)"]
     if mse is not None:
         reader["labels"] = None
         return [f"reader.labels null: any number (the loss '{mse.get('name')}' is mse; set reader.labels to "
@@ -331,7 +339,8 @@ def label_problems(config: dict) -> list[tuple[str, str]]:
     path, labels, _ = reader_labels(config.get("reader") or {})
     got = "null (any number)" if labels is None else json.dumps(labels)
     logloss, soft = loss_layer(config["layers"], "logloss"), loss_layer(config["layers"], "softmax_ce")
-    if logloss is not None and not (isinstance(labels, list) and set(labels) <= {0, 1}):
+    if logloss is not None and not (isinstance(labels, list) and set(labels) <= {0, 1}) and \
+            not (config.get("task") == "auto" and labels is None):     # (rows neither 0 nor 1 dropped: task.py)
         return [(path, f"loss '{logloss.get('name')}' is a logloss, which needs labels 0 and 1, but the reader "
                        f"accepts {got}: give [0, 1] (with label_map for other values, e.g. {{\"-1\": 0}})")]
     width, source = _width_from(config["layers"], soft)

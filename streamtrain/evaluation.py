@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from . import report, saved
+from . import report, saved, task
 from .errors import ConfigError, ReaderError
 from .evaluator import Evaluator
 from .graph import Schema
@@ -43,6 +43,8 @@ class Evaluation(report.Reporting):
         limit_blas_threads()
         self.config, self.max_examples = config, max_examples
         self.saved = saved.read(restore)
+        config = self.config = task.for_checkpoint(config, self.saved.meta)     # "auto": as trained
+        self.binary_labels = config.get("task") == task.CLICK
         found = self.saved.problems(config)
         if found:                               # before the stream: one of bad lines only would hide them
             raise ConfigError(found)
@@ -65,8 +67,10 @@ class Evaluation(report.Reporting):
             for batch in self.source.batches():
                 if self.graph_input is not None:
                     batch = self.graph_input.clean(batch)      # bad graph input: counted, as in run
-                    if not batch.size:
-                        continue
+                if self.binary_labels:                         # task auto, decided a click's (task.py)
+                    batch = task.keep_binary(batch, self.malformed)
+                if not batch.size:
+                    continue
                 if self.trainer is None:
                     self._build(batch)
                 if self.max_examples is not None:

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from . import checkpoint, job_checkpoints, label_units, numeric_only, outage, readahead, report, scoring
+from . import checkpoint, job_checkpoints, label_units, numeric_only, outage, readahead, report, scoring, task
 from .backoff import STOPPED, Backoff
 from .automl import attach as automl_attach
 from .drift import DriftMonitor
@@ -54,6 +54,7 @@ class Job(report.Reporting):
         self.trainer: Trainer | None = None
         self.stop_requested = False
         self.sought = False      # restore() moved the reader back to a checkpoint's offsets
+        self.binary_labels = self.config.get("task") == "click"     # (task.py: "auto" decides it)
         self.started = time.monotonic()
         self.offsets, self.offset_epochs = {}, {}   # committed (not the store's undurable) and their epochs
         self.writes_back = self.store.writes_back
@@ -95,6 +96,8 @@ class Job(report.Reporting):
     # ---- building ------------------------------------------------------------------------
     def _build(self, batch) -> None:
         schema = Schema.of(batch)
+        if task.auto(self.config) and task.settle_job(self, batch.labels) is STOPPED:    # what the label is
+            return
         if label_units.regression(self.config["layers"]):    # "auto" units settled, numbers checked
             auto = label_units.auto(self.config["layers"]) and self.restore_from
             restoring = checkpoint.read_meta(self.restore_from)[1] if auto else None
@@ -159,6 +162,8 @@ class Job(report.Reporting):
                 self.received_at = time.time()      # freshness fallback when a batch has no event times
                 if self.graph_input is not None:
                     batch = self.graph_input.clean(batch)
+                if self.binary_labels:          # a task decided a click's: rows read before are checked
+                    batch = task.keep_binary(batch, self.malformed)
                 if not batch.size:      # every line was bad (counted): committed once those before are durable
                     self._applied(batch.offsets)
                     continue

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from . import checkpoint, label_units, layers_diff, reader_format
+from . import checkpoint, label_units, layers_diff, reader_format, task
 from .automl.candidates import champion_config
 from .errors import CheckpointError, ConfigError
 from .graph import Graph, Schema
@@ -45,7 +45,7 @@ class Saved:
         reader that reads numbers otherwise than the model was trained on (``serving``: a reader
         that names no format takes the checkpoint's way). An AutoML job's checkpoint gives its
         champion."""
-        config = label_units.for_checkpoint(config, self.meta)     # "auto": the units it was trained in
+        config = label_units.for_checkpoint(task.for_checkpoint(config, self.meta), self.meta)   # "auto": as trained
         changed = layers_diff.say(self.meta.get("layers"), config["layers"])
         if changed:
             log.warning("checkpoint %s: %s", self.path, changed)
@@ -71,7 +71,7 @@ class Saved:
         batch (``eval`` says them before reading its stream): a loss of another type, other label
         units, a reader that reads numbers otherwise. Named as the job's layers are (an AutoML
         job's champion has its candidate's names)."""
-        config = label_units.for_checkpoint(config, self.meta)
+        config = label_units.for_checkpoint(task.for_checkpoint(config, self.meta), self.meta)
         found = [("layers", p) for p in (layers_diff.loss_problem(self.meta.get("layers"), config["layers"], self.path),
                                          label_units.mismatch(config["layers"], self.meta, self.path)) if p]
         return found + [("reader", f"checkpoint {self.path}: {p}")

@@ -316,7 +316,8 @@ def test_an_automl_regressions_checkpoint_is_refused_under_another_loss_naming_t
     path.write_text(text)
     ckpt = tmp_path / "ckpt"
     reader = ["--set", f"reader.path={path}", "--set", "reader.label=y", "--set", 'reader.numeric=["x0", "x1"]',
-              "--set", "reader.numeric_transform=none", "--set", "metrics.enabled=false", "--set", "automl.grace=1000"]
+              "--set", "reader.numeric_transform=none", "--set", "metrics.enabled=false", "--set", "automl.grace=1000",
+              "--set", "task=null"]         # the job's loss as written (``task: auto`` takes the checkpoint's)
     mse = ["--set", "layers.loss.type=mse", "--set", "layers.loss.label_offset=auto", "--set", "layers.loss.label_scale=auto"]
     assert main(["run", "auto", *reader, *mse, "--set", f"checkpoint.dir={ckpt}", "--log-level", "ERROR"]) == 0
     (written,) = [p for p in ckpt.iterdir() if p.name.startswith("ckpt-")]
@@ -326,7 +327,7 @@ def test_an_automl_regressions_checkpoint_is_refused_under_another_loss_naming_t
             (["eval", "auto", "--restore", str(ckpt), *reader],
              f"checkpoint {written} was trained with loss 'loss' of type 'mse', this job's is 'logloss': the "
              "model's output means something else under it, so set --set layers.loss.type=mse"),
-            (["serve", "auto", "--restore", str(ckpt), "--set", "metrics.enabled=false"],
+            (["serve", "auto", "--restore", str(ckpt), "--set", "metrics.enabled=false", "--set", "task=null"],
              "so set --set layers.loss.type=mse"),
             (["eval", "auto", "--restore", str(ckpt), *reader, "--set", "layers.loss.type=mse"],
              f"this job's loss 'loss' has 0.0 and 1.0: its weights are in the checkpoint's units, so set --set "

@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from streamtrain import __version__, label_units, layers_diff
+from streamtrain import __version__, label_units, layers_diff, task
 from streamtrain.automl import attach as automl_attach
 from streamtrain.errors import ConfigError, GraphInputError, StoreError
 from streamtrain.graph import Graph, Schema
@@ -118,7 +118,13 @@ class StoreModel:
         self.graph_input = serving_graph_input(config, settings)
 
     def _settle(self) -> None:
-        """The config takes the label units the trainers settled on this store ("auto")."""
+        """The config takes the task the trainers decided on this store and the label units they
+        settled ("auto")."""
+        if task.auto(self.config):
+            decided = task.agreed(self.store)
+            if decided is None:
+                raise NotReady("no trainer has decided the task (\"auto\") on this store yet")
+            self.config = task.decided(self.config, decided)
         if label_units.auto(self.config["layers"]):
             units = label_units.agreed(self.store)
             if units is None:
