@@ -343,6 +343,10 @@ def label_problems(config: dict) -> list[tuple[str, str]]:
             not (config.get("task") == "auto" and labels is None):     # (rows neither 0 nor 1 dropped: task.py)
         return [(path, f"loss '{logloss.get('name')}' is a logloss, which needs labels 0 and 1, but the reader "
                        f"accepts {got}: give [0, 1] (with label_map for other values, e.g. {{\"-1\": 0}})")]
+    decided = {"click": "logloss", "regression": "mse"}.get(config.get("task"))
+    if decided is not None and loss_layer(config["layers"], decided) is None:
+        return [("task", f"{config['task']!r} is what task auto decides for a job whose loss is {decided}, and this "
+                         f"job's is not: set \"auto\" (the first batch decides) or null (the loss as written)")]
     width, source = _width_from(config["layers"], soft)
     if width == 1:                  # (a click model's logit under a softmax: the loss stopped the job at its first batch)
         return [(f"layers.{soft.get('name')}", f"loss '{soft.get('name')}' is a softmax_ce over K >= 2 logits per "

@@ -75,3 +75,14 @@ def test_trainers_on_one_redis_store_keep_the_first_ones_decision(redis_url, red
         assert task.agreed(store) == task.REGRESSION
     finally:
         store.close()
+
+
+def test_a_task_that_says_otherwise_than_the_loss_is_refused(capsys):
+    """"click" and "regression" are what ``auto`` decides; given by hand, they must agree with
+    the loss (a logloss job told it is a regression would train a click model)."""
+    from streamtrain import shipped
+    assert main(["validate", shipped.resolve("lr"), "--set", "task=regression"]) == 2
+    assert ("task: 'regression' is what task auto decides for a job whose loss is mse, and this job's is not: set "
+            '"auto" (the first batch decides) or null (the loss as written)') in capsys.readouterr().err
+    assert main(["validate", shipped.resolve("lr"), "--set", "task=click"]) == 0
+    assert main(["validate", shipped.resolve("linear"), "--set", "task=regression"]) == 0
