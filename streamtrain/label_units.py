@@ -127,14 +127,20 @@ def _key(store) -> bytes:
 
 def agreed(store) -> dict | None:
     """The units the trainers on a Redis store settled (None: none yet, or not a Redis store)."""
+    units = stored(store, _key(store) if getattr(store, "io", None) is not None else None, "the label units")
+    return units if isinstance(units, dict) and {"offset", "scale"} <= set(units) else None
+
+
+def stored(store, key, what: str):
+    """The JSON value the trainers on a Redis store set under ``key`` (None: none yet, not JSON,
+    or not a Redis store): what they agreed once (the label units, the task)."""
     if getattr(store, "io", None) is None:
         return None
-    raw = store.io.meta("GET", _key(store), what="read the label units")
+    raw = store.io.meta("GET", key, what=f"read {what}")
     try:
-        units = json.loads(raw) if raw is not None else None
+        return json.loads(raw) if raw is not None else None
     except ValueError:
         return None
-    return units if isinstance(units, dict) and {"offset", "scale"} <= set(units) else None
 
 
 def _agree(store, units: dict, force: bool) -> dict:

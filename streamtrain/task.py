@@ -17,6 +17,7 @@ import logging
 
 import numpy as np
 
+from . import label_units
 from .config import loss_layer
 from .ops.losses import AUTO
 
@@ -68,13 +69,7 @@ def _key(store) -> bytes:
 
 def agreed(store) -> str | None:
     """The task the trainers on a Redis store decided (None: none yet, or not a Redis store)."""
-    if getattr(store, "io", None) is None:
-        return None
-    raw = store.io.meta("GET", _key(store), what="read the task")
-    try:
-        task = json.loads(raw) if raw is not None else None
-    except ValueError:
-        return None
+    task = label_units.stored(store, _key(store) if getattr(store, "io", None) is not None else None, "the task")
     return task if task in (CLICK, REGRESSION) else None
 
 
