@@ -43,7 +43,7 @@ class Evaluation(report.Reporting):
         limit_blas_threads()
         self.config, self.max_examples = config, max_examples
         self.saved = saved.read(restore)
-        config = self.config = task.for_checkpoint(config, self.saved.meta)     # "auto": as trained
+        config = self.config = self.saved.as_trained(config)     # "auto" settings as trained
         self.binary_labels = config.get("task") == task.CLICK
         found = self.saved.problems(config)
         if found:                               # before the stream: one of bad lines only would hide them

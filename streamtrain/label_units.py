@@ -120,40 +120,41 @@ def for_checkpoint(config: dict, meta: dict) -> dict:
     return with_units(config, saved if isinstance(saved, dict) else DEFAULT)
 
 
-def _key(store) -> bytes:
-    from .store import redis_keys
-    return redis_keys.meta_key(store.ns, "label_units")
-
-
 def agreed(store) -> dict | None:
     """The units the trainers on a Redis store settled (None: none yet, or not a Redis store)."""
-    units = stored(store, _key(store) if getattr(store, "io", None) is not None else None, "the label units")
+    units = stored(store, "label_units", "the label units")
     return units if isinstance(units, dict) and {"offset", "scale"} <= set(units) else None
 
 
-def stored(store, key, what: str):
-    """The JSON value the trainers on a Redis store set under ``key`` (None: none yet, not JSON,
-    or not a Redis store): what they agreed once (the label units, the task)."""
+def stored(store, name: str, what: str):
+    """The JSON value the trainers on a Redis store set once under the meta key ``name`` (None:
+    none yet, not JSON, or not a Redis store): the label units, the task (``task.py``)."""
     if getattr(store, "io", None) is None:
         return None
-    raw = store.io.meta("GET", key, what=f"read {what}")
+    raw = store.io.meta("GET", _meta_key(store, name), what=f"read {what}")
     try:
         return json.loads(raw) if raw is not None else None
     except ValueError:
         return None
 
 
-def _agree(store, units: dict, force: bool) -> dict:
-    """The units in force on the store: ``units`` unless another trainer settled first (a
-    restored checkpoint's replace them: ``force``). A memory store is this process's alone."""
+def agree(store, name: str, value, force: bool, what: str, read):
+    """The value in force on the store under the meta key ``name``: ``value`` unless another
+    trainer set it first (``read(store)``: theirs, checked), or with ``force`` (a restored
+    checkpoint's) ``value`` in place of theirs. A memory store is this process's alone."""
     if getattr(store, "io", None) is None:
-        return units
-    value = json.dumps(units, sort_keys=True)
+        return value
+    key, text = _meta_key(store, name), json.dumps(value, sort_keys=True)
     if force:
-        store.io.meta("SET", _key(store), value, what="set the label units")
-        return units
-    store.io.meta("SET", _key(store), value, "NX", what="agree on the label units")
-    return agreed(store) or units
+        store.io.meta("SET", key, text, what=f"set {what}")
+        return value
+    store.io.meta("SET", key, text, "NX", what=f"agree on {what}")
+    return read(store) or value
+
+
+def _meta_key(store, name: str) -> bytes:
+    from .store import redis_keys
+    return redis_keys.meta_key(store.ns, name)
 
 
 def _check_store(job) -> None:
@@ -179,7 +180,8 @@ def settle(job, labels, restoring: dict | None) -> None:
         units, where = (saved if isinstance(saved, dict) else DEFAULT), "the checkpoint restored"
     else:
         units, where = from_labels(labels), f"the first batch's {len(labels)} labels"
-    settled = _agree(job.store, units, force=restoring is not None and bool(restoring.get("params")))
+    settled = agree(job.store, "label_units", units, restoring is not None and bool(restoring.get("params")),
+                    "the label units", agreed)
     if settled != units:
         where = "the trainers already on this store"
     job.config = with_units(job.config, settled)

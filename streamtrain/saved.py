@@ -45,7 +45,7 @@ class Saved:
         reader that reads numbers otherwise than the model was trained on (``serving``: a reader
         that names no format takes the checkpoint's way). An AutoML job's checkpoint gives its
         champion."""
-        config = label_units.for_checkpoint(task.for_checkpoint(config, self.meta), self.meta)   # "auto": as trained
+        config = self.as_trained(config)
         changed = layers_diff.say(self.meta.get("layers"), config["layers"])
         if changed:
             log.warning("checkpoint %s: %s", self.path, changed)
@@ -66,12 +66,17 @@ class Saved:
         store.restore(self.snapshot)
         return graph, store
 
+    def as_trained(self, config: dict) -> dict:
+        """The job's config with its "auto" settings as the checkpoint was trained: the task
+        (``task.py``), then the label units."""
+        return label_units.for_checkpoint(task.for_checkpoint(config, self.meta), self.meta)
+
     def problems(self, config: dict, serving: bool = False) -> list[tuple[str, str]]:
         """What makes the checkpoint's answers wrong under the job's config, known before any
         batch (``eval`` says them before reading its stream): a loss of another type, other label
         units, a reader that reads numbers otherwise. Named as the job's layers are (an AutoML
         job's champion has its candidate's names)."""
-        config = label_units.for_checkpoint(task.for_checkpoint(config, self.meta), self.meta)
+        config = self.as_trained(config)
         found = [("layers", p) for p in (layers_diff.loss_problem(self.meta.get("layers"), config["layers"], self.path),
                                          label_units.mismatch(config["layers"], self.meta, self.path)) if p]
         return found + [("reader", f"checkpoint {self.path}: {p}")

@@ -12,7 +12,6 @@ once), and ``eval``, ``serve --restore`` and ``serve`` from a store adopt what w
 from __future__ import annotations
 
 import copy
-import json
 import logging
 
 import numpy as np
@@ -62,14 +61,9 @@ def for_checkpoint(config: dict, meta: dict) -> dict:
     return decided(config, task) if task is not None else config
 
 
-def _key(store) -> bytes:
-    from .store import redis_keys
-    return redis_keys.meta_key(store.ns, "task")
-
-
 def agreed(store) -> str | None:
     """The task the trainers on a Redis store decided (None: none yet, or not a Redis store)."""
-    task = label_units.stored(store, _key(store) if getattr(store, "io", None) is not None else None, "the task")
+    task = label_units.stored(store, "task", "the task")
     return task if task in (CLICK, REGRESSION) else None
 
 
@@ -80,15 +74,9 @@ def settle(job, labels, restoring: dict | None) -> None:
     where = "the checkpoint restored"
     if task is None:
         task, where = of_labels(labels), f"the first batch's {len(labels)} labels"
-    io = getattr(job.store, "io", None)
-    if io is not None:
-        if where.startswith("the checkpoint"):
-            io.meta("SET", _key(job.store), json.dumps(task), what="set the task")
-        else:
-            io.meta("SET", _key(job.store), json.dumps(task), "NX", what="agree on the task")
-            there = agreed(job.store) or task
-            if there != task:
-                task, where = there, "the trainers already on this store"
+    there = label_units.agree(job.store, "task", task, where.startswith("the checkpoint"), "the task", agreed)
+    if there != task:
+        task, where = there, "the trainers already on this store"
     job.config = decided(job.config, task)
     job.binary_labels = task == CLICK
     log.info("task auto: %s, from %s", "a click's (labels 0 and 1): the loss as written" if task == CLICK else
